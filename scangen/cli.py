@@ -1,0 +1,98 @@
+"""The ``scangen`` command: build, list, show, check and verify generated kernels."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .errors import SpecError
+
+
+def _cmd_build(args) -> int:
+    from .store import build, builtin_spec_paths
+    specs = [Path(p) for p in args.specs] or builtin_spec_paths()
+    out = Path(args.out)
+    changed = build(specs, out, check=args.check)
+    if args.check:
+        if changed:
+            print(f"{out} is stale: {', '.join(changed)} differ from the specs and templates; "
+                  f"run `scangen build`", file=sys.stderr)
+            return 1
+        print(f"{out} is up to date ({len(specs)} specs)")
+        return 0
+    print(f"wrote {len(changed)} file(s) to {out}: {', '.join(changed) or 'nothing changed'}")
+    return 0
+
+
+def _builtins():
+    from .pipeline import to_ir
+    from .store import builtin_spec_paths
+    return {p.stem: (p, to_ir(p)) for p in builtin_spec_paths()}
+
+
+def _cmd_list(args) -> int:
+    for name, (path, ir) in sorted(_builtins().items()):
+        first = (ir.doc.strip().splitlines() or [""])[0]
+        print(f"{ir.function:32s} {ir.direction:8s} {first}")
+    return 0
+
+
+def _cmd_show(args) -> int:
+    table = _builtins()
+    by_fn = {ir.function: (p, ir) for p, ir in table.values()}
+    hit = table.get(args.name) or by_fn.get(args.name)
+    if hit is None:
+        print(f"unknown built-in {args.name!r}; `scangen list` shows them", file=sys.stderr)
+        return 2
+    path, ir = hit
+    print(f"# spec: {path}\n# code: generated/{ir.name}.py (function {ir.function})")
+    print(ir.text(), end="")
+    return 0
+
+
+def _cmd_check(args) -> int:
+    from .ir import canonical
+    from .pipeline import to_ir
+    ir = to_ir(Path(args.file))
+    print(f"{args.file}: ok ({ir.direction} scan, function {ir.function})")
+    for s in ir.scans:
+        print(f"  {s.name}: alpha = {canonical(s.alpha)}")
+        print(f"  {' ' * len(s.name)}  beta  = {canonical(s.beta)}")
+        print(f"  {' ' * len(s.name)}  init  = {canonical(s.init)}")
+    return 0
+
+
+def _cmd_verify(args) -> int:
+    from .verify import verify_all
+    return 0 if verify_all(device=args.device, sizes=args.sizes) else 1
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="scangen", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="generate kernels for specs (default: the built-ins)")
+    b.add_argument("specs", nargs="*", help="spec files (default: every built-in spec)")
+    b.add_argument("--out", default="generated", help="output folder (default: generated)")
+    b.add_argument("--check", action="store_true", help="exit 1 if the output folder is stale")
+    b.set_defaults(fn=_cmd_build)
+    sub.add_parser("list", help="list the built-in algorithms").set_defaults(fn=_cmd_list)
+    s = sub.add_parser("show", help="print a built-in's canonical IR and where its code lives")
+    s.add_argument("name")
+    s.set_defaults(fn=_cmd_show)
+    c = sub.add_parser("check", help="validate a spec file and print its alpha/beta")
+    c.add_argument("file")
+    c.set_defaults(fn=_cmd_check)
+    v = sub.add_parser("verify", help="run every built-in against its float64 reference")
+    v.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
+    v.add_argument("--sizes", default="small", choices=("small", "large"))
+    v.set_defaults(fn=_cmd_verify)
+    args = p.parse_args(argv)
+    try:
+        return args.fn(args)
+    except SpecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""Safe expression parsing: spec text -> SymPy, through a whitelist, never ``eval``.
+
+Expressions are parsed with :func:`ast.parse` and every node is checked against a small grammar:
+numbers, declared names, ``+ - * / **``, one comparison inside ``where``, and calls to the
+functions in :data:`FUNCTIONS`. Attribute access, subscripts, keywords, lambdas and every other
+construct are refused, so a spec can never run code of its own.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Callable, Mapping
+
+import sympy
+
+from .errors import SpecError
+
+MAX_EXPR_CHARS = 4000
+MAX_EXPR_NODES = 800
+
+
+class Next(sympy.Function):
+    """``next(e, fill)``: ``e`` at step ``t+1``; ``fill`` at the last step of the window."""
+
+    nargs = 2
+
+
+class Prev(sympy.Function):
+    """``prev(e, fill)``: ``e`` at step ``t-1``; ``fill`` at the first step of the window."""
+
+    nargs = 2
+
+
+class KSum(sympy.Function):
+    """``sum(e)``: the sum of ``e`` over the trailing axis of its ``[N, T, K]`` inputs."""
+
+    nargs = 1
+
+
+class Gather(sympy.Function):
+    """``gather(x, i)``: ``x[n, t, i[n, t]]`` for an ``[N, T, K]`` input and an index input."""
+
+    nargs = 2
+
+
+class Present(sympy.Function):
+    """``present(x)``: 1 when the optional input ``x`` was passed, else 0 (known at compile time)."""
+
+    nargs = 1
+
+
+class Where(sympy.Function):
+    """``where(c, a, b)``: ``a`` where ``c != 0``, else ``b``. The condition is numeric (a flag
+    or a comparison indicator), so the whole tree stays differentiable: d/dx where(c, a, b) is
+    where(c, da/dx, db/dx)."""
+
+    nargs = 3
+
+    def fdiff(self, argindex=1):
+        cond = self.args[0]
+        if argindex == 2:
+            return Where(cond, 1, 0)
+        if argindex == 3:
+            return Where(cond, 0, 1)
+        return sympy.S.Zero
+
+
+class _Indicator(sympy.Function):
+    """1 where the comparison holds, else 0; its derivative is 0 almost everywhere."""
+
+    nargs = 2
+    op = ""
+
+    def fdiff(self, argindex=1):
+        return sympy.S.Zero
+
+
+def _indicator(name, op):
+    return type(name, (_Indicator,), {"op": op, "__doc__": f"``a {op} b`` as 1 or 0."})
+
+
+Lt, Le, Gt, Ge = (_indicator(n, o) for n, o in
+                  (("Lt", "<"), ("Le", "<="), ("Gt", ">"), ("Ge", ">=")))
+EqI, NeI = _indicator("EqI", "=="), _indicator("NeI", "!=")
+
+
+def _minmax(fn):
+    def build(*args):
+        if len(args) < 2:
+            raise TypeError("needs at least 2 arguments")
+        return fn(*args)
+    return build
+
+
+# name -> (number of arguments or None for "2 or more", builder)
+FUNCTIONS: dict[str, tuple[int | None, Callable]] = {
+    "exp": (1, sympy.exp),
+    "log": (1, sympy.log),
+    "sqrt": (1, sympy.sqrt),
+    "abs": (1, sympy.Abs),
+    "sigmoid": (1, lambda x: 1 / (1 + sympy.exp(-x))),
+    # 2 / (1 + exp(-2x)) - 1 stays finite for large |x| in fp32, unlike (e^x - e^-x) / (e^x + e^-x).
+    "tanh": (1, lambda x: 2 / (1 + sympy.exp(-2 * x)) - 1),
+    "min": (None, _minmax(sympy.Min)),
+    "max": (None, _minmax(sympy.Max)),
+    "clip": (3, lambda x, lo, hi: sympy.Min(sympy.Max(x, lo), hi)),
+    "where": (3, Where),
+    "next": (2, Next),
+    "prev": (2, Prev),
+    "sum": (1, KSum),
+    "gather": (2, Gather),
+    "present": (1, Present),
+}
+
+_BINOPS = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.Div: lambda a, b: a / b,
+    ast.Pow: lambda a, b: a ** b,
+}
+_COMPARE = {ast.Lt: Lt, ast.LtE: Le, ast.Gt: Gt, ast.GtE: Ge, ast.Eq: EqI, ast.NotEq: NeI}
+
+
+def parse_expr(text, names: Mapping[str, sympy.Expr], *, source: str, line: int | None,
+               what: str) -> sympy.Expr:
+    """Parse ``text`` into SymPy, resolving identifiers through ``names`` only.
+
+    ``what`` says where the expression sits in the spec (``"scan 'A' alpha"``) for error messages.
+    """
+    text = str(text)
+
+    def fail(msg: str) -> SpecError:
+        return SpecError(f"{what}: {msg}", source=source, line=line, expr=text)
+
+    if len(text) > MAX_EXPR_CHARS:
+        raise fail(f"expression is longer than {MAX_EXPR_CHARS} characters")
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except (SyntaxError, RecursionError, MemoryError, ValueError) as exc:
+        reason = getattr(exc, "msg", None) or type(exc).__name__
+        raise fail(f"not a valid expression ({reason})") from None
+    if sum(1 for _ in ast.walk(tree)) > MAX_EXPR_NODES:
+        raise fail(f"expression has more than {MAX_EXPR_NODES} syntax nodes")
+
+    def conv(node, cond_ok=False):
+        if isinstance(node, ast.Expression):
+            return conv(node.body)
+        if isinstance(node, ast.Constant):
+            if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
+                raise fail(f"unsupported constant {node.value!r}")
+            if isinstance(node.value, int):
+                return sympy.Integer(node.value)
+            return sympy.Float(node.value)
+        if isinstance(node, ast.Name):
+            if node.id not in names:
+                raise fail(f"undeclared name '{node.id}'")
+            return names[node.id]
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            return _BINOPS[type(node.op)](conv(node.left), conv(node.right))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            value = conv(node.operand)
+            return -value if isinstance(node.op, ast.USub) else value
+        if isinstance(node, ast.Compare):
+            if not cond_ok:
+                raise fail("a comparison may only be the first argument of where()")
+            if len(node.ops) != 1 or type(node.ops[0]) not in _COMPARE:
+                raise fail("only a single comparison (<, <=, >, >=, ==, !=) is supported")
+            return _COMPARE[type(node.ops[0])](conv(node.left), conv(node.comparators[0]))
+        if isinstance(node, ast.Call):
+            return call(node)
+        raise fail(f"unsupported syntax ({type(node).__name__})")
+
+    def call(node):
+        if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
+            fname = node.func.id if isinstance(node.func, ast.Name) else type(node.func).__name__
+            allowed = ", ".join(sorted(FUNCTIONS))
+            raise fail(f"unknown function '{fname}' (allowed: {allowed})")
+        if node.keywords:
+            raise fail(f"{node.func.id}() takes no keyword arguments")
+        arity, build = FUNCTIONS[node.func.id]
+        nargs = len(node.args)
+        if (arity is None and nargs < 2) or (arity is not None and nargs != arity):
+            expected = "at least 2" if arity is None else str(arity)
+            raise fail(f"{node.func.id}() takes {expected} arguments, got {nargs}")
+        args = [conv(a, cond_ok=(node.func.id == "where" and i == 0))
+                for i, a in enumerate(node.args)]
+        return build(*args)
+
+    try:
+        return conv(tree)
+    except RecursionError:
+        raise fail("expression is nested too deeply") from None

@@ -1,0 +1,152 @@
+"""Stage 4: plan the generated code from the IR, independent of the target language.
+
+* ``next(e, fill)`` / ``prev(e, fill)`` become ``where(is_last, fill, e')`` where ``e'`` reads
+  every per-step symbol at the neighbouring step (``x__next``), so a shifted input is one more
+  load and a shifted state is an in-register shift of the scanned tile.
+* ``gather`` and ``sum`` over the trailing axis are pulled out into named temporaries computed
+  before the scans (they only read inputs).
+* Each stage (the reductions, every scan, the outputs) gets common subexpressions eliminated, so
+  the printed code computes every shared term once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+
+from .expr import Gather, KSum, Next, Prev, Present, Where
+from .ir import IR
+
+SHIFT = {Next: "next", Prev: "prev"}
+
+
+def split_sym(sym: str) -> tuple[str, str]:
+    """``"values__next"`` -> ``("values", "next")``; user names never contain ``__``."""
+    for shift in ("next", "prev"):
+        if sym.endswith(f"__{shift}"):
+            return sym[: -len(shift) - 2], shift
+    return sym, ""
+
+
+@dataclass(frozen=True)
+class Block:
+    """Straight-line code: temporaries ``assigns`` then the named ``results``."""
+
+    assigns: tuple[tuple[str, sympy.Expr], ...]
+    results: tuple[tuple[str, sympy.Expr], ...]
+
+
+@dataclass(frozen=True)
+class GatherPlan:
+    var: str
+    src: str      # the [N, T, K] input
+    index: str    # the index input symbol (possibly shifted)
+    shift: str    # "" | "next" | "prev"
+
+
+@dataclass(frozen=True)
+class SumPlan:
+    var: str
+    block: Block             # one result: the summand, in the [BN, BT, BK] context
+    k_symbols: tuple[str, ...]   # trailing-axis symbols it reads (possibly shifted)
+
+
+@dataclass(frozen=True)
+class ScanPlan:
+    name: str
+    block: Block             # results: alpha, beta
+    init: sympy.Expr
+    shifted: bool            # whether the neighbouring state is read later
+
+
+@dataclass(frozen=True)
+class Plan:
+    ir: IR
+    gathers: tuple[GatherPlan, ...]
+    sums: tuple[SumPlan, ...]
+    scans: tuple[ScanPlan, ...]
+    outputs: Block
+    symbols: frozenset[str]  # every symbol the code reads (after shift lowering)
+
+    def uses(self, name: str) -> bool:
+        return name in self.symbols
+
+
+def _shift_symbols(ir: IR) -> set[str]:
+    """Per-step names that have a value at the neighbouring step."""
+    names = {i.name for i in ir.inputs if i.shape != "N"}
+    names |= {p.name for p in ir.params} | {"is_first", "is_last"} | {s.name for s in ir.scans}
+    return names
+
+
+def _lower_shifts(expr, shiftable: set[str]):
+    def shifted(e, suffix):
+        return e.xreplace({s: sympy.Symbol(f"{s.name}__{suffix}") for s in e.free_symbols
+                           if s.name in shiftable})
+
+    def visit(e):
+        if isinstance(e, (Next, Prev)):
+            suffix = SHIFT[type(e)]
+            edge = sympy.Symbol("is_last" if suffix == "next" else "is_first")
+            return Where(edge, e.args[1], shifted(visit(e.args[0]), suffix))
+        if isinstance(e, Present):
+            return sympy.Symbol(f"HAS_{e.args[0].name}")
+        if not e.args:
+            return e
+        return e.func(*[visit(a) for a in e.args])
+
+    return visit(expr)
+
+
+class _Temps:
+    def __init__(self):
+        self.n = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.n += 1
+        return sympy.Symbol(f"_e{self.n}")
+
+
+def _block(results: list[tuple[str, sympy.Expr]], temps: _Temps) -> Block:
+    exprs = [e for _, e in results]
+    assigns, reduced = sympy.cse(exprs, symbols=temps, optimizations=None, order="none")
+    return Block(tuple((s.name, e) for s, e in assigns),
+                 tuple((n, e) for (n, _), e in zip(results, reduced)))
+
+
+def plan(ir: IR) -> Plan:
+    shiftable = _shift_symbols(ir)
+    k_inputs = {i.name for i in ir.inputs if i.shape == "NTK"}
+    temps = _Temps()
+    gathers: dict[Gather, GatherPlan] = {}
+    sums: dict[KSum, SumPlan] = {}
+
+    def extract(expr):
+        expr = _lower_shifts(expr, shiftable)
+        for g in sorted(expr.atoms(Gather), key=sympy.default_sort_key):
+            src, idx = g.args
+            base, shift = split_sym(src.name)
+            gathers.setdefault(g, GatherPlan(f"_gather{len(gathers)}", base, idx.name, shift))
+        for s in sorted(expr.atoms(KSum), key=sympy.default_sort_key):
+            if s not in sums:
+                ks = tuple(sorted(x.name for x in s.args[0].free_symbols
+                                  if split_sym(x.name)[0] in k_inputs))
+                sums[s] = SumPlan(f"_sum{len(sums)}", _block([("summand", s.args[0])], temps), ks)
+        return expr.xreplace({g: sympy.Symbol(p.var) for g, p in gathers.items()}
+                             | {s: sympy.Symbol(p.var) for s, p in sums.items()})
+
+    scan_exprs = [(s, extract(s.alpha), extract(s.beta)) for s in ir.scans]
+    out_exprs = [(o.name, extract(o.expr)) for o in ir.outputs]
+    every = [e for _, a, b in scan_exprs for e in (a, b)] + [e for _, e in out_exprs]
+    every += [p.block.results[0][1] for p in sums.values()]
+    every += [sympy.Symbol(f"{p.src}__{p.shift}" if p.shift else p.src) for p in gathers.values()]
+    every += [sympy.Symbol(p.index) for p in gathers.values()]
+    symbols = frozenset(s.name for e in every for s in e.free_symbols)
+    scans = tuple(ScanPlan(s.name, _block([("alpha", a), ("beta", b)], temps), s.init,
+                           any(f"{s.name}__{d}" in symbols for d in ("next", "prev")))
+                  for s, a, b in scan_exprs)
+    return Plan(ir, tuple(gathers.values()), tuple(sums.values()), scans,
+                _block(out_exprs, temps), symbols | {s.name for s in ir.scans})

@@ -1,0 +1,114 @@
+"""SymPy printers for the two targets: Triton (inside ``@triton.jit`` kernels) and torch.
+
+Each printer has an explicit function table and fails, naming the spec, on anything it does not
+know, so an unsupported expression is a build-time error instead of broken generated code.
+Symbols print through a ``symbols`` map, which lets one expression be printed for different
+contexts (a ``[BN, BT]`` tile, a ``[BN, BT, BK]`` tile inside a ``sum``).
+"""
+from __future__ import annotations
+
+import sympy
+from sympy.printing.str import StrPrinter
+
+from .errors import SpecError
+from .expr import Where, _Indicator
+
+
+class _Printer(StrPrinter):
+    lib = ""
+    functions: dict[str, str] = {}
+
+    def __init__(self, symbols: dict[str, str], spec_name: str):
+        super().__init__({"order": "none"})
+        self.symbols = symbols
+        self.spec_name = spec_name
+
+    def fail(self, expr):
+        return SpecError(f"cannot print {type(expr).__name__} for {self.target}",
+                         source=self.spec_name, expr=str(expr))
+
+    def _print_Symbol(self, expr):
+        return self.symbols.get(expr.name, expr.name)
+
+    def _print_Integer(self, expr):
+        return f"{float(expr.p)!r}"
+
+    def _print_Rational(self, expr):
+        return f"{float(expr)!r}"
+
+    def _print_Float(self, expr):
+        return repr(float(expr))
+
+    def _print_Function(self, expr):
+        if isinstance(expr, _Indicator):
+            return f"({self._print(expr.args[0])} {expr.op} {self._print(expr.args[1])})"
+        name = type(expr).__name__
+        if name not in self.functions:
+            raise self.fail(expr)
+        return f"{self.functions[name]}({', '.join(self._print(a) for a in expr.args)})"
+
+    _print_exp = _print_log = _print_Abs = _print_Function
+
+    def _print_Pow(self, expr):
+        base, e = expr.args
+        b = self.parenthesize(base, 100)
+        if e.is_Integer and 1 <= abs(int(e)) <= 4:
+            prod = " * ".join([b] * abs(int(e)))
+            return f"({prod})" if e > 0 else f"(1.0 / ({prod}))"
+        if e == sympy.Rational(1, 2):
+            return f"{self.sqrt}({self._print(base)})"
+        if e == sympy.Rational(-1, 2):
+            return f"(1.0 / {self.sqrt}({self._print(base)}))"
+        raise SpecError(f"only integer powers up to 4 and square roots are supported by "
+                        f"{self.target}", source=self.spec_name, expr=str(expr))
+
+    def _minmax(self, expr, fn):
+        args = [self._print(a) for a in expr.args]
+        out = args[0]
+        for a in args[1:]:
+            out = f"{fn}({out}, {a})"
+        return out
+
+    def _print_Where(self, expr):
+        c, a, b = expr.args
+        cond = self._print(c) if isinstance(c, _Indicator) else f"({self._print(c)} != 0)"
+        return f"{self.where}({cond}, {self._print(a)}, {self._print(b)})"
+
+    def _print_Heaviside(self, expr):
+        return f"{self.where}({self._print(expr.args[0])} > 0, 1.0, 0.0)"
+
+    def emptyPrinter(self, expr):
+        raise self.fail(expr)
+
+
+class TritonPrinter(_Printer):
+    target = "Triton"
+    functions = {"exp": "tl.exp", "log": "tl.log", "Abs": "tl.abs", "sqrt": "tl.sqrt"}
+    sqrt = "tl.sqrt"
+    where = "tl.where"
+
+    def _print_Min(self, expr):
+        return self._minmax(expr, "tl.minimum")
+
+    def _print_Max(self, expr):
+        return self._minmax(expr, "tl.maximum")
+
+
+class TorchPrinter(_Printer):
+    target = "torch"
+    functions = {"exp": "_rt.exp", "log": "_rt.log", "Abs": "abs", "sqrt": "_rt.sqrt"}
+    sqrt = "_rt.sqrt"
+    where = "_rt.where"
+
+    def _print_Min(self, expr):
+        return self._minmax(expr, "_rt.minimum")
+
+    def _print_Max(self, expr):
+        return self._minmax(expr, "_rt.maximum")
+
+
+def print_expr(printer_cls, expr, symbols, spec_name) -> str:
+    return printer_cls(symbols, spec_name).doprint(expr)
+
+
+__all__ = ["TritonPrinter", "TorchPrinter", "print_expr", "Where"]

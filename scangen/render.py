@@ -1,0 +1,280 @@
+"""Stage 5: render a :class:`~scangen.plan.Plan` into Python source through the Jinja templates.
+
+Every decision is made here and handed to the templates in one context object: which loads,
+which temporaries, how each expression prints in each context, which way time runs. The
+templates only lay the pieces out.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+from types import SimpleNamespace as NS
+
+import jinja2
+
+from . import __version__
+from .ir import IR
+from .plan import Block, Plan, split_sym
+from .printers import TorchPrinter, TritonPrinter, print_expr
+
+TEMPLATE = "module.py.j2"
+
+
+def template_dir() -> Path:
+    here = Path(__file__).resolve().parent
+    for cand in (here / "templates", here.parent / "templates"):
+        if (cand / TEMPLATE).is_file():
+            return cand
+    raise FileNotFoundError("scangen templates not found next to the package")
+
+
+@functools.lru_cache(maxsize=None)
+def _env(path: str) -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(path),
+                              undefined=jinja2.StrictUndefined, trim_blocks=True,
+                              lstrip_blocks=True, keep_trailing_newline=True,
+                              autoescape=False)
+
+
+def templates_hash() -> str:
+    h = hashlib.sha256()
+    for p in sorted(template_dir().glob("*.j2")):
+        h.update(p.name.encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+def _pylit(text: str) -> str:
+    """Text safe inside a triple-quoted docstring: no escapes, no closing quotes."""
+    return text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+
+
+class _Symbols:
+    """How each symbol prints in the Triton tile, the Triton ``sum`` tile and torch."""
+
+    def __init__(self, ir: IR, plan: Plan):
+        self.ir, self.plan = ir, plan
+        self.role = {i.name: i.shape for i in ir.inputs}
+        self.params = {p.name for p in ir.params}
+
+    def base(self, sym: str) -> str:
+        return split_sym(sym)[0]
+
+    def triton_tile(self, sym):
+        b = self.base(sym)
+        if self.role.get(b) == "N":
+            return f"{b}[:, None]"
+        if b in self.params:
+            return f"{sym}__t"
+        return sym
+
+    def triton_k(self, sym):
+        b = self.base(sym)
+        if self.role.get(b) == "NTK":
+            return f"{sym}__k"
+        if self.role.get(b) == "N":
+            return f"{b}[:, None, None]"
+        if sym.startswith("HAS_"):
+            return sym
+        return f"{self.triton_tile(sym)}[:, :, None]"
+
+    def torch_k(self, sym):
+        return sym if self.role.get(self.base(sym)) == "NTK" else f"_rt.kx({sym})"
+
+    def table(self, fn, extra=()):
+        names = set(self.plan.symbols) | set(extra)
+        return {s: fn(s) for s in names}
+
+
+def _assigns(block: Block, printer, table, name):
+    return [NS(var=v, code=print_expr(printer, e, table, name)) for v, e in block.assigns]
+
+
+def _triton_context(plan: Plan, sy: _Symbols) -> NS:
+    ir = plan.ir
+    rev = ir.reverse
+    tile = sy.table(sy.triton_tile, [s for sp in plan.sums for s, _ in sp.block.assigns])
+    pr = functools.partial(print_expr, TritonPrinter, symbols=tile, spec_name=ir.name)
+    args, constexprs, bases, launch_args, launch_cx = [], [], [], [], []
+    tvar = {"": "_t", "next": "_tn", "prev": "_tp"}
+    for i in ir.inputs:
+        args += [f"{i.name}__ptr", f"{i.name}__s1", f"{i.name}__s2", f"{i.name}__st"]
+        args += [f"{i.name}__sk"] if i.shape == "NTK" else []
+        size = 4 if i.shape == "NTK" else 3
+        get = f'c.tensors["{i.name}"]' if not i.optional else f'c.tensors.get("{i.name}", _dummy)'
+        st = f'_st["{i.name}"]' if not i.optional else f'_st.get("{i.name}", {(0,) * size})'
+        launch_args += [get, f"*{st}"]
+        bases.append(NS(var=f"{i.name}__row", s1=f"{i.name}__s1", s2=f"{i.name}__s2"))
+        if i.optional:
+            constexprs.append(f"HAS_{i.name}")
+            launch_cx.append(f'HAS_{i.name}="{i.name}" in c.tensors')
+    for p in ir.params:
+        args += [p.name, f"{p.name}__ptr", f"{p.name}__s1", f"{p.name}__s2", f"{p.name}__st"]
+        launch_args.append(f'*_rt.param_args(c, "{p.name}", _dummy)')
+        bases.append(NS(var=f"{p.name}__row", s1=f"{p.name}__s1", s2=f"{p.name}__s2"))
+        constexprs.append(f"{p.name}__TENSOR")
+        launch_cx.append(f'{p.name}__TENSOR=c.is_tensor("{p.name}")')
+    for o in ir.outputs:
+        args += [f"{o.name}__optr", f"{o.name}__os1", f"{o.name}__os2", f"{o.name}__ost"]
+        launch_args += [f'c.outs.get("{o.name}", _dummy)',
+                        f'*c.out_strides.get("{o.name}", (0, 0, 0))']
+        bases.append(NS(var=f"{o.name}__orow", s1=f"{o.name}__os1", s2=f"{o.name}__os2"))
+        constexprs.append(f"STORE_{o.name}")
+        launch_cx.append(f'STORE_{o.name}="{o.name}" in c.outs')
+
+    row_loads, loads = [], []
+    kinds = {i.name: i for i in ir.inputs}
+    for sym in sorted(plan.symbols):
+        b, shift = split_sym(sym)
+        if b in kinds and kinds[b].shape == "N" and not shift:
+            i = kinds[b]
+            row_loads.append(NS(var=b, ptr=f"{b}__ptr", base=f"{b}__row",
+                                has=f"HAS_{b}" if i.optional else "", default=repr(i.default)))
+        elif b in kinds and kinds[b].shape == "NT" and shift in tvar:
+            i = kinds[b]
+            loads.append(NS(var=sym, ptr=f"{b}__ptr", base=f"{b}__row", t=tvar[shift],
+                            st=f"{b}__st", has=f"HAS_{b}" if i.optional else "",
+                            default=repr(i.default),
+                            cast="" if i.kind == "index" else ".to(ACC)"))
+        elif b in sy.params and shift in tvar:
+            loads.append(NS(var=f"{sym}__t", ptr=f"{b}__ptr", base=f"{b}__row", t=tvar[shift],
+                            st=f"{b}__st", has=f"{b}__TENSOR", default=b, cast=".to(ACC)"))
+    conds = {"is_first": "_t == 0", "is_last": "_t == T - 1", "is_first__next": "_t + 1 == 0",
+             "is_last__next": "_t + 1 == T - 1", "is_first__prev": "_t - 1 == 0",
+             "is_last__prev": "_t - 1 == T - 1"}
+    positions = [NS(var=s, cond=conds[s]) for s in sorted(plan.symbols) if s in conds]
+    gathers = [NS(var=g.var, ptr=f"{g.src}__ptr", base=f"{g.src}__row", t=tvar[g.shift],
+                  st=f"{g.src}__st", sk=f"{g.src}__sk", index=g.index) for g in plan.gathers]
+    ktable = sy.table(sy.triton_k, [s for sp in plan.sums for s, _ in sp.block.assigns])
+    sums = []
+    for sp in plan.sums:
+        kl = [NS(var=f"{s}__k", ptr=f"{sy.base(s)}__ptr", base=f"{sy.base(s)}__row",
+                 t=tvar[split_sym(s)[1]], st=f"{sy.base(s)}__st", sk=f"{sy.base(s)}__sk")
+              for s in sp.k_symbols]
+        kk = {**ktable, **{v: v for v, _ in sp.block.assigns}}
+        sums.append(NS(var=sp.var, loads=kl, assigns=_assigns(sp.block, TritonPrinter, kk,
+                                                               ir.name),
+                       summand=print_expr(TritonPrinter, sp.block.results[0][1], kk, ir.name)))
+    scans = []
+    for s in plan.scans:
+        res = dict(s.block.results)
+        scans.append(NS(name=s.name, carry=f"{s.name}__carry",
+                        init=print_expr(TritonPrinter, s.init, {}, ir.name),
+                        assigns=_assigns(s.block, TritonPrinter, tile, ir.name),
+                        alpha=pr(res["alpha"]), beta=pr(res["beta"]), shifted=s.shifted,
+                        shift_var=f"{s.name}__{'next' if rev else 'prev'}"))
+    outputs = [NS(name=o, flag=f"STORE_{o}", ptr=f"{o}__optr", base=f"{o}__orow", st=f"{o}__ost",
+                  code=pr(e)) for o, e in plan.outputs.results]
+    return NS(kernel=f"_{ir.name}_chunked_kernel", direction=ir.direction, args=args,
+              constexprs=constexprs, bases=bases, row_loads=row_loads, loads=loads,
+              positions=positions, gathers=gathers, sums=sums, scans=scans,
+              out_assigns=_assigns(plan.outputs, TritonPrinter, tile, ir.name), outputs=outputs,
+              uses_shifted_state=any(s.shifted for s in plan.scans),
+              chunk_index="_n_chunks - 1 - _c" if rev else "_c", reverse=str(rev),
+              step="+1" if rev else "-1", carry_col="0" if rev else "BLOCK_T - 1",
+              edge_col="BLOCK_T - 1" if rev else "0",
+              shift_idx="_idx_next" if rev else "_idx_prev",
+              launch_prelude=["_dummy = next(iter(c.outs.values()))  # any valid pointer",
+                              "_st = c.strides"],
+              launch_args=launch_args, launch_constexprs=launch_cx)
+
+
+def _torch_context(plan: Plan, sy: _Symbols) -> NS:
+    ir = plan.ir
+    names = sorted(plan.symbols)
+    table = {s: s for s in names}
+    pr = functools.partial(print_expr, TorchPrinter, symbols=table, spec_name=ir.name)
+    kinds = {i.name: i for i in ir.inputs}
+    loads = []
+    for i in ir.inputs:
+        if i.optional:
+            loads.append(f'HAS_{i.name} = 1.0 if c.has("{i.name}") else 0.0')
+    split = [(sym, *split_sym(sym)) for sym in names]
+    for b in sorted({b for _, b, _ in split if b in kinds or b in sy.params}):
+        src = (f'_rt.param(c, "{b}")' if b in sy.params
+               else f'_rt.load(c, "{b}", {kinds[b].default!r})')
+        loads.append(f"{b} = {src}")
+    for sym, b, shift in split:
+        if (b in kinds or b in sy.params) and shift:
+            dim = ", dim=2" if b in kinds and kinds[b].shape == "NTK" else ""
+            loads.append(f'{sym} = _rt.shift({b}, "{shift}"{dim})')
+        elif b in ("is_first", "is_last"):
+            loads.append(f'{sym} = _rt.position(c, "{sym}")')
+    for g in plan.gathers:
+        src = f"{g.src}__{g.shift}" if g.shift else g.src
+        loads.append(f"{g.var} = _rt.gather({src}, {g.index})")
+    ktable = {s: sy.torch_k(s) for s in names}
+    sums = []
+    for sp in plan.sums:
+        kk = {**ktable, **{v: v for v, _ in sp.block.assigns}}
+        sums.append(NS(var=sp.var, assigns=_assigns(sp.block, TorchPrinter, kk, ir.name),
+                       summand=print_expr(TorchPrinter, sp.block.results[0][1], kk, ir.name)))
+    scans = []
+    for s in plan.scans:
+        res = dict(s.block.results)
+        scans.append(NS(name=s.name, assigns=_assigns(s.block, TorchPrinter, table, ir.name),
+                        alpha=pr(res["alpha"]), beta=pr(res["beta"]),
+                        init=print_expr(TorchPrinter, s.init, table, ir.name), shifted=s.shifted,
+                        shift_var=f"{s.name}__{'next' if ir.reverse else 'prev'}"))
+    return NS(loads=loads, sums=sums, scans=scans, reverse=str(ir.reverse),
+              shift="next" if ir.reverse else "prev",
+              out_assigns=_assigns(plan.outputs, TorchPrinter, table, ir.name),
+              outputs=[NS(name=o, code=pr(e)) for o, e in plan.outputs.results])
+
+
+def _api_context(ir: IR) -> NS:
+    optional = {i.name for i in ir.inputs if i.optional}
+    params = {p.name: p for p in ir.params}
+    parts, kw_only = [], False
+    for a in ir.signature:
+        if a == "*":
+            kw_only = True
+            parts.append("*")
+        elif a in params:
+            d = params[a].default
+            parts.append(a if d is None and not params[a].choices else
+                         f"{a}={None if isinstance(d, str) and not params[a].choices else d!r}")
+        elif a in optional or kw_only:
+            parts.append(f"{a}=None")
+        else:
+            parts.append(a)
+    parts += ([] if kw_only else ["*"]) + ["time_dim=-1", "outputs=None", "backend=None"]
+    return NS(name=repr(ir.name), function=ir.function, function_repr=repr(ir.function),
+              direction=repr(ir.direction),
+              inputs=[", ".join(map(repr, (i.name, i.kind, i.shape, i.default, i.doc)))
+                      for i in ir.inputs],
+              params=[", ".join(map(repr, (p.name, p.default, p.doc, p.choices)))
+                      for p in ir.params],
+              outputs=repr(tuple(o.name for o in ir.outputs)), returns=repr(ir.returns),
+              exclusive=repr(ir.exclusive), signature=", ".join(parts),
+              args=[a for a in ir.signature if a != "*"], docstring=_pylit(_docstring(ir)))
+
+
+def _docstring(ir: IR) -> str:
+    shapes = {"NT": "[N, T]", "N": "[N]", "NTK": "[N, T, K]"}
+    lines = (ir.doc.strip() or f"The '{ir.name}' scan.").splitlines() + ["", "Args:"]
+    for i in ir.inputs:
+        opt = f", optional (default {i.default:g})" if i.optional else ""
+        lines.append(f"    {i.name}: {shapes[i.shape]} {i.kind}{opt}. {i.doc}".rstrip())
+    for p in ir.params:
+        d = "required" if p.default is None else f"default {p.default!r}"
+        if p.choices:
+            d += "; one of " + ", ".join(repr(k) for k, _ in p.choices)
+        lines.append(f"    {p.name}: float or tensor broadcastable to [N, T] ({d}). {p.doc}"
+                     .rstrip())
+    lines += ["    time_dim: the time axis of the [N, T] inputs (-1: rows [N, T]; 0: time-major).",
+              "    outputs: output name(s) to compute; default " + ", ".join(ir.returns) + ".",
+              "    backend: 'auto' (Triton on CUDA, torch elsewhere), 'triton' or 'torch'.",
+              "", "Returns:"]
+    for o in ir.outputs:
+        lines.append(f"    {o.name}: [N, T] in the inputs' floating dtype. {o.doc}".rstrip())
+    return "\n    ".join(line.rstrip() for line in lines)
+
+
+def render(plan: Plan, source: str) -> str:
+    ir = plan.ir
+    sy = _Symbols(ir, plan)
+    title = (ir.doc.strip().splitlines() or [ir.name])[0]
+    ctx = dict(version=__version__, source=source, title=_pylit(title), function=ir.function,
+               k=_triton_context(plan, sy), t=_torch_context(plan, sy), api=_api_context(ir))
+    return _env(str(template_dir())).get_template(TEMPLATE).render(**ctx)

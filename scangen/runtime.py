@@ -1,0 +1,395 @@
+"""Runtime shared by every generated op: argument checks, canonical views, backend choice.
+
+A generated module describes its op with an :class:`OpInfo` and provides two implementations:
+``launch(call, config)`` (the Triton kernel) and ``torch_impl(call)`` (vectorised torch). Both
+see the arguments through one :class:`Call`, which maps every tensor onto a canonical
+``[R1, R2, T]`` index space by strides alone (no copies): ``R1`` merges the dimensions before
+the time axis, ``R2`` those after it (trailing feature dimensions included), so ``[N, T]``,
+time-major ``[T, N]``, ``[B, N, T]`` and ``[N, T, F]`` all reach the kernel unchanged.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Callable, NamedTuple
+
+import torch
+
+from .config import choose_config
+
+_FLOAT = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_FLAG = (torch.bool, torch.uint8, torch.int8, torch.int32, torch.int64) + _FLOAT
+_INDEX = (torch.int32, torch.int64)
+_DTYPES = {"float": _FLOAT, "flag": _FLAG, "index": _INDEX}
+
+
+class InputInfo(NamedTuple):
+    name: str
+    kind: str      # float | flag | index
+    shape: str     # NT | N | NTK
+    default: float | None
+    doc: str
+
+
+class ParamInfo(NamedTuple):
+    name: str
+    default: float | str | None
+    doc: str
+    choices: tuple
+
+
+class OpInfo(NamedTuple):
+    name: str
+    function: str
+    direction: str
+    inputs: tuple
+    params: tuple
+    outputs: tuple
+    returns: tuple
+    exclusive: tuple
+    launch: Callable
+    torch_impl: Callable
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def select_backend(fn: str, backend: str | None, device: torch.device) -> str:
+    choice = backend if backend is not None else os.environ.get("SCANGEN_BACKEND", "auto")
+    if choice not in ("auto", "triton", "torch"):
+        source = "backend" if backend is not None else "SCANGEN_BACKEND"
+        raise ValueError(f"{fn}(): {source} must be 'auto', 'triton' or 'torch', got {choice!r}")
+    if choice == "auto":
+        return "triton" if device.type == "cuda" else "torch"
+    if choice == "triton" and device.type != "cuda" and not _interpreting():
+        raise ValueError(f"{fn}(): backend='triton' needs CUDA tensors, or TRITON_INTERPRET=1 "
+                         f"set before scangen is imported to run the kernels on the CPU")
+    return choice
+
+
+def _merge(dims: list[tuple[int, int]]) -> int | None:
+    """One stride that walks ``dims`` (size, stride) in row-major order, or None."""
+    dims = [(n, s) for n, s in dims if n != 1]
+    if not dims:
+        return 0
+    for (n0, s0), (n1, s1) in zip(dims, dims[1:]):
+        if s0 != s1 * n1:
+            return None
+    return dims[-1][1]
+
+
+class Call:
+    """One call's arguments in canonical form; shared by both backends."""
+
+    def __init__(self, op: OpInfo, values: dict, time_dim: int, outputs):
+        self.op = op
+        fn = op.function
+        self.fn = fn
+        self._check_presence(values)
+        self.tensors = {i.name: values[i.name] for i in op.inputs if values[i.name] is not None}
+        infos = {i.name: i for i in op.inputs}
+        for name, t in self.tensors.items():
+            _check_tensor(fn, infos[name], t)
+        first = next(iter(self.tensors.values()))
+        self.device = first.device
+        for name, t in self.tensors.items():
+            if t.device != self.device:
+                raise ValueError(f"{fn}(): '{name}' is on {t.device}, but "
+                                 f"'{next(iter(self.tensors))}' is on {self.device}")
+        self._shapes(infos, time_dim)
+        floats = [t.dtype for n, t in self.tensors.items() if infos[n].kind == "float"]
+        self.out_dtype = floats[0] if floats else torch.float32
+        for d in floats[1:]:
+            self.out_dtype = torch.promote_types(self.out_dtype, d)
+        self.acc = torch.float64 if self.out_dtype == torch.float64 else torch.float32
+        self.pstrides = {}
+        self.params = {p.name: self._param(p, values) for p in op.params}
+        self.requested = self._requested(outputs)
+
+    # -- argument checks ---------------------------------------------------------------
+    def _check_presence(self, values):
+        for inp in self.op.inputs:
+            if values[inp.name] is None and inp.default is None:
+                why = f": {inp.doc}" if inp.doc else ""
+                raise TypeError(f"{self.fn}() missing required argument '{inp.name}'{why}")
+        for group in self.op.exclusive:
+            given = [n for n in group if values.get(n) is not None]
+            if len(given) > 1:
+                raise ValueError(f"{self.fn}(): pass at most one of {', '.join(group)} "
+                                 f"(got {', '.join(given)})")
+
+    def _requested(self, outputs):
+        if outputs is None:
+            return self.op.returns
+        names = (outputs,) if isinstance(outputs, str) else tuple(outputs)
+        for name in names:
+            if name not in self.op.outputs:
+                raise ValueError(f"{self.fn}(): outputs: unknown output {name!r} "
+                                 f"(available: {', '.join(self.op.outputs)})")
+        if not names:
+            raise ValueError(f"{self.fn}(): outputs must name at least one output")
+        return names
+
+    def _param(self, p: ParamInfo, values):
+        v = values[p.name]
+        if v is None:
+            if p.default is None:
+                raise TypeError(f"{self.fn}() missing required argument '{p.name}'")
+            v = values[p.default] if isinstance(p.default, str) and not p.choices else p.default
+            if v is None:
+                v = next(q.default for q in self.op.params if q.name == p.default)
+        if p.choices:
+            table = dict(p.choices)
+            if not isinstance(v, str) or v not in table:
+                raise ValueError(f"{self.fn}(): {p.name} must be one of "
+                                 f"{', '.join(repr(k) for k in table)}, got {v!r}")
+            return float(table[v])
+        if isinstance(v, torch.Tensor):
+            return self._tensor_param(p.name, v)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TypeError(f"{self.fn}(): {p.name} must be a float or a tensor broadcastable "
+                            f"to {list(self.base_shape)}, got {type(v).__name__}")
+        return float(v)
+
+    def _tensor_param(self, name, v):
+        if not v.dtype.is_floating_point:
+            raise TypeError(f"{self.fn}(): {name} must be a floating-point tensor, got {v.dtype}")
+        if v.device != self.device:
+            raise ValueError(f"{self.fn}(): '{name}' is on {v.device}, inputs are on {self.device}")
+        target = self.base_shape if v.dim() <= len(self.base_shape) else self.full_shape
+        try:
+            e = v.expand(target)
+        except RuntimeError:
+            raise ValueError(f"{self.fn}(): {name} has shape {list(v.shape)}, which does not "
+                             f"broadcast to {list(self.base_shape)}") from None
+        e, self.pstrides[name] = self._canon(e, "NT")
+        return e
+
+    # -- shapes and strides --------------------------------------------------------------
+    def _shapes(self, infos, time_dim):
+        parts = {n: (t.shape[:-1] if infos[n].shape == "NTK" else t.shape)
+                 for n, t in self.tensors.items() if infos[n].shape != "N"}
+        primary = next(n for n in parts if infos[n].default is None)
+        base_rank = min(len(s) for s in parts.values())
+        if base_rank < 1:
+            raise ValueError(f"{self.fn}(): '{primary}' needs a time dimension")
+        if not -base_rank <= time_dim < base_rank:
+            raise ValueError(f"{self.fn}(): time_dim={time_dim} is out of range for "
+                             f"{base_rank}-dimensional inputs")
+        self.td = time_dim % base_rank
+        full = max(parts.values(), key=len)
+        self.base_shape = tuple(full[:base_rank])
+        self.full_shape = tuple(full)
+        for n, s in parts.items():
+            if tuple(s) != self.full_shape and tuple(s) != self.base_shape:
+                what = "[N, T, K]" if infos[n].shape == "NTK" else ""
+                raise ValueError(f"{self.fn}(): '{n}' has shape {list(self.tensors[n].shape)}, "
+                                 f"expected {list(self.full_shape)}{' plus K' if what else ''}"
+                                 + (f" or {list(self.base_shape)}"
+                                    if self.full_shape != self.base_shape else ""))
+        ks = {self.tensors[n].shape[-1] for n in parts if infos[n].shape == "NTK"}
+        if len(ks) > 1:
+            raise ValueError(f"{self.fn}(): the trailing axes of the [N, T, K] inputs differ: "
+                             f"{sorted(ks)}")
+        self.K = ks.pop() if ks else 1
+        rows = [n for i, n in enumerate(self.full_shape) if i != self.td]
+        self.row_shape = tuple(rows)
+        self.T = self.full_shape[self.td]
+        self.R1 = math.prod(self.full_shape[:self.td])
+        self.R2 = math.prod(self.full_shape[self.td + 1:])
+        for n, t in self.tensors.items():
+            if infos[n].shape == "N":
+                ok = (tuple(self.row_shape), tuple(rows[:base_rank - 1]))
+                if tuple(t.shape) not in ok:
+                    raise ValueError(f"{self.fn}(): '{n}' has shape {list(t.shape)}, expected "
+                                     f"{list(ok[0])}" + (f" or {list(ok[1])}"
+                                                         if ok[0] != ok[1] else ""))
+        self.strides = {}
+        for n, t in self.tensors.items():
+            self.tensors[n], self.strides[n] = self._canon(t, infos[n].shape)
+
+    def _canon(self, t, role):
+        """``(t, (s1, s2, st[, sk]))``; ``t`` is copied only when its strides cannot merge."""
+        dims = list(zip(t.shape, t.stride()))
+        k = [dims.pop()[1]] if role == "NTK" else []
+        if role == "N":
+            dims.insert(self.td, (1, 0))
+        dims += [(n, 0) for n in self.full_shape[len(dims):]]
+        s1 = _merge(dims[:self.td])
+        s2 = _merge(dims[self.td + 1:])
+        if s1 is None or s2 is None:
+            return self._canon(t.contiguous(), role)
+        return t, (s1, s2, dims[self.td][1] if role != "N" else 0, *k)
+
+    # -- accessors used by generated code ------------------------------------------------
+    def has(self, name: str) -> bool:
+        return name in self.tensors
+
+    def is_tensor(self, name: str) -> bool:
+        return isinstance(self.params[name], torch.Tensor)
+
+    def allocate(self):
+        """Empty outputs for the requested names, in the layout of the primary input."""
+        proto = next((t for t in self.tensors.values() if tuple(t.shape) == self.full_shape),
+                     None)
+        self.outs = {}
+        for name in self.requested:
+            if proto is not None:  # keeps proto's strides when they are dense (time-major too)
+                out = torch.empty_like(proto, dtype=self.out_dtype)
+            else:
+                out = torch.empty(self.full_shape, dtype=self.out_dtype, device=self.device)
+            self.outs[name] = out
+        self.out_strides = {n: self._canon_out(o) for n, o in self.outs.items()}
+
+    def _canon_out(self, out):
+        dims = list(zip(out.shape, out.stride()))
+        return (_merge(dims[:self.td]), _merge(dims[self.td + 1:]), dims[self.td][1])
+
+    def result(self):
+        outs = tuple(self.outs[n] for n in self.requested)
+        return outs[0] if len(outs) == 1 and self.single else outs
+
+
+def _check_tensor(fn: str, info: InputInfo, t) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{fn}(): '{info.name}' must be a torch.Tensor, got {type(t).__name__}")
+    allowed = _DTYPES[info.kind]
+    if t.dtype not in allowed:
+        names = ", ".join(str(d).replace("torch.", "") for d in allowed)
+        raise TypeError(f"{fn}(): '{info.name}' ({info.kind}) must have dtype {names}; "
+                        f"got {str(t.dtype).replace('torch.', '')}")
+
+
+def call(op: OpInfo, values: dict, *, time_dim: int = -1, outputs=None, backend=None):
+    """Check the arguments, allocate outputs and run the chosen implementation."""
+    c = Call(op, values, time_dim, outputs)
+    c.single = outputs is None and len(op.returns) == 1 or isinstance(outputs, str)
+    c.allocate()
+    if c.R1 * c.R2 == 0 or c.T == 0:
+        return c.result()
+    if select_backend(op.function, backend, c.device) == "triton":
+        op.launch(c, choose_config(c))
+    else:
+        op.torch_impl(c)
+    return c.result()
+
+
+# ---------------------------------------------------------------------------- torch helpers
+
+def load(c: Call, name: str, default: float):
+    """Canonical ``[R1, R2, T]`` (``[R1, R2, 1]`` for [N] inputs, ``[..., K]`` for [N, T, K])
+    view of an input in the accumulation dtype, or its default when absent."""
+    if name not in c.tensors:
+        return default
+    t, st = c.tensors[name], c.strides[name]
+    if len(st) == 4:
+        view = t.as_strided((c.R1, c.R2, c.T, c.K), st)
+    else:
+        view = t.as_strided((c.R1, c.R2, c.T if st[2] else 1), st)
+    return view.to(c.acc)
+
+
+def param(c: Call, name: str):
+    v = c.params[name]
+    if not isinstance(v, torch.Tensor):
+        return v
+    return v.as_strided((c.R1, c.R2, c.T), c.pstrides[name]).to(c.acc)
+
+
+def param_args(c: Call, name: str, dummy):
+    """Kernel arguments of a param: (scalar value, pointer, s1, s2, st)."""
+    v = c.params[name]
+    if isinstance(v, torch.Tensor):
+        return (0.0, v, *c.pstrides[name])
+    return (v, dummy, 0, 0, 0)
+
+
+def position(c: Call, which: str):
+    t = torch.arange(c.T, device=c.device).view(1, 1, c.T)
+    edge = 0 if which.startswith("is_first") else c.T - 1
+    t = t + (1 if which.endswith("__next") else -1 if which.endswith("__prev") else 0)
+    return (t == edge).to(c.acc)
+
+
+def shift(x, which: str, dim: int = 2):
+    """``x`` at the neighbouring step; the edge repeats the last value (it is always masked by
+    the fill of next()/prev(), and a finite value keeps gradients finite)."""
+    if not isinstance(x, torch.Tensor) or x.shape[dim] == 1:
+        return x
+    n = x.shape[dim]
+    if which == "next":
+        idx = torch.arange(1, n + 1, device=x.device).clamp_(max=n - 1)
+    else:
+        idx = torch.arange(-1, n - 1, device=x.device).clamp_(min=0)
+    return x.index_select(dim, idx)
+
+
+def kx(x):
+    """Broadcast a per-step value against a ``[..., K]`` tile."""
+    return x.unsqueeze(-1) if isinstance(x, torch.Tensor) else x
+
+
+def gather(src, index):
+    k = src.shape[-1]
+    ok = (index >= 0) & (index < k)
+    g = torch.gather(src, -1, index.clamp(0, k - 1).long().unsqueeze(-1)).squeeze(-1)
+    return torch.where(ok, g, torch.full_like(g, float("nan")))
+
+
+def scan(c: Call, alpha, beta, init, reverse: bool):
+    """``A_t = alpha_t + beta_t * A_{t±1}`` over the last axis by recursive doubling:
+    log2(T) vectorised steps, each composing every element with the one 2^k steps away."""
+    shape = (c.R1, c.R2, c.T)
+    a = torch.broadcast_to(torch.as_tensor(alpha, dtype=c.acc, device=c.device), shape)
+    b = torch.broadcast_to(torch.as_tensor(beta, dtype=c.acc, device=c.device), shape)
+    if reverse:
+        a, b = a.flip(-1), b.flip(-1)
+    k = 1
+    while k < c.T:
+        a = torch.cat([a[..., :k], a[..., k:] + b[..., k:] * a[..., :-k]], dim=-1)
+        b = torch.cat([b[..., :k], b[..., k:] * b[..., :-k]], dim=-1)
+        k *= 2
+    out = a + b * torch.as_tensor(init, dtype=c.acc, device=c.device)
+    return out.flip(-1) if reverse else out
+
+
+def store(c: Call, name: str, value) -> None:
+    if name not in c.outs:
+        return
+    out, st = c.outs[name], c.out_strides[name]
+    view = out.as_strided((c.R1, c.R2, c.T), st)
+    view.copy_(torch.broadcast_to(torch.as_tensor(value, device=c.device), view.shape))
+
+
+def where(cond, a, b):
+    return torch.where(cond, torch.as_tensor(a), torch.as_tensor(b)) \
+        if not isinstance(cond, bool) else (a if cond else b)
+
+
+def _both(fn, scalar_fn):
+    def f(a, b):
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+            return fn(a, b)
+        if isinstance(a, torch.Tensor):
+            return fn(a, torch.as_tensor(b, dtype=a.dtype, device=a.device))
+        if isinstance(b, torch.Tensor):
+            return fn(torch.as_tensor(a, dtype=b.dtype, device=b.device), b)
+        return scalar_fn(a, b)
+    return f
+
+
+minimum = _both(torch.minimum, min)
+maximum = _both(torch.maximum, max)
+
+
+def exp(x):
+    return torch.exp(x) if isinstance(x, torch.Tensor) else math.exp(x)
+
+
+def log(x):
+    return torch.log(x) if isinstance(x, torch.Tensor) else math.log(x)
+
+
+def sqrt(x):
+    return torch.sqrt(x) if isinstance(x, torch.Tensor) else math.sqrt(x)
