@@ -144,6 +144,7 @@ def plan(ir: IR) -> Plan:
     every += [p.block.results[0][1] for p in sums.values()]
     every += [sympy.Symbol(f"{p.src}__{p.shift}" if p.shift else p.src) for p in gathers.values()]
     every += [sympy.Symbol(p.index) for p in gathers.values()]
+    every += [s.init for s in ir.scans]
     symbols = frozenset(s.name for e in every for s in e.free_symbols)
     scans = tuple(ScanPlan(s.name, _block([("alpha", a), ("beta", b)], temps), s.init,
                            any(f"{s.name}__{d}" in symbols for d in ("next", "prev")))
