@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-import reference
-from helpers import make_inputs
+from scangen import reference
+from scangen.testing import make_inputs
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 N, T = 3, 9

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import scangen
-from helpers import assert_close
+from scangen.testing import assert_close
 
 GOLDEN = sorted((Path(__file__).resolve().parent / "golden").glob("*.pt"))
 

@@ -4,8 +4,8 @@ shared/SEMANTICS.md on random inputs. Everything else in the suite trusts these 
 import pytest
 import torch
 
-import reference as R
-from helpers import ALGORITHMS, assert_close, make_inputs
+from scangen import reference as R
+from scangen.testing import ALGORITHMS, assert_close, make_inputs
 
 F64 = torch.float64
 

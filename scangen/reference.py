@@ -1,7 +1,7 @@
 """Float64 reference implementations of scangen's built-in algorithms.
 
 Written from shared/SEMANTICS.md as plain loops over time (vectorised over rows only), so that no
-part of the generator can leak into the expected values; this module must never import scangen.
+part of the generator can leak into the expected values; it imports nothing from the compiler.
 Inputs are [N, T] with time last. Every input is upcast to float64 (flags to 0.0 / 1.0) before any
 arithmetic and every output is float64, whatever the input dtype.
 """
