@@ -81,14 +81,14 @@ def _eligibility_traces_chunked_kernel(
         _tn = tl.minimum(_t + 1, T - 1)
         _tp = tl.maximum(_t - 1, 0)
         is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-        dones__prev = tl.load(dones__ptr + dones__row[:, None] + _tp[None, :] * dones__st, mask=_ok, other=0).to(ACC)
+        dones__prev = tl.load(dones__ptr + dones__row[:, None] + _tp[None, :] * dones__st, mask=_ok, other=1).to(ACC)
         if gamma__TENSOR:
-            gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=0).to(ACC)
+            gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
         else:
             gamma__t = _zero + gamma
-        gradients = tl.load(gradients__ptr + gradients__row[:, None] + _t[None, :] * gradients__st, mask=_ok, other=0).to(ACC)
+        gradients = tl.load(gradients__ptr + gradients__row[:, None] + _t[None, :] * gradients__st, mask=_ok, other=1).to(ACC)
         if lambda___TENSOR:
-            lambda___t = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=0).to(ACC)
+            lambda___t = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
         else:
             lambda___t = _zero + lambda_
         # scan z: z_t = alpha_t + beta_t * z_{t-1}

@@ -75,12 +75,12 @@ def _episodic_prefix_sum_chunked_kernel(
         _tp = tl.maximum(_t - 1, 0)
         is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
         if boundary__TENSOR:
-            boundary__t = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=0).to(ACC)
+            boundary__t = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1).to(ACC)
         else:
             boundary__t = _zero + boundary
-        dones = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=0).to(ACC)
-        dones__prev = tl.load(dones__ptr + dones__row[:, None] + _tp[None, :] * dones__st, mask=_ok, other=0).to(ACC)
-        inputs = tl.load(inputs__ptr + inputs__row[:, None] + _t[None, :] * inputs__st, mask=_ok, other=0).to(ACC)
+        dones = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1).to(ACC)
+        dones__prev = tl.load(dones__ptr + dones__row[:, None] + _tp[None, :] * dones__st, mask=_ok, other=1).to(ACC)
+        inputs = tl.load(inputs__ptr + inputs__row[:, None] + _t[None, :] * inputs__st, mask=_ok, other=1).to(ACC)
         # scan C: C_t = alpha_t + beta_t * C_{t-1}
         _alpha = tl.where(_ok, _zero + (inputs), 0.0)
         _beta = tl.where(_ok, _zero + (1.0 - tl.where((boundary__t != 0), dones, tl.where((is_first != 0), 0.0, dones__prev))), 1.0)  # identity past the window end

@@ -105,25 +105,25 @@ def _gae_chunked_kernel(
         _tp = tl.maximum(_t - 1, 0)
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_bootstrap_values:
-            bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=0).to(ACC)
+            bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1).to(ACC)
         else:
             bootstrap_values = _zero + 0.0
         if gamma__TENSOR:
-            gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=0).to(ACC)
+            gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
         else:
             gamma__t = _zero + gamma
         if lambda___TENSOR:
-            lambda___t = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=0).to(ACC)
+            lambda___t = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
         else:
             lambda___t = _zero + lambda_
-        rewards = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=0).to(ACC)
-        terminateds = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=0).to(ACC)
+        rewards = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1).to(ACC)
+        terminateds = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1).to(ACC)
         if HAS_truncateds:
-            truncateds = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=0).to(ACC)
+            truncateds = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1).to(ACC)
         else:
             truncateds = _zero + 0.0
-        values = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=0).to(ACC)
-        values__next = tl.load(values__ptr + values__row[:, None] + _tn[None, :] * values__st, mask=_ok, other=0).to(ACC)
+        values = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1).to(ACC)
+        values__next = tl.load(values__ptr + values__row[:, None] + _tn[None, :] * values__st, mask=_ok, other=1).to(ACC)
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _e1 = tl.maximum(terminateds, truncateds)
         _alpha = tl.where(_ok, _zero + (rewards - values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next))), 0.0)

@@ -89,22 +89,22 @@ def _lambda_returns_chunked_kernel(
         _tp = tl.maximum(_t - 1, 0)
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_bootstrap_values:
-            bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=0).to(ACC)
+            bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1).to(ACC)
         else:
             bootstrap_values = _zero + 0.0
         if gamma__TENSOR:
-            gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=0).to(ACC)
+            gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
         else:
             gamma__t = _zero + gamma
         if lambda___TENSOR:
-            lambda___t = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=0).to(ACC)
+            lambda___t = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
         else:
             lambda___t = _zero + lambda_
-        next_values = tl.load(next_values__ptr + next_values__row[:, None] + _t[None, :] * next_values__st, mask=_ok, other=0).to(ACC)
-        rewards = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=0).to(ACC)
-        terminateds = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=0).to(ACC)
+        next_values = tl.load(next_values__ptr + next_values__row[:, None] + _t[None, :] * next_values__st, mask=_ok, other=1).to(ACC)
+        rewards = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1).to(ACC)
+        terminateds = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1).to(ACC)
         if HAS_truncateds:
-            truncateds = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=0).to(ACC)
+            truncateds = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1).to(ACC)
         else:
             truncateds = _zero + 0.0
         # scan G: G_t = alpha_t + beta_t * G_{t+1}

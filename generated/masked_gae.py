@@ -86,16 +86,16 @@ def _masked_gae_chunked_kernel(
         _tp = tl.maximum(_t - 1, 0)
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
         if gamma__TENSOR:
-            gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=0).to(ACC)
+            gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
         else:
             gamma__t = _zero + gamma
         if lambda___TENSOR:
-            lambda___t = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=0).to(ACC)
+            lambda___t = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
         else:
             lambda___t = _zero + lambda_
-        response_mask = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=0).to(ACC)
-        token_level_rewards = tl.load(token_level_rewards__ptr + token_level_rewards__row[:, None] + _t[None, :] * token_level_rewards__st, mask=_ok, other=0).to(ACC)
-        values = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=0).to(ACC)
+        response_mask = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1).to(ACC)
+        token_level_rewards = tl.load(token_level_rewards__ptr + token_level_rewards__row[:, None] + _t[None, :] * token_level_rewards__st, mask=_ok, other=1).to(ACC)
+        values = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1).to(ACC)
         # scan nv: nv_t = alpha_t + beta_t * nv_{t+1}
         _alpha = tl.where(_ok, _zero + (response_mask*values), 0.0)
         _beta = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)  # identity past the window end

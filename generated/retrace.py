@@ -132,32 +132,32 @@ def _retrace_chunked_kernel(
         _tn = tl.minimum(_t + 1, T - 1)
         _tp = tl.maximum(_t - 1, 0)
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-        action_probs_behavior = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=0).to(ACC)
-        action_probs_behavior__next = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _tn[None, :] * action_probs_behavior__st, mask=_ok, other=0).to(ACC)
-        actions = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=0)
-        actions__next = tl.load(actions__ptr + actions__row[:, None] + _tn[None, :] * actions__st, mask=_ok, other=0)
+        action_probs_behavior = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1).to(ACC)
+        action_probs_behavior__next = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _tn[None, :] * action_probs_behavior__st, mask=_ok, other=1).to(ACC)
+        actions = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1)
+        actions__next = tl.load(actions__ptr + actions__row[:, None] + _tn[None, :] * actions__st, mask=_ok, other=1)
         if c_bar__TENSOR:
-            c_bar__next__t = tl.load(c_bar__ptr + c_bar__row[:, None] + _tn[None, :] * c_bar__st, mask=_ok, other=0).to(ACC)
+            c_bar__next__t = tl.load(c_bar__ptr + c_bar__row[:, None] + _tn[None, :] * c_bar__st, mask=_ok, other=1).to(ACC)
         else:
             c_bar__next__t = _zero + c_bar
         if gamma__TENSOR:
-            gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=0).to(ACC)
+            gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
         else:
             gamma__t = _zero + gamma
         if lambda___TENSOR:
-            lambda___next__t = tl.load(lambda___ptr + lambda___row[:, None] + _tn[None, :] * lambda___st, mask=_ok, other=0).to(ACC)
+            lambda___next__t = tl.load(lambda___ptr + lambda___row[:, None] + _tn[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
         else:
             lambda___next__t = _zero + lambda_
-        q_values = tl.load(q_values__ptr + q_values__row[:, None] + _t[None, :] * q_values__st, mask=_ok, other=0).to(ACC)
-        q_values__next = tl.load(q_values__ptr + q_values__row[:, None] + _tn[None, :] * q_values__st, mask=_ok, other=0).to(ACC)
-        rewards = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=0).to(ACC)
+        q_values = tl.load(q_values__ptr + q_values__row[:, None] + _t[None, :] * q_values__st, mask=_ok, other=1).to(ACC)
+        q_values__next = tl.load(q_values__ptr + q_values__row[:, None] + _tn[None, :] * q_values__st, mask=_ok, other=1).to(ACC)
+        rewards = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1).to(ACC)
         if rho_bar__TENSOR:
-            rho_bar__t = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=0).to(ACC)
+            rho_bar__t = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1).to(ACC)
         else:
             rho_bar__t = _zero + rho_bar
-        terminateds = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=0).to(ACC)
+        terminateds = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1).to(ACC)
         if HAS_truncateds:
-            truncateds = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=0).to(ACC)
+            truncateds = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1).to(ACC)
         else:
             truncateds = _zero + 0.0
         _gi = actions__next.to(tl.int64)

@@ -138,39 +138,39 @@ def _vtrace_chunked_kernel(
         _tp = tl.maximum(_t - 1, 0)
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_bootstrap_values:
-            bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=0).to(ACC)
+            bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1).to(ACC)
         else:
             bootstrap_values = _zero + 0.0
         if c_bar__TENSOR:
-            c_bar__t = tl.load(c_bar__ptr + c_bar__row[:, None] + _t[None, :] * c_bar__st, mask=_ok, other=0).to(ACC)
+            c_bar__t = tl.load(c_bar__ptr + c_bar__row[:, None] + _t[None, :] * c_bar__st, mask=_ok, other=1).to(ACC)
         else:
             c_bar__t = _zero + c_bar
         if gamma__TENSOR:
-            gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=0).to(ACC)
+            gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
         else:
             gamma__t = _zero + gamma
         if lambda___TENSOR:
-            lambda___t = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=0).to(ACC)
+            lambda___t = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
         else:
             lambda___t = _zero + lambda_
-        log_pi_behavior = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=0).to(ACC)
-        log_pi_target = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=0).to(ACC)
+        log_pi_behavior = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1).to(ACC)
+        log_pi_target = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1).to(ACC)
         if pg_rho_bar__TENSOR:
-            pg_rho_bar__t = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=0).to(ACC)
+            pg_rho_bar__t = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1).to(ACC)
         else:
             pg_rho_bar__t = _zero + pg_rho_bar
-        rewards = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=0).to(ACC)
+        rewards = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1).to(ACC)
         if rho_bar__TENSOR:
-            rho_bar__t = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=0).to(ACC)
+            rho_bar__t = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1).to(ACC)
         else:
             rho_bar__t = _zero + rho_bar
-        terminateds = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=0).to(ACC)
+        terminateds = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1).to(ACC)
         if HAS_truncateds:
-            truncateds = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=0).to(ACC)
+            truncateds = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1).to(ACC)
         else:
             truncateds = _zero + 0.0
-        values = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=0).to(ACC)
-        values__next = tl.load(values__ptr + values__row[:, None] + _tn[None, :] * values__st, mask=_ok, other=0).to(ACC)
+        values = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1).to(ACC)
+        values__next = tl.load(values__ptr + values__row[:, None] + _tn[None, :] * values__st, mask=_ok, other=1).to(ACC)
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _e1 = tl.maximum(terminateds, truncateds)
         _e2 = tl.exp(log_pi_target - log_pi_behavior)

@@ -171,10 +171,12 @@ def parse_expr(text, names: Mapping[str, sympy.Expr], *, source: str, line: int 
         raise fail(f"unsupported syntax ({type(node).__name__})")
 
     def call(node):
-        if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
-            fname = node.func.id if isinstance(node.func, ast.Name) else type(node.func).__name__
+        if not isinstance(node.func, ast.Name):
+            raise fail(f"unsupported syntax (a call of {type(node.func).__name__}): only the "
+                       f"functions {', '.join(sorted(FUNCTIONS))} can be called")
+        if node.func.id not in FUNCTIONS:
             allowed = ", ".join(sorted(FUNCTIONS))
-            raise fail(f"unknown function '{fname}' (allowed: {allowed})")
+            raise fail(f"unknown function '{node.func.id}' (allowed: {allowed})")
         if node.keywords:
             raise fail(f"{node.func.id}() takes no keyword arguments")
         arity, build = FUNCTIONS[node.func.id]

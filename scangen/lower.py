@@ -18,8 +18,10 @@ from .spec import Spec
 class _Ctx:
     """Which names an expression may use, and what to say when it breaks a rule."""
 
-    def __init__(self, spec: Spec, text, what: str, states_ok: set[str]):
+    def __init__(self, spec: Spec, text, what: str, states_ok: set[str],
+                 state_rule: str = "only the states of earlier scans may"):
         self.spec, self.text, self.what, self.states_ok = spec, text, what, states_ok
+        self.state_rule = state_rule
 
     def fail(self, msg: str) -> SpecError:
         return SpecError(f"{self.what}: {msg}", source=self.spec.source,
@@ -33,7 +35,7 @@ def _check(expr, ctx: _Ctx, kinds: dict[str, tuple[str, str, bool]], states: lis
         name = expr.name
         if name in states:
             if name not in ctx.states_ok:
-                raise ctx.fail(f"the state '{name}' cannot be used here")
+                raise ctx.fail(f"the state '{name}' cannot appear here ({ctx.state_rule})")
             if in_sum:
                 raise ctx.fail(f"the state '{name}' cannot appear inside sum()")
             if shift is not None and (shift is Prev) == reverse:
@@ -108,9 +110,9 @@ def lower(spec: Spec) -> IR:
     names.update({p.name: sympy.Symbol(p.name) for p in spec.params})
     names.update({n: sympy.Symbol(n) for n in POSITIONS + tuple(states)})
 
-    def parse(text, what, states_ok):
+    def parse(text, what, states_ok, rule="only the states of earlier scans may"):
         expr = parse_expr(text, names, source=spec.source, line=line_of(text), what=what)
-        _check(expr, _Ctx(spec, text, what, states_ok), kinds, states, reverse)
+        _check(expr, _Ctx(spec, text, what, states_ok, rule), kinds, states, reverse)
         return expr
 
     all_states = set(states)
@@ -133,7 +135,8 @@ def lower(spec: Spec) -> IR:
             beta = parse(scan.beta, f"{what} beta", earlier)
         else:
             raise ctx.fail("needs either update, or both alpha and beta")
-        init = parse(scan.init, f"{what} init", set())
+        init = parse(scan.init, f"{what} init", set(), "the carry into the window is fixed "
+                     "before any step runs")
         for sym in init.free_symbols:
             if kinds.get(sym.name, ("", ""))[1] != "N":
                 raise SpecError(f"{what} init: may only use numbers and [N] inputs, got "

@@ -1,0 +1,184 @@
+"""Every built-in, through both generated implementations, against the float64 references.
+
+The torch path and the Triton kernels (compiled on a GPU, interpreted on CPU) are each compared
+with scangen.reference, which is written from SEMANTICS.md without the generator.
+"""
+import pytest
+import torch
+
+import scangen
+from conftest import BACKENDS, DEVICE, ON_GPU
+from scangen import reference
+from scangen.testing import assert_close, make_inputs
+
+ALGOS = sorted(reference.REFERENCES)
+# The interpreter runs kernels in numpy: long rows stay on the GPU.
+SHAPES = [(3, 1), (4, 7), (5, 333), (2, 4097)] + ([(67, 20000)] if ON_GPU else [])
+
+
+def _tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _run(name, inputs, backend, **kw):
+    dev = {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in inputs.items()}
+    return tuple(o.cpu() for o in _tuple(getattr(scangen, name)(**dev, backend=backend, **kw)))
+
+
+def _check(name, inputs, backend, **kw):
+    expected = _tuple(reference.REFERENCES[name](**inputs))
+    got = _run(name, inputs, backend, **kw)
+    assert len(got) == len(expected)
+    for i, (g, e) in enumerate(zip(got, expected)):
+        assert g.shape == e.shape
+        assert_close(g, e, dtype=g.dtype, name=f"{name} output {i} ({backend})")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"N{s[0]}-T{s[1]}")
+@pytest.mark.parametrize("name", ALGOS)
+def test_matches_reference(name, shape, backend):
+    _check(name, make_inputs(name, *shape, seed=shape[1]), backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ALGOS)
+def test_defaults_and_no_truncation(name, backend):
+    inputs = make_inputs(name, 4, 29, seed=1, trunc_rate=0.0)
+    for key in ("truncateds", "bootstrap_values", "seed_values"):
+        inputs.pop(key, None)
+    _check(name, inputs, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ALGOS)
+def test_non_contiguous_inputs(name, backend):
+    """Every tensor is a strided slice of a larger buffer: no copy, same numbers."""
+    inputs = make_inputs(name, 6, 40, seed=2)
+    strided = {}
+    for k, v in inputs.items():
+        if torch.is_tensor(v) and v.dim() >= 2:
+            big = torch.zeros(v.shape[0] * 2, v.shape[1] * 3, *v.shape[2:], dtype=v.dtype)
+            big[::2, ::3] = v
+            v = big[::2, ::3]
+            assert not v.is_contiguous()
+        strided[k] = v
+    _check(name, strided, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ALGOS)
+def test_time_major(name, backend):
+    """time_dim=0 reads [T, N] buffers (CleanRL / SB3 layout) and returns [T, N]."""
+    inputs = make_inputs(name, 5, 23, seed=3)
+    expected = _tuple(reference.REFERENCES[name](**inputs))
+    tm = {k: (v.transpose(0, 1) if torch.is_tensor(v) and v.dim() >= 2 else v)
+          for k, v in inputs.items()}
+    got = _run(name, tm, backend, time_dim=0)
+    for g, e in zip(got, expected):
+        assert g.shape == e.T.shape
+        assert_close(g.T, e, dtype=g.dtype, name=f"{name} time-major")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gae_outputs_and_returns_in_one_pass(backend):
+    inputs = make_inputs("gae", 3, 50, seed=4)
+    adv, ret = _run("compute_gae", inputs, backend, outputs=("advantages", "returns"))
+    ref_adv, ref_ret = reference.gae_advantages_and_returns(**inputs)
+    assert_close(adv, ref_adv, dtype=adv.dtype)
+    assert_close(ret, ref_ret, dtype=ret.dtype)
+    (only,) = _run("compute_gae", inputs, backend, outputs="returns")
+    assert_close(only, ref_ret, dtype=only.dtype)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gae_last_value(backend):
+    inputs = make_inputs("gae", 4, 17, seed=5)
+    inputs.pop("bootstrap_values")
+    inputs["last_value"] = torch.randn(4)
+    _check("compute_gae", inputs, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bootstrap_ignored_where_not_truncated(backend):
+    """Changing bootstrap_values at interior steps that are not truncated changes nothing."""
+    inputs = make_inputs("gae", 4, 31, seed=6, trunc_rate=0.2)
+    base = _run("compute_gae", inputs, backend)[0]
+    keep = inputs["truncateds"].clone()
+    keep[:, -1] = True
+    noisy = dict(inputs, bootstrap_values=torch.where(keep, inputs["bootstrap_values"],
+                                                      torch.full_like(inputs["values"], 1e6)))
+    assert torch.equal(_run("compute_gae", noisy, backend)[0], base)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_per_row_and_per_step_params(backend):
+    inputs = make_inputs("gae", 4, 19, seed=7)
+    inputs["gamma"] = torch.rand(4, 1) * 0.5 + 0.5
+    inputs["lambda_"] = torch.rand(4, 19)
+    _check("compute_gae", inputs, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_eligibility_trailing_features(backend):
+    _check("compute_eligibility_traces",
+           make_inputs("eligibility_traces", 3, 21, seed=8, F=(2, 3)), backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_prefix_sum_starts_at(backend):
+    inputs = make_inputs("episodic_prefix_sum", 3, 21, seed=9)
+    _check("compute_episodic_prefix_sum", dict(inputs, boundary="starts_at"), backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
+def test_dtypes(dtype, backend):
+    inputs = make_inputs("gae", 3, 45, seed=10, dtype=dtype)
+    (out,) = _run("compute_gae", inputs, backend)
+    assert out.dtype == dtype
+    assert_close(out, reference.compute_gae(**inputs), dtype=dtype)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_empty(backend):
+    for shape in [(0, 5), (3, 0)]:
+        inputs = make_inputs("gae", 3, 5, seed=0)
+        inputs = {k: (torch.empty(shape, dtype=v.dtype) if torch.is_tensor(v) else v)
+                  for k, v in inputs.items()}
+        (out,) = _run("compute_gae", inputs, backend)
+        assert out.shape == shape
+
+
+def test_retrace_without_next_action_probs_explains():
+    inputs = make_inputs("retrace", 2, 5, seed=0)
+    inputs.pop("next_action_probs_target")
+    with pytest.raises(TypeError, match="missing required argument 'next_action_probs_target'"
+                                        ".*successor"):
+        scangen.compute_retrace(**inputs)
+
+
+def test_exclusive_bootstrap_and_last_value():
+    inputs = make_inputs("gae", 2, 5, seed=0)
+    with pytest.raises(ValueError, match="pass at most one of bootstrap_values, last_value"):
+        scangen.compute_gae(**inputs, last_value=torch.zeros(2))
+
+
+def test_bad_boundary():
+    inputs = make_inputs("episodic_prefix_sum", 2, 5, seed=0)
+    with pytest.raises(ValueError, match="boundary must be one of 'ends_at', 'starts_at'"):
+        scangen.compute_episodic_prefix_sum(**dict(inputs, boundary="bogus"))
+
+
+def test_shape_mismatch_names_argument():
+    inputs = make_inputs("gae", 3, 5, seed=0)
+    inputs["values"] = inputs["values"][:, :4]
+    with pytest.raises(ValueError, match=r"'values' has shape \[3, 4\], expected \[3, 5\]"):
+        scangen.compute_gae(**inputs)
+
+
+def test_integer_rewards_refused():
+    inputs = make_inputs("gae", 3, 5, seed=0)
+    inputs["rewards"] = inputs["rewards"].long()
+    with pytest.raises(TypeError, match="'rewards' \\(float\\) must have dtype"):
+        scangen.compute_gae(**inputs)

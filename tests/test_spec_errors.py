@@ -1,0 +1,72 @@
+"""Every spec error, verbatim: one small bad spec per case (file, line, message, expression)."""
+import pytest
+
+import scangen
+from scangen.pipeline import to_ir
+
+BASE = 'name: bad\ndirection: {direction}\ninputs:\n  x: float\n  d: {dkind}\n  k: {{kind: float, shape: [N, T, K]}}\n  i: {{kind: index}}\nparams:\n  g: 0.9\nscans:\n  A:\n    {scan}\noutputs:\n  y: {out}\n'
+
+
+def spec(scan="update: x + g * A", out="A", direction="reverse", dkind="flag"):
+    return BASE.format(scan=scan, out=out, direction=direction, dkind=dkind)
+
+
+CASES = {
+    "square": (spec(scan="update: x + A**2"),
+        "{path}:12: scan 'A': update is not affine in the state 'A' (nonlinear term: A**2): 'x + A**2'"),
+    "product": (spec(scan="update: x + A*A"),
+        "{path}:12: scan 'A': update is not affine in the state 'A' (nonlinear term: A**2): 'x + A*A'"),
+    "exp": (spec(scan="update: x + exp(A)"),
+        "{path}:12: scan 'A': update is not affine in the state 'A' (nonlinear term: exp(A)): 'x + exp(A)'"),
+    "beta_state": (spec(scan="alpha: x\n    beta: g * A"),
+        "{path}:13: scan 'A' beta: the state 'A' cannot appear here (only the states of earlier scans may): 'g * A'"),
+    "undeclared": (spec(scan="update: x + h * A"),
+        "{path}:12: scan 'A' update: undeclared name 'h': 'x + h * A'"),
+    "prev_state_reverse": (spec(out="A + prev(A, 0)"),
+        "{path}:14: output 'y': prev(A) is not available in a reverse scan: the state there is computed after step t: 'A + prev(A, 0)'"),
+    "next_state_forward": (spec(out="A + next(A, 0)", direction="forward"),
+        "{path}:14: output 'y': next(A) is not available in a forward scan: the state there is computed after step t: 'A + next(A, 0)'"),
+    "nested_shift": (spec(scan="update: next(next(x, 0), 0) + g * A"),
+        "{path}:12: scan 'A' update: next()/prev() cannot be nested: 'next(next(x, 0), 0) + g * A'"),
+    "own_state_shift": (spec(scan="update: x + g * next(A, 0)"),
+        "{path}:12: scan 'A': write the carried state as plain 'A' in an update, not inside next()/prev(): 'x + g * next(A, 0)'"),
+    "bad_kind": (spec(dkind="bool"),
+        "{path}:5: input 'd': kind must be one of float, flag, index, got 'bool'"),
+    "index_outside_gather": (spec(scan="update: x + i * A"),
+        "{path}:12: scan 'A' update: index input 'i' may only be the second argument of gather(): 'x + i * A'"),
+    "k_outside_sum": (spec(scan="update: k + g * A"),
+        "{path}:12: scan 'A' update: 'k' has a trailing axis [N, T, K]: use it inside sum() or as the first argument of gather(): 'k + g * A'"),
+    "attribute": (spec(scan="update: x.__class__ + g * A"),
+        "{path}:12: scan 'A' update: unsupported syntax (Attribute): 'x.__class__ + g * A'"),
+    "import": (spec(scan="update: __import__('os').system('echo hi') + A"),
+        '{path}:12: scan \'A\' update: unsupported syntax (a call of Attribute): only the functions abs, clip, exp, gather, log, max, min, next, present, prev, sigmoid, sqrt, sum, tanh, where can be called: "__import__(\'os\').system(\'echo hi\') + A"'),
+    "unknown_function": (spec(scan="update: foo(x) + A"),
+        "{path}:12: scan 'A' update: unknown function 'foo' (allowed: abs, clip, exp, gather, log, max, min, next, present, prev, sigmoid, sqrt, sum, tanh, where): 'foo(x) + A'"),
+    "missing_beta": (spec(scan="alpha: x"),
+        "{path}:12: scan 'A': needs either update, or both alpha and beta: 'x'"),
+    "direction": (spec(direction="sideways"),
+        "{path}:2: direction must be 'reverse' or 'forward', got 'sideways'"),
+    "init_nt": (spec(scan="update: x + g * A\n    init: x"),
+        "{path}:13: scan 'A' init: may only use numbers and [N] inputs, got 'x': 'x'"),
+    "duplicate_key": (spec().replace("  d: flag\n", "  d: flag\n  x: float\n"),
+        "{path}:6: duplicate key 'x'"),
+    "unknown_key": (spec().replace("params:", "paramz:"),
+        "{path}:8: the spec: unknown key 'paramz' (expected one of: name, function, doc, direction, signature, inputs, exclusive, params, let, scans, outputs, returns)"),
+    "malformed": (spec().replace("  x: float", "  x: [float"),
+        "{path}:5: malformed YAML (expected ',' or ']', but got ':')"),
+    "comparison_outside_where": (spec(scan="update: (x > 0) + g * A"),
+        "{path}:12: scan 'A' update: a comparison may only be the first argument of where(): '(x > 0) + g * A'"),
+    "syntax": (spec(scan="update: x + * A"),
+        "{path}:12: scan 'A' update: not a valid expression (invalid syntax): 'x + * A'"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_error_text(name, tmp_path):
+    text, expected = CASES[name]
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    with pytest.raises(scangen.SpecError) as info:
+        to_ir(path)
+    assert isinstance(info.value, ValueError)
+    assert str(info.value) == expected.format(path=path)
