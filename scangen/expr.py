@@ -55,6 +55,14 @@ class Where(sympy.Function):
 
     nargs = 3
 
+    @classmethod
+    def eval(cls, cond, a, b):
+        if a == b:
+            return a
+        if cond.is_Number:
+            return a if cond != 0 else b
+        return None
+
     def fdiff(self, argindex=1):
         cond = self.args[0]
         if argindex == 2:

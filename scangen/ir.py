@@ -129,7 +129,7 @@ def _q(text: str) -> str:
 
 def canonical_text(ir: IR) -> str:
     lines = [f"name: {ir.name}", f"function: {ir.function}", f"doc: {_q(ir.doc)}",
-             f"direction: {ir.direction}", f"signature: [{', '.join(ir.signature)}]", "inputs:"]
+             f"direction: {ir.direction}", f"signature: [{', '.join(_q(a) if a == '*' else a for a in ir.signature)}]", "inputs:"]
     shapes = {"NT": "[N, T]", "N": "[N]", "NTK": "[N, T, K]"}
     for i in ir.inputs:
         default = "null" if i.default is None else repr(i.default)

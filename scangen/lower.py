@@ -1,17 +1,17 @@
 """Stage 3: lower a validated :class:`~scangen.spec.Spec` to the :class:`~scangen.ir.IR`.
 
 Parses every expression, inlines ``let`` names, proves each ``update`` affine in its state and
-splits it into ``alpha``/``beta`` (SymPy's ``linear_coeffs`` refuses nonlinear terms even where
-they would cancel), and checks where each kind of name may appear.
+splits it into ``alpha``/``beta`` structurally (like SymPy's ``linear_coeffs``, any product of
+two state terms is refused, even where they would cancel), and checks where each kind of name
+may appear.
 """
 from __future__ import annotations
 
 import sympy
-from sympy.solvers.solveset import linear_coeffs
 
 from .errors import SpecError, line_of
-from .expr import Gather, KSum, Next, Prev, Present, parse_expr
-from .ir import IR, POSITIONS, IRInput, IROutput, IRParam, IRScan
+from .expr import Gather, KSum, Next, Prev, Present, Where, parse_expr
+from .ir import IR, POSITIONS, canonical, IRInput, IROutput, IRParam, IRScan
 from .spec import Spec
 
 
@@ -87,18 +87,46 @@ def _check(expr, ctx: _Ctx, kinds: dict[str, tuple[str, str, bool]], states: lis
             _check(arg, ctx, kinds, states, reverse, shift, in_sum)
 
 
+class _Nonlinear(Exception):
+    pass
+
+
+def _affine(expr, state: sympy.Symbol):
+    """``(alpha, beta)`` with ``expr == alpha + beta * state``, or :class:`_Nonlinear`.
+
+    Structural, like ``linear_coeffs``, and also through ``where``: a ``where`` whose branches are
+    affine in the state is affine (its condition must not use the state)."""
+    if state not in expr.free_symbols:
+        return expr, sympy.S.Zero
+    if expr == state:
+        return sympy.S.Zero, sympy.S.One
+    if isinstance(expr, sympy.Add):
+        parts = [_affine(a, state) for a in expr.args]
+        return sympy.Add(*(p[0] for p in parts)), sympy.Add(*(p[1] for p in parts))
+    if isinstance(expr, sympy.Mul):
+        with_state = [a for a in expr.args if state in a.free_symbols]
+        if len(with_state) > 1:
+            raise _Nonlinear(sympy.Mul(*with_state))
+        rest = sympy.Mul(*(a for a in expr.args if state not in a.free_symbols))
+        alpha, beta = _affine(with_state[0], state)
+        return rest * alpha, rest * beta
+    if isinstance(expr, Where) and state not in expr.args[0].free_symbols:
+        (a1, b1), (a2, b2) = (_affine(e, state) for e in expr.args[1:])
+        cond = expr.args[0]
+        return Where(cond, a1, a2), Where(cond, b1, b2)
+    raise _Nonlinear(expr)
+
+
 def _split_update(expr, state: sympy.Symbol, ctx: _Ctx):
     for shifted in expr.atoms(Next, Prev):
         if state in shifted.free_symbols:
             raise ctx.fail(f"write the carried state as plain '{state.name}' in an update, "
                            f"not inside next()/prev()")
     try:
-        beta, alpha = linear_coeffs(sympy.expand(expr, deep=False, mul=True, multinomial=False,
-                                                 power_exp=False, power_base=False, log=False),
-                                    state)
-    except (ValueError, sympy.PolynomialError) as exc:
-        raise ctx.fail(f"update is not affine in the state '{state.name}' ({exc})") from None
-    return alpha, beta
+        return _affine(expr, state)
+    except _Nonlinear as exc:
+        raise ctx.fail(f"update is not affine in the state '{state.name}' "
+                       f"(nonlinear term: {canonical(exc.args[0])})") from None
 
 
 def lower(spec: Spec) -> IR:

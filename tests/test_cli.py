@@ -1,0 +1,65 @@
+"""The scangen command line, run as a user runs it (a subprocess of this interpreter)."""
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def scangen(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "scangen.cli", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_list_shows_every_builtin():
+    out = scangen("list")
+    assert out.returncode == 0, out.stderr
+    for fn in ("compute_gae", "compute_vtrace", "compute_retrace", "compute_lambda_returns",
+               "compute_discounted_returns", "compute_eligibility_traces",
+               "compute_episodic_prefix_sum", "compute_masked_gae"):
+        assert fn in out.stdout
+
+
+def test_show_prints_canonical_ir_and_location():
+    out = scangen("show", "compute_gae")
+    assert out.returncode == 0, out.stderr
+    assert "# code: generated/gae.py" in out.stdout
+    assert "direction: reverse" in out.stdout and "alpha:" in out.stdout
+    assert scangen("show", "nope").returncode == 2
+
+
+def test_check_prints_alpha_beta(tmp_path):
+    spec = tmp_path / "ema.yaml"
+    spec.write_text("name: ema\ndirection: forward\ninputs:\n  x: float\n  s: flag\n"
+                    "params:\n  k: 0.9\nscans:\n  m:\n    update: where(s, x, x + k * m)\n"
+                    "outputs:\n  y: m\n")
+    out = scangen("check", str(spec))
+    assert out.returncode == 0, out.stderr
+    assert "m: alpha = x" in out.stdout
+    assert "beta  = where(s, 0, k)" in out.stdout
+
+
+def test_check_reports_bad_spec(tmp_path):
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("name: bad\ndirection: reverse\ninputs:\n  x: float\nscans:\n"
+                    "  A:\n    update: x * A * A\noutputs:\n  y: A\n")
+    out = scangen("check", str(spec))
+    assert out.returncode == 2
+    assert f"{spec}:7: scan 'A': update is not affine in the state 'A'" in out.stderr
+
+
+def test_build_check_and_out(tmp_path):
+    assert scangen("build", "--check").returncode == 0
+    spec = ROOT / "specs" / "gae.yaml"
+    out = scangen("build", str(spec), "--out", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "gae.py").is_file() and (tmp_path / "__init__.py").is_file()
+    (tmp_path / "gae.py").write_text("stale\n")
+    stale = scangen("build", str(spec), "--out", str(tmp_path), "--check")
+    assert stale.returncode == 1 and "gae.py" in stale.stderr
+
+
+def test_verify_small_on_this_machine():
+    out = scangen("verify")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "all kernels match their references" in out.stdout
