@@ -19,6 +19,9 @@ def _combine(a_prev, b_prev, a_cur, b_cur):
     return a_cur + b_cur * a_prev, b_cur * b_prev
 
 
+
+
+
 @triton.jit
 def _discounted_returns_chunked_kernel(
     rewards__ptr,
@@ -70,9 +73,9 @@ def _discounted_returns_chunked_kernel(
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _n_chunks = tl.cdiv(T, BLOCK_T)
     for _c in range(0, _n_chunks):
-        _t = (_n_chunks - 1 - _c) * BLOCK_T + _cols  # [BT]
+        _chunk = _n_chunks - 1 - _c
+        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
         _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-        _t = _t.to(tl.int64)
         _tn = tl.minimum(_t + 1, T - 1)
         _tp = tl.maximum(_t - 1, 0)
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
@@ -101,11 +104,143 @@ def _discounted_returns_chunked_kernel(
             tl.store(returns__optr + returns__orow[:, None] + _t[None, :] * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok)
 
 
+
+@triton.jit
+def _lookback(flags, ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init):
+    """Publish this chunk's aggregate, find its carry from earlier chunks, publish the result.
+
+    Flags: 0 nothing yet, 1 aggregate (a, b) ready, 2 inclusive state ready. Every workspace
+    access is an atomic (L2, never a stale L1 line); the flag write releases the data writes
+    before it and the flag read acquires them. The workspace starts zeroed and each slot is
+    written once, so an atomic add is the write (float exchange is missing in the interpreter)."""
+    tl.atomic_add(ws_a + slot, agg_a, sem="relaxed")
+    tl.atomic_add(ws_b + slot, agg_b, sem="relaxed")
+    tl.debug_barrier()
+    tl.atomic_xchg(flags + slot, 1, sem="release")
+    # Walk back composing aggregates until a chunk with its inclusive state (or the start).
+    g_a = agg_a * 0.0
+    g_b = g_a + 1.0
+    base = init
+    j = step - 1
+    while j >= 0:
+        f = tl.atomic_add(flags + slot - (step - j), 0, sem="acquire")
+        if f == 2:
+            base = tl.atomic_add(ws_s + slot - (step - j), 0.0, sem="relaxed")
+            j = j * 0 - 1
+        elif f == 1:
+            a_j = tl.atomic_add(ws_a + slot - (step - j), 0.0, sem="relaxed")
+            b_j = tl.atomic_add(ws_b + slot - (step - j), 0.0, sem="relaxed")
+            g_a = g_a + g_b * a_j
+            g_b = g_b * b_j
+            j = j - 1
+    carry = g_a + g_b * base
+    tl.atomic_add(ws_s + slot, agg_a + agg_b * carry, sem="relaxed")
+    tl.debug_barrier()
+    tl.atomic_xchg(flags + slot, 2, sem="release")
+    return carry
+
+
+@triton.jit
+def _discounted_returns_lookback_kernel(
+    rewards__ptr,
+    rewards__s1,
+    rewards__s2,
+    rewards__st,
+    terminateds__ptr,
+    terminateds__s1,
+    terminateds__s2,
+    terminateds__st,
+    truncateds__ptr,
+    truncateds__s1,
+    truncateds__s2,
+    truncateds__st,
+    bootstrap_values__ptr,
+    bootstrap_values__s1,
+    bootstrap_values__s2,
+    bootstrap_values__st,
+    gamma,
+    gamma__ptr,
+    gamma__s1,
+    gamma__s2,
+    gamma__st,
+    returns__optr,
+    returns__os1,
+    returns__os2,
+    returns__ost,
+    _flags,
+    _ws_a,
+    _ws_b,
+    _ws_s,
+    R1, R2, T, K,
+    HAS_truncateds: tl.constexpr,
+    HAS_bootstrap_values: tl.constexpr,
+    gamma__TENSOR: tl.constexpr,
+    STORE_returns: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+):
+    # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
+    # take tickets in launch order, so every chunk's predecessors (in scan order) have started
+    # and the look-back cannot deadlock.
+    _ticket = tl.atomic_add(_flags + 1 * R1 * R2 * tl.cdiv(T, BLOCK_T), 1)
+    _tile = _ticket % (R1 * R2)
+    _step = _ticket // (R1 * R2)
+    _rows = _tile + tl.arange(0, BLOCK_N)  # [1]: BLOCK_N == 1
+    _row_ok = _rows < R1 * R2
+    _r1 = (_rows // R2).to(tl.int64)
+    _r2 = (_rows % R2).to(tl.int64)
+    rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
+    terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
+    truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
+    bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+    returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
+    G__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
+    _cols = tl.arange(0, BLOCK_T)
+    _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _n_chunks = tl.cdiv(T, BLOCK_T)
+    _chunk = _n_chunks - 1 - _step
+    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    _tn = tl.minimum(_t + 1, T - 1)
+    _tp = tl.maximum(_t - 1, 0)
+    is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    if HAS_bootstrap_values:
+        bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1).to(ACC)
+    else:
+        bootstrap_values = _zero + 0.0
+    if gamma__TENSOR:
+        gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
+    else:
+        gamma__t = _zero + gamma
+    rewards = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1).to(ACC)
+    terminateds = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1).to(ACC)
+    if HAS_truncateds:
+        truncateds = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1).to(ACC)
+    else:
+        truncateds = _zero + 0.0
+    # scan G: G_t = alpha_t + beta_t * G_{t+1}
+    _e1 = tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds))
+    _alpha = tl.where(_ok, _zero + (rewards + _e1*bootstrap_values*gamma__t*(1.0 - terminateds)), 0.0)
+    _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - _e1)), 1.0)  # identity past the window end
+    _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=True)
+    # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
+    # look back over earlier chunks for the carry (decoupled look-back).
+    _agg_a = tl.sum(tl.where(_cols[None, :] == 0, _a, 0.0))
+    _agg_b = tl.sum(tl.where(_cols[None, :] == 0, _b, 0.0))
+    _slot = (0 * R1 * R2 + _tile) * _n_chunks + _step
+    G__carry = _lookback(_flags, _ws_a, _ws_b, _ws_s, _slot, _step, _agg_a, _agg_b,
+                              tl.sum(G__carry))
+    G = _a + _b * G__carry
+    if STORE_returns:
+        tl.store(returns__optr + returns__orow[:, None] + _t[None, :] * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok)
+
+
+
 def _launch(c, cfg):
-    """Launch the chunked kernel on the canonical call ``c`` (see scangen.runtime.Call)."""
+    """Launch one kernel family on the canonical call ``c`` (see scangen.runtime.Call)."""
     _dummy = next(iter(c.outs.values()))  # any valid pointer
     _st = c.strides
-    _discounted_returns_chunked_kernel[(triton.cdiv(c.R1 * c.R2, cfg.block_n),)](
+    args = (
         c.tensors["rewards"],
         *_st["rewards"],
         c.tensors["terminateds"],
@@ -117,7 +252,8 @@ def _launch(c, cfg):
         *_rt.param_args(c, "gamma", _dummy),
         c.outs.get("returns", _dummy),
         *c.out_strides.get("returns", (0, 0, 0)),
-        c.R1, c.R2, c.T, c.K,
+    )
+    meta = dict(
         HAS_truncateds="truncateds" in c.tensors,
         HAS_bootstrap_values="bootstrap_values" in c.tensors,
         gamma__TENSOR=c.is_tensor("gamma"),
@@ -125,6 +261,13 @@ def _launch(c, cfg):
         BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k,
         ACC=tl.float64 if c.acc == torch.float64 else tl.float32, num_warps=cfg.num_warps,
     )
+    if cfg.family == "lookback":
+        ws = _rt.lookback_workspace(c, cfg, 1)
+        grid = (c.R1 * c.R2 * triton.cdiv(c.T, cfg.block_t),)
+        _discounted_returns_lookback_kernel[grid](*args, *ws, c.R1, c.R2, c.T, c.K, **meta)
+    else:
+        grid = (triton.cdiv(c.R1 * c.R2, cfg.block_n),)
+        _discounted_returns_chunked_kernel[grid](*args, c.R1, c.R2, c.T, c.K, **meta)
 
 
 def _torch_impl(c):

@@ -19,6 +19,9 @@ def _combine(a_prev, b_prev, a_cur, b_cur):
     return a_cur + b_cur * a_prev, b_cur * b_prev
 
 
+
+
+
 @triton.jit
 def _eligibility_traces_chunked_kernel(
     gradients__ptr,
@@ -75,9 +78,9 @@ def _eligibility_traces_chunked_kernel(
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _n_chunks = tl.cdiv(T, BLOCK_T)
     for _c in range(0, _n_chunks):
-        _t = (_c) * BLOCK_T + _cols  # [BT]
+        _chunk = _c
+        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
         _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-        _t = _t.to(tl.int64)
         _tn = tl.minimum(_t + 1, T - 1)
         _tp = tl.maximum(_t - 1, 0)
         is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
@@ -101,11 +104,143 @@ def _eligibility_traces_chunked_kernel(
             tl.store(traces__optr + traces__orow[:, None] + _t[None, :] * traces__ost, (_zero + (z)).to(traces__optr.dtype.element_ty), mask=_ok)
 
 
+
+@triton.jit
+def _lookback(flags, ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init):
+    """Publish this chunk's aggregate, find its carry from earlier chunks, publish the result.
+
+    Flags: 0 nothing yet, 1 aggregate (a, b) ready, 2 inclusive state ready. Every workspace
+    access is an atomic (L2, never a stale L1 line); the flag write releases the data writes
+    before it and the flag read acquires them. The workspace starts zeroed and each slot is
+    written once, so an atomic add is the write (float exchange is missing in the interpreter)."""
+    tl.atomic_add(ws_a + slot, agg_a, sem="relaxed")
+    tl.atomic_add(ws_b + slot, agg_b, sem="relaxed")
+    tl.debug_barrier()
+    tl.atomic_xchg(flags + slot, 1, sem="release")
+    # Walk back composing aggregates until a chunk with its inclusive state (or the start).
+    g_a = agg_a * 0.0
+    g_b = g_a + 1.0
+    base = init
+    j = step - 1
+    while j >= 0:
+        f = tl.atomic_add(flags + slot - (step - j), 0, sem="acquire")
+        if f == 2:
+            base = tl.atomic_add(ws_s + slot - (step - j), 0.0, sem="relaxed")
+            j = j * 0 - 1
+        elif f == 1:
+            a_j = tl.atomic_add(ws_a + slot - (step - j), 0.0, sem="relaxed")
+            b_j = tl.atomic_add(ws_b + slot - (step - j), 0.0, sem="relaxed")
+            g_a = g_a + g_b * a_j
+            g_b = g_b * b_j
+            j = j - 1
+    carry = g_a + g_b * base
+    tl.atomic_add(ws_s + slot, agg_a + agg_b * carry, sem="relaxed")
+    tl.debug_barrier()
+    tl.atomic_xchg(flags + slot, 2, sem="release")
+    return carry
+
+
+@triton.jit
+def _eligibility_traces_lookback_kernel(
+    gradients__ptr,
+    gradients__s1,
+    gradients__s2,
+    gradients__st,
+    dones__ptr,
+    dones__s1,
+    dones__s2,
+    dones__st,
+    seed_values__ptr,
+    seed_values__s1,
+    seed_values__s2,
+    seed_values__st,
+    gamma,
+    gamma__ptr,
+    gamma__s1,
+    gamma__s2,
+    gamma__st,
+    lambda_,
+    lambda___ptr,
+    lambda___s1,
+    lambda___s2,
+    lambda___st,
+    traces__optr,
+    traces__os1,
+    traces__os2,
+    traces__ost,
+    _flags,
+    _ws_a,
+    _ws_b,
+    _ws_s,
+    R1, R2, T, K,
+    HAS_seed_values: tl.constexpr,
+    gamma__TENSOR: tl.constexpr,
+    lambda___TENSOR: tl.constexpr,
+    STORE_traces: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+):
+    # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
+    # take tickets in launch order, so every chunk's predecessors (in scan order) have started
+    # and the look-back cannot deadlock.
+    _ticket = tl.atomic_add(_flags + 1 * R1 * R2 * tl.cdiv(T, BLOCK_T), 1)
+    _tile = _ticket % (R1 * R2)
+    _step = _ticket // (R1 * R2)
+    _rows = _tile + tl.arange(0, BLOCK_N)  # [1]: BLOCK_N == 1
+    _row_ok = _rows < R1 * R2
+    _r1 = (_rows // R2).to(tl.int64)
+    _r2 = (_rows % R2).to(tl.int64)
+    gradients__row = _r1 * gradients__s1 + _r2 * gradients__s2  # [BN] int64 row offsets
+    dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
+    seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+    traces__orow = _r1 * traces__os1 + _r2 * traces__os2  # [BN] int64 row offsets
+    if HAS_seed_values:
+        seed_values = tl.load(seed_values__ptr + seed_values__row, mask=_row_ok, other=0).to(ACC)
+    else:
+        seed_values = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
+    z__carry = tl.zeros([BLOCK_N], dtype=ACC) + seed_values
+    _cols = tl.arange(0, BLOCK_T)
+    _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _n_chunks = tl.cdiv(T, BLOCK_T)
+    _chunk = _step
+    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    _tn = tl.minimum(_t + 1, T - 1)
+    _tp = tl.maximum(_t - 1, 0)
+    is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+    dones__prev = tl.load(dones__ptr + dones__row[:, None] + _tp[None, :] * dones__st, mask=_ok, other=1).to(ACC)
+    if gamma__TENSOR:
+        gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
+    else:
+        gamma__t = _zero + gamma
+    gradients = tl.load(gradients__ptr + gradients__row[:, None] + _t[None, :] * gradients__st, mask=_ok, other=1).to(ACC)
+    if lambda___TENSOR:
+        lambda___t = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
+    else:
+        lambda___t = _zero + lambda_
+    # scan z: z_t = alpha_t + beta_t * z_{t-1}
+    _alpha = tl.where(_ok, _zero + (gradients), 0.0)
+    _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev))), 1.0)  # identity past the window end
+    _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
+    # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
+    # look back over earlier chunks for the carry (decoupled look-back).
+    _agg_a = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _a, 0.0))
+    _agg_b = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _b, 0.0))
+    _slot = (0 * R1 * R2 + _tile) * _n_chunks + _step
+    z__carry = _lookback(_flags, _ws_a, _ws_b, _ws_s, _slot, _step, _agg_a, _agg_b,
+                              tl.sum(z__carry))
+    z = _a + _b * z__carry
+    if STORE_traces:
+        tl.store(traces__optr + traces__orow[:, None] + _t[None, :] * traces__ost, (_zero + (z)).to(traces__optr.dtype.element_ty), mask=_ok)
+
+
+
 def _launch(c, cfg):
-    """Launch the chunked kernel on the canonical call ``c`` (see scangen.runtime.Call)."""
+    """Launch one kernel family on the canonical call ``c`` (see scangen.runtime.Call)."""
     _dummy = next(iter(c.outs.values()))  # any valid pointer
     _st = c.strides
-    _eligibility_traces_chunked_kernel[(triton.cdiv(c.R1 * c.R2, cfg.block_n),)](
+    args = (
         c.tensors["gradients"],
         *_st["gradients"],
         c.tensors["dones"],
@@ -116,7 +251,8 @@ def _launch(c, cfg):
         *_rt.param_args(c, "lambda_", _dummy),
         c.outs.get("traces", _dummy),
         *c.out_strides.get("traces", (0, 0, 0)),
-        c.R1, c.R2, c.T, c.K,
+    )
+    meta = dict(
         HAS_seed_values="seed_values" in c.tensors,
         gamma__TENSOR=c.is_tensor("gamma"),
         lambda___TENSOR=c.is_tensor("lambda_"),
@@ -124,6 +260,13 @@ def _launch(c, cfg):
         BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k,
         ACC=tl.float64 if c.acc == torch.float64 else tl.float32, num_warps=cfg.num_warps,
     )
+    if cfg.family == "lookback":
+        ws = _rt.lookback_workspace(c, cfg, 1)
+        grid = (c.R1 * c.R2 * triton.cdiv(c.T, cfg.block_t),)
+        _eligibility_traces_lookback_kernel[grid](*args, *ws, c.R1, c.R2, c.T, c.K, **meta)
+    else:
+        grid = (triton.cdiv(c.R1 * c.R2, cfg.block_n),)
+        _eligibility_traces_chunked_kernel[grid](*args, c.R1, c.R2, c.T, c.K, **meta)
 
 
 def _torch_impl(c):

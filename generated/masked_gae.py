@@ -19,6 +19,9 @@ def _combine(a_prev, b_prev, a_cur, b_cur):
     return a_cur + b_cur * a_prev, b_cur * b_prev
 
 
+
+
+
 @triton.jit
 def _masked_gae_chunked_kernel(
     token_level_rewards__ptr,
@@ -75,13 +78,12 @@ def _masked_gae_chunked_kernel(
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-    _idx_next = tl.broadcast_to(tl.minimum(_cols + 1, BLOCK_T - 1)[None, :], (BLOCK_N, BLOCK_T))
-    _idx_prev = tl.broadcast_to(tl.maximum(_cols - 1, 0)[None, :], (BLOCK_N, BLOCK_T))
+    _idx_shift = tl.broadcast_to(tl.minimum(_cols + 1, BLOCK_T - 1)[None, :], (BLOCK_N, BLOCK_T))
     _n_chunks = tl.cdiv(T, BLOCK_T)
     for _c in range(0, _n_chunks):
-        _t = (_n_chunks - 1 - _c) * BLOCK_T + _cols  # [BT]
+        _chunk = _n_chunks - 1 - _c
+        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
         _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-        _t = _t.to(tl.int64)
         _tn = tl.minimum(_t + 1, T - 1)
         _tp = tl.maximum(_t - 1, 0)
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
@@ -101,7 +103,7 @@ def _masked_gae_chunked_kernel(
         _beta = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=True)
         nv = _a + _b * nv__carry[:, None]
-        nv__next = tl.where(_cols[None, :] == BLOCK_T - 1, nv__carry[:, None], tl.gather(nv, _idx_next, 1))
+        nv__next = tl.where(_cols[None, :] == BLOCK_T - 1, nv__carry[:, None], tl.gather(nv, _idx_shift, 1))
         nv__carry = tl.sum(tl.where(_cols[None, :] == 0, nv, 0.0), axis=1)
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _alpha = tl.where(_ok, _zero + (response_mask*(token_level_rewards - values + gamma__t*tl.where((is_last != 0), 0.0, nv__next))), 0.0)
@@ -115,11 +117,162 @@ def _masked_gae_chunked_kernel(
             tl.store(returns__optr + returns__orow[:, None] + _t[None, :] * returns__ost, (_zero + (A + values)).to(returns__optr.dtype.element_ty), mask=_ok)
 
 
+
+@triton.jit
+def _lookback(flags, ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init):
+    """Publish this chunk's aggregate, find its carry from earlier chunks, publish the result.
+
+    Flags: 0 nothing yet, 1 aggregate (a, b) ready, 2 inclusive state ready. Every workspace
+    access is an atomic (L2, never a stale L1 line); the flag write releases the data writes
+    before it and the flag read acquires them. The workspace starts zeroed and each slot is
+    written once, so an atomic add is the write (float exchange is missing in the interpreter)."""
+    tl.atomic_add(ws_a + slot, agg_a, sem="relaxed")
+    tl.atomic_add(ws_b + slot, agg_b, sem="relaxed")
+    tl.debug_barrier()
+    tl.atomic_xchg(flags + slot, 1, sem="release")
+    # Walk back composing aggregates until a chunk with its inclusive state (or the start).
+    g_a = agg_a * 0.0
+    g_b = g_a + 1.0
+    base = init
+    j = step - 1
+    while j >= 0:
+        f = tl.atomic_add(flags + slot - (step - j), 0, sem="acquire")
+        if f == 2:
+            base = tl.atomic_add(ws_s + slot - (step - j), 0.0, sem="relaxed")
+            j = j * 0 - 1
+        elif f == 1:
+            a_j = tl.atomic_add(ws_a + slot - (step - j), 0.0, sem="relaxed")
+            b_j = tl.atomic_add(ws_b + slot - (step - j), 0.0, sem="relaxed")
+            g_a = g_a + g_b * a_j
+            g_b = g_b * b_j
+            j = j - 1
+    carry = g_a + g_b * base
+    tl.atomic_add(ws_s + slot, agg_a + agg_b * carry, sem="relaxed")
+    tl.debug_barrier()
+    tl.atomic_xchg(flags + slot, 2, sem="release")
+    return carry
+
+
+@triton.jit
+def _masked_gae_lookback_kernel(
+    token_level_rewards__ptr,
+    token_level_rewards__s1,
+    token_level_rewards__s2,
+    token_level_rewards__st,
+    values__ptr,
+    values__s1,
+    values__s2,
+    values__st,
+    response_mask__ptr,
+    response_mask__s1,
+    response_mask__s2,
+    response_mask__st,
+    gamma,
+    gamma__ptr,
+    gamma__s1,
+    gamma__s2,
+    gamma__st,
+    lambda_,
+    lambda___ptr,
+    lambda___s1,
+    lambda___s2,
+    lambda___st,
+    advantages__optr,
+    advantages__os1,
+    advantages__os2,
+    advantages__ost,
+    returns__optr,
+    returns__os1,
+    returns__os2,
+    returns__ost,
+    _flags,
+    _ws_a,
+    _ws_b,
+    _ws_s,
+    R1, R2, T, K,
+    gamma__TENSOR: tl.constexpr,
+    lambda___TENSOR: tl.constexpr,
+    STORE_advantages: tl.constexpr,
+    STORE_returns: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+):
+    # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
+    # take tickets in launch order, so every chunk's predecessors (in scan order) have started
+    # and the look-back cannot deadlock.
+    _ticket = tl.atomic_add(_flags + 2 * R1 * R2 * tl.cdiv(T, BLOCK_T), 1)
+    _tile = _ticket % (R1 * R2)
+    _step = _ticket // (R1 * R2)
+    _rows = _tile + tl.arange(0, BLOCK_N)  # [1]: BLOCK_N == 1
+    _row_ok = _rows < R1 * R2
+    _r1 = (_rows // R2).to(tl.int64)
+    _r2 = (_rows % R2).to(tl.int64)
+    token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2  # [BN] int64 row offsets
+    values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
+    response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2  # [BN] int64 row offsets
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+    advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
+    returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
+    nv__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
+    A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
+    _cols = tl.arange(0, BLOCK_T)
+    _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _idx_shift = tl.broadcast_to(tl.minimum(_cols + 1, BLOCK_T - 1)[None, :], (BLOCK_N, BLOCK_T))
+    _n_chunks = tl.cdiv(T, BLOCK_T)
+    _chunk = _n_chunks - 1 - _step
+    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    _tn = tl.minimum(_t + 1, T - 1)
+    _tp = tl.maximum(_t - 1, 0)
+    is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    if gamma__TENSOR:
+        gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
+    else:
+        gamma__t = _zero + gamma
+    if lambda___TENSOR:
+        lambda___t = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
+    else:
+        lambda___t = _zero + lambda_
+    response_mask = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1).to(ACC)
+    token_level_rewards = tl.load(token_level_rewards__ptr + token_level_rewards__row[:, None] + _t[None, :] * token_level_rewards__st, mask=_ok, other=1).to(ACC)
+    values = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1).to(ACC)
+    # scan nv: nv_t = alpha_t + beta_t * nv_{t+1}
+    _alpha = tl.where(_ok, _zero + (response_mask*values), 0.0)
+    _beta = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)  # identity past the window end
+    _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=True)
+    # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
+    # look back over earlier chunks for the carry (decoupled look-back).
+    _agg_a = tl.sum(tl.where(_cols[None, :] == 0, _a, 0.0))
+    _agg_b = tl.sum(tl.where(_cols[None, :] == 0, _b, 0.0))
+    _slot = (0 * R1 * R2 + _tile) * _n_chunks + _step
+    nv__carry = _lookback(_flags, _ws_a, _ws_b, _ws_s, _slot, _step, _agg_a, _agg_b,
+                              tl.sum(nv__carry))
+    nv = _a + _b * nv__carry
+    nv__next = tl.where(_cols[None, :] == BLOCK_T - 1, nv__carry, tl.gather(nv, _idx_shift, 1))
+    # scan A: A_t = alpha_t + beta_t * A_{t+1}
+    _alpha = tl.where(_ok, _zero + (response_mask*(token_level_rewards - values + gamma__t*tl.where((is_last != 0), 0.0, nv__next))), 0.0)
+    _beta = tl.where(_ok, _zero + (1.0 - response_mask + gamma__t*lambda___t*response_mask), 1.0)  # identity past the window end
+    _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=True)
+    # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
+    # look back over earlier chunks for the carry (decoupled look-back).
+    _agg_a = tl.sum(tl.where(_cols[None, :] == 0, _a, 0.0))
+    _agg_b = tl.sum(tl.where(_cols[None, :] == 0, _b, 0.0))
+    _slot = (1 * R1 * R2 + _tile) * _n_chunks + _step
+    A__carry = _lookback(_flags, _ws_a, _ws_b, _ws_s, _slot, _step, _agg_a, _agg_b,
+                              tl.sum(A__carry))
+    A = _a + _b * A__carry
+    if STORE_advantages:
+        tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok)
+    if STORE_returns:
+        tl.store(returns__optr + returns__orow[:, None] + _t[None, :] * returns__ost, (_zero + (A + values)).to(returns__optr.dtype.element_ty), mask=_ok)
+
+
+
 def _launch(c, cfg):
-    """Launch the chunked kernel on the canonical call ``c`` (see scangen.runtime.Call)."""
+    """Launch one kernel family on the canonical call ``c`` (see scangen.runtime.Call)."""
     _dummy = next(iter(c.outs.values()))  # any valid pointer
     _st = c.strides
-    _masked_gae_chunked_kernel[(triton.cdiv(c.R1 * c.R2, cfg.block_n),)](
+    args = (
         c.tensors["token_level_rewards"],
         *_st["token_level_rewards"],
         c.tensors["values"],
@@ -132,7 +285,8 @@ def _launch(c, cfg):
         *c.out_strides.get("advantages", (0, 0, 0)),
         c.outs.get("returns", _dummy),
         *c.out_strides.get("returns", (0, 0, 0)),
-        c.R1, c.R2, c.T, c.K,
+    )
+    meta = dict(
         gamma__TENSOR=c.is_tensor("gamma"),
         lambda___TENSOR=c.is_tensor("lambda_"),
         STORE_advantages="advantages" in c.outs,
@@ -140,6 +294,13 @@ def _launch(c, cfg):
         BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k,
         ACC=tl.float64 if c.acc == torch.float64 else tl.float32, num_warps=cfg.num_warps,
     )
+    if cfg.family == "lookback":
+        ws = _rt.lookback_workspace(c, cfg, 2)
+        grid = (c.R1 * c.R2 * triton.cdiv(c.T, cfg.block_t),)
+        _masked_gae_lookback_kernel[grid](*args, *ws, c.R1, c.R2, c.T, c.K, **meta)
+    else:
+        grid = (triton.cdiv(c.R1 * c.R2, cfg.block_n),)
+        _masked_gae_chunked_kernel[grid](*args, c.R1, c.R2, c.T, c.K, **meta)
 
 
 def _torch_impl(c):

@@ -19,6 +19,9 @@ def _combine(a_prev, b_prev, a_cur, b_cur):
     return a_cur + b_cur * a_prev, b_cur * b_prev
 
 
+
+
+
 @triton.jit
 def _retrace_chunked_kernel(
     action_probs_target__ptr,
@@ -122,13 +125,12 @@ def _retrace_chunked_kernel(
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-    _idx_next = tl.broadcast_to(tl.minimum(_cols + 1, BLOCK_T - 1)[None, :], (BLOCK_N, BLOCK_T))
-    _idx_prev = tl.broadcast_to(tl.maximum(_cols - 1, 0)[None, :], (BLOCK_N, BLOCK_T))
+    _idx_shift = tl.broadcast_to(tl.minimum(_cols + 1, BLOCK_T - 1)[None, :], (BLOCK_N, BLOCK_T))
     _n_chunks = tl.cdiv(T, BLOCK_T)
     for _c in range(0, _n_chunks):
-        _t = (_n_chunks - 1 - _c) * BLOCK_T + _cols  # [BT]
+        _chunk = _n_chunks - 1 - _c
+        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
         _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-        _t = _t.to(tl.int64)
         _tn = tl.minimum(_t + 1, T - 1)
         _tp = tl.maximum(_t - 1, 0)
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
@@ -180,7 +182,7 @@ def _retrace_chunked_kernel(
         _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - tl.maximum(terminateds, truncateds))*tl.where((is_last != 0), 0.0, lambda___next__t*tl.minimum(c_bar__next__t, _gather0/action_probs_behavior__next))), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=True)
         A = _a + _b * A__carry[:, None]
-        A__next = tl.where(_cols[None, :] == BLOCK_T - 1, A__carry[:, None], tl.gather(A, _idx_next, 1))
+        A__next = tl.where(_cols[None, :] == BLOCK_T - 1, A__carry[:, None], tl.gather(A, _idx_shift, 1))
         A__carry = tl.sum(tl.where(_cols[None, :] == 0, A, 0.0), axis=1)
         if STORE_targets:
             tl.store(targets__optr + targets__orow[:, None] + _t[None, :] * targets__ost, (_zero + (A + q_values)).to(targets__optr.dtype.element_ty), mask=_ok)
@@ -188,11 +190,229 @@ def _retrace_chunked_kernel(
             tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + ((rewards - q_values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds)) != 0), _sum0, tl.where((is_last != 0), 0.0, A__next) + tl.where((is_last != 0), 0.0, q_values__next)))*tl.minimum(rho_bar__t, _gather1/action_probs_behavior))).to(advantages__optr.dtype.element_ty), mask=_ok)
 
 
+
+@triton.jit
+def _lookback(flags, ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init):
+    """Publish this chunk's aggregate, find its carry from earlier chunks, publish the result.
+
+    Flags: 0 nothing yet, 1 aggregate (a, b) ready, 2 inclusive state ready. Every workspace
+    access is an atomic (L2, never a stale L1 line); the flag write releases the data writes
+    before it and the flag read acquires them. The workspace starts zeroed and each slot is
+    written once, so an atomic add is the write (float exchange is missing in the interpreter)."""
+    tl.atomic_add(ws_a + slot, agg_a, sem="relaxed")
+    tl.atomic_add(ws_b + slot, agg_b, sem="relaxed")
+    tl.debug_barrier()
+    tl.atomic_xchg(flags + slot, 1, sem="release")
+    # Walk back composing aggregates until a chunk with its inclusive state (or the start).
+    g_a = agg_a * 0.0
+    g_b = g_a + 1.0
+    base = init
+    j = step - 1
+    while j >= 0:
+        f = tl.atomic_add(flags + slot - (step - j), 0, sem="acquire")
+        if f == 2:
+            base = tl.atomic_add(ws_s + slot - (step - j), 0.0, sem="relaxed")
+            j = j * 0 - 1
+        elif f == 1:
+            a_j = tl.atomic_add(ws_a + slot - (step - j), 0.0, sem="relaxed")
+            b_j = tl.atomic_add(ws_b + slot - (step - j), 0.0, sem="relaxed")
+            g_a = g_a + g_b * a_j
+            g_b = g_b * b_j
+            j = j - 1
+    carry = g_a + g_b * base
+    tl.atomic_add(ws_s + slot, agg_a + agg_b * carry, sem="relaxed")
+    tl.debug_barrier()
+    tl.atomic_xchg(flags + slot, 2, sem="release")
+    return carry
+
+
+@triton.jit
+def _retrace_lookback_kernel(
+    action_probs_target__ptr,
+    action_probs_target__s1,
+    action_probs_target__s2,
+    action_probs_target__st,
+    action_probs_target__sk,
+    action_probs_behavior__ptr,
+    action_probs_behavior__s1,
+    action_probs_behavior__s2,
+    action_probs_behavior__st,
+    q_values__ptr,
+    q_values__s1,
+    q_values__s2,
+    q_values__st,
+    next_q_values_all__ptr,
+    next_q_values_all__s1,
+    next_q_values_all__s2,
+    next_q_values_all__st,
+    next_q_values_all__sk,
+    actions__ptr,
+    actions__s1,
+    actions__s2,
+    actions__st,
+    rewards__ptr,
+    rewards__s1,
+    rewards__s2,
+    rewards__st,
+    terminateds__ptr,
+    terminateds__s1,
+    terminateds__s2,
+    terminateds__st,
+    truncateds__ptr,
+    truncateds__s1,
+    truncateds__s2,
+    truncateds__st,
+    next_action_probs_target__ptr,
+    next_action_probs_target__s1,
+    next_action_probs_target__s2,
+    next_action_probs_target__st,
+    next_action_probs_target__sk,
+    gamma,
+    gamma__ptr,
+    gamma__s1,
+    gamma__s2,
+    gamma__st,
+    lambda_,
+    lambda___ptr,
+    lambda___s1,
+    lambda___s2,
+    lambda___st,
+    c_bar,
+    c_bar__ptr,
+    c_bar__s1,
+    c_bar__s2,
+    c_bar__st,
+    rho_bar,
+    rho_bar__ptr,
+    rho_bar__s1,
+    rho_bar__s2,
+    rho_bar__st,
+    targets__optr,
+    targets__os1,
+    targets__os2,
+    targets__ost,
+    advantages__optr,
+    advantages__os1,
+    advantages__os2,
+    advantages__ost,
+    _flags,
+    _ws_a,
+    _ws_b,
+    _ws_s,
+    R1, R2, T, K,
+    HAS_truncateds: tl.constexpr,
+    gamma__TENSOR: tl.constexpr,
+    lambda___TENSOR: tl.constexpr,
+    c_bar__TENSOR: tl.constexpr,
+    rho_bar__TENSOR: tl.constexpr,
+    STORE_targets: tl.constexpr,
+    STORE_advantages: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+):
+    # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
+    # take tickets in launch order, so every chunk's predecessors (in scan order) have started
+    # and the look-back cannot deadlock.
+    _ticket = tl.atomic_add(_flags + 1 * R1 * R2 * tl.cdiv(T, BLOCK_T), 1)
+    _tile = _ticket % (R1 * R2)
+    _step = _ticket // (R1 * R2)
+    _rows = _tile + tl.arange(0, BLOCK_N)  # [1]: BLOCK_N == 1
+    _row_ok = _rows < R1 * R2
+    _r1 = (_rows // R2).to(tl.int64)
+    _r2 = (_rows % R2).to(tl.int64)
+    action_probs_target__row = _r1 * action_probs_target__s1 + _r2 * action_probs_target__s2  # [BN] int64 row offsets
+    action_probs_behavior__row = _r1 * action_probs_behavior__s1 + _r2 * action_probs_behavior__s2  # [BN] int64 row offsets
+    q_values__row = _r1 * q_values__s1 + _r2 * q_values__s2  # [BN] int64 row offsets
+    next_q_values_all__row = _r1 * next_q_values_all__s1 + _r2 * next_q_values_all__s2  # [BN] int64 row offsets
+    actions__row = _r1 * actions__s1 + _r2 * actions__s2  # [BN] int64 row offsets
+    rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
+    terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
+    truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
+    next_action_probs_target__row = _r1 * next_action_probs_target__s1 + _r2 * next_action_probs_target__s2  # [BN] int64 row offsets
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+    c_bar__row = _r1 * c_bar__s1 + _r2 * c_bar__s2  # [BN] int64 row offsets
+    rho_bar__row = _r1 * rho_bar__s1 + _r2 * rho_bar__s2  # [BN] int64 row offsets
+    targets__orow = _r1 * targets__os1 + _r2 * targets__os2  # [BN] int64 row offsets
+    advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
+    A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
+    _cols = tl.arange(0, BLOCK_T)
+    _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _idx_shift = tl.broadcast_to(tl.minimum(_cols + 1, BLOCK_T - 1)[None, :], (BLOCK_N, BLOCK_T))
+    _n_chunks = tl.cdiv(T, BLOCK_T)
+    _chunk = _n_chunks - 1 - _step
+    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    _tn = tl.minimum(_t + 1, T - 1)
+    _tp = tl.maximum(_t - 1, 0)
+    is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    action_probs_behavior = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1).to(ACC)
+    action_probs_behavior__next = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _tn[None, :] * action_probs_behavior__st, mask=_ok, other=1).to(ACC)
+    actions = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1)
+    actions__next = tl.load(actions__ptr + actions__row[:, None] + _tn[None, :] * actions__st, mask=_ok, other=1)
+    if c_bar__TENSOR:
+        c_bar__next__t = tl.load(c_bar__ptr + c_bar__row[:, None] + _tn[None, :] * c_bar__st, mask=_ok, other=1).to(ACC)
+    else:
+        c_bar__next__t = _zero + c_bar
+    if gamma__TENSOR:
+        gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
+    else:
+        gamma__t = _zero + gamma
+    if lambda___TENSOR:
+        lambda___next__t = tl.load(lambda___ptr + lambda___row[:, None] + _tn[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
+    else:
+        lambda___next__t = _zero + lambda_
+    q_values = tl.load(q_values__ptr + q_values__row[:, None] + _t[None, :] * q_values__st, mask=_ok, other=1).to(ACC)
+    q_values__next = tl.load(q_values__ptr + q_values__row[:, None] + _tn[None, :] * q_values__st, mask=_ok, other=1).to(ACC)
+    rewards = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1).to(ACC)
+    if rho_bar__TENSOR:
+        rho_bar__t = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1).to(ACC)
+    else:
+        rho_bar__t = _zero + rho_bar
+    terminateds = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1).to(ACC)
+    if HAS_truncateds:
+        truncateds = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1).to(ACC)
+    else:
+        truncateds = _zero + 0.0
+    _gi = actions__next.to(tl.int64)
+    _gok = (_gi >= 0) & (_gi < K)
+    _gather0 = tl.load(action_probs_target__ptr + action_probs_target__row[:, None] + _tn[None, :] * action_probs_target__st + _gi * action_probs_target__sk, mask=_ok & _gok, other=0).to(ACC)
+    _gather0 = tl.where(_gok, _gather0, float("nan"))  # out-of-range index -> NaN
+    _gi = actions.to(tl.int64)
+    _gok = (_gi >= 0) & (_gi < K)
+    _gather1 = tl.load(action_probs_target__ptr + action_probs_target__row[:, None] + _t[None, :] * action_probs_target__st + _gi * action_probs_target__sk, mask=_ok & _gok, other=0).to(ACC)
+    _gather1 = tl.where(_gok, _gather1, float("nan"))  # out-of-range index -> NaN
+    _sum0 = _zero
+    for _k0 in range(0, K, BLOCK_K):
+        _k = (_k0 + tl.arange(0, BLOCK_K)).to(tl.int64)  # [BK]
+        _okk = _ok[:, :, None] & (_k < K)[None, None, :]  # [BN, BT, BK]
+        next_action_probs_target__k = tl.load(next_action_probs_target__ptr + (next_action_probs_target__row[:, None] + _t[None, :] * next_action_probs_target__st)[:, :, None] + _k[None, None, :] * next_action_probs_target__sk, mask=_okk, other=0).to(ACC)
+        next_q_values_all__k = tl.load(next_q_values_all__ptr + (next_q_values_all__row[:, None] + _t[None, :] * next_q_values_all__st)[:, :, None] + _k[None, None, :] * next_q_values_all__sk, mask=_okk, other=0).to(ACC)
+        _sum0 += tl.sum(tl.where(_okk, next_action_probs_target__k*next_q_values_all__k, 0.0), axis=2)
+    # scan A: A_t = alpha_t + beta_t * A_{t+1}
+    _alpha = tl.where(_ok, _zero + (rewards - q_values + _sum0*gamma__t*(1.0 - terminateds)), 0.0)
+    _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - tl.maximum(terminateds, truncateds))*tl.where((is_last != 0), 0.0, lambda___next__t*tl.minimum(c_bar__next__t, _gather0/action_probs_behavior__next))), 1.0)  # identity past the window end
+    _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=True)
+    # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
+    # look back over earlier chunks for the carry (decoupled look-back).
+    _agg_a = tl.sum(tl.where(_cols[None, :] == 0, _a, 0.0))
+    _agg_b = tl.sum(tl.where(_cols[None, :] == 0, _b, 0.0))
+    _slot = (0 * R1 * R2 + _tile) * _n_chunks + _step
+    A__carry = _lookback(_flags, _ws_a, _ws_b, _ws_s, _slot, _step, _agg_a, _agg_b,
+                              tl.sum(A__carry))
+    A = _a + _b * A__carry
+    A__next = tl.where(_cols[None, :] == BLOCK_T - 1, A__carry, tl.gather(A, _idx_shift, 1))
+    if STORE_targets:
+        tl.store(targets__optr + targets__orow[:, None] + _t[None, :] * targets__ost, (_zero + (A + q_values)).to(targets__optr.dtype.element_ty), mask=_ok)
+    if STORE_advantages:
+        tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + ((rewards - q_values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds)) != 0), _sum0, tl.where((is_last != 0), 0.0, A__next) + tl.where((is_last != 0), 0.0, q_values__next)))*tl.minimum(rho_bar__t, _gather1/action_probs_behavior))).to(advantages__optr.dtype.element_ty), mask=_ok)
+
+
+
 def _launch(c, cfg):
-    """Launch the chunked kernel on the canonical call ``c`` (see scangen.runtime.Call)."""
+    """Launch one kernel family on the canonical call ``c`` (see scangen.runtime.Call)."""
     _dummy = next(iter(c.outs.values()))  # any valid pointer
     _st = c.strides
-    _retrace_chunked_kernel[(triton.cdiv(c.R1 * c.R2, cfg.block_n),)](
+    args = (
         c.tensors["action_probs_target"],
         *_st["action_probs_target"],
         c.tensors["action_probs_behavior"],
@@ -219,7 +439,8 @@ def _launch(c, cfg):
         *c.out_strides.get("targets", (0, 0, 0)),
         c.outs.get("advantages", _dummy),
         *c.out_strides.get("advantages", (0, 0, 0)),
-        c.R1, c.R2, c.T, c.K,
+    )
+    meta = dict(
         HAS_truncateds="truncateds" in c.tensors,
         gamma__TENSOR=c.is_tensor("gamma"),
         lambda___TENSOR=c.is_tensor("lambda_"),
@@ -230,6 +451,13 @@ def _launch(c, cfg):
         BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k,
         ACC=tl.float64 if c.acc == torch.float64 else tl.float32, num_warps=cfg.num_warps,
     )
+    if cfg.family == "lookback":
+        ws = _rt.lookback_workspace(c, cfg, 1)
+        grid = (c.R1 * c.R2 * triton.cdiv(c.T, cfg.block_t),)
+        _retrace_lookback_kernel[grid](*args, *ws, c.R1, c.R2, c.T, c.K, **meta)
+    else:
+        grid = (triton.cdiv(c.R1 * c.R2, cfg.block_n),)
+        _retrace_chunked_kernel[grid](*args, c.R1, c.R2, c.T, c.K, **meta)
 
 
 def _torch_impl(c):

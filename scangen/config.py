@@ -1,13 +1,17 @@
 """Launch configuration: the dispatch rule that picks block sizes from the shape.
 
 One program owns ``BLOCK_N`` rows and streams them through time in chunks of ``BLOCK_T`` steps,
-carrying each row's scan state from chunk to chunk. Short rows get wide row tiles (many rows per
-program); long rows get long chunks and fewer rows per program, shrinking ``BLOCK_N`` until the
-grid has enough programs to fill the GPU.
+carrying each row's scan state from chunk to chunk ("stream"). Short rows get wide row tiles
+(many rows per program); long rows get long chunks and fewer rows per program, shrinking
+``BLOCK_N`` until the grid has enough programs to fill the GPU. When even one row per program
+leaves the GPU idle and rows are long, time is split across programs too ("lookback": one
+program per (row, chunk), carries passed between programs by a decoupled look-back).
+``SCANGEN_FAMILY=stream|lookback`` forces a family (for tests and measurements).
 """
 from __future__ import annotations
 
 import functools
+import os
 from typing import NamedTuple
 
 import torch
@@ -22,6 +26,7 @@ class Config(NamedTuple):
     block_t: int
     block_k: int
     num_warps: int
+    family: str = "stream"   # "stream" | "lookback"
 
 
 def _pow2(n: int) -> int:
@@ -33,14 +38,34 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+LOOKBACK_BLOCK_T = 1024  # steps per program when T is split across programs
+
+
+def _family(c, rows: int) -> str:
+    forced = os.environ.get("SCANGEN_FAMILY")
+    if forced:
+        if forced not in ("stream", "lookback"):
+            raise ValueError(f"SCANGEN_FAMILY must be 'stream' or 'lookback', got {forced!r}")
+        return forced
+    if c.device.type != "cuda":
+        return "stream"
+    # Too few rows to fill the GPU with one program per row, and rows long enough to split.
+    if rows < 2 * _sm_count(c.device.index or 0) and c.T >= 2 * LOOKBACK_BLOCK_T:
+        return "lookback"
+    return "stream"
+
+
 def choose_config(c) -> Config:
     rows = c.R1 * c.R2
+    block_k = min(_pow2(c.K), MAX_BLOCK_K)
+    if _family(c, rows) == "lookback":
+        block_t = min(LOOKBACK_BLOCK_T, max(_pow2(c.T), 16))
+        return Config(1, block_t, block_k, 4, "lookback")
     block_t = min(max(_pow2(c.T), 16), MAX_BLOCK_T)
     block_n = max(1, min(TILE // block_t, _pow2(rows)))
     if c.device.type == "cuda":
         want = 2 * _sm_count(c.device.index or 0)
         while block_n > 1 and -(-rows // block_n) < want:
             block_n //= 2
-    block_k = min(_pow2(c.K), MAX_BLOCK_K)
     num_warps = 4 if block_n * block_t <= 1024 else 8
     return Config(block_n, block_t, block_k, num_warps)

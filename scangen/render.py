@@ -165,7 +165,11 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
                         shift_var=f"{s.name}__{'next' if rev else 'prev'}"))
     outputs = [NS(name=o, flag=f"STORE_{o}", ptr=f"{o}__optr", base=f"{o}__orow", st=f"{o}__ost",
                   code=pr(e)) for o, e in plan.outputs.results]
-    return NS(kernel=f"_{ir.name}_chunked_kernel", direction=ir.direction, args=args,
+    return NS(kernel=f"_{ir.name}_chunked_kernel", lookback_kernel=f"_{ir.name}_lookback_kernel",
+              n_scans=len(plan.scans), direction=ir.direction, args=args,
+              step_to_chunk="_n_chunks - 1 - _step" if rev else "_step",
+              shift_cols="tl.minimum(_cols + 1, BLOCK_T - 1)" if rev else
+              "tl.maximum(_cols - 1, 0)",
               constexprs=constexprs, bases=bases, row_loads=row_loads, loads=loads,
               positions=positions, gathers=gathers, sums=sums, scans=scans,
               out_assigns=_assigns(plan.outputs, TritonPrinter, tile, ir.name), outputs=outputs,
@@ -173,7 +177,6 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
               chunk_index="_n_chunks - 1 - _c" if rev else "_c", reverse=str(rev),
               step="+1" if rev else "-1", carry_col="0" if rev else "BLOCK_T - 1",
               edge_col="BLOCK_T - 1" if rev else "0",
-              shift_idx="_idx_next" if rev else "_idx_prev",
               launch_prelude=["_dummy = next(iter(c.outs.values()))  # any valid pointer",
                               "_st = c.strides"],
               launch_args=launch_args, launch_constexprs=launch_cx)

@@ -279,6 +279,14 @@ def call(op: OpInfo, values: dict, *, time_dim: int = -1, outputs=None, backend=
     return c.result()
 
 
+def lookback_workspace(c: Call, cfg, n_scans: int):
+    """Flags (zeroed, plus the ticket counter) and aggregate buffers for the look-back family."""
+    slots = n_scans * c.R1 * c.R2 * -(-c.T // cfg.block_t)
+    flags = torch.zeros(slots + 1, dtype=torch.int32, device=c.device)
+    ws = torch.zeros(3, slots, dtype=c.acc, device=c.device)
+    return flags, ws[0], ws[1], ws[2]
+
+
 # ---------------------------------------------------------------------------- torch helpers
 
 def load(c: Call, name: str, default: float):
