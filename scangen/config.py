@@ -11,10 +11,11 @@ program per (row, chunk), carries passed between programs by a decoupled look-ba
 from __future__ import annotations
 
 import functools
-import os
 from typing import NamedTuple
 
 import torch
+
+from .env import ENV
 
 TILE = 2048          # elements of one [BLOCK_N, BLOCK_T] tile
 MAX_BLOCK_T = 512    # longer chunks add scan depth without adding parallelism
@@ -42,7 +43,7 @@ LOOKBACK_BLOCK_T = 1024  # steps per program when T is split across programs
 
 
 def _family(c, rows: int) -> str:
-    forced = os.environ.get("SCANGEN_FAMILY")
+    forced = ENV["SCANGEN_FAMILY"]
     if forced:
         if forced not in ("stream", "lookback"):
             raise ValueError(f"SCANGEN_FAMILY must be 'stream' or 'lookback', got {forced!r}")

@@ -9,6 +9,7 @@ time-major ``[T, N]``, ``[B, N, T]`` and ``[N, T, F]`` all reach the kernel unch
 """
 from __future__ import annotations
 
+import copy
 import math
 import os
 from typing import Callable, NamedTuple
@@ -16,6 +17,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from .config import choose_config
+from .env import ENV, reload_env  # noqa: F401 (reload_env is public here)
 
 _FLOAT = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _FLAG = (torch.bool, torch.uint8, torch.int8, torch.int32, torch.int64) + _FLOAT
@@ -54,11 +56,11 @@ class OpInfo(NamedTuple):
 
 
 def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    return (ENV["TRITON_INTERPRET"] or "0") not in ("", "0")
 
 
 def select_backend(fn: str, backend: str | None, device: torch.device) -> str:
-    choice = backend if backend is not None else os.environ.get("SCANGEN_BACKEND", "auto")
+    choice = backend if backend is not None else (ENV["SCANGEN_BACKEND"] or "auto")
     if choice not in ("auto", "triton", "torch"):
         source = "backend" if backend is not None else "SCANGEN_BACKEND"
         raise ValueError(f"{fn}(): {source} must be 'auto', 'triton' or 'torch', got {choice!r}")
@@ -105,7 +107,7 @@ class Call:
         for d in floats[1:]:
             self.out_dtype = torch.promote_types(self.out_dtype, d)
         self.acc = torch.float64 if self.out_dtype == torch.float64 else torch.float32
-        self.pstrides = {}
+        self.pstrides, self.ptargets = {}, {}
         self.params = {p.name: self._param(p, values) for p in op.params}
         self.requested = self._requested(outputs)
 
@@ -165,8 +167,11 @@ class Call:
         except RuntimeError:
             raise ValueError(f"{self.fn}(): {name} has shape {list(v.shape)}, which does not "
                              f"broadcast to {list(self.base_shape)}") from None
-        e, self.pstrides[name] = self._canon(e, "NT")
-        return e
+        self.ptargets[name] = target
+        c, self.pstrides[name] = self._canon(e, "NT")
+        if c is not e:
+            self.copied.add(name)
+        return c
 
     # -- shapes and strides --------------------------------------------------------------
     def _shapes(self, infos, time_dim):
@@ -207,9 +212,11 @@ class Call:
                     raise ValueError(f"{self.fn}(): '{n}' has shape {list(t.shape)}, expected "
                                      f"{list(ok[0])}" + (f" or {list(ok[1])}"
                                                          if ok[0] != ok[1] else ""))
-        self.strides = {}
+        self.strides, self.copied = {}, set()
         for n, t in self.tensors.items():
             self.tensors[n], self.strides[n] = self._canon(t, infos[n].shape)
+            if self.tensors[n] is not t:
+                self.copied.add(n)
 
     def _canon(self, t, role):
         """``(t, (s1, s2, st[, sk]))``; ``t`` is copied only when its strides cannot merge."""
@@ -233,8 +240,10 @@ class Call:
 
     def allocate(self):
         """Empty outputs for the requested names, in the layout of the primary input."""
-        proto = next((t for t in self.tensors.values() if tuple(t.shape) == self.full_shape),
-                     None)
+        if not hasattr(self, "proto"):  # the first input with the full shape, if any
+            self.proto = next((n for n, t in self.tensors.items()
+                               if tuple(t.shape) == self.full_shape), None)
+        proto = self.tensors[self.proto] if self.proto is not None else None
         self.outs = {}
         for name in self.requested:
             if proto is not None:  # keeps proto's strides when they are dense (time-major too)
@@ -244,11 +253,40 @@ class Call:
             if POISON_OUTPUTS:
                 out.fill_(float("nan"))
             self.outs[name] = out
-        self.out_strides = {n: self._canon_out(o) for n, o in self.outs.items()}
+        if not hasattr(self, "out_strides"):  # the same for every call of one plan
+            self.out_strides = {n: self._canon_out(o) for n, o in self.outs.items()}
 
     def _canon_out(self, out):
         dims = list(zip(out.shape, out.stride()))
         return (_merge(dims[:self.td]), _merge(dims[self.td + 1:]), dims[self.td][1])
+
+    def template(self) -> "Call":
+        """A copy without this call's tensors, to re-bind arguments of the same signature."""
+        t = copy.copy(self)
+        t.tensors, t.params, t.outs = {}, {}, {}
+        return t
+
+    def bind(self, values: dict) -> "Call":
+        """This plan applied to new arguments with the same shapes, strides, dtypes, devices
+        and param types (see :func:`_signature`): no checks or stride work is repeated."""
+        c = object.__new__(Call)
+        c.__dict__.update(self.__dict__)
+        c.tensors = {}
+        for n in self.strides:
+            t = values[n]
+            c.tensors[n] = t.contiguous() if n in self.copied else t
+        c.params = {}
+        for p in self.op.params:
+            v = values[p.name]
+            if p.name in self.ptargets:
+                v = v.expand(self.ptargets[p.name])
+                c.params[p.name] = v.contiguous() if p.name in self.copied else v
+            elif v is None or p.choices:
+                c.params[p.name] = self.default_params[p.name]
+            else:
+                c.params[p.name] = float(v)
+        c.allocate()
+        return c
 
     def result(self):
         outs = tuple(self.outs[n] for n in self.requested)
@@ -265,15 +303,54 @@ def _check_tensor(fn: str, info: InputInfo, t) -> None:
                         f"got {str(t.dtype).replace('torch.', '')}")
 
 
+_PLANS: dict = {}
+_MAX_PLANS = 4096
+
+
+def _signature(op: OpInfo, values: dict, time_dim, outputs, backend):
+    """Everything the checks and the launch plan depend on; param values are left out (a new
+    gamma reuses the plan), except strings and other non-floats, which select behaviour."""
+    sig = [id(op), time_dim, outputs if not isinstance(outputs, list) else tuple(outputs),
+           backend, ENV["SCANGEN_BACKEND"], ENV["SCANGEN_FAMILY"]]
+    for v in values.values():
+        if v is None:
+            sig.append(None)
+        elif isinstance(v, torch.Tensor):
+            sig.append((v.shape, v.stride(), v.dtype, v.device))
+        elif type(v) is float:
+            sig.append(float)
+        else:
+            sig.append((type(v), v))
+    return tuple(sig)
+
+
 def call(op: OpInfo, values: dict, *, time_dim: int = -1, outputs=None, backend=None):
-    """Check the arguments, allocate outputs and run the chosen implementation."""
-    c = Call(op, values, time_dim, outputs)
-    c.single = outputs is None and len(op.returns) == 1 or isinstance(outputs, str)
-    c.allocate()
-    if c.R1 * c.R2 == 0 or c.T == 0:
+    """Check the arguments, allocate outputs and run the chosen implementation.
+
+    The first call with a given signature runs every check and works out strides, dtypes and
+    the launch configuration; later calls with the same signature reuse that plan."""
+    try:
+        key = _signature(op, values, time_dim, outputs, backend)
+        plan = _PLANS.get(key)
+    except TypeError:  # an unhashable argument: no plan, the checks will explain
+        key = plan = None
+    if plan is not None:
+        c = plan.bind(values)
+    else:
+        c = Call(op, values, time_dim, outputs)
+        c.single = outputs is None and len(op.returns) == 1 or isinstance(outputs, str)
+        c.default_params = {n: v for n, v in c.params.items() if not isinstance(v, torch.Tensor)}
+        c.allocate()
+        c.empty = c.R1 * c.R2 == 0 or c.T == 0
+        if not c.empty:
+            c.backend = select_backend(op.function, backend, c.device)
+            c.config = choose_config(c) if c.backend == "triton" else None
+        if key is not None and len(_PLANS) < _MAX_PLANS:
+            _PLANS[key] = c.template()
+    if c.empty:
         return c.result()
-    if select_backend(op.function, backend, c.device) == "triton":
-        op.launch(c, choose_config(c))
+    if c.backend == "triton":
+        op.launch(c, c.config)
     else:
         op.torch_impl(c)
     return c.result()

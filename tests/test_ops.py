@@ -8,7 +8,7 @@ import torch
 
 import scangen
 from conftest import BACKENDS, DEVICE, ON_GPU
-from scangen import reference
+from scangen import reference, runtime
 from scangen.testing import assert_close, make_inputs
 
 ALGOS = sorted(reference.REFERENCES)
@@ -182,3 +182,39 @@ def test_integer_rewards_refused():
     inputs["rewards"] = inputs["rewards"].long()
     with pytest.raises(TypeError, match="'rewards' \\(float\\) must have dtype"):
         scangen.compute_gae(**inputs)
+
+
+def test_backend_env_var_and_argument(monkeypatch):
+    inputs = make_inputs("gae", 2, 5, seed=0)
+    monkeypatch.setenv("SCANGEN_BACKEND", "bogus")
+    runtime.reload_env()
+    try:
+        with pytest.raises(ValueError, match="SCANGEN_BACKEND must be 'auto', 'triton' or "
+                                             "'torch', got 'bogus'"):
+            scangen.compute_gae(**inputs)
+        scangen.compute_gae(**inputs, backend="torch")  # the argument wins over the variable
+        with pytest.raises(ValueError, match="backend must be"):
+            scangen.compute_gae(**inputs, backend="cuda")
+    finally:
+        monkeypatch.delenv("SCANGEN_BACKEND")
+        runtime.reload_env()
+
+
+@pytest.mark.parametrize("name", ["compute_gae", "compute_masked_gae", "compute_retrace"])
+def test_lookback_family_matches_reference(name, monkeypatch):
+    """The T-split kernel family, forced on shapes where it spans several chunks."""
+    monkeypatch.setenv("SCANGEN_FAMILY", "lookback")
+    runtime.reload_env()
+    try:
+        _check(name, make_inputs(name, 2, 2100 if not ON_GPU else 50000, seed=11), "triton")
+    finally:
+        monkeypatch.delenv("SCANGEN_FAMILY")
+        runtime.reload_env()
+
+
+def test_plan_is_reused_and_new_gamma_takes_effect():
+    inputs = make_inputs("gae", 3, 9, seed=12)
+    a = scangen.compute_gae(**dict(inputs, gamma=0.9), backend="torch")
+    b = scangen.compute_gae(**dict(inputs, gamma=0.5), backend="torch")
+    assert_close(a, reference.compute_gae(**dict(inputs, gamma=0.9)), dtype=a.dtype)
+    assert_close(b, reference.compute_gae(**dict(inputs, gamma=0.5)), dtype=b.dtype)
