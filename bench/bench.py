@@ -32,6 +32,7 @@ import traceback
 import types
 from pathlib import Path
 
+T_START = time.perf_counter()  # the time budget counts from here (imports included)
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 for _p in (str(HERE), str(ROOT)):  # bench/ for baselines, the checkout for scangen
@@ -147,8 +148,8 @@ def parse_args(argv=None):
     p.add_argument("--max-sets", type=int, default=64, help="cap on rotated input sets")
     p.add_argument("--time-budget", type=float, default=480.0,
                    help="seconds; configurations not started by then are recorded as skipped")
-    p.add_argument("--compile-budget", type=float, default=240.0,
-                   help="seconds of cumulative torch.compile compile time; later compiles are skipped")
+    p.add_argument("--compile-budget", type=float, default=None,
+                   help="optional cap on cumulative torch.compile compile seconds (default: only the time budget)")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     p.add_argument("--compile-backend", default=None, help="torch.compile backend (default inductor)")
     p.add_argument("--no-loop", action="store_true", help="skip the per-step loop baseline")
@@ -455,12 +456,12 @@ class Expected:
     first L outputs only on the first L) and the float64 oracle (the eager vectorised baseline on
     float64 copies of the inputs, all rows and steps)."""
 
-    def __init__(self, algo, kw, N, T, args):
+    def __init__(self, algo, kw, N, T, args, ref=None):
         self.rows = min(N, args.ref_rows)
         self.tsl, self.what = window(algo, T, args)
         self.ref = self.ref_error = self.oracle = self.oracle_error = None
         try:
-            self.ref = as_tuple(REFERENCES[algo](**slice_kw(kw, self.rows, self.tsl)))
+            self.ref = ref if ref is not None else as_tuple(REFERENCES[algo](**slice_kw(kw, self.rows, self.tsl)))
         except Exception as exc:  # noqa: BLE001
             self.ref_error = short_err(exc)
         try:
@@ -493,7 +494,7 @@ class Expected:
         return res
 
     def free(self):
-        self.ref = self.oracle = None
+        self.ref = self.oracle = None  # the reference slice stays cached in Run.refs for stage B
 
 
 def check_str(c):
@@ -528,19 +529,23 @@ def cuda_alive(args):
 class Run:
     def __init__(self, args):
         self.args = args
-        self.t0 = time.perf_counter()
         self.compile_s = 0.0
         self.masters = {}
+        self.refs = {}
         self.fatal = None
         self.records = []
+        self.floors = {}
 
     def elapsed(self):
-        return time.perf_counter() - self.t0
+        return time.perf_counter() - T_START
 
-    def master(self, algo, N, T, variant):
-        key = (algo, N, T, variant)
+    def over_budget(self):
+        return self.elapsed() > self.args.time_budget
+
+    def master(self, rec):
+        key = (rec["algo"], rec["N"], rec["T"], rec["trunc"])
         if key not in self.masters:
-            self.masters[key] = make_master(algo, N, T, variant, self.args)
+            self.masters[key] = make_master(rec["algo"], rec["N"], rec["T"], rec["trunc"], self.args)
         return self.masters[key]
 
     def on_error(self, rec, part, exc):
@@ -552,111 +557,158 @@ class Run:
             self.fatal = f"CUDA context lost after {rec['algo']} {rec['N']}x{rec['T']} {part}: {short_err(exc)}"
 
 
-def run_config(run, rec):
+def rec_key(rec):
+    return (rec["algo"], rec["N"], rec["T"], rec["dtype"], rec["trunc"])
+
+
+def prepare(run, rec, part):
+    """Inputs on the device, the float64 expectations and the rotated copies, or None on failure
+    (recorded under rec[part])."""
     args = run.args
     algo, N, T, dtype = rec["algo"], rec["N"], rec["T"], DTYPES[rec["dtype"]]
-    variant = {"yes": "yes", "no": "no", "-": "-"}[rec["trunc"]]
-    op = getattr(scangen, algo)
-    rec["scangen"], rec["compile"], rec["loop"] = {}, {}, {}
-    kw = sets = exp = None
-    # -- inputs, the float64 expectations, rotated copies
     try:
         t0 = time.perf_counter()
-        kw = build_inputs(run.master(algo, N, T, variant), N, T, dtype, args)
+        kw = build_inputs(run.master(rec), N, T, dtype, args)
         rec["gen_rows"] = gen_rows_for(N, T, args)
         rec["bytes_in"] = nbytes(kw)
-        rec["inputs_s"] = time.perf_counter() - t0
+        rec[part]["inputs_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        exp = Expected(algo, kw, N, T, args)
-        rec["expected_s"] = time.perf_counter() - t0
+        exp = Expected(algo, kw, N, T, args, ref=run.refs.get(rec_key(rec)))
+        if exp.ref is not None:
+            run.refs[rec_key(rec)] = exp.ref
+        rec[part]["expected_s"] = time.perf_counter() - t0
         set_bytes = rec["bytes_in"]
         n_sets = 1 if set_bytes >= args.rotate_mb * 1e6 else min(
             args.max_sets, math.ceil(args.rotate_mb * 1e6 / max(set_bytes, 1)))
         sets = [kw] + [clone_set(kw) for _ in range(n_sets - 1)]
         rec["sets"] = n_sets
+        return kw, exp, sets
     except Exception as exc:  # noqa: BLE001
-        run.on_error(rec, "scangen", exc)
+        run.on_error(rec, part, exc)
+        return None
+
+
+def stage_scangen(run, rec):
+    """Stage A: one scangen call checked, then timed (do_bench and host-timed loop); the loop
+    baseline checked and timed (or estimated from a few steps)."""
+    args = run.args
+    algo, N, T = rec["algo"], rec["N"], rec["T"]
+    op = getattr(scangen, algo)
+    s, lp = rec["scangen"], rec["loop"]
+    prep = prepare(run, rec, "scangen")
+    if prep is None:
         return
-    # -- one scangen call (Triton JIT compile included), checked; then timed
+    kw, exp, sets = prep
     try:
         out, first_s = timed_once(lambda: op(**kw, backend=args.backend), args)
-        rec["scangen"]["first_call_s"] = first_s
+        s["first_call_s"] = first_s  # includes Triton's JIT compile of this specialisation
         rec["bytes_out"] = nbytes(out)
         rec["bytes"] = rec["bytes_in"] + rec["bytes_out"]
         bw = run.floors.get("copy_bw_GBps")
         rec["floor_us"] = rec["bytes"] / (bw * 1e9) * 1e6 if bw else None
-        rec["scangen"]["check"] = exp.check(out)
+        s["check"] = exp.check(out)
         del out
         fn = cycler(op, sets, backend=args.backend)
-        rec["scangen"]["us"] = device_us(fn, args)
-        rec["scangen"]["call_us"], rec["scangen"]["call_n"] = call_us(fn, args)
+        s["us"] = device_us(fn, args)
+        s["call_us"], s["call_n"] = call_us(fn, args)
     except Exception as exc:  # noqa: BLE001
         run.on_error(rec, "scangen", exc)
-    if run.fatal or kw is None:
-        return
-    # -- torch.compile'd vectorised doubling scan
-    c = rec["compile"]
-    if args.no_compile:
-        c["skipped"] = "--no-compile"
-    elif run.compile_s > args.compile_budget:
-        c["skipped"] = f"compile budget ({args.compile_budget:g} s) spent"
-    elif run.elapsed() > args.time_budget:
-        c["skipped"] = "time budget"
-    else:
-        try:
-            torch._dynamo.reset()  # one cache entry per configuration: no recompile limit, no guard chains
-            cfn = torch.compile(baselines.VECTORIZED[algo], dynamic=False, fullgraph=True,
-                                backend=args.compile_backend)
-            t0 = time.perf_counter()
-            try:
-                out, _ = timed_once(lambda: cfn(**kw), args)
-            except Exception as exc:  # noqa: BLE001 - retry allowing graph breaks; note it
-                if not cuda_alive(args):
-                    raise
-                c["fullgraph_error"] = short_err(exc)
-                torch._dynamo.reset()
-                cfn = torch.compile(baselines.VECTORIZED[algo], dynamic=False, backend=args.compile_backend)
-                out, _ = timed_once(lambda: cfn(**kw), args)
-            c["compile_s"] = time.perf_counter() - t0
-            run.compile_s += c["compile_s"]
-            c["check"] = exp.check(out) if exp is not None else {}
-            del out
-            fn = cycler(cfn, sets)
-            c["us"] = device_us(fn, args)
-            c["call_us"], c["call_n"] = call_us(fn, args)
-        except Exception as exc:  # noqa: BLE001
-            run.on_error(rec, "compile", exc)
-        finally:
-            torch._dynamo.reset()
     if run.fatal:
         return
-    # -- per-step Python loop
-    lp = rec["loop"]
     loop = baselines.LOOPS[algo]
     try:
         if args.no_loop:
             lp["skipped"] = "--no-loop"
-        elif T <= args.loop_max_t and (N, T) in args.loop_shapes and run.elapsed() <= args.time_budget:
-            with torch.no_grad():
-                out, s = timed_once(lambda: loop(**kw), args)
-                lp["check"] = exp.check(out) if exp is not None else {}
-                del out
-                times = [s] + [timed_once(lambda: loop(**kw), args)[1] for _ in range(2)]
+        elif T <= args.loop_max_t and (N, T) in args.loop_shapes and not run.over_budget():
+            out, t1 = timed_once(lambda: loop(**kw), args)
+            lp["check"] = exp.check(out)
+            del out
+            times = [t1] + [timed_once(lambda: loop(**kw), args)[1] for _ in range(2)]
             lp["us"] = statistics.median(times) * 1e6
             lp["method"] = "host-timed, median of 3 calls (each synchronised)"
         else:
             steps = min(T, 32)
             short = slice_kw(kw, N, slice(0, steps), device=args.device)
-            with torch.no_grad():
-                loop(**short)
-                _, s = timed_once(lambda: loop(**short), args)
-            lp["estimate_us"] = s / steps * T * 1e6
-            lp["skipped"] = ("time budget" if run.elapsed() > args.time_budget else
-                             f"T > {args.loop_max_t}" if T > args.loop_max_t else "--quick")
+            loop(**short)
+            _, t1 = timed_once(lambda: loop(**short), args)
+            lp["estimate_us"] = t1 / steps * T * 1e6
+            lp["skipped"] = (f"T > {args.loop_max_t}" if T > args.loop_max_t else
+                             "--quick" if (N, T) not in args.loop_shapes else "time budget")
     except Exception as exc:  # noqa: BLE001
         run.on_error(rec, "loop", exc)
-    if exp is not None:
+    exp.free()
+
+
+def stage_compile(run, rec):
+    """Stage B: the torch.compile'd doubling scan compiled (timed), checked and timed, with scangen
+    re-timed beside it (the speedup uses this pair)."""
+    args = run.args
+    algo = rec["algo"]
+    c = rec["compile"]
+    prep = prepare(run, rec, "compile")
+    if prep is None:
+        return
+    kw, exp, sets = prep
+    try:
+        torch._dynamo.reset()  # one cache entry per configuration: no recompile limit, no guard chains
+        cfn = torch.compile(baselines.VECTORIZED[algo], dynamic=False, fullgraph=True, backend=args.compile_backend)
+        t0 = time.perf_counter()
+        try:
+            out, _ = timed_once(lambda: cfn(**kw), args)
+        except Exception as exc:  # noqa: BLE001 - retry allowing graph breaks, and say so
+            if not cuda_alive(args) or "out of memory" in str(exc).lower():
+                raise
+            c["fullgraph_error"] = short_err(exc)
+            torch._dynamo.reset()
+            cfn = torch.compile(baselines.VECTORIZED[algo], dynamic=False, backend=args.compile_backend)
+            out, _ = timed_once(lambda: cfn(**kw), args)
+        c["compile_s"] = time.perf_counter() - t0
+        run.compile_s += c["compile_s"]
+        if rec.get("bytes") is None:
+            rec["bytes_out"] = nbytes(out)
+            rec["bytes"] = rec["bytes_in"] + rec["bytes_out"]
+            bw = run.floors.get("copy_bw_GBps")
+            rec["floor_us"] = rec["bytes"] / (bw * 1e9) * 1e6 if bw else None
+        c["check"] = exp.check(out)
+        del out
+        fn = cycler(cfn, sets)
+        c["us"] = device_us(fn, args)
+        c["call_us"], c["call_n"] = call_us(fn, args)
+        # scangen again, right beside it
+        op = getattr(scangen, algo)
+        sfn = cycler(op, sets, backend=args.backend)
+        c["scangen_us"] = device_us(sfn, args)
+        c["scangen_call_us"], _ = call_us(sfn, args)
+    except Exception as exc:  # noqa: BLE001
+        run.on_error(rec, "compile", exc)
+    finally:
+        torch._dynamo.reset()
         exp.free()
+
+
+def stages(args, records):
+    """(stage, records) in priority order: scangen for fp32 and bf16 with truncations, the compile
+    baseline for fp32 with truncations, scangen without truncations, then the remaining compile
+    baselines. Inside a stage: algorithm-major, shapes in the given order."""
+    def tier(dt, variant):
+        return [r for r in records if r["dtype"] == dt and ((r["trunc"] == "no") == (variant == "notrunc"))]
+    dts = [DTYPE_NAME[d] for d in args.dtypes]
+    variants = list(args.variants)
+    order = []
+    first_v = variants[0]
+    for dt in dts:
+        order.append(("scangen", first_v, dt))
+    if dts:
+        order.append(("compile", first_v, dts[0]))
+    for v in variants[1:]:
+        for dt in dts:
+            order.append(("scangen", v, dt))
+    for dt in dts[1:]:
+        order.append(("compile", first_v, dt))
+    for v in variants[1:]:
+        for dt in dts:
+            order.append(("compile", v, dt))
+    return [(stage, tier(dt, v)) for stage, v, dt in order]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -674,10 +726,12 @@ def derive(rec, floors):
         d["x_launch"] = s["us"] / L
     if s.get("call_us") and Lc:
         d["x_launch_call"] = s["call_us"] / Lc
-    if s.get("us") and c.get("us"):
-        d["vs_compile"] = c["us"] / s["us"]
-    if s.get("call_us") and c.get("call_us"):
-        d["vs_compile_call"] = c["call_us"] / s["call_us"]
+    s_us = c.get("scangen_us") or s.get("us")  # scangen re-timed beside the compiled baseline
+    s_call = c.get("scangen_call_us") or s.get("call_us")
+    if s_us and c.get("us"):
+        d["vs_compile"] = c["us"] / s_us
+    if s_call and c.get("call_us"):
+        d["vs_compile_call"] = c["call_us"] / s_call
     if s.get("call_us") and lp.get("us"):
         d["vs_loop"] = lp["us"] / s["call_us"]
     if s.get("call_us") and lp.get("estimate_us"):
@@ -944,37 +998,39 @@ def collect_meta(args):
 
 
 def configurations(args):
-    """Priority tiers: fp32 with truncations, bf16 with truncations, then the no-truncation variants;
-    inside a tier algorithm-major, so a cut-off run keeps whole algorithms."""
+    """Every configuration, in table order (dtype, algorithm, shape, with / without truncations)."""
     out = []
-    for variant in args.variants:
-        for dtype in args.dtypes:
-            for algo in args.algos:
-                has = algo in HAS_TRUNC
-                if variant == "notrunc" and not has:
-                    continue
-                for N, T in args.shapes:
+    for dtype in args.dtypes:
+        for algo in args.algos:
+            has = algo in HAS_TRUNC
+            for N, T in args.shapes:
+                for variant in args.variants:
+                    if variant == "notrunc" and not has:
+                        continue
                     out.append({"algo": algo, "N": N, "T": T, "dtype": DTYPE_NAME[dtype],
-                                "trunc": ("yes" if variant == "trunc" else "no") if has else "-"})
+                                "trunc": ("yes" if variant == "trunc" else "no") if has else "-",
+                                "scangen": {}, "compile": {}, "loop": {}})
     return out
 
 
-def progress_line(i, n, run, rec):
+def progress_line(i, n, run, stage, rec):
     d = rec.get("derived", {})
     s, c, lp = rec.get("scangen", {}), rec.get("compile", {}), rec.get("loop", {})
-    bits = [f"[{i:>3}/{n} {run.elapsed():5.0f}s] {rec['dtype']} {short_name(rec['algo'])} {rec['N']}x{rec['T']} "
-            f"trunc={rec['trunc']}"]
-    if rec.get("skipped"):
-        bits.append(f"not run: {rec['skipped']}")
-    if s.get("us") is not None:
-        bits.append(f"scangen {f_us(s['us'])}us ({f_pct(d.get('pct_floor'))} BW, {f_x(d.get('x_launch'))} L, "
-                    f"call {f_us(s.get('call_us'))}us)")
-    if c.get("us") is not None:
-        bits.append(f"compile {f_us(c['us'])}us ({f_x(d.get('vs_compile'))}, built in {c.get('compile_s', 0):.1f}s)")
-    elif c.get("skipped"):
-        bits.append("compile skipped")
-    if lp.get("us") is not None:
-        bits.append(f"loop {f_us(lp['us'])}us ({f_x(d.get('vs_loop'))})")
+    bits = [f"[{i:>3}/{n} {run.elapsed():5.0f}s] {stage:<7} {rec['dtype']} {short_name(rec['algo'])} "
+            f"{rec['N']}x{rec['T']} trunc={rec['trunc']}"]
+    if stage == "scangen":
+        if s.get("us") is not None:
+            bits.append(f"scangen {f_us(s['us'])} us ({f_pct(d.get('pct_floor'))} of BW floor, "
+                        f"{f_x(d.get('x_launch'))} launch; call {f_us(s.get('call_us'))} us, "
+                        f"{f_x(d.get('x_launch_call'))} launch; first call {s.get('first_call_s', 0):.1f} s)")
+        if lp.get("us") is not None:
+            bits.append(f"loop {f_us(lp['us'])} us ({f_x(d.get('vs_loop'))})")
+    else:
+        if c.get("us") is not None:
+            bits.append(f"compile {f_us(c['us'])} us vs scangen {f_us(c.get('scangen_us'))} us "
+                        f"({f_x(d.get('vs_compile'))}; built in {c.get('compile_s', 0):.1f} s)")
+        elif c.get("skipped"):
+            bits.append(f"compile skipped: {c['skipped']}")
     bits.append(check_cell(rec) or "-")
     return "  ".join(bits)
 
@@ -992,47 +1048,71 @@ def main(argv=None):
     floors = measure_floors(args)
     run.floors = floors
     log(f"floors: {floors_line(floors)}")
-    if not args.no_compile:  # process pool, imports: paid once here rather than by the first configuration
-        try:
-            t0 = time.perf_counter()
-            warm = torch.compile(lambda x: (x * 2 + 1).sum(), dynamic=False, backend=args.compile_backend)
-            warm(torch.ones(64, device=args.device))
-            sync(args)
-            meta["compile_warmup_s"] = time.perf_counter() - t0
-            log(f"torch.compile warm-up {meta['compile_warmup_s']:.1f} s")
-        except Exception as exc:  # noqa: BLE001
-            meta["compile_warmup_error"] = short_err(exc)
-            log(f"torch.compile warm-up failed: {short_err(exc)}")
-        torch._dynamo.reset()
-    configs = configurations(args)
-    log(f"{len(configs)} configurations; time budget {args.time_budget:g} s, compile budget {args.compile_budget:g} s")
-    for i, rec in enumerate(configs, 1):
-        run.records.append(rec)
-        if run.fatal:
-            rec["skipped"] = "CUDA context lost"
-        elif run.elapsed() > args.time_budget:
-            rec["skipped"] = "time budget"
-        else:
-            try:
-                run_config(run, rec)
-            except Exception as exc:  # noqa: BLE001 - never let one configuration end the run
-                rec.setdefault("scangen", {})["error"] = short_err(exc)
-                rec["scangen"]["traceback"] = traceback.format_exc(limit=6)
-        derive(rec, floors)
+    records = configurations(args)
+    run.records = records
+    plan = stages(args, records)
+    if args.no_compile:
+        for r in records:
+            r["compile"]["skipped"] = "--no-compile"
+        plan = [(st, rs) for st, rs in plan if st != "compile"]
+    n_tasks = sum(len(rs) for _, rs in plan)
+    log(f"{len(records)} configurations, {n_tasks} tasks; time budget {args.time_budget:g} s from start"
+        + (f", compile budget {args.compile_budget:g} s" if args.compile_budget is not None else ""))
+
+    def save():
         meta["elapsed_s"], meta["compile_s"], meta["fatal"] = run.elapsed(), run.compile_s, run.fatal
         try:
-            write_outputs(out_dir, meta, floors, run.records, args)
+            for r in records:
+                derive(r, floors)
+            return write_outputs(out_dir, meta, floors, records, args)
         except Exception as exc:  # noqa: BLE001
             log(f"could not write outputs: {short_err(exc)}")
-        log(progress_line(i, len(configs), run, rec))
-        # a configuration's inputs are rebuilt from the cached masters; drop masters no tier needs again
-        if rec["dtype"] == DTYPE_NAME[args.dtypes[-1]]:
-            run.masters.pop((rec["algo"], rec["N"], rec["T"], rec["trunc"]), None)
-    meta["elapsed_s"], meta["compile_s"], meta["fatal"] = run.elapsed(), run.compile_s, run.fatal
-    md = write_outputs(out_dir, meta, floors, run.records, args)
+            return ""
+
+    last_use = {}  # drawn inputs are cached per (algo, shape, variant) until their last task
+    for k, (_, recs) in enumerate(plan):
+        for rec in recs:
+            last_use[(rec["algo"], rec["N"], rec["T"], rec["trunc"])] = k
+    warmed = args.no_compile
+    i = 0
+    for stage, recs in plan:
+        for rec in recs:
+            i += 1
+            why = ("CUDA context lost" if run.fatal else "time budget" if run.over_budget() else
+                   f"compile budget ({args.compile_budget:g} s) spent"
+                   if stage == "compile" and args.compile_budget is not None and run.compile_s > args.compile_budget
+                   else None)
+            if why:
+                if stage == "scangen":
+                    rec["skipped"] = why
+                else:
+                    rec["compile"]["skipped"] = why
+                continue
+            if not warmed:  # the compile worker pool and imports: paid once, not by the first configuration
+                warmed = True
+                try:
+                    t0 = time.perf_counter()
+                    warm = torch.compile(lambda x: (x * 2 + 1).sum(), dynamic=False, backend=args.compile_backend)
+                    warm(torch.ones(64, device=args.device))
+                    sync(args)
+                    meta["compile_warmup_s"] = time.perf_counter() - t0
+                    log(f"torch.compile warm-up {meta['compile_warmup_s']:.1f} s")
+                except Exception as exc:  # noqa: BLE001
+                    meta["compile_warmup_error"] = short_err(exc)
+                    log(f"torch.compile warm-up failed: {short_err(exc)}")
+                torch._dynamo.reset()
+            try:
+                (stage_scangen if stage == "scangen" else stage_compile)(run, rec)
+            except Exception as exc:  # noqa: BLE001 - never let one configuration end the run
+                run.on_error(rec, stage, exc)
+            save()
+            log(progress_line(i, n_tasks, run, stage, rec))
+        for key in [key for key, k in last_use.items() if k == plan.index((stage, recs))]:
+            run.masters.pop(key, None)
+    md = save()
     print(md, flush=True)
     print("", flush=True)
-    print(render_summary(meta, floors, run.records, args, out_dir), flush=True)
+    print(render_summary(meta, floors, records, args, out_dir), flush=True)
     return 0
 
 

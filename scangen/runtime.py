@@ -143,7 +143,7 @@ class Call:
             v = values[p.default] if isinstance(p.default, str) and not p.choices else p.default
             if v is None:
                 v = next(q.default for q in self.op.params if q.name == p.default)
-        if p.choices:
+        if p.choices and not isinstance(v, torch.Tensor):  # tensors: already the choice's code
             table = dict(p.choices)
             if not isinstance(v, str) or v not in table:
                 raise ValueError(f"{self.fn}(): {p.name} must be one of "
@@ -324,7 +324,24 @@ def _signature(op: OpInfo, values: dict, time_dim, outputs, backend):
     return tuple(sig)
 
 
+def _needs_dispatcher(values: dict) -> bool:
+    if torch.compiler.is_compiling():
+        return True
+    if not torch.is_grad_enabled():
+        return False
+    return any(isinstance(v, torch.Tensor) and v.requires_grad for v in values.values())
+
+
 def call(op: OpInfo, values: dict, *, time_dim: int = -1, outputs=None, backend=None):
+    """Run an op: through its torch.library custom op when autograd or torch.compile needs it,
+    else straight to the implementation (no dispatcher overhead)."""
+    if _needs_dispatcher(values):
+        from .ops import dispatch
+        return dispatch(op, values, time_dim=time_dim, outputs=outputs, backend=backend)
+    return call_direct(op, values, time_dim=time_dim, outputs=outputs, backend=backend)
+
+
+def call_direct(op: OpInfo, values: dict, *, time_dim: int = -1, outputs=None, backend=None):
     """Check the arguments, allocate outputs and run the chosen implementation.
 
     The first call with a given signature runs every check and works out strides, dtypes and

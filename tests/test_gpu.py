@@ -1,0 +1,114 @@
+"""GPU-only checks: long rows (beyond one chunk, beyond 2^17, up to 2^22 steps), chunk
+boundaries that fall on episode boundaries, both kernel families, and CUDA graph capture.
+
+Large shapes are compared with the generated torch path run in float64 on the GPU, which the
+CPU suite checks against the hand-written float64 references at small sizes."""
+import pytest
+import torch
+
+import scangen
+from scangen import reference, runtime
+from scangen.testing import assert_close, make_inputs
+
+pytestmark = pytest.mark.gpu
+ALGOS = sorted(reference.REFERENCES)
+
+
+def _tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _f64(inputs):
+    return {k: (v.double() if torch.is_tensor(v) and v.is_floating_point() else v)
+            for k, v in inputs.items()}
+
+
+def _compare_with_f64_torch(name, inputs, **kw):
+    fn = getattr(scangen, name)
+    got = _tuple(fn(**inputs, backend="triton", **kw))
+    ref = _tuple(fn(**_f64(inputs), backend="torch", **kw))
+    for g, r in zip(got, ref):
+        assert_close(g.float().cpu(), r.cpu(), dtype=g.dtype, name=name)
+
+
+@pytest.fixture
+def family(request, monkeypatch):
+    if request.param:
+        monkeypatch.setenv("SCANGEN_FAMILY", request.param)
+    runtime.reload_env()
+    yield request.param
+    monkeypatch.delenv("SCANGEN_FAMILY", raising=False)
+    runtime.reload_env()
+
+
+@pytest.mark.parametrize("family", [None, "stream", "lookback"], indirect=True)
+@pytest.mark.parametrize("shape", [(3, 1 << 17 | 5), (64, 65536), (1, 1 << 22)],
+                         ids=lambda s: f"N{s[0]}-T{s[1]}")
+@pytest.mark.parametrize("name", ALGOS)
+def test_long_rows(name, shape, family):
+    _compare_with_f64_torch(name, make_inputs(name, *shape, seed=1, device="cuda"))
+
+
+@pytest.mark.parametrize("name", ALGOS)
+def test_against_handwritten_reference_on_gpu(name):
+    inputs = make_inputs(name, 33, 3000, seed=2)
+    expected = _tuple(reference.REFERENCES[name](**inputs))
+    dev = {k: v.cuda() if torch.is_tensor(v) else v for k, v in inputs.items()}
+    for g, e in zip(_tuple(getattr(scangen, name)(**dev)), expected):
+        assert_close(g.cpu(), e, dtype=g.dtype, name=name)
+
+
+@pytest.mark.parametrize("family", ["stream", "lookback"], indirect=True)
+@pytest.mark.parametrize("block", [512, 1024])
+def test_chunk_boundaries_on_episode_boundaries(block, family):
+    """Episodes that end exactly at chunk edges (and one step either side)."""
+    inputs = make_inputs("gae", 4, 8 * block, seed=3, device="cuda", term_rate=0, trunc_rate=0)
+    term = torch.zeros_like(inputs["terminateds"])
+    trunc = torch.zeros_like(term)
+    for k in range(1, 8):
+        term[0, k * block - 1] = True
+        trunc[1, k * block - 1] = True
+        term[2, k * block] = True
+        trunc[3, k * block - 2] = True
+    inputs.update(terminateds=term, truncateds=trunc)
+    _compare_with_f64_torch("compute_gae", inputs, outputs=("advantages", "returns"))
+    _compare_with_f64_torch("compute_vtrace", make_inputs("vtrace", 4, 8 * block, seed=4,
+                                                          device="cuda"))
+
+
+@pytest.mark.parametrize("name", ALGOS)
+def test_many_rows_short_t(name):
+    for shape in [(32768, 16), (4096, 128), (16384, 7)]:
+        _compare_with_f64_torch(name, make_inputs(name, *shape, seed=5, device="cuda"))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_on_gpu(dtype):
+    inputs = make_inputs("gae", 256, 2048, seed=6, device="cuda", dtype=dtype)
+    out = scangen.compute_gae(**inputs)
+    assert out.dtype == dtype
+    ref = scangen.compute_gae(**_f64(inputs), backend="torch")
+    assert_close(out.cpu(), ref.cpu(), dtype=dtype)
+
+
+def test_cuda_graph_capture_and_replay():
+    inputs = make_inputs("gae", 1024, 256, seed=7, device="cuda")
+    static = {k: v.clone() if torch.is_tensor(v) else v for k, v in inputs.items()}
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):  # warm up: compile and plan outside the capture
+            scangen.compute_gae(**static)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = scangen.compute_gae(**static)
+    fresh = make_inputs("gae", 1024, 256, seed=8, device="cuda")
+    for k, v in fresh.items():
+        if torch.is_tensor(v):
+            static[k].copy_(v)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_close(out.cpu(), reference.compute_gae(**{k: v.cpu() if torch.is_tensor(v) else v
+                                                     for k, v in fresh.items()}),
+                 dtype=out.dtype)
