@@ -265,6 +265,10 @@ if triton is not None:
     def _empty_kernel(x_ptr, n):
         pass
 
+    @triton.jit
+    def _empty_noarg_kernel():
+        pass
+
 
 def _empty_launch(x, n):
     _empty_kernel[(1,)](x, n)
@@ -302,6 +306,12 @@ def measure_floors(args):
                                        "Python through the same rotating-kwargs wrapper as the ops; launch_us: "
                                        "do_bench median (device-timed), launch_call_us: host-timed loop of "
                                        "back-to-back calls + one synchronize, median of 5")
+            # for reference: the bare no-argument kernel, no wrapper (bench/probe_launch.py's "empty kernel")
+            bare = lambda: _empty_noarg_kernel[(1,)]()  # noqa: E731
+            bare()
+            sync(args)
+            floors["launch_noarg_us"] = device_us(bare, args, warmup=25, rep=100)
+            floors["launch_noarg_call_us"], _ = call_us(bare, args, target_ms=50, repeats=5, n_max=50000)
         else:
             x = torch.zeros(1)
             it = itertools.cycle([{"x": x}])
@@ -674,16 +684,19 @@ def stage_compile(run, rec):
         fn = cycler(cfn, sets)
         c["us"] = device_us(fn, args)
         c["call_us"], c["call_n"] = call_us(fn, args)
-        # scangen again, right beside it
-        op = getattr(scangen, algo)
-        sfn = cycler(op, sets, backend=args.backend)
-        c["scangen_us"] = device_us(sfn, args)
-        c["scangen_call_us"], _ = call_us(sfn, args)
     except Exception as exc:  # noqa: BLE001
         run.on_error(rec, "compile", exc)
     finally:
         torch._dynamo.reset()
         exp.free()
+    if run.fatal or c.get("us") is None or rec["scangen"].get("error"):
+        return
+    try:  # scangen again, right beside it
+        sfn = cycler(getattr(scangen, algo), sets, backend=args.backend)
+        c["scangen_us"] = device_us(sfn, args)
+        c["scangen_call_us"], _ = call_us(sfn, args)
+    except Exception as exc:  # noqa: BLE001
+        c["scangen_retime_error"] = short_err(exc)
 
 
 def stages(args, records):
@@ -887,6 +900,9 @@ def floors_line(floors):
     a = f"copy bandwidth {bw:,.0f} GB/s" if bw else f"copy bandwidth n/a ({floors.get('copy_error')})"
     b = (f"launch floor {L:.2f} us (do_bench) / {Lc:.2f} us (host-timed loop)" if L and Lc
          else f"launch floor n/a ({floors.get('launch_error')})")
+    if floors.get("launch_noarg_us") and floors.get("launch_noarg_call_us"):
+        b += (f" [bare no-arg kernel: {floors['launch_noarg_us']:.2f} / "
+              f"{floors['launch_noarg_call_us']:.2f} us]")
     return f"{a}; {b}"
 
 

@@ -10,6 +10,7 @@ import triton
 import triton.language as tl
 
 from scangen import runtime as _rt
+from scangen import torchpath as _tp
 
 
 @triton.jit
@@ -76,8 +77,6 @@ def _discounted_returns_chunked_kernel(
         _chunk = _n_chunks - 1 - _c
         _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
         _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-        _tn = tl.minimum(_t + 1, T - 1)
-        _tp = tl.maximum(_t - 1, 0)
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_bootstrap_values:
             bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1).to(ACC)
@@ -201,8 +200,6 @@ def _discounted_returns_lookback_kernel(
     _chunk = _n_chunks - 1 - _step
     _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
     _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-    _tn = tl.minimum(_t + 1, T - 1)
-    _tp = tl.maximum(_t - 1, 0)
     is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
     if HAS_bootstrap_values:
         bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1).to(ACC)
@@ -272,18 +269,16 @@ def _launch(c, cfg):
 
 def _torch_impl(c):
     """The same recurrence in vectorised torch: any device, log-depth doubling scans."""
-    HAS_truncateds = 1.0 if c.has("truncateds") else 0.0
-    HAS_bootstrap_values = 1.0 if c.has("bootstrap_values") else 0.0
-    bootstrap_values = _rt.load(c, "bootstrap_values", 0.0)
-    gamma = _rt.param(c, "gamma")
-    rewards = _rt.load(c, "rewards", None)
-    terminateds = _rt.load(c, "terminateds", None)
-    truncateds = _rt.load(c, "truncateds", 0.0)
-    is_last = _rt.position(c, "is_last")
+    bootstrap_values = _tp.load(c, "bootstrap_values", 0.0)
+    gamma = _tp.param(c, "gamma")
+    rewards = _tp.load(c, "rewards", None)
+    terminateds = _tp.load(c, "terminateds", None)
+    truncateds = _tp.load(c, "truncateds", 0.0)
+    is_last = _tp.position(c, "is_last")
     # scan G
-    _e1 = _rt.where((is_last != 0), 1.0, _rt.maximum(terminateds, truncateds))
-    G = _rt.scan(c, rewards + _e1*bootstrap_values*gamma*(1.0 - terminateds), gamma*(1.0 - _e1), 0.0, reverse=True)
-    _rt.store(c, "returns", G)
+    _e1 = _tp.where((is_last != 0), 1.0, _tp.maximum(terminateds, truncateds))
+    G = _tp.scan(c, rewards + _e1*bootstrap_values*gamma*(1.0 - terminateds), gamma*(1.0 - _e1), 0.0, reverse=True)
+    _tp.store(c, "returns", G)
 
 
 OP = _rt.OpInfo(

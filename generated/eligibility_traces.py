@@ -10,6 +10,7 @@ import triton
 import triton.language as tl
 
 from scangen import runtime as _rt
+from scangen import torchpath as _tp
 
 
 @triton.jit
@@ -81,10 +82,9 @@ def _eligibility_traces_chunked_kernel(
         _chunk = _c
         _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
         _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-        _tn = tl.minimum(_t + 1, T - 1)
-        _tp = tl.maximum(_t - 1, 0)
+        _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-        dones__prev = tl.load(dones__ptr + dones__row[:, None] + _tp[None, :] * dones__st, mask=_ok, other=1).to(ACC)
+        dones__prev = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1).to(ACC)
         if gamma__TENSOR:
             gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
         else:
@@ -206,10 +206,9 @@ def _eligibility_traces_lookback_kernel(
     _chunk = _step
     _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
     _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-    _tn = tl.minimum(_t + 1, T - 1)
-    _tp = tl.maximum(_t - 1, 0)
+    _t_prev = tl.maximum(_t - 1, 0)
     is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-    dones__prev = tl.load(dones__ptr + dones__row[:, None] + _tp[None, :] * dones__st, mask=_ok, other=1).to(ACC)
+    dones__prev = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1).to(ACC)
     if gamma__TENSOR:
         gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
     else:
@@ -271,17 +270,16 @@ def _launch(c, cfg):
 
 def _torch_impl(c):
     """The same recurrence in vectorised torch: any device, log-depth doubling scans."""
-    HAS_seed_values = 1.0 if c.has("seed_values") else 0.0
-    dones = _rt.load(c, "dones", None)
-    gamma = _rt.param(c, "gamma")
-    gradients = _rt.load(c, "gradients", None)
-    lambda_ = _rt.param(c, "lambda_")
-    seed_values = _rt.load(c, "seed_values", 0.0)
-    dones__prev = _rt.shift(dones, "prev")
-    is_first = _rt.position(c, "is_first")
+    dones = _tp.load(c, "dones", None)
+    gamma = _tp.param(c, "gamma")
+    gradients = _tp.load(c, "gradients", None)
+    lambda_ = _tp.param(c, "lambda_")
+    seed_values = _tp.load(c, "seed_values", 0.0)
+    dones__prev = _tp.shift(dones, "prev")
+    is_first = _tp.position(c, "is_first")
     # scan z
-    z = _rt.scan(c, gradients, gamma*lambda_*(1.0 - _rt.where((is_first != 0), 0.0, dones__prev)), seed_values, reverse=False)
-    _rt.store(c, "traces", z)
+    z = _tp.scan(c, gradients, gamma*lambda_*(1.0 - _tp.where((is_first != 0), 0.0, dones__prev)), seed_values, reverse=False)
+    _tp.store(c, "traces", z)
 
 
 OP = _rt.OpInfo(

@@ -10,6 +10,7 @@ import triton
 import triton.language as tl
 
 from scangen import runtime as _rt
+from scangen import torchpath as _tp
 
 
 @triton.jit
@@ -74,15 +75,14 @@ def _episodic_prefix_sum_chunked_kernel(
         _chunk = _c
         _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
         _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-        _tn = tl.minimum(_t + 1, T - 1)
-        _tp = tl.maximum(_t - 1, 0)
+        _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
         if boundary__TENSOR:
             boundary__t = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1).to(ACC)
         else:
             boundary__t = _zero + boundary
         dones = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1).to(ACC)
-        dones__prev = tl.load(dones__ptr + dones__row[:, None] + _tp[None, :] * dones__st, mask=_ok, other=1).to(ACC)
+        dones__prev = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1).to(ACC)
         inputs = tl.load(inputs__ptr + inputs__row[:, None] + _t[None, :] * inputs__st, mask=_ok, other=1).to(ACC)
         # scan C: C_t = alpha_t + beta_t * C_{t-1}
         _alpha = tl.where(_ok, _zero + (inputs), 0.0)
@@ -189,15 +189,14 @@ def _episodic_prefix_sum_lookback_kernel(
     _chunk = _step
     _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
     _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-    _tn = tl.minimum(_t + 1, T - 1)
-    _tp = tl.maximum(_t - 1, 0)
+    _t_prev = tl.maximum(_t - 1, 0)
     is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
     if boundary__TENSOR:
         boundary__t = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1).to(ACC)
     else:
         boundary__t = _zero + boundary
     dones = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1).to(ACC)
-    dones__prev = tl.load(dones__ptr + dones__row[:, None] + _tp[None, :] * dones__st, mask=_ok, other=1).to(ACC)
+    dones__prev = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1).to(ACC)
     inputs = tl.load(inputs__ptr + inputs__row[:, None] + _t[None, :] * inputs__st, mask=_ok, other=1).to(ACC)
     # scan C: C_t = alpha_t + beta_t * C_{t-1}
     _alpha = tl.where(_ok, _zero + (inputs), 0.0)
@@ -249,16 +248,15 @@ def _launch(c, cfg):
 
 def _torch_impl(c):
     """The same recurrence in vectorised torch: any device, log-depth doubling scans."""
-    HAS_seed_values = 1.0 if c.has("seed_values") else 0.0
-    boundary = _rt.param(c, "boundary")
-    dones = _rt.load(c, "dones", None)
-    inputs = _rt.load(c, "inputs", None)
-    seed_values = _rt.load(c, "seed_values", 0.0)
-    dones__prev = _rt.shift(dones, "prev")
-    is_first = _rt.position(c, "is_first")
+    boundary = _tp.param(c, "boundary")
+    dones = _tp.load(c, "dones", None)
+    inputs = _tp.load(c, "inputs", None)
+    seed_values = _tp.load(c, "seed_values", 0.0)
+    dones__prev = _tp.shift(dones, "prev")
+    is_first = _tp.position(c, "is_first")
     # scan C
-    C = _rt.scan(c, inputs, 1.0 - _rt.where((boundary != 0), dones, _rt.where((is_first != 0), 0.0, dones__prev)), seed_values, reverse=False)
-    _rt.store(c, "sums", C)
+    C = _tp.scan(c, inputs, 1.0 - _tp.where((boundary != 0), dones, _tp.where((is_first != 0), 0.0, dones__prev)), seed_values, reverse=False)
+    _tp.store(c, "sums", C)
 
 
 OP = _rt.OpInfo(

@@ -10,6 +10,7 @@ import triton
 import triton.language as tl
 
 from scangen import runtime as _rt
+from scangen import torchpath as _tp
 
 
 @triton.jit
@@ -104,8 +105,7 @@ def _gae_chunked_kernel(
         _chunk = _n_chunks - 1 - _c
         _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
         _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-        _tn = tl.minimum(_t + 1, T - 1)
-        _tp = tl.maximum(_t - 1, 0)
+        _t_next = tl.minimum(_t + 1, T - 1)
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_bootstrap_values:
             bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1).to(ACC)
@@ -126,7 +126,7 @@ def _gae_chunked_kernel(
         else:
             truncateds = _zero + 0.0
         values = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1).to(ACC)
-        values__next = tl.load(values__ptr + values__row[:, None] + _tn[None, :] * values__st, mask=_ok, other=1).to(ACC)
+        values__next = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1).to(ACC)
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _e1 = tl.maximum(terminateds, truncateds)
         _alpha = tl.where(_ok, _zero + (rewards - values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next))), 0.0)
@@ -265,8 +265,7 @@ def _gae_lookback_kernel(
     _chunk = _n_chunks - 1 - _step
     _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
     _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-    _tn = tl.minimum(_t + 1, T - 1)
-    _tp = tl.maximum(_t - 1, 0)
+    _t_next = tl.minimum(_t + 1, T - 1)
     is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
     if HAS_bootstrap_values:
         bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1).to(ACC)
@@ -287,7 +286,7 @@ def _gae_lookback_kernel(
     else:
         truncateds = _zero + 0.0
     values = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1).to(ACC)
-    values__next = tl.load(values__ptr + values__row[:, None] + _tn[None, :] * values__st, mask=_ok, other=1).to(ACC)
+    values__next = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1).to(ACC)
     # scan A: A_t = alpha_t + beta_t * A_{t+1}
     _e1 = tl.maximum(terminateds, truncateds)
     _alpha = tl.where(_ok, _zero + (rewards - values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next))), 0.0)
@@ -354,24 +353,21 @@ def _launch(c, cfg):
 
 def _torch_impl(c):
     """The same recurrence in vectorised torch: any device, log-depth doubling scans."""
-    HAS_truncateds = 1.0 if c.has("truncateds") else 0.0
-    HAS_bootstrap_values = 1.0 if c.has("bootstrap_values") else 0.0
-    HAS_last_value = 1.0 if c.has("last_value") else 0.0
-    bootstrap_values = _rt.load(c, "bootstrap_values", 0.0)
-    gamma = _rt.param(c, "gamma")
-    lambda_ = _rt.param(c, "lambda_")
-    last_value = _rt.load(c, "last_value", 0.0)
-    rewards = _rt.load(c, "rewards", None)
-    terminateds = _rt.load(c, "terminateds", None)
-    truncateds = _rt.load(c, "truncateds", 0.0)
-    values = _rt.load(c, "values", None)
-    is_last = _rt.position(c, "is_last")
-    values__next = _rt.shift(values, "next")
+    bootstrap_values = _tp.load(c, "bootstrap_values", 0.0)
+    gamma = _tp.param(c, "gamma")
+    lambda_ = _tp.param(c, "lambda_")
+    last_value = _tp.load(c, "last_value", 0.0)
+    rewards = _tp.load(c, "rewards", None)
+    terminateds = _tp.load(c, "terminateds", None)
+    truncateds = _tp.load(c, "truncateds", 0.0)
+    values = _tp.load(c, "values", None)
+    is_last = _tp.position(c, "is_last")
+    values__next = _tp.shift(values, "next")
     # scan A
-    _e1 = _rt.maximum(terminateds, truncateds)
-    A = _rt.scan(c, rewards - values + gamma*(1.0 - terminateds)*_rt.where((_rt.where((is_last != 0), 1.0, _e1) != 0), _rt.where((is_last != 0), bootstrap_values + last_value, bootstrap_values), _rt.where((is_last != 0), 0.0, values__next)), gamma*lambda_*(1.0 - _e1), 0.0, reverse=True)
-    _rt.store(c, "advantages", A)
-    _rt.store(c, "returns", A + values)
+    _e1 = _tp.maximum(terminateds, truncateds)
+    A = _tp.scan(c, rewards - values + gamma*(1.0 - terminateds)*_tp.where((_tp.where((is_last != 0), 1.0, _e1) != 0), _tp.where((is_last != 0), bootstrap_values + last_value, bootstrap_values), _tp.where((is_last != 0), 0.0, values__next)), gamma*lambda_*(1.0 - _e1), 0.0, reverse=True)
+    _tp.store(c, "advantages", A)
+    _tp.store(c, "returns", A + values)
 
 
 OP = _rt.OpInfo(

@@ -10,6 +10,7 @@ import triton
 import triton.language as tl
 
 from scangen import runtime as _rt
+from scangen import torchpath as _tp
 
 
 @triton.jit
@@ -88,8 +89,6 @@ def _lambda_returns_chunked_kernel(
         _chunk = _n_chunks - 1 - _c
         _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
         _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-        _tn = tl.minimum(_t + 1, T - 1)
-        _tp = tl.maximum(_t - 1, 0)
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_bootstrap_values:
             bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1).to(ACC)
@@ -230,8 +229,6 @@ def _lambda_returns_lookback_kernel(
     _chunk = _n_chunks - 1 - _step
     _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
     _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-    _tn = tl.minimum(_t + 1, T - 1)
-    _tp = tl.maximum(_t - 1, 0)
     is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
     if HAS_bootstrap_values:
         bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1).to(ACC)
@@ -310,20 +307,19 @@ def _launch(c, cfg):
 
 def _torch_impl(c):
     """The same recurrence in vectorised torch: any device, log-depth doubling scans."""
-    HAS_truncateds = 1.0 if c.has("truncateds") else 0.0
     HAS_bootstrap_values = 1.0 if c.has("bootstrap_values") else 0.0
-    bootstrap_values = _rt.load(c, "bootstrap_values", 0.0)
-    gamma = _rt.param(c, "gamma")
-    lambda_ = _rt.param(c, "lambda_")
-    next_values = _rt.load(c, "next_values", None)
-    rewards = _rt.load(c, "rewards", None)
-    terminateds = _rt.load(c, "terminateds", None)
-    truncateds = _rt.load(c, "truncateds", 0.0)
-    is_last = _rt.position(c, "is_last")
+    bootstrap_values = _tp.load(c, "bootstrap_values", 0.0)
+    gamma = _tp.param(c, "gamma")
+    lambda_ = _tp.param(c, "lambda_")
+    next_values = _tp.load(c, "next_values", None)
+    rewards = _tp.load(c, "rewards", None)
+    terminateds = _tp.load(c, "terminateds", None)
+    truncateds = _tp.load(c, "truncateds", 0.0)
+    is_last = _tp.position(c, "is_last")
     # scan G
-    _e1 = lambda_*(1.0 - _rt.where((is_last != 0), 1.0, _rt.maximum(terminateds, truncateds)))
-    G = _rt.scan(c, rewards + gamma*(1.0 - _e1)*(1.0 - terminateds)*_rt.where((HAS_bootstrap_values*_rt.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values), _e1*gamma, 0.0, reverse=True)
-    _rt.store(c, "returns", G)
+    _e1 = lambda_*(1.0 - _tp.where((is_last != 0), 1.0, _tp.maximum(terminateds, truncateds)))
+    G = _tp.scan(c, rewards + gamma*(1.0 - _e1)*(1.0 - terminateds)*_tp.where((HAS_bootstrap_values*_tp.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values), _e1*gamma, 0.0, reverse=True)
+    _tp.store(c, "returns", G)
 
 
 OP = _rt.OpInfo(

@@ -10,6 +10,7 @@ import triton
 import triton.language as tl
 
 from scangen import runtime as _rt
+from scangen import torchpath as _tp
 
 
 @triton.jit
@@ -84,8 +85,6 @@ def _masked_gae_chunked_kernel(
         _chunk = _n_chunks - 1 - _c
         _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
         _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-        _tn = tl.minimum(_t + 1, T - 1)
-        _tp = tl.maximum(_t - 1, 0)
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
         if gamma__TENSOR:
             gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
@@ -222,8 +221,6 @@ def _masked_gae_lookback_kernel(
     _chunk = _n_chunks - 1 - _step
     _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
     _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-    _tn = tl.minimum(_t + 1, T - 1)
-    _tp = tl.maximum(_t - 1, 0)
     is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
     if gamma__TENSOR:
         gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
@@ -305,19 +302,19 @@ def _launch(c, cfg):
 
 def _torch_impl(c):
     """The same recurrence in vectorised torch: any device, log-depth doubling scans."""
-    gamma = _rt.param(c, "gamma")
-    lambda_ = _rt.param(c, "lambda_")
-    response_mask = _rt.load(c, "response_mask", None)
-    token_level_rewards = _rt.load(c, "token_level_rewards", None)
-    values = _rt.load(c, "values", None)
-    is_last = _rt.position(c, "is_last")
+    gamma = _tp.param(c, "gamma")
+    lambda_ = _tp.param(c, "lambda_")
+    response_mask = _tp.load(c, "response_mask", None)
+    token_level_rewards = _tp.load(c, "token_level_rewards", None)
+    values = _tp.load(c, "values", None)
+    is_last = _tp.position(c, "is_last")
     # scan nv
-    nv = _rt.scan(c, response_mask*values, 1.0 - response_mask, 0.0, reverse=True)
-    nv__next = _rt.shift(nv, "next")
+    nv = _tp.scan(c, response_mask*values, 1.0 - response_mask, 0.0, reverse=True)
+    nv__next = _tp.shift(nv, "next")
     # scan A
-    A = _rt.scan(c, response_mask*(token_level_rewards - values + gamma*_rt.where((is_last != 0), 0.0, nv__next)), 1.0 - response_mask + gamma*lambda_*response_mask, 0.0, reverse=True)
-    _rt.store(c, "advantages", A)
-    _rt.store(c, "returns", A + values)
+    A = _tp.scan(c, response_mask*(token_level_rewards - values + gamma*_tp.where((is_last != 0), 0.0, nv__next)), 1.0 - response_mask + gamma*lambda_*response_mask, 0.0, reverse=True)
+    _tp.store(c, "advantages", A)
+    _tp.store(c, "returns", A + values)
 
 
 OP = _rt.OpInfo(

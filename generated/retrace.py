@@ -10,6 +10,7 @@ import triton
 import triton.language as tl
 
 from scangen import runtime as _rt
+from scangen import torchpath as _tp
 
 
 @triton.jit
@@ -131,15 +132,14 @@ def _retrace_chunked_kernel(
         _chunk = _n_chunks - 1 - _c
         _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
         _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-        _tn = tl.minimum(_t + 1, T - 1)
-        _tp = tl.maximum(_t - 1, 0)
+        _t_next = tl.minimum(_t + 1, T - 1)
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
         action_probs_behavior = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1).to(ACC)
-        action_probs_behavior__next = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _tn[None, :] * action_probs_behavior__st, mask=_ok, other=1).to(ACC)
+        action_probs_behavior__next = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t_next[None, :] * action_probs_behavior__st, mask=_ok, other=1).to(ACC)
         actions = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1)
-        actions__next = tl.load(actions__ptr + actions__row[:, None] + _tn[None, :] * actions__st, mask=_ok, other=1)
+        actions__next = tl.load(actions__ptr + actions__row[:, None] + _t_next[None, :] * actions__st, mask=_ok, other=1)
         if c_bar__TENSOR:
-            c_bar__next__t = tl.load(c_bar__ptr + c_bar__row[:, None] + _tn[None, :] * c_bar__st, mask=_ok, other=1).to(ACC)
+            c_bar__next__t = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1).to(ACC)
         else:
             c_bar__next__t = _zero + c_bar
         if gamma__TENSOR:
@@ -147,11 +147,11 @@ def _retrace_chunked_kernel(
         else:
             gamma__t = _zero + gamma
         if lambda___TENSOR:
-            lambda___next__t = tl.load(lambda___ptr + lambda___row[:, None] + _tn[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
+            lambda___next__t = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
         else:
             lambda___next__t = _zero + lambda_
         q_values = tl.load(q_values__ptr + q_values__row[:, None] + _t[None, :] * q_values__st, mask=_ok, other=1).to(ACC)
-        q_values__next = tl.load(q_values__ptr + q_values__row[:, None] + _tn[None, :] * q_values__st, mask=_ok, other=1).to(ACC)
+        q_values__next = tl.load(q_values__ptr + q_values__row[:, None] + _t_next[None, :] * q_values__st, mask=_ok, other=1).to(ACC)
         rewards = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1).to(ACC)
         if rho_bar__TENSOR:
             rho_bar__t = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1).to(ACC)
@@ -164,7 +164,7 @@ def _retrace_chunked_kernel(
             truncateds = _zero + 0.0
         _gi = actions__next.to(tl.int64)
         _gok = (_gi >= 0) & (_gi < K)
-        _gather0 = tl.load(action_probs_target__ptr + action_probs_target__row[:, None] + _tn[None, :] * action_probs_target__st + _gi * action_probs_target__sk, mask=_ok & _gok, other=0).to(ACC)
+        _gather0 = tl.load(action_probs_target__ptr + action_probs_target__row[:, None] + _t_next[None, :] * action_probs_target__st + _gi * action_probs_target__sk, mask=_ok & _gok, other=0).to(ACC)
         _gather0 = tl.where(_gok, _gather0, float("nan"))  # out-of-range index -> NaN
         _gi = actions.to(tl.int64)
         _gok = (_gi >= 0) & (_gi < K)
@@ -342,15 +342,14 @@ def _retrace_lookback_kernel(
     _chunk = _n_chunks - 1 - _step
     _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
     _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-    _tn = tl.minimum(_t + 1, T - 1)
-    _tp = tl.maximum(_t - 1, 0)
+    _t_next = tl.minimum(_t + 1, T - 1)
     is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
     action_probs_behavior = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1).to(ACC)
-    action_probs_behavior__next = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _tn[None, :] * action_probs_behavior__st, mask=_ok, other=1).to(ACC)
+    action_probs_behavior__next = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t_next[None, :] * action_probs_behavior__st, mask=_ok, other=1).to(ACC)
     actions = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1)
-    actions__next = tl.load(actions__ptr + actions__row[:, None] + _tn[None, :] * actions__st, mask=_ok, other=1)
+    actions__next = tl.load(actions__ptr + actions__row[:, None] + _t_next[None, :] * actions__st, mask=_ok, other=1)
     if c_bar__TENSOR:
-        c_bar__next__t = tl.load(c_bar__ptr + c_bar__row[:, None] + _tn[None, :] * c_bar__st, mask=_ok, other=1).to(ACC)
+        c_bar__next__t = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1).to(ACC)
     else:
         c_bar__next__t = _zero + c_bar
     if gamma__TENSOR:
@@ -358,11 +357,11 @@ def _retrace_lookback_kernel(
     else:
         gamma__t = _zero + gamma
     if lambda___TENSOR:
-        lambda___next__t = tl.load(lambda___ptr + lambda___row[:, None] + _tn[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
+        lambda___next__t = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
     else:
         lambda___next__t = _zero + lambda_
     q_values = tl.load(q_values__ptr + q_values__row[:, None] + _t[None, :] * q_values__st, mask=_ok, other=1).to(ACC)
-    q_values__next = tl.load(q_values__ptr + q_values__row[:, None] + _tn[None, :] * q_values__st, mask=_ok, other=1).to(ACC)
+    q_values__next = tl.load(q_values__ptr + q_values__row[:, None] + _t_next[None, :] * q_values__st, mask=_ok, other=1).to(ACC)
     rewards = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1).to(ACC)
     if rho_bar__TENSOR:
         rho_bar__t = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1).to(ACC)
@@ -375,7 +374,7 @@ def _retrace_lookback_kernel(
         truncateds = _zero + 0.0
     _gi = actions__next.to(tl.int64)
     _gok = (_gi >= 0) & (_gi < K)
-    _gather0 = tl.load(action_probs_target__ptr + action_probs_target__row[:, None] + _tn[None, :] * action_probs_target__st + _gi * action_probs_target__sk, mask=_ok & _gok, other=0).to(ACC)
+    _gather0 = tl.load(action_probs_target__ptr + action_probs_target__row[:, None] + _t_next[None, :] * action_probs_target__st + _gi * action_probs_target__sk, mask=_ok & _gok, other=0).to(ACC)
     _gather0 = tl.where(_gok, _gather0, float("nan"))  # out-of-range index -> NaN
     _gi = actions.to(tl.int64)
     _gok = (_gi >= 0) & (_gi < K)
@@ -462,35 +461,34 @@ def _launch(c, cfg):
 
 def _torch_impl(c):
     """The same recurrence in vectorised torch: any device, log-depth doubling scans."""
-    HAS_truncateds = 1.0 if c.has("truncateds") else 0.0
-    action_probs_behavior = _rt.load(c, "action_probs_behavior", None)
-    action_probs_target = _rt.load(c, "action_probs_target", None)
-    actions = _rt.load(c, "actions", None)
-    c_bar = _rt.param(c, "c_bar")
-    gamma = _rt.param(c, "gamma")
-    lambda_ = _rt.param(c, "lambda_")
-    next_action_probs_target = _rt.load(c, "next_action_probs_target", None)
-    next_q_values_all = _rt.load(c, "next_q_values_all", None)
-    q_values = _rt.load(c, "q_values", None)
-    rewards = _rt.load(c, "rewards", None)
-    rho_bar = _rt.param(c, "rho_bar")
-    terminateds = _rt.load(c, "terminateds", None)
-    truncateds = _rt.load(c, "truncateds", 0.0)
-    action_probs_behavior__next = _rt.shift(action_probs_behavior, "next")
-    action_probs_target__next = _rt.shift(action_probs_target, "next", dim=2)
-    actions__next = _rt.shift(actions, "next")
-    c_bar__next = _rt.shift(c_bar, "next")
-    is_last = _rt.position(c, "is_last")
-    lambda___next = _rt.shift(lambda_, "next")
-    q_values__next = _rt.shift(q_values, "next")
-    _gather0 = _rt.gather(action_probs_target__next, actions__next)
-    _gather1 = _rt.gather(action_probs_target, actions)
+    action_probs_behavior = _tp.load(c, "action_probs_behavior", None)
+    action_probs_target = _tp.load(c, "action_probs_target", None)
+    actions = _tp.load(c, "actions", None)
+    c_bar = _tp.param(c, "c_bar")
+    gamma = _tp.param(c, "gamma")
+    lambda_ = _tp.param(c, "lambda_")
+    next_action_probs_target = _tp.load(c, "next_action_probs_target", None)
+    next_q_values_all = _tp.load(c, "next_q_values_all", None)
+    q_values = _tp.load(c, "q_values", None)
+    rewards = _tp.load(c, "rewards", None)
+    rho_bar = _tp.param(c, "rho_bar")
+    terminateds = _tp.load(c, "terminateds", None)
+    truncateds = _tp.load(c, "truncateds", 0.0)
+    action_probs_behavior__next = _tp.shift(action_probs_behavior, "next")
+    action_probs_target__next = _tp.shift(action_probs_target, "next", dim=2)
+    actions__next = _tp.shift(actions, "next")
+    c_bar__next = _tp.shift(c_bar, "next")
+    is_last = _tp.position(c, "is_last")
+    lambda___next = _tp.shift(lambda_, "next")
+    q_values__next = _tp.shift(q_values, "next")
+    _gather0 = _tp.gather(action_probs_target__next, actions__next)
+    _gather1 = _tp.gather(action_probs_target, actions)
     _sum0 = (next_action_probs_target*next_q_values_all).sum(-1)
     # scan A
-    A = _rt.scan(c, rewards - q_values + _sum0*gamma*(1.0 - terminateds), gamma*(1.0 - _rt.maximum(terminateds, truncateds))*_rt.where((is_last != 0), 0.0, lambda___next*_rt.minimum(c_bar__next, _gather0/action_probs_behavior__next)), 0.0, reverse=True)
-    A__next = _rt.shift(A, "next")
-    _rt.store(c, "targets", A + q_values)
-    _rt.store(c, "advantages", (rewards - q_values + gamma*(1.0 - terminateds)*_rt.where((_rt.where((is_last != 0), 1.0, _rt.maximum(terminateds, truncateds)) != 0), _sum0, _rt.where((is_last != 0), 0.0, A__next) + _rt.where((is_last != 0), 0.0, q_values__next)))*_rt.minimum(rho_bar, _gather1/action_probs_behavior))
+    A = _tp.scan(c, rewards - q_values + _sum0*gamma*(1.0 - terminateds), gamma*(1.0 - _tp.maximum(terminateds, truncateds))*_tp.where((is_last != 0), 0.0, lambda___next*_tp.minimum(c_bar__next, _gather0/action_probs_behavior__next)), 0.0, reverse=True)
+    A__next = _tp.shift(A, "next")
+    _tp.store(c, "targets", A + q_values)
+    _tp.store(c, "advantages", (rewards - q_values + gamma*(1.0 - terminateds)*_tp.where((_tp.where((is_last != 0), 1.0, _tp.maximum(terminateds, truncateds)) != 0), _sum0, _tp.where((is_last != 0), 0.0, A__next) + _tp.where((is_last != 0), 0.0, q_values__next)))*_tp.minimum(rho_bar, _gather1/action_probs_behavior))
 
 
 OP = _rt.OpInfo(

@@ -10,6 +10,7 @@ import triton
 import triton.language as tl
 
 from scangen import runtime as _rt
+from scangen import torchpath as _tp
 
 
 @triton.jit
@@ -136,8 +137,7 @@ def _vtrace_chunked_kernel(
         _chunk = _n_chunks - 1 - _c
         _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
         _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-        _tn = tl.minimum(_t + 1, T - 1)
-        _tp = tl.maximum(_t - 1, 0)
+        _t_next = tl.minimum(_t + 1, T - 1)
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_bootstrap_values:
             bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1).to(ACC)
@@ -172,7 +172,7 @@ def _vtrace_chunked_kernel(
         else:
             truncateds = _zero + 0.0
         values = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1).to(ACC)
-        values__next = tl.load(values__ptr + values__row[:, None] + _tn[None, :] * values__st, mask=_ok, other=1).to(ACC)
+        values__next = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1).to(ACC)
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _e1 = tl.maximum(terminateds, truncateds)
         _e2 = tl.exp(log_pi_target - log_pi_behavior)
@@ -348,8 +348,7 @@ def _vtrace_lookback_kernel(
     _chunk = _n_chunks - 1 - _step
     _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
     _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-    _tn = tl.minimum(_t + 1, T - 1)
-    _tp = tl.maximum(_t - 1, 0)
+    _t_next = tl.minimum(_t + 1, T - 1)
     is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
     if HAS_bootstrap_values:
         bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1).to(ACC)
@@ -384,7 +383,7 @@ def _vtrace_lookback_kernel(
     else:
         truncateds = _zero + 0.0
     values = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1).to(ACC)
-    values__next = tl.load(values__ptr + values__row[:, None] + _tn[None, :] * values__st, mask=_ok, other=1).to(ACC)
+    values__next = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1).to(ACC)
     # scan A: A_t = alpha_t + beta_t * A_{t+1}
     _e1 = tl.maximum(terminateds, truncateds)
     _e2 = tl.exp(log_pi_target - log_pi_behavior)
@@ -466,34 +465,31 @@ def _launch(c, cfg):
 
 def _torch_impl(c):
     """The same recurrence in vectorised torch: any device, log-depth doubling scans."""
-    HAS_truncateds = 1.0 if c.has("truncateds") else 0.0
-    HAS_bootstrap_values = 1.0 if c.has("bootstrap_values") else 0.0
-    HAS_last_value = 1.0 if c.has("last_value") else 0.0
-    bootstrap_values = _rt.load(c, "bootstrap_values", 0.0)
-    c_bar = _rt.param(c, "c_bar")
-    gamma = _rt.param(c, "gamma")
-    lambda_ = _rt.param(c, "lambda_")
-    last_value = _rt.load(c, "last_value", 0.0)
-    log_pi_behavior = _rt.load(c, "log_pi_behavior", None)
-    log_pi_target = _rt.load(c, "log_pi_target", None)
-    pg_rho_bar = _rt.param(c, "pg_rho_bar")
-    rewards = _rt.load(c, "rewards", None)
-    rho_bar = _rt.param(c, "rho_bar")
-    terminateds = _rt.load(c, "terminateds", None)
-    truncateds = _rt.load(c, "truncateds", 0.0)
-    values = _rt.load(c, "values", None)
-    is_last = _rt.position(c, "is_last")
-    values__next = _rt.shift(values, "next")
+    bootstrap_values = _tp.load(c, "bootstrap_values", 0.0)
+    c_bar = _tp.param(c, "c_bar")
+    gamma = _tp.param(c, "gamma")
+    lambda_ = _tp.param(c, "lambda_")
+    last_value = _tp.load(c, "last_value", 0.0)
+    log_pi_behavior = _tp.load(c, "log_pi_behavior", None)
+    log_pi_target = _tp.load(c, "log_pi_target", None)
+    pg_rho_bar = _tp.param(c, "pg_rho_bar")
+    rewards = _tp.load(c, "rewards", None)
+    rho_bar = _tp.param(c, "rho_bar")
+    terminateds = _tp.load(c, "terminateds", None)
+    truncateds = _tp.load(c, "truncateds", 0.0)
+    values = _tp.load(c, "values", None)
+    is_last = _tp.position(c, "is_last")
+    values__next = _tp.shift(values, "next")
     # scan A
-    _e1 = _rt.maximum(terminateds, truncateds)
-    _e2 = _rt.exp(log_pi_target - log_pi_behavior)
-    A = _rt.scan(c, (rewards - values + gamma*(1.0 - terminateds)*_rt.where((_rt.where((is_last != 0), 1.0, _e1) != 0), _rt.where((is_last != 0), bootstrap_values + last_value, bootstrap_values), _rt.where((is_last != 0), 0.0, values__next)))*_rt.minimum(_e2, rho_bar), gamma*lambda_*(1.0 - _e1)*_rt.minimum(_e2, c_bar), 0.0, reverse=True)
-    A__next = _rt.shift(A, "next")
-    _e3 = _rt.where((is_last != 0), 1.0, _rt.maximum(terminateds, truncateds))
-    _e4 = _rt.where((is_last != 0), bootstrap_values + last_value, bootstrap_values)
-    _e5 = _rt.where((is_last != 0), 0.0, values__next)
-    _rt.store(c, "targets", A + values)
-    _rt.store(c, "pg_advantages", (rewards - values + gamma*(1.0 - terminateds)*(lambda_*_rt.where((_e3 != 0), _e4, _e5 + _rt.where((is_last != 0), 0.0, A__next)) + (1.0 - lambda_)*_rt.where((_e3 != 0), _e4, _e5)))*_rt.minimum(pg_rho_bar, _rt.exp(log_pi_target - log_pi_behavior)))
+    _e1 = _tp.maximum(terminateds, truncateds)
+    _e2 = _tp.exp(log_pi_target - log_pi_behavior)
+    A = _tp.scan(c, (rewards - values + gamma*(1.0 - terminateds)*_tp.where((_tp.where((is_last != 0), 1.0, _e1) != 0), _tp.where((is_last != 0), bootstrap_values + last_value, bootstrap_values), _tp.where((is_last != 0), 0.0, values__next)))*_tp.minimum(_e2, rho_bar), gamma*lambda_*(1.0 - _e1)*_tp.minimum(_e2, c_bar), 0.0, reverse=True)
+    A__next = _tp.shift(A, "next")
+    _e3 = _tp.where((is_last != 0), 1.0, _tp.maximum(terminateds, truncateds))
+    _e4 = _tp.where((is_last != 0), bootstrap_values + last_value, bootstrap_values)
+    _e5 = _tp.where((is_last != 0), 0.0, values__next)
+    _tp.store(c, "targets", A + values)
+    _tp.store(c, "pg_advantages", (rewards - values + gamma*(1.0 - terminateds)*(lambda_*_tp.where((_e3 != 0), _e4, _e5 + _tp.where((is_last != 0), 0.0, A__next)) + (1.0 - lambda_)*_tp.where((_e3 != 0), _e4, _e5)))*_tp.minimum(pg_rho_bar, _tp.exp(log_pi_target - log_pi_behavior)))
 
 
 OP = _rt.OpInfo(

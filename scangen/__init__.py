@@ -35,6 +35,12 @@ def _generated():
     raise ImportError("scangen's generated modules are missing: run `scangen build`")
 
 
+try:  # expose ``scangen.generated`` for ``from scangen.generated import gae``
+    _generated()
+except ImportError:  # a checkout before its first `scangen build`
+    pass
+
+
 def __getattr__(attr: str):
     functions = _generated().FUNCTIONS
     if attr in functions:

@@ -96,15 +96,15 @@ class TritonPrinter(_Printer):
 
 class TorchPrinter(_Printer):
     target = "torch"
-    functions = {"exp": "_rt.exp", "log": "_rt.log", "Abs": "abs", "sqrt": "_rt.sqrt"}
-    sqrt = "_rt.sqrt"
-    where = "_rt.where"
+    functions = {"exp": "_tp.exp", "log": "_tp.log", "Abs": "abs", "sqrt": "_tp.sqrt"}
+    sqrt = "_tp.sqrt"
+    where = "_tp.where"
 
     def _print_Min(self, expr):
-        return self._minmax(expr, "_rt.minimum")
+        return self._minmax(expr, "_tp.minimum")
 
     def _print_Max(self, expr):
-        return self._minmax(expr, "_rt.maximum")
+        return self._minmax(expr, "_tp.maximum")
 
 
 def print_expr(printer_cls, expr, symbols, spec_name) -> str:

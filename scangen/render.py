@@ -79,7 +79,7 @@ class _Symbols:
         return f"{self.triton_tile(sym)}[:, :, None]"
 
     def torch_k(self, sym):
-        return sym if self.role.get(self.base(sym)) == "NTK" else f"_rt.kx({sym})"
+        return sym if self.role.get(self.base(sym)) == "NTK" else f"_tp.kx({sym})"
 
     def table(self, fn, extra=()):
         names = set(self.plan.symbols) | set(extra)
@@ -96,7 +96,7 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
     tile = sy.table(sy.triton_tile, [s for sp in plan.sums for s, _ in sp.block.assigns])
     pr = functools.partial(print_expr, TritonPrinter, symbols=tile, spec_name=ir.name)
     args, constexprs, bases, launch_args, launch_cx = [], [], [], [], []
-    tvar = {"": "_t", "next": "_tn", "prev": "_tp"}
+    tvar = {"": "_t", "next": "_t_next", "prev": "_t_prev"}
     for i in ir.inputs:
         args += [f"{i.name}__ptr", f"{i.name}__s1", f"{i.name}__s2", f"{i.name}__st"]
         args += [f"{i.name}__sk"] if i.shape == "NTK" else []
@@ -165,7 +165,12 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
                         shift_var=f"{s.name}__{'next' if rev else 'prev'}"))
     outputs = [NS(name=o, flag=f"STORE_{o}", ptr=f"{o}__optr", base=f"{o}__orow", st=f"{o}__ost",
                   code=pr(e)) for o, e in plan.outputs.results]
-    return NS(kernel=f"_{ir.name}_chunked_kernel", lookback_kernel=f"_{ir.name}_lookback_kernel",
+    states = {s.name for s in ir.scans}
+    shifts = {split_sym(s)[1] for s in plan.symbols if split_sym(s)[0] not in states}
+    shifts |= {g.shift for g in plan.gathers}
+    shifts |= {split_sym(s)[1] for sp in plan.sums for s in sp.k_symbols}
+    return NS(kernel=f"_{ir.name}_chunked_kernel", uses_t_next="next" in shifts,
+              uses_t_prev="prev" in shifts, lookback_kernel=f"_{ir.name}_lookback_kernel",
               n_scans=len(plan.scans), direction=ir.direction, args=args,
               step_to_chunk="_n_chunks - 1 - _step" if rev else "_step",
               shift_cols="tl.minimum(_cols + 1, BLOCK_T - 1)" if rev else
@@ -190,22 +195,22 @@ def _torch_context(plan: Plan, sy: _Symbols) -> NS:
     kinds = {i.name: i for i in ir.inputs}
     loads = []
     for i in ir.inputs:
-        if i.optional:
+        if i.optional and f"HAS_{i.name}" in plan.symbols:
             loads.append(f'HAS_{i.name} = 1.0 if c.has("{i.name}") else 0.0')
     split = [(sym, *split_sym(sym)) for sym in names]
     for b in sorted({b for _, b, _ in split if b in kinds or b in sy.params}):
-        src = (f'_rt.param(c, "{b}")' if b in sy.params
-               else f'_rt.load(c, "{b}", {kinds[b].default!r})')
+        src = (f'_tp.param(c, "{b}")' if b in sy.params
+               else f'_tp.load(c, "{b}", {kinds[b].default!r})')
         loads.append(f"{b} = {src}")
     for sym, b, shift in split:
         if (b in kinds or b in sy.params) and shift:
             dim = ", dim=2" if b in kinds and kinds[b].shape == "NTK" else ""
-            loads.append(f'{sym} = _rt.shift({b}, "{shift}"{dim})')
+            loads.append(f'{sym} = _tp.shift({b}, "{shift}"{dim})')
         elif b in ("is_first", "is_last"):
-            loads.append(f'{sym} = _rt.position(c, "{sym}")')
+            loads.append(f'{sym} = _tp.position(c, "{sym}")')
     for g in plan.gathers:
         src = f"{g.src}__{g.shift}" if g.shift else g.src
-        loads.append(f"{g.var} = _rt.gather({src}, {g.index})")
+        loads.append(f"{g.var} = _tp.gather({src}, {g.index})")
     ktable = {s: sy.torch_k(s) for s in names}
     sums = []
     for sp in plan.sums:

@@ -15,6 +15,7 @@ from python_specs import ALL
 from scangen.ir import canonical
 from scangen.pipeline import generate, to_ir
 from scangen.spec import load_spec_text
+from scangen.generated import gae
 from scangen.store import build, builtin_spec_paths, compile_spec
 
 BUILTINS = {p.stem: p for p in builtin_spec_paths()}
@@ -144,7 +145,6 @@ def test_cache_entry_without_commit_marker_is_rebuilt(tmp_path):
 
 @triton.jit
 def _pin_kernel(a_ptr, b_ptr, out_ptr, BT: tl.constexpr, REVERSE: tl.constexpr):
-    from_gae = _GAE_COMBINE  # noqa: F841 (documentation: the generated combine is used below)
     offs = tl.arange(0, BT)
     a = tl.load(a_ptr + offs)
     b = tl.load(b_ptr + offs)
@@ -152,13 +152,7 @@ def _pin_kernel(a_ptr, b_ptr, out_ptr, BT: tl.constexpr, REVERSE: tl.constexpr):
     tl.store(out_ptr + offs, acc_a)
 
 
-def _load_combine():
-    from scangen.generated import gae
-    return gae._combine
-
-
-_combine = _load_combine()
-_GAE_COMBINE = tl.constexpr(0)
+_combine = gae._combine  # the combine every generated module uses
 
 
 @pytest.mark.parametrize("reverse", [True, False])

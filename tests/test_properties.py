@@ -35,7 +35,7 @@ from unittest import mock
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
 import scangen
@@ -65,8 +65,10 @@ def budget(ci_examples: int):
     if LONG:
         return settings(deadline=None, derandomize=False, print_blob=True,
                         suppress_health_check=_SLOW_OK)
+    # No shrinking in CI: the drawn spec is small and printed whole, and shrinking a failure of
+    # a compile-and-run property can take minutes.
     return settings(max_examples=ci_examples, deadline=None, derandomize=True,
-                    suppress_health_check=_SLOW_OK)
+                    phases=[Phase.explicit, Phase.generate], suppress_health_check=_SLOW_OK)
 
 
 # ----------------------------------------------------------------------------- spec drawing
@@ -347,10 +349,8 @@ def _as_tuple(x):
     return x if isinstance(x, tuple) else (x,)
 
 
-@budget(15)
-@given(data=st.data())
-def test_random_affine_specs_agree(cache_dir, data):
-    d = data.draw(affine_spec(), label="spec")
+def check_spec(cache_dir, d, inputs, params, launch):
+    """Compile spec ``d`` and compare triton, torch and the float64 IR loop on one call."""
     text = spec_text(d)
     try:
         fn = scangen.compile(text, cache_dir=cache_dir)
@@ -359,7 +359,6 @@ def test_random_affine_specs_agree(cache_dir, data):
         assume("only integer powers up to 4" not in str(exc))
         raise
     ir = to_ir(text)
-    inputs, params, launch = data.draw(call_data(d), label="call")
     out_names = [o.name for o in ir.outputs]
     expected = ir_eval.evaluate(ir, inputs, params)
     via_update = ir_eval.evaluate(ir, inputs, params, updates=unsplit_updates(text))
@@ -382,8 +381,17 @@ def test_random_affine_specs_agree(cache_dir, data):
     p64 = {k: (v.double() if torch.is_tensor(v) else v) for k, v in params.items()}
     outs = _as_tuple(fn(**as64, **p64, outputs=out_names, backend="torch"))
     for name, out in zip(out_names, outs):
+        assert out.dtype == torch.float64
         assert_close(out, torch.from_numpy(expected[name]), atol=1e-9, rtol=1e-8,
                      name=f"{name} (torch, float64)\n{text}")
+
+
+@budget(15)
+@given(data=st.data())
+def test_random_affine_specs_agree(cache_dir, data):
+    d = data.draw(affine_spec(), label="spec")
+    inputs, params, launch = data.draw(call_data(d), label="call")
+    check_spec(cache_dir, d, inputs, params, launch)
 
 
 # ----------------------------------------------------------------------------- non-affine

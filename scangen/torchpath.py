@@ -1,0 +1,121 @@
+"""Helpers of the generated torch implementations (``_torch_impl`` in every generated module).
+
+Each works on the canonical ``[R1, R2, T]`` views of a :class:`scangen.runtime.Call`, on any
+device, and is differentiable, so the torch path doubles as the autograd reference.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .runtime import Call
+
+def load(c: Call, name: str, default: float):
+    """Canonical ``[R1, R2, T]`` (``[R1, R2, 1]`` for [N] inputs, ``[..., K]`` for [N, T, K])
+    view of an input in the accumulation dtype, or its default when absent."""
+    if name not in c.tensors:
+        return default
+    t, st = c.tensors[name], c.strides[name]
+    if len(st) == 4:
+        view = t.as_strided((c.R1, c.R2, c.T, c.K), st)
+    else:
+        view = t.as_strided((c.R1, c.R2, c.T if st[2] else 1), st)
+    return view.to(c.acc)
+
+
+def param(c: Call, name: str):
+    v = c.params[name]
+    if not isinstance(v, torch.Tensor):
+        return v
+    return v.as_strided((c.R1, c.R2, c.T), c.pstrides[name]).to(c.acc)
+
+
+def position(c: Call, which: str):
+    t = torch.arange(c.T, device=c.device).view(1, 1, c.T)
+    edge = 0 if which.startswith("is_first") else c.T - 1
+    t = t + (1 if which.endswith("__next") else -1 if which.endswith("__prev") else 0)
+    return (t == edge).to(c.acc)
+
+
+def shift(x, which: str, dim: int = 2):
+    """``x`` at the neighbouring step; the edge repeats the last value (it is always masked by
+    the fill of next()/prev(), and a finite value keeps gradients finite)."""
+    if not isinstance(x, torch.Tensor) or x.shape[dim] == 1:
+        return x
+    n = x.shape[dim]
+    if which == "next":
+        idx = torch.arange(1, n + 1, device=x.device).clamp_(max=n - 1)
+    else:
+        idx = torch.arange(-1, n - 1, device=x.device).clamp_(min=0)
+    return x.index_select(dim, idx)
+
+
+def kx(x):
+    """Broadcast a per-step value against a ``[..., K]`` tile."""
+    return x.unsqueeze(-1) if isinstance(x, torch.Tensor) else x
+
+
+def gather(src, index):
+    k = src.shape[-1]
+    ok = (index >= 0) & (index < k)
+    g = torch.gather(src, -1, index.clamp(0, k - 1).long().unsqueeze(-1)).squeeze(-1)
+    return torch.where(ok, g, torch.full_like(g, float("nan")))
+
+
+def scan(c: Call, alpha, beta, init, reverse: bool):
+    """``A_t = alpha_t + beta_t * A_{t±1}`` over the last axis by recursive doubling:
+    log2(T) vectorised steps, each composing every element with the one 2^k steps away."""
+    shape = (c.R1, c.R2, c.T)
+    a = torch.broadcast_to(torch.as_tensor(alpha, dtype=c.acc, device=c.device), shape)
+    b = torch.broadcast_to(torch.as_tensor(beta, dtype=c.acc, device=c.device), shape)
+    if reverse:
+        a, b = a.flip(-1), b.flip(-1)
+    k = 1
+    while k < c.T:
+        a = torch.cat([a[..., :k], a[..., k:] + b[..., k:] * a[..., :-k]], dim=-1)
+        b = torch.cat([b[..., :k], b[..., k:] * b[..., :-k]], dim=-1)
+        k *= 2
+    out = a + b * torch.as_tensor(init, dtype=c.acc, device=c.device)
+    return out.flip(-1) if reverse else out
+
+
+def store(c: Call, name: str, value) -> None:
+    if name not in c.outs:
+        return
+    out, st = c.outs[name], c.out_strides[name]
+    view = out.as_strided((c.R1, c.R2, c.T), st)
+    view.copy_(torch.broadcast_to(torch.as_tensor(value, device=c.device), view.shape))
+
+
+def where(cond, a, b):
+    return torch.where(cond, torch.as_tensor(a), torch.as_tensor(b)) \
+        if not isinstance(cond, bool) else (a if cond else b)
+
+
+def _both(fn, scalar_fn):
+    def f(a, b):
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+            return fn(a, b)
+        if isinstance(a, torch.Tensor):
+            return fn(a, torch.as_tensor(b, dtype=a.dtype, device=a.device))
+        if isinstance(b, torch.Tensor):
+            return fn(torch.as_tensor(a, dtype=b.dtype, device=b.device), b)
+        return scalar_fn(a, b)
+    return f
+
+
+minimum = _both(torch.minimum, min)
+maximum = _both(torch.maximum, max)
+
+
+def exp(x):
+    return torch.exp(x) if isinstance(x, torch.Tensor) else math.exp(x)
+
+
+def log(x):
+    return torch.log(x) if isinstance(x, torch.Tensor) else math.log(x)
+
+
+def sqrt(x):
+    return torch.sqrt(x) if isinstance(x, torch.Tensor) else math.sqrt(x)
