@@ -256,15 +256,16 @@ def _launch(c, cfg):
         gamma__TENSOR=c.is_tensor("gamma"),
         STORE_returns="returns" in c.outs,
         BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k,
-        ACC=tl.float64 if c.acc == torch.float64 else tl.float32, num_warps=cfg.num_warps,
+        ACC=tl.float64 if c.acc == torch.float64 else tl.float32,
     )
     if cfg.family == "lookback":
         ws = _rt.lookback_workspace(c, cfg, 1)
         grid = (c.R1 * c.R2 * triton.cdiv(c.T, cfg.block_t),)
-        _discounted_returns_lookback_kernel[grid](*args, *ws, c.R1, c.R2, c.T, c.K, **meta)
+        _rt.launch(c, _discounted_returns_lookback_kernel, grid, (*args, *ws, c.R1, c.R2, c.T, c.K), meta,
+                   cfg.num_warps)
     else:
         grid = (triton.cdiv(c.R1 * c.R2, cfg.block_n),)
-        _discounted_returns_chunked_kernel[grid](*args, c.R1, c.R2, c.T, c.K, **meta)
+        _rt.launch(c, _discounted_returns_chunked_kernel, grid, (*args, c.R1, c.R2, c.T, c.K), meta, cfg.num_warps)
 
 
 def _torch_impl(c):

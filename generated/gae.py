@@ -340,15 +340,16 @@ def _launch(c, cfg):
         STORE_advantages="advantages" in c.outs,
         STORE_returns="returns" in c.outs,
         BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k,
-        ACC=tl.float64 if c.acc == torch.float64 else tl.float32, num_warps=cfg.num_warps,
+        ACC=tl.float64 if c.acc == torch.float64 else tl.float32,
     )
     if cfg.family == "lookback":
         ws = _rt.lookback_workspace(c, cfg, 1)
         grid = (c.R1 * c.R2 * triton.cdiv(c.T, cfg.block_t),)
-        _gae_lookback_kernel[grid](*args, *ws, c.R1, c.R2, c.T, c.K, **meta)
+        _rt.launch(c, _gae_lookback_kernel, grid, (*args, *ws, c.R1, c.R2, c.T, c.K), meta,
+                   cfg.num_warps)
     else:
         grid = (triton.cdiv(c.R1 * c.R2, cfg.block_n),)
-        _gae_chunked_kernel[grid](*args, c.R1, c.R2, c.T, c.K, **meta)
+        _rt.launch(c, _gae_chunked_kernel, grid, (*args, c.R1, c.R2, c.T, c.K), meta, cfg.num_warps)
 
 
 def _torch_impl(c):

@@ -107,7 +107,9 @@ class Call:
             self.out_dtype = torch.promote_types(self.out_dtype, d)
         self.acc = torch.float64 if self.out_dtype == torch.float64 else torch.float32
         self.pstrides, self.ptargets = {}, {}
-        self.params = {p.name: self._param(p, values) for p in op.params}
+        raw = {p.name: self._param(p, values) for p in op.params}
+        self.default_params = {n: v for n, v in raw.items() if not isinstance(v, torch.Tensor)}
+        self.params = {n: self._scalar(v) for n, v in raw.items()}
         self.requested = self._requested(outputs)
 
     # -- argument checks ---------------------------------------------------------------
@@ -154,6 +156,13 @@ class Call:
             raise TypeError(f"{self.fn}(): {p.name} must be a float or a tensor broadcastable "
                             f"to {list(self.base_shape)}, got {type(v).__name__}")
         return float(v)
+
+    def _scalar(self, v):
+        """Kernels take Python floats as fp32 arguments: in float64 a param travels as a 0-dim
+        float64 tensor instead (read with stride 0), so it keeps its 53 bits."""
+        if self.acc == torch.float64 and not isinstance(v, torch.Tensor):
+            return torch.tensor(v, dtype=torch.float64, device=self.device)
+        return v
 
     def _tensor_param(self, name, v):
         if not v.dtype.is_floating_point:
@@ -281,9 +290,9 @@ class Call:
                 v = v.expand(self.ptargets[p.name])
                 c.params[p.name] = v.contiguous() if p.name in self.copied else v
             elif v is None or p.choices:
-                c.params[p.name] = self.default_params[p.name]
+                c.params[p.name] = self._scalar(self.default_params[p.name])
             else:
-                c.params[p.name] = float(v)
+                c.params[p.name] = self._scalar(float(v))
         c.allocate()
         return c
 
@@ -308,14 +317,16 @@ _MAX_PLANS = 4096
 
 def _signature(op: OpInfo, values: dict, time_dim, outputs, backend):
     """Everything the checks and the launch plan depend on; param values are left out (a new
-    gamma reuses the plan), except strings and other non-floats, which select behaviour."""
+    gamma reuses the plan), except strings and other non-floats, which select behaviour.
+    Pointer alignment is in it because the compiled kernel the plan keeps was specialised on
+    it."""
     sig = [id(op), time_dim, outputs if not isinstance(outputs, list) else tuple(outputs),
            backend, ENV["SCANGEN_BACKEND"], ENV["SCANGEN_FAMILY"]]
     for v in values.values():
         if v is None:
             sig.append(None)
         elif isinstance(v, torch.Tensor):
-            sig.append((v.shape, v.stride(), v.dtype, v.device))
+            sig.append((v.shape, v.stride(), v.dtype, v.device, v.data_ptr() % 16 == 0))
         elif type(v) is float:
             sig.append(float)
         else:
@@ -355,9 +366,9 @@ def call_direct(op: OpInfo, values: dict, *, time_dim: int = -1, outputs=None, b
     else:
         c = Call(op, values, time_dim, outputs)
         c.single = outputs is None and len(op.returns) == 1 or isinstance(outputs, str)
-        c.default_params = {n: v for n, v in c.params.items() if not isinstance(v, torch.Tensor)}
         c.allocate()
         c.empty = c.R1 * c.R2 == 0 or c.T == 0
+        c.kernels = {}  # shared with the plan: compiled kernels for the direct launch
         if not c.empty:
             c.backend = select_backend(op.function, backend, c.device)
             c.config = choose_config(c) if c.backend == "triton" else None
@@ -372,6 +383,20 @@ def call_direct(op: OpInfo, values: dict, *, time_dim: int = -1, outputs=None, b
     return c.result()
 
 
+def launch(c: Call, kernel, grid, args: tuple, meta: dict, num_warps: int) -> None:
+    """Launch a generated kernel. The first launch of a plan goes through Triton's launcher,
+    which binds and specialises the arguments; later launches of the same plan (same shapes,
+    strides, dtypes and alignment) call the compiled kernel directly, skipping that per-argument
+    work, which dominates the cost of a small call."""
+    compiled = c.kernels.get(kernel)
+    if compiled is not None:
+        compiled[grid](*args, *meta.values())
+        return
+    compiled = kernel[grid](*args, **meta, num_warps=num_warps)
+    if not _interpreting() and hasattr(compiled, "packed_metadata"):
+        c.kernels[kernel] = compiled
+
+
 def lookback_workspace(c: Call, cfg, n_scans: int):
     """Flags (zeroed, plus the ticket counter) and aggregate buffers for the look-back family."""
     slots = n_scans * c.R1 * c.R2 * -(-c.T // cfg.block_t)
@@ -384,5 +409,5 @@ def param_args(c: Call, name: str, dummy):
     """Kernel arguments of a param: (scalar value, pointer, s1, s2, st)."""
     v = c.params[name]
     if isinstance(v, torch.Tensor):
-        return (0.0, v, *c.pstrides[name])
+        return (0.0, v, *c.pstrides.get(name, (0, 0, 0)))
     return (v, dummy, 0, 0, 0)

@@ -28,7 +28,7 @@ def param(c: Call, name: str):
     v = c.params[name]
     if not isinstance(v, torch.Tensor):
         return v
-    return v.as_strided((c.R1, c.R2, c.T), c.pstrides[name]).to(c.acc)
+    return v.as_strided((c.R1, c.R2, c.T), c.pstrides.get(name, (0, 0, 0))).to(c.acc)
 
 
 def position(c: Call, which: str):

@@ -166,7 +166,8 @@ def expr(draw, ctx, depth=2):
     if op == "div":
         return f"({sub()}) / (1 + abs({sub()}))"
     if op == "sqrt":
-        return f"sqrt(1 + ({sub()}) * ({sub()}))"
+        inner = sub()
+        return f"sqrt(1 + ({inner}) * ({inner}))"
     if op == "log":
         return f"log(1 + abs({sub()}))"
     return f"{op}({sub()})"
