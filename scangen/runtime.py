@@ -398,11 +398,14 @@ def launch(c: Call, kernel, grid, args: tuple, meta: dict, num_warps: int) -> No
 
 
 def lookback_workspace(c: Call, cfg, n_scans: int):
-    """Flags (zeroed, plus the ticket counter) and aggregate buffers for the look-back family."""
+    """Flags (plus the ticket counter) and aggregate buffers for the look-back family, carved
+    from one zeroed allocation so that a call pays for a single memset."""
     slots = n_scans * c.R1 * c.R2 * -(-c.T // cfg.block_t)
-    flags = torch.zeros(slots + 1, dtype=torch.int32, device=c.device)
-    ws = torch.zeros(3, slots, dtype=c.acc, device=c.device)
-    return flags, ws[0], ws[1], ws[2]
+    words = c.acc.itemsize // 4
+    head = -(-(slots + 1) // words) * words  # int32 flags, padded to the float alignment
+    buf = torch.zeros(head + 3 * slots * words, dtype=torch.int32, device=c.device)
+    ws = buf[head:].view(c.acc).view(3, slots)
+    return buf[:slots + 1], ws[0], ws[1], ws[2]
 
 
 def param_args(c: Call, name: str, dummy):
