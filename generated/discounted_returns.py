@@ -9,6 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
+from scangen import ops as _ops
 from scangen import runtime as _rt
 from scangen import torchpath as _tp
 
@@ -301,6 +302,7 @@ OP = _rt.OpInfo(
     launch=_launch,
     torch_impl=_torch_impl,
 )
+_ops.qualname(OP)  # register the torch.library op now: torch.compile cannot do it mid-trace
 
 
 def compute_discounted_returns(rewards, terminateds, truncateds=None, gamma=0.99, bootstrap_values=None, *, time_dim=-1, outputs=None, backend=None):

@@ -9,6 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
+from scangen import ops as _ops
 from scangen import runtime as _rt
 from scangen import torchpath as _tp
 
@@ -519,6 +520,7 @@ OP = _rt.OpInfo(
     launch=_launch,
     torch_impl=_torch_impl,
 )
+_ops.qualname(OP)  # register the torch.library op now: torch.compile cannot do it mid-trace
 
 
 def compute_retrace(action_probs_target, action_probs_behavior, q_values, next_q_values_all, actions, rewards, terminateds, truncateds=None, gamma=0.99, lambda_=1.0, c_bar=1.0, rho_bar=1.0, *, next_action_probs_target=None, time_dim=-1, outputs=None, backend=None):

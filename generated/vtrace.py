@@ -9,6 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
+from scangen import ops as _ops
 from scangen import runtime as _rt
 from scangen import torchpath as _tp
 
@@ -520,6 +521,7 @@ OP = _rt.OpInfo(
     launch=_launch,
     torch_impl=_torch_impl,
 )
+_ops.qualname(OP)  # register the torch.library op now: torch.compile cannot do it mid-trace
 
 
 def compute_vtrace(log_pi_target, log_pi_behavior, values, rewards, terminateds, truncateds=None, gamma=0.99, rho_bar=1.0, c_bar=1.0, bootstrap_values=None, last_value=None, lambda_=1.0, pg_rho_bar=None, *, time_dim=-1, outputs=None, backend=None):

@@ -7,11 +7,20 @@ from pathlib import Path
 
 from .errors import SpecError
 
+DEFAULT_OUT = "generated"
+
 
 def _cmd_build(args) -> int:
     from .store import build, builtin_spec_paths
-    specs = [Path(p) for p in args.specs] or builtin_spec_paths()
+    builtins = builtin_spec_paths()
+    specs = [Path(p) for p in args.specs] or builtins
     out = Path(args.out)
+    own = [p for p in specs if p.resolve() not in {b.resolve() for b in builtins}]
+    if own and args.out == DEFAULT_OUT:
+        print(f"error: pass --out DIR to build your own specs ({', '.join(map(str, own))}); "
+              f"{DEFAULT_OUT}/ holds the built-ins, or use scangen.compile(path) at run time",
+              file=sys.stderr)
+        return 2
     changed = build(specs, out, check=args.check)
     if args.check:
         if changed:
@@ -52,8 +61,8 @@ def _cmd_show(args) -> int:
 
 def _cmd_check(args) -> int:
     from .ir import canonical
-    from .pipeline import to_ir
-    ir = to_ir(Path(args.file))
+    from .pipeline import generate
+    ir, _ = generate(Path(args.file))  # every stage, so check fails wherever build would
     print(f"{args.file}: ok ({ir.direction} scan, function {ir.function})")
     for s in ir.scans:
         print(f"  {s.name}: alpha = {canonical(s.alpha)}")
@@ -72,7 +81,7 @@ def main(argv=None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="generate kernels for specs (default: the built-ins)")
     b.add_argument("specs", nargs="*", help="spec files (default: every built-in spec)")
-    b.add_argument("--out", default="generated", help="output folder (default: generated)")
+    b.add_argument("--out", default=DEFAULT_OUT, help="output folder (default: generated)")
     b.add_argument("--check", action="store_true", help="exit 1 if the output folder is stale")
     b.set_defaults(fn=_cmd_build)
     sub.add_parser("list", help="list the built-in algorithms").set_defaults(fn=_cmd_list)

@@ -1,9 +1,9 @@
 """Stage 3: lower a validated :class:`~scangen.spec.Spec` to the :class:`~scangen.ir.IR`.
 
 Parses every expression, inlines ``let`` names, proves each ``update`` affine in its state and
-splits it into ``alpha``/``beta`` structurally (like SymPy's ``linear_coeffs``, any product of
-two state terms is refused, even where they would cancel), and checks where each kind of name
-may appear.
+splits it into ``alpha``/``beta`` structurally (like SymPy's ``linear_coeffs``: any product of
+two state terms left after SymPy's automatic simplification is refused), and checks where each
+kind of name may appear.
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from .errors import SpecError, line_of
 from .expr import Gather, KSum, Next, Prev, Present, Where, parse_expr
 from .ir import IR, POSITIONS, canonical, IRInput, IROutput, IRParam, IRScan
 from .spec import Spec
+from .validate import default_signature
 
 
 class _Ctx:
@@ -77,6 +78,13 @@ def _check(expr, ctx: _Ctx, kinds: dict[str, tuple[str, str, bool]], states: lis
         if in_sum:
             raise ctx.fail("gather() cannot appear inside sum()")
         return
+    if isinstance(expr, sympy.Pow):
+        e = expr.exp
+        ok = (e.is_Integer and 1 <= abs(int(e)) <= 4) or \
+            (e.is_Number and abs(float(e)) == 0.5)
+        if not ok:
+            raise ctx.fail(f"unsupported power {canonical(expr)}: exponents must be integers "
+                           f"from -4 to 4 or +-1/2 (use exp(e * log(x)) for others)")
     if isinstance(expr, Present):
         arg = expr.args[0]
         if not (isinstance(arg, sympy.Symbol) and kinds.get(arg.name, ("", "", False))[2]):
@@ -125,7 +133,7 @@ def _split_update(expr, state: sympy.Symbol, ctx: _Ctx):
     try:
         return _affine(expr, state)
     except _Nonlinear as exc:
-        raise ctx.fail(f"update is not affine in the state '{state.name}' "
+        raise ctx.fail(f"not affine in the state '{state.name}' "
                        f"(nonlinear term: {canonical(exc.args[0])})") from None
 
 
@@ -157,7 +165,8 @@ def lower(spec: Spec) -> IR:
                 raise ctx.fail("give either update or alpha and beta, not both")
             alpha, beta = _split_update(parse(scan.update, f"{what} update",
                                               earlier | {scan.name}),
-                                        names[scan.name], _Ctx(spec, scan.update, what, earlier))
+                                        names[scan.name],
+                                        _Ctx(spec, scan.update, f"{what} update", earlier))
         elif scan.alpha is not None and scan.beta is not None:
             alpha = parse(scan.alpha, f"{what} alpha", earlier)
             beta = parse(scan.beta, f"{what} beta", earlier)
@@ -174,7 +183,7 @@ def lower(spec: Spec) -> IR:
 
     outputs = tuple(IROutput(o.name, parse(o.expr, f"output '{o.name}'", all_states), o.doc)
                     for o in spec.outputs)
-    signature = spec.signature or tuple(kinds) + tuple(p.name for p in spec.params)
+    signature = spec.signature or default_signature(spec)
     return IR(
         name=str(spec.name), function=str(spec.function or spec.name), doc=str(spec.doc),
         direction=str(spec.direction),

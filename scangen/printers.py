@@ -55,9 +55,9 @@ class _Printer(StrPrinter):
         if e.is_Integer and 1 <= abs(int(e)) <= 4:
             prod = " * ".join([b] * abs(int(e)))
             return f"({prod})" if e > 0 else f"(1.0 / ({prod}))"
-        if e == sympy.Rational(1, 2):
+        if e.is_Number and float(e) == 0.5:
             return f"{self.sqrt}({self._print(base)})"
-        if e == sympy.Rational(-1, 2):
+        if e.is_Number and float(e) == -0.5:
             return f"(1.0 / {self.sqrt}({self._print(base)}))"
         raise SpecError(f"only integer powers up to 4 and square roots are supported by "
                         f"{self.target}", source=self.spec_name, expr=str(expr))

@@ -390,7 +390,7 @@ def launch(c: Call, kernel, grid, args: tuple, meta: dict, num_warps: int) -> No
     work, which dominates the cost of a small call."""
     compiled = c.kernels.get(kernel)
     if compiled is not None:
-        compiled[grid](*args, *meta.values())
+        compiled[(*grid, 1, 1)[:3]](*args, *meta.values())
         return
     compiled = kernel[grid](*args, **meta, num_warps=num_warps)
     if not _interpreting() and hasattr(compiled, "packed_metadata"):

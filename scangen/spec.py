@@ -257,6 +257,9 @@ def load_spec_file(path) -> Spec:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise SpecError("spec file is not UTF-8 text", source=str(path)) from None
+    except OSError as exc:
+        raise SpecError(f"cannot read the spec file ({exc.strerror or exc})",
+                        source=str(path)) from None
     return load_spec_text(text, source=str(path))
 
 

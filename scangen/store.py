@@ -83,6 +83,8 @@ def build(specs: list[Path], out: Path, check: bool = False) -> list[str]:
     """Write (or with ``check``, compare) the generated files; return the stale/changed names."""
     files = build_outputs(specs)
     changed = []
+    if check and Path(out).is_dir():
+        changed += sorted(p.name for p in Path(out).glob("*.py") if p.name not in files)
     for name, text in sorted(files.items()):
         path = Path(out) / name
         if check:

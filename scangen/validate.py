@@ -92,11 +92,19 @@ def _check_params(spec: Spec) -> None:
                               f"({', '.join(dict(p.choices))})", p.name)
 
 
+def default_signature(spec: Spec) -> tuple[str, ...]:
+    """Required inputs, required params, then optional inputs and params, in spec order."""
+    required = [i.name for i in spec.inputs if i.default is None]
+    required += [p.name for p in spec.params if p.default is None and not p.choices]
+    rest = [i.name for i in spec.inputs if i.default is not None]
+    rest += [p.name for p in spec.params if p.default is not None or p.choices]
+    return tuple(required + rest)
+
+
 def _check_signature(spec: Spec) -> None:
     args = [i.name for i in spec.inputs] + [p.name for p in spec.params]
-    if spec.signature is None:
-        return
-    sig = [a for a in spec.signature if a != "*"]
+    signature = spec.signature if spec.signature is not None else default_signature(spec)
+    sig = [a for a in signature if a != "*"]
     if sorted(sig) != sorted(args):
         missing = sorted(set(args) - set(sig))
         extra = sorted(set(sig) - set(args))
@@ -105,7 +113,7 @@ def _check_signature(spec: Spec) -> None:
     required = {i.name for i in spec.inputs if i.default is None}
     required |= {p.name for p in spec.params if p.default is None and not p.choices}
     optional_seen = None
-    for arg in spec.signature:
+    for arg in signature:
         if arg == "*":
             break
         if arg in required and optional_seen:

@@ -170,6 +170,10 @@ class _Env:
             return np.log(args[0])
         if isinstance(e, sympy.Abs):
             return np.abs(args[0])
+        if isinstance(e, sympy.re):  # every value is real (SymPy may not know it)
+            return args[0]
+        if isinstance(e, sympy.im):
+            return np.zeros(N)
         if isinstance(e, sympy.Min):
             return np.minimum.reduce(args)
         if isinstance(e, sympy.Max):

@@ -45,7 +45,7 @@ def test_check_reports_bad_spec(tmp_path):
                     "  A:\n    update: x * A * A\noutputs:\n  y: A\n")
     out = scangen("check", str(spec))
     assert out.returncode == 2
-    assert f"{spec}:7: scan 'A': update is not affine in the state 'A'" in out.stderr
+    assert f"{spec}:7: scan 'A' update: not affine in the state 'A'" in out.stderr
 
 
 def test_build_check_and_out(tmp_path):

@@ -4,7 +4,7 @@
   temporary cache, must match the example's float64 loop (torch backend always; the Triton kernels
   too where they can run: on CUDA, or on the CPU under TRITON_INTERPRET=1).
 * Every ```python block of README.md and docs/ runs (one namespace per page, in a temporary
-  folder, torch backend on CPU tensors), so the documentation cannot drift from the code. A
+  folder, on CPU tensors), so the documentation cannot drift from the code. A
   ```yaml block whose first line is ``# file: NAME`` is written to NAME first, as the reader would.
 """
 import importlib.util
@@ -95,7 +95,6 @@ def _blocks(path):
 def test_documentation_code_runs(page, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SCANGEN_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("SCANGEN_BACKEND", "torch")
     namespace = {"__name__": "__doc_example__"}
     for lang, body in _blocks(page):
         first = body.splitlines()[0] if body else ""

@@ -13,11 +13,11 @@ def spec(scan="update: x + g * A", out="A", direction="reverse", dkind="flag"):
 
 CASES = {
     "square": (spec(scan="update: x + A**2"),
-        "{path}:12: scan 'A': update is not affine in the state 'A' (nonlinear term: A**2): 'x + A**2'"),
+        "{path}:12: scan 'A' update: not affine in the state 'A' (nonlinear term: A**2): 'x + A**2'"),
     "product": (spec(scan="update: x + A*A"),
-        "{path}:12: scan 'A': update is not affine in the state 'A' (nonlinear term: A**2): 'x + A*A'"),
+        "{path}:12: scan 'A' update: not affine in the state 'A' (nonlinear term: A**2): 'x + A*A'"),
     "exp": (spec(scan="update: x + exp(A)"),
-        "{path}:12: scan 'A': update is not affine in the state 'A' (nonlinear term: exp(A)): 'x + exp(A)'"),
+        "{path}:12: scan 'A' update: not affine in the state 'A' (nonlinear term: exp(A)): 'x + exp(A)'"),
     "beta_state": (spec(scan="alpha: x\n    beta: g * A"),
         "{path}:13: scan 'A' beta: the state 'A' cannot appear here (only the states of earlier scans may): 'g * A'"),
     "undeclared": (spec(scan="update: x + h * A"),
@@ -29,7 +29,7 @@ CASES = {
     "nested_shift": (spec(scan="update: next(next(x, 0), 0) + g * A"),
         "{path}:12: scan 'A' update: next()/prev() cannot be nested: 'next(next(x, 0), 0) + g * A'"),
     "own_state_shift": (spec(scan="update: x + g * next(A, 0)"),
-        "{path}:12: scan 'A': write the carried state as plain 'A' in an update, not inside next()/prev(): 'x + g * next(A, 0)'"),
+        "{path}:12: scan 'A' update: write the carried state as plain 'A' in an update, not inside next()/prev(): 'x + g * next(A, 0)'"),
     "bad_kind": (spec(dkind="bool"),
         "{path}:5: input 'd': kind must be one of float, flag, index, got 'bool'"),
     "index_outside_gather": (spec(scan="update: x + i * A"),
