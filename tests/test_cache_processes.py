@@ -227,3 +227,21 @@ def test_cache_key_covers_templates_and_versions(tmp_path, monkeypatch):
     # Back to the real versions: the original entry is reused, nothing new is written.
     scangen.compile(text, cache_dir=cache)
     assert len(_entries(cache)) == 1 + len(changes)
+
+
+@pytest.mark.parametrize("content", ["", '{"key": 5', '{"key": "0000"}', "{}", "[]", "null", "1"],
+                         ids=["empty", "truncated", "wrong-key", "no-key", "list", "null", "number"])
+def test_damaged_meta_json_means_rebuild(tmp_path, content):
+    """An entry whose commit marker is not a matching JSON object is not committed: it is
+    rebuilt (never an AttributeError from reading the marker)."""
+    cache = tmp_path / "cache"
+    text = SPEC.format(name="damaged_meta")
+    scangen.compile(text, cache_dir=cache)
+    (entry,) = _entries(cache)
+    (entry / "meta.json").write_text(content)
+    fn = scangen.compile(text, cache_dir=cache)
+    assert _entries(cache) == [entry]
+    _check_entry(entry, "damaged_meta")
+    x, done = _inputs(2, 2, 7)
+    torch.testing.assert_close(fn(x, done, backend="torch")[0].double(), _expected(x, done)[0],
+                               atol=1e-5, rtol=1e-5)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -24,7 +23,7 @@ import torch
 import scangen
 from scangen.expr import MAX_EXPR_CHARS, MAX_EXPR_NODES
 from scangen.pipeline import to_ir
-from scangen.spec import MAX_SPEC_BYTES, as_spec, load_spec_file, replace
+from scangen.spec import MAX_SPEC_BYTES, as_spec, replace
 
 REPO = Path(__file__).resolve().parent.parent
 FAST_S = 5.0  # every refusal below must take less than this (most take milliseconds)
