@@ -236,52 +236,52 @@ def _eligibility_traces_lookback_kernel(
 
 
 
-def _launch(c, cfg):
-    """Launch one kernel family on the canonical call ``c`` (see scangen.runtime.Call)."""
-    _dummy = next(iter(c.outs.values()))  # any valid pointer
-    _st = c.strides
-    args = (
-        c.tensors["gradients"],
+def _launch(_call, _cfg):
+    """Launch one kernel family on the canonical call ``_call`` (see scangen.runtime.Call)."""
+    _dummy = next(iter(_call.outs.values()))  # any valid pointer
+    _st = _call.strides
+    _args = (
+        _call.tensors["gradients"],
         *_st["gradients"],
-        c.tensors["dones"],
+        _call.tensors["dones"],
         *_st["dones"],
-        c.tensors.get("seed_values", _dummy),
+        _call.tensors.get("seed_values", _dummy),
         *_st.get("seed_values", (0, 0, 0)),
-        *_rt.param_args(c, "gamma", _dummy),
-        *_rt.param_args(c, "lambda_", _dummy),
-        c.outs.get("traces", _dummy),
-        *c.out_strides.get("traces", (0, 0, 0)),
+        *_rt.param_args(_call, "gamma", _dummy),
+        *_rt.param_args(_call, "lambda_", _dummy),
+        _call.outs.get("traces", _dummy),
+        *_call.out_strides.get("traces", (0, 0, 0)),
     )
-    meta = dict(
-        HAS_seed_values="seed_values" in c.tensors,
-        gamma__TENSOR=c.is_tensor("gamma"),
-        lambda___TENSOR=c.is_tensor("lambda_"),
-        STORE_traces="traces" in c.outs,
-        BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k,
-        ACC=tl.float64 if c.acc == torch.float64 else tl.float32,
+    _meta = dict(
+        HAS_seed_values="seed_values" in _call.tensors,
+        gamma__TENSOR=_call.is_tensor("gamma"),
+        lambda___TENSOR=_call.is_tensor("lambda_"),
+        STORE_traces="traces" in _call.outs,
+        BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
+        ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
     )
-    if cfg.family == "lookback":
-        ws = _rt.lookback_workspace(c, cfg, 1)
-        grid = (c.R1 * c.R2 * triton.cdiv(c.T, cfg.block_t),)
-        _rt.launch(c, _eligibility_traces_lookback_kernel, grid, (*args, *ws, c.R1, c.R2, c.T, c.K), meta,
-                   cfg.num_warps)
+    if _cfg.family == "lookback":
+        _ws = _rt.lookback_workspace(_call, _cfg, 1)
+        _grid = (_call.R1 * _call.R2 * triton.cdiv(_call.T, _cfg.block_t),)
+        _rt.launch(_call, _eligibility_traces_lookback_kernel, _grid, (*_args, *_ws, _call.R1, _call.R2, _call.T, _call.K), _meta,
+                   _cfg.num_warps)
     else:
-        grid = (triton.cdiv(c.R1 * c.R2, cfg.block_n),)
-        _rt.launch(c, _eligibility_traces_chunked_kernel, grid, (*args, c.R1, c.R2, c.T, c.K), meta, cfg.num_warps)
+        _grid = (triton.cdiv(_call.R1 * _call.R2, _cfg.block_n),)
+        _rt.launch(_call, _eligibility_traces_chunked_kernel, _grid, (*_args, _call.R1, _call.R2, _call.T, _call.K), _meta, _cfg.num_warps)
 
 
-def _torch_impl(c):
+def _torch_impl(_call):
     """The same recurrence in vectorised torch: any device, log-depth doubling scans."""
-    dones = _tp.load(c, "dones", None)
-    gamma = _tp.param(c, "gamma")
-    gradients = _tp.load(c, "gradients", None)
-    lambda_ = _tp.param(c, "lambda_")
-    seed_values = _tp.load(c, "seed_values", 0.0)
+    dones = _tp.load(_call, "dones", None)
+    gamma = _tp.param(_call, "gamma")
+    gradients = _tp.load(_call, "gradients", None)
+    lambda_ = _tp.param(_call, "lambda_")
+    seed_values = _tp.load(_call, "seed_values", 0.0)
     dones__prev = _tp.shift(dones, "prev")
-    is_first = _tp.position(c, "is_first")
+    is_first = _tp.position(_call, "is_first")
     # scan z
-    z = _tp.scan(c, gradients, gamma*lambda_*(1.0 - _tp.where((is_first != 0), 0.0, dones__prev)), seed_values, reverse=False)
-    _tp.store(c, "traces", z)
+    z = _tp.scan(_call, gradients, gamma*lambda_*(1.0 - _tp.where((is_first != 0), 0.0, dones__prev)), seed_values, reverse=False)
+    _tp.store(_call, "traces", z)
 
 
 OP = _rt.OpInfo(

@@ -216,49 +216,49 @@ def _episodic_prefix_sum_lookback_kernel(
 
 
 
-def _launch(c, cfg):
-    """Launch one kernel family on the canonical call ``c`` (see scangen.runtime.Call)."""
-    _dummy = next(iter(c.outs.values()))  # any valid pointer
-    _st = c.strides
-    args = (
-        c.tensors["inputs"],
+def _launch(_call, _cfg):
+    """Launch one kernel family on the canonical call ``_call`` (see scangen.runtime.Call)."""
+    _dummy = next(iter(_call.outs.values()))  # any valid pointer
+    _st = _call.strides
+    _args = (
+        _call.tensors["inputs"],
         *_st["inputs"],
-        c.tensors["dones"],
+        _call.tensors["dones"],
         *_st["dones"],
-        c.tensors.get("seed_values", _dummy),
+        _call.tensors.get("seed_values", _dummy),
         *_st.get("seed_values", (0, 0, 0)),
-        *_rt.param_args(c, "boundary", _dummy),
-        c.outs.get("sums", _dummy),
-        *c.out_strides.get("sums", (0, 0, 0)),
+        *_rt.param_args(_call, "boundary", _dummy),
+        _call.outs.get("sums", _dummy),
+        *_call.out_strides.get("sums", (0, 0, 0)),
     )
-    meta = dict(
-        HAS_seed_values="seed_values" in c.tensors,
-        boundary__TENSOR=c.is_tensor("boundary"),
-        STORE_sums="sums" in c.outs,
-        BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k,
-        ACC=tl.float64 if c.acc == torch.float64 else tl.float32,
+    _meta = dict(
+        HAS_seed_values="seed_values" in _call.tensors,
+        boundary__TENSOR=_call.is_tensor("boundary"),
+        STORE_sums="sums" in _call.outs,
+        BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
+        ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
     )
-    if cfg.family == "lookback":
-        ws = _rt.lookback_workspace(c, cfg, 1)
-        grid = (c.R1 * c.R2 * triton.cdiv(c.T, cfg.block_t),)
-        _rt.launch(c, _episodic_prefix_sum_lookback_kernel, grid, (*args, *ws, c.R1, c.R2, c.T, c.K), meta,
-                   cfg.num_warps)
+    if _cfg.family == "lookback":
+        _ws = _rt.lookback_workspace(_call, _cfg, 1)
+        _grid = (_call.R1 * _call.R2 * triton.cdiv(_call.T, _cfg.block_t),)
+        _rt.launch(_call, _episodic_prefix_sum_lookback_kernel, _grid, (*_args, *_ws, _call.R1, _call.R2, _call.T, _call.K), _meta,
+                   _cfg.num_warps)
     else:
-        grid = (triton.cdiv(c.R1 * c.R2, cfg.block_n),)
-        _rt.launch(c, _episodic_prefix_sum_chunked_kernel, grid, (*args, c.R1, c.R2, c.T, c.K), meta, cfg.num_warps)
+        _grid = (triton.cdiv(_call.R1 * _call.R2, _cfg.block_n),)
+        _rt.launch(_call, _episodic_prefix_sum_chunked_kernel, _grid, (*_args, _call.R1, _call.R2, _call.T, _call.K), _meta, _cfg.num_warps)
 
 
-def _torch_impl(c):
+def _torch_impl(_call):
     """The same recurrence in vectorised torch: any device, log-depth doubling scans."""
-    boundary = _tp.param(c, "boundary")
-    dones = _tp.load(c, "dones", None)
-    inputs = _tp.load(c, "inputs", None)
-    seed_values = _tp.load(c, "seed_values", 0.0)
+    boundary = _tp.param(_call, "boundary")
+    dones = _tp.load(_call, "dones", None)
+    inputs = _tp.load(_call, "inputs", None)
+    seed_values = _tp.load(_call, "seed_values", 0.0)
     dones__prev = _tp.shift(dones, "prev")
-    is_first = _tp.position(c, "is_first")
+    is_first = _tp.position(_call, "is_first")
     # scan C
-    C = _tp.scan(c, inputs, 1.0 - _tp.where((boundary != 0), dones, _tp.where((is_first != 0), 0.0, dones__prev)), seed_values, reverse=False)
-    _tp.store(c, "sums", C)
+    C = _tp.scan(_call, inputs, 1.0 - _tp.where((boundary != 0), dones, _tp.where((is_first != 0), 0.0, dones__prev)), seed_values, reverse=False)
+    _tp.store(_call, "sums", C)
 
 
 OP = _rt.OpInfo(

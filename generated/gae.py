@@ -308,68 +308,68 @@ def _gae_lookback_kernel(
 
 
 
-def _launch(c, cfg):
-    """Launch one kernel family on the canonical call ``c`` (see scangen.runtime.Call)."""
-    _dummy = next(iter(c.outs.values()))  # any valid pointer
-    _st = c.strides
-    args = (
-        c.tensors["rewards"],
+def _launch(_call, _cfg):
+    """Launch one kernel family on the canonical call ``_call`` (see scangen.runtime.Call)."""
+    _dummy = next(iter(_call.outs.values()))  # any valid pointer
+    _st = _call.strides
+    _args = (
+        _call.tensors["rewards"],
         *_st["rewards"],
-        c.tensors["values"],
+        _call.tensors["values"],
         *_st["values"],
-        c.tensors["terminateds"],
+        _call.tensors["terminateds"],
         *_st["terminateds"],
-        c.tensors.get("truncateds", _dummy),
+        _call.tensors.get("truncateds", _dummy),
         *_st.get("truncateds", (0, 0, 0)),
-        c.tensors.get("bootstrap_values", _dummy),
+        _call.tensors.get("bootstrap_values", _dummy),
         *_st.get("bootstrap_values", (0, 0, 0)),
-        c.tensors.get("last_value", _dummy),
+        _call.tensors.get("last_value", _dummy),
         *_st.get("last_value", (0, 0, 0)),
-        *_rt.param_args(c, "gamma", _dummy),
-        *_rt.param_args(c, "lambda_", _dummy),
-        c.outs.get("advantages", _dummy),
-        *c.out_strides.get("advantages", (0, 0, 0)),
-        c.outs.get("returns", _dummy),
-        *c.out_strides.get("returns", (0, 0, 0)),
+        *_rt.param_args(_call, "gamma", _dummy),
+        *_rt.param_args(_call, "lambda_", _dummy),
+        _call.outs.get("advantages", _dummy),
+        *_call.out_strides.get("advantages", (0, 0, 0)),
+        _call.outs.get("returns", _dummy),
+        *_call.out_strides.get("returns", (0, 0, 0)),
     )
-    meta = dict(
-        HAS_truncateds="truncateds" in c.tensors,
-        HAS_bootstrap_values="bootstrap_values" in c.tensors,
-        HAS_last_value="last_value" in c.tensors,
-        gamma__TENSOR=c.is_tensor("gamma"),
-        lambda___TENSOR=c.is_tensor("lambda_"),
-        STORE_advantages="advantages" in c.outs,
-        STORE_returns="returns" in c.outs,
-        BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k,
-        ACC=tl.float64 if c.acc == torch.float64 else tl.float32,
+    _meta = dict(
+        HAS_truncateds="truncateds" in _call.tensors,
+        HAS_bootstrap_values="bootstrap_values" in _call.tensors,
+        HAS_last_value="last_value" in _call.tensors,
+        gamma__TENSOR=_call.is_tensor("gamma"),
+        lambda___TENSOR=_call.is_tensor("lambda_"),
+        STORE_advantages="advantages" in _call.outs,
+        STORE_returns="returns" in _call.outs,
+        BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
+        ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
     )
-    if cfg.family == "lookback":
-        ws = _rt.lookback_workspace(c, cfg, 1)
-        grid = (c.R1 * c.R2 * triton.cdiv(c.T, cfg.block_t),)
-        _rt.launch(c, _gae_lookback_kernel, grid, (*args, *ws, c.R1, c.R2, c.T, c.K), meta,
-                   cfg.num_warps)
+    if _cfg.family == "lookback":
+        _ws = _rt.lookback_workspace(_call, _cfg, 1)
+        _grid = (_call.R1 * _call.R2 * triton.cdiv(_call.T, _cfg.block_t),)
+        _rt.launch(_call, _gae_lookback_kernel, _grid, (*_args, *_ws, _call.R1, _call.R2, _call.T, _call.K), _meta,
+                   _cfg.num_warps)
     else:
-        grid = (triton.cdiv(c.R1 * c.R2, cfg.block_n),)
-        _rt.launch(c, _gae_chunked_kernel, grid, (*args, c.R1, c.R2, c.T, c.K), meta, cfg.num_warps)
+        _grid = (triton.cdiv(_call.R1 * _call.R2, _cfg.block_n),)
+        _rt.launch(_call, _gae_chunked_kernel, _grid, (*_args, _call.R1, _call.R2, _call.T, _call.K), _meta, _cfg.num_warps)
 
 
-def _torch_impl(c):
+def _torch_impl(_call):
     """The same recurrence in vectorised torch: any device, log-depth doubling scans."""
-    bootstrap_values = _tp.load(c, "bootstrap_values", 0.0)
-    gamma = _tp.param(c, "gamma")
-    lambda_ = _tp.param(c, "lambda_")
-    last_value = _tp.load(c, "last_value", 0.0)
-    rewards = _tp.load(c, "rewards", None)
-    terminateds = _tp.load(c, "terminateds", None)
-    truncateds = _tp.load(c, "truncateds", 0.0)
-    values = _tp.load(c, "values", None)
-    is_last = _tp.position(c, "is_last")
+    bootstrap_values = _tp.load(_call, "bootstrap_values", 0.0)
+    gamma = _tp.param(_call, "gamma")
+    lambda_ = _tp.param(_call, "lambda_")
+    last_value = _tp.load(_call, "last_value", 0.0)
+    rewards = _tp.load(_call, "rewards", None)
+    terminateds = _tp.load(_call, "terminateds", None)
+    truncateds = _tp.load(_call, "truncateds", 0.0)
+    values = _tp.load(_call, "values", None)
+    is_last = _tp.position(_call, "is_last")
     values__next = _tp.shift(values, "next")
     # scan A
     _e1 = _tp.maximum(terminateds, truncateds)
-    A = _tp.scan(c, rewards - values + gamma*(1.0 - terminateds)*_tp.where((_tp.where((is_last != 0), 1.0, _e1) != 0), _tp.where((is_last != 0), bootstrap_values + last_value, bootstrap_values), _tp.where((is_last != 0), 0.0, values__next)), gamma*lambda_*(1.0 - _e1), 0.0, reverse=True)
-    _tp.store(c, "advantages", A)
-    _tp.store(c, "returns", A + values)
+    A = _tp.scan(_call, rewards - values + gamma*(1.0 - terminateds)*_tp.where((_tp.where((is_last != 0), 1.0, _e1) != 0), _tp.where((is_last != 0), bootstrap_values + last_value, bootstrap_values), _tp.where((is_last != 0), 0.0, values__next)), gamma*lambda_*(1.0 - _e1), 0.0, reverse=True)
+    _tp.store(_call, "advantages", A)
+    _tp.store(_call, "returns", A + values)
 
 
 OP = _rt.OpInfo(

@@ -268,60 +268,60 @@ def _lambda_returns_lookback_kernel(
 
 
 
-def _launch(c, cfg):
-    """Launch one kernel family on the canonical call ``c`` (see scangen.runtime.Call)."""
-    _dummy = next(iter(c.outs.values()))  # any valid pointer
-    _st = c.strides
-    args = (
-        c.tensors["rewards"],
+def _launch(_call, _cfg):
+    """Launch one kernel family on the canonical call ``_call`` (see scangen.runtime.Call)."""
+    _dummy = next(iter(_call.outs.values()))  # any valid pointer
+    _st = _call.strides
+    _args = (
+        _call.tensors["rewards"],
         *_st["rewards"],
-        c.tensors["next_values"],
+        _call.tensors["next_values"],
         *_st["next_values"],
-        c.tensors["terminateds"],
+        _call.tensors["terminateds"],
         *_st["terminateds"],
-        c.tensors.get("truncateds", _dummy),
+        _call.tensors.get("truncateds", _dummy),
         *_st.get("truncateds", (0, 0, 0)),
-        c.tensors.get("bootstrap_values", _dummy),
+        _call.tensors.get("bootstrap_values", _dummy),
         *_st.get("bootstrap_values", (0, 0, 0)),
-        *_rt.param_args(c, "gamma", _dummy),
-        *_rt.param_args(c, "lambda_", _dummy),
-        c.outs.get("returns", _dummy),
-        *c.out_strides.get("returns", (0, 0, 0)),
+        *_rt.param_args(_call, "gamma", _dummy),
+        *_rt.param_args(_call, "lambda_", _dummy),
+        _call.outs.get("returns", _dummy),
+        *_call.out_strides.get("returns", (0, 0, 0)),
     )
-    meta = dict(
-        HAS_truncateds="truncateds" in c.tensors,
-        HAS_bootstrap_values="bootstrap_values" in c.tensors,
-        gamma__TENSOR=c.is_tensor("gamma"),
-        lambda___TENSOR=c.is_tensor("lambda_"),
-        STORE_returns="returns" in c.outs,
-        BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k,
-        ACC=tl.float64 if c.acc == torch.float64 else tl.float32,
+    _meta = dict(
+        HAS_truncateds="truncateds" in _call.tensors,
+        HAS_bootstrap_values="bootstrap_values" in _call.tensors,
+        gamma__TENSOR=_call.is_tensor("gamma"),
+        lambda___TENSOR=_call.is_tensor("lambda_"),
+        STORE_returns="returns" in _call.outs,
+        BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
+        ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
     )
-    if cfg.family == "lookback":
-        ws = _rt.lookback_workspace(c, cfg, 1)
-        grid = (c.R1 * c.R2 * triton.cdiv(c.T, cfg.block_t),)
-        _rt.launch(c, _lambda_returns_lookback_kernel, grid, (*args, *ws, c.R1, c.R2, c.T, c.K), meta,
-                   cfg.num_warps)
+    if _cfg.family == "lookback":
+        _ws = _rt.lookback_workspace(_call, _cfg, 1)
+        _grid = (_call.R1 * _call.R2 * triton.cdiv(_call.T, _cfg.block_t),)
+        _rt.launch(_call, _lambda_returns_lookback_kernel, _grid, (*_args, *_ws, _call.R1, _call.R2, _call.T, _call.K), _meta,
+                   _cfg.num_warps)
     else:
-        grid = (triton.cdiv(c.R1 * c.R2, cfg.block_n),)
-        _rt.launch(c, _lambda_returns_chunked_kernel, grid, (*args, c.R1, c.R2, c.T, c.K), meta, cfg.num_warps)
+        _grid = (triton.cdiv(_call.R1 * _call.R2, _cfg.block_n),)
+        _rt.launch(_call, _lambda_returns_chunked_kernel, _grid, (*_args, _call.R1, _call.R2, _call.T, _call.K), _meta, _cfg.num_warps)
 
 
-def _torch_impl(c):
+def _torch_impl(_call):
     """The same recurrence in vectorised torch: any device, log-depth doubling scans."""
-    HAS_bootstrap_values = 1.0 if c.has("bootstrap_values") else 0.0
-    bootstrap_values = _tp.load(c, "bootstrap_values", 0.0)
-    gamma = _tp.param(c, "gamma")
-    lambda_ = _tp.param(c, "lambda_")
-    next_values = _tp.load(c, "next_values", None)
-    rewards = _tp.load(c, "rewards", None)
-    terminateds = _tp.load(c, "terminateds", None)
-    truncateds = _tp.load(c, "truncateds", 0.0)
-    is_last = _tp.position(c, "is_last")
+    HAS_bootstrap_values = 1.0 if _call.has("bootstrap_values") else 0.0
+    bootstrap_values = _tp.load(_call, "bootstrap_values", 0.0)
+    gamma = _tp.param(_call, "gamma")
+    lambda_ = _tp.param(_call, "lambda_")
+    next_values = _tp.load(_call, "next_values", None)
+    rewards = _tp.load(_call, "rewards", None)
+    terminateds = _tp.load(_call, "terminateds", None)
+    truncateds = _tp.load(_call, "truncateds", 0.0)
+    is_last = _tp.position(_call, "is_last")
     # scan G
     _e1 = lambda_*(1.0 - _tp.where((is_last != 0), 1.0, _tp.maximum(terminateds, truncateds)))
-    G = _tp.scan(c, rewards + gamma*(1.0 - _e1)*(1.0 - terminateds)*_tp.where((HAS_bootstrap_values*_tp.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values), _e1*gamma, 0.0, reverse=True)
-    _tp.store(c, "returns", G)
+    G = _tp.scan(_call, rewards + gamma*(1.0 - _e1)*(1.0 - terminateds)*_tp.where((HAS_bootstrap_values*_tp.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values), _e1*gamma, 0.0, reverse=True)
+    _tp.store(_call, "returns", G)
 
 
 OP = _rt.OpInfo(

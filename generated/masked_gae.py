@@ -266,57 +266,57 @@ def _masked_gae_lookback_kernel(
 
 
 
-def _launch(c, cfg):
-    """Launch one kernel family on the canonical call ``c`` (see scangen.runtime.Call)."""
-    _dummy = next(iter(c.outs.values()))  # any valid pointer
-    _st = c.strides
-    args = (
-        c.tensors["token_level_rewards"],
+def _launch(_call, _cfg):
+    """Launch one kernel family on the canonical call ``_call`` (see scangen.runtime.Call)."""
+    _dummy = next(iter(_call.outs.values()))  # any valid pointer
+    _st = _call.strides
+    _args = (
+        _call.tensors["token_level_rewards"],
         *_st["token_level_rewards"],
-        c.tensors["values"],
+        _call.tensors["values"],
         *_st["values"],
-        c.tensors["response_mask"],
+        _call.tensors["response_mask"],
         *_st["response_mask"],
-        *_rt.param_args(c, "gamma", _dummy),
-        *_rt.param_args(c, "lambda_", _dummy),
-        c.outs.get("advantages", _dummy),
-        *c.out_strides.get("advantages", (0, 0, 0)),
-        c.outs.get("returns", _dummy),
-        *c.out_strides.get("returns", (0, 0, 0)),
+        *_rt.param_args(_call, "gamma", _dummy),
+        *_rt.param_args(_call, "lambda_", _dummy),
+        _call.outs.get("advantages", _dummy),
+        *_call.out_strides.get("advantages", (0, 0, 0)),
+        _call.outs.get("returns", _dummy),
+        *_call.out_strides.get("returns", (0, 0, 0)),
     )
-    meta = dict(
-        gamma__TENSOR=c.is_tensor("gamma"),
-        lambda___TENSOR=c.is_tensor("lambda_"),
-        STORE_advantages="advantages" in c.outs,
-        STORE_returns="returns" in c.outs,
-        BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k,
-        ACC=tl.float64 if c.acc == torch.float64 else tl.float32,
+    _meta = dict(
+        gamma__TENSOR=_call.is_tensor("gamma"),
+        lambda___TENSOR=_call.is_tensor("lambda_"),
+        STORE_advantages="advantages" in _call.outs,
+        STORE_returns="returns" in _call.outs,
+        BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
+        ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
     )
-    if cfg.family == "lookback":
-        ws = _rt.lookback_workspace(c, cfg, 2)
-        grid = (c.R1 * c.R2 * triton.cdiv(c.T, cfg.block_t),)
-        _rt.launch(c, _masked_gae_lookback_kernel, grid, (*args, *ws, c.R1, c.R2, c.T, c.K), meta,
-                   cfg.num_warps)
+    if _cfg.family == "lookback":
+        _ws = _rt.lookback_workspace(_call, _cfg, 2)
+        _grid = (_call.R1 * _call.R2 * triton.cdiv(_call.T, _cfg.block_t),)
+        _rt.launch(_call, _masked_gae_lookback_kernel, _grid, (*_args, *_ws, _call.R1, _call.R2, _call.T, _call.K), _meta,
+                   _cfg.num_warps)
     else:
-        grid = (triton.cdiv(c.R1 * c.R2, cfg.block_n),)
-        _rt.launch(c, _masked_gae_chunked_kernel, grid, (*args, c.R1, c.R2, c.T, c.K), meta, cfg.num_warps)
+        _grid = (triton.cdiv(_call.R1 * _call.R2, _cfg.block_n),)
+        _rt.launch(_call, _masked_gae_chunked_kernel, _grid, (*_args, _call.R1, _call.R2, _call.T, _call.K), _meta, _cfg.num_warps)
 
 
-def _torch_impl(c):
+def _torch_impl(_call):
     """The same recurrence in vectorised torch: any device, log-depth doubling scans."""
-    gamma = _tp.param(c, "gamma")
-    lambda_ = _tp.param(c, "lambda_")
-    response_mask = _tp.load(c, "response_mask", None)
-    token_level_rewards = _tp.load(c, "token_level_rewards", None)
-    values = _tp.load(c, "values", None)
-    is_last = _tp.position(c, "is_last")
+    gamma = _tp.param(_call, "gamma")
+    lambda_ = _tp.param(_call, "lambda_")
+    response_mask = _tp.load(_call, "response_mask", None)
+    token_level_rewards = _tp.load(_call, "token_level_rewards", None)
+    values = _tp.load(_call, "values", None)
+    is_last = _tp.position(_call, "is_last")
     # scan nv
-    nv = _tp.scan(c, response_mask*values, 1.0 - response_mask, 0.0, reverse=True)
+    nv = _tp.scan(_call, response_mask*values, 1.0 - response_mask, 0.0, reverse=True)
     nv__next = _tp.shift(nv, "next")
     # scan A
-    A = _tp.scan(c, response_mask*(token_level_rewards - values + gamma*_tp.where((is_last != 0), 0.0, nv__next)), 1.0 - response_mask + gamma*lambda_*response_mask, 0.0, reverse=True)
-    _tp.store(c, "advantages", A)
-    _tp.store(c, "returns", A + values)
+    A = _tp.scan(_call, response_mask*(token_level_rewards - values + gamma*_tp.where((is_last != 0), 0.0, nv__next)), 1.0 - response_mask + gamma*lambda_*response_mask, 0.0, reverse=True)
+    _tp.store(_call, "advantages", A)
+    _tp.store(_call, "returns", A + values)
 
 
 OP = _rt.OpInfo(

@@ -408,89 +408,89 @@ def _retrace_lookback_kernel(
 
 
 
-def _launch(c, cfg):
-    """Launch one kernel family on the canonical call ``c`` (see scangen.runtime.Call)."""
-    _dummy = next(iter(c.outs.values()))  # any valid pointer
-    _st = c.strides
-    args = (
-        c.tensors["action_probs_target"],
+def _launch(_call, _cfg):
+    """Launch one kernel family on the canonical call ``_call`` (see scangen.runtime.Call)."""
+    _dummy = next(iter(_call.outs.values()))  # any valid pointer
+    _st = _call.strides
+    _args = (
+        _call.tensors["action_probs_target"],
         *_st["action_probs_target"],
-        c.tensors["action_probs_behavior"],
+        _call.tensors["action_probs_behavior"],
         *_st["action_probs_behavior"],
-        c.tensors["q_values"],
+        _call.tensors["q_values"],
         *_st["q_values"],
-        c.tensors["next_q_values_all"],
+        _call.tensors["next_q_values_all"],
         *_st["next_q_values_all"],
-        c.tensors["actions"],
+        _call.tensors["actions"],
         *_st["actions"],
-        c.tensors["rewards"],
+        _call.tensors["rewards"],
         *_st["rewards"],
-        c.tensors["terminateds"],
+        _call.tensors["terminateds"],
         *_st["terminateds"],
-        c.tensors.get("truncateds", _dummy),
+        _call.tensors.get("truncateds", _dummy),
         *_st.get("truncateds", (0, 0, 0)),
-        c.tensors["next_action_probs_target"],
+        _call.tensors["next_action_probs_target"],
         *_st["next_action_probs_target"],
-        *_rt.param_args(c, "gamma", _dummy),
-        *_rt.param_args(c, "lambda_", _dummy),
-        *_rt.param_args(c, "c_bar", _dummy),
-        *_rt.param_args(c, "rho_bar", _dummy),
-        c.outs.get("targets", _dummy),
-        *c.out_strides.get("targets", (0, 0, 0)),
-        c.outs.get("advantages", _dummy),
-        *c.out_strides.get("advantages", (0, 0, 0)),
+        *_rt.param_args(_call, "gamma", _dummy),
+        *_rt.param_args(_call, "lambda_", _dummy),
+        *_rt.param_args(_call, "c_bar", _dummy),
+        *_rt.param_args(_call, "rho_bar", _dummy),
+        _call.outs.get("targets", _dummy),
+        *_call.out_strides.get("targets", (0, 0, 0)),
+        _call.outs.get("advantages", _dummy),
+        *_call.out_strides.get("advantages", (0, 0, 0)),
     )
-    meta = dict(
-        HAS_truncateds="truncateds" in c.tensors,
-        gamma__TENSOR=c.is_tensor("gamma"),
-        lambda___TENSOR=c.is_tensor("lambda_"),
-        c_bar__TENSOR=c.is_tensor("c_bar"),
-        rho_bar__TENSOR=c.is_tensor("rho_bar"),
-        STORE_targets="targets" in c.outs,
-        STORE_advantages="advantages" in c.outs,
-        BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k,
-        ACC=tl.float64 if c.acc == torch.float64 else tl.float32,
+    _meta = dict(
+        HAS_truncateds="truncateds" in _call.tensors,
+        gamma__TENSOR=_call.is_tensor("gamma"),
+        lambda___TENSOR=_call.is_tensor("lambda_"),
+        c_bar__TENSOR=_call.is_tensor("c_bar"),
+        rho_bar__TENSOR=_call.is_tensor("rho_bar"),
+        STORE_targets="targets" in _call.outs,
+        STORE_advantages="advantages" in _call.outs,
+        BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
+        ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
     )
-    if cfg.family == "lookback":
-        ws = _rt.lookback_workspace(c, cfg, 1)
-        grid = (c.R1 * c.R2 * triton.cdiv(c.T, cfg.block_t),)
-        _rt.launch(c, _retrace_lookback_kernel, grid, (*args, *ws, c.R1, c.R2, c.T, c.K), meta,
-                   cfg.num_warps)
+    if _cfg.family == "lookback":
+        _ws = _rt.lookback_workspace(_call, _cfg, 1)
+        _grid = (_call.R1 * _call.R2 * triton.cdiv(_call.T, _cfg.block_t),)
+        _rt.launch(_call, _retrace_lookback_kernel, _grid, (*_args, *_ws, _call.R1, _call.R2, _call.T, _call.K), _meta,
+                   _cfg.num_warps)
     else:
-        grid = (triton.cdiv(c.R1 * c.R2, cfg.block_n),)
-        _rt.launch(c, _retrace_chunked_kernel, grid, (*args, c.R1, c.R2, c.T, c.K), meta, cfg.num_warps)
+        _grid = (triton.cdiv(_call.R1 * _call.R2, _cfg.block_n),)
+        _rt.launch(_call, _retrace_chunked_kernel, _grid, (*_args, _call.R1, _call.R2, _call.T, _call.K), _meta, _cfg.num_warps)
 
 
-def _torch_impl(c):
+def _torch_impl(_call):
     """The same recurrence in vectorised torch: any device, log-depth doubling scans."""
-    action_probs_behavior = _tp.load(c, "action_probs_behavior", None)
-    action_probs_target = _tp.load(c, "action_probs_target", None)
-    actions = _tp.load(c, "actions", None)
-    c_bar = _tp.param(c, "c_bar")
-    gamma = _tp.param(c, "gamma")
-    lambda_ = _tp.param(c, "lambda_")
-    next_action_probs_target = _tp.load(c, "next_action_probs_target", None)
-    next_q_values_all = _tp.load(c, "next_q_values_all", None)
-    q_values = _tp.load(c, "q_values", None)
-    rewards = _tp.load(c, "rewards", None)
-    rho_bar = _tp.param(c, "rho_bar")
-    terminateds = _tp.load(c, "terminateds", None)
-    truncateds = _tp.load(c, "truncateds", 0.0)
+    action_probs_behavior = _tp.load(_call, "action_probs_behavior", None)
+    action_probs_target = _tp.load(_call, "action_probs_target", None)
+    actions = _tp.load(_call, "actions", None)
+    c_bar = _tp.param(_call, "c_bar")
+    gamma = _tp.param(_call, "gamma")
+    lambda_ = _tp.param(_call, "lambda_")
+    next_action_probs_target = _tp.load(_call, "next_action_probs_target", None)
+    next_q_values_all = _tp.load(_call, "next_q_values_all", None)
+    q_values = _tp.load(_call, "q_values", None)
+    rewards = _tp.load(_call, "rewards", None)
+    rho_bar = _tp.param(_call, "rho_bar")
+    terminateds = _tp.load(_call, "terminateds", None)
+    truncateds = _tp.load(_call, "truncateds", 0.0)
     action_probs_behavior__next = _tp.shift(action_probs_behavior, "next")
     action_probs_target__next = _tp.shift(action_probs_target, "next", dim=2)
     actions__next = _tp.shift(actions, "next")
     c_bar__next = _tp.shift(c_bar, "next")
-    is_last = _tp.position(c, "is_last")
+    is_last = _tp.position(_call, "is_last")
     lambda___next = _tp.shift(lambda_, "next")
     q_values__next = _tp.shift(q_values, "next")
     _gather0 = _tp.gather(action_probs_target__next, actions__next)
     _gather1 = _tp.gather(action_probs_target, actions)
     _sum0 = (next_action_probs_target*next_q_values_all).sum(-1)
     # scan A
-    A = _tp.scan(c, rewards - q_values + _sum0*gamma*(1.0 - terminateds), gamma*(1.0 - _tp.maximum(terminateds, truncateds))*_tp.where((is_last != 0), 0.0, lambda___next*_tp.minimum(c_bar__next, _gather0/action_probs_behavior__next)), 0.0, reverse=True)
+    A = _tp.scan(_call, rewards - q_values + _sum0*gamma*(1.0 - terminateds), gamma*(1.0 - _tp.maximum(terminateds, truncateds))*_tp.where((is_last != 0), 0.0, lambda___next*_tp.minimum(c_bar__next, _gather0/action_probs_behavior__next)), 0.0, reverse=True)
     A__next = _tp.shift(A, "next")
-    _tp.store(c, "targets", A + q_values)
-    _tp.store(c, "advantages", (rewards - q_values + gamma*(1.0 - terminateds)*_tp.where((_tp.where((is_last != 0), 1.0, _tp.maximum(terminateds, truncateds)) != 0), _sum0, _tp.where((is_last != 0), 0.0, A__next) + _tp.where((is_last != 0), 0.0, q_values__next)))*_tp.minimum(rho_bar, _gather1/action_probs_behavior))
+    _tp.store(_call, "targets", A + q_values)
+    _tp.store(_call, "advantages", (rewards - q_values + gamma*(1.0 - terminateds)*_tp.where((_tp.where((is_last != 0), 1.0, _tp.maximum(terminateds, truncateds)) != 0), _sum0, _tp.where((is_last != 0), 0.0, A__next) + _tp.where((is_last != 0), 0.0, q_values__next)))*_tp.minimum(rho_bar, _gather1/action_probs_behavior))
 
 
 OP = _rt.OpInfo(

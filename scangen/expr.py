@@ -16,6 +16,7 @@ from .errors import SpecError
 
 MAX_EXPR_CHARS = 4000
 MAX_EXPR_NODES = 800
+MAX_CONST_EXPONENT = 64
 
 
 class Next(sympy.Function):
@@ -142,6 +143,9 @@ def parse_expr(text, names: Mapping[str, sympy.Expr], *, source: str, line: int 
 
     if len(text) > MAX_EXPR_CHARS:
         raise fail(f"expression is longer than {MAX_EXPR_CHARS} characters")
+    if not text.isascii():
+        # Python folds look-alike letters (NFKC), so a non-ASCII name could alias another.
+        raise fail("expressions must be ASCII")
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except (SyntaxError, RecursionError, MemoryError, ValueError) as exc:
@@ -157,14 +161,18 @@ def parse_expr(text, names: Mapping[str, sympy.Expr], *, source: str, line: int 
             if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
                 raise fail(f"unsupported constant {node.value!r}")
             if isinstance(node.value, int):
-                return sympy.Integer(node.value)
-            return sympy.Float(node.value)
+                return _finite(sympy.Integer(node.value))
+            return _finite(sympy.Float(node.value))
         if isinstance(node, ast.Name):
             if node.id not in names:
                 raise fail(f"undeclared name '{node.id}'")
             return names[node.id]
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-            return _BINOPS[type(node.op)](conv(node.left), conv(node.right))
+            left, right = conv(node.left), conv(node.right)
+            if isinstance(node.op, ast.Pow) and right.is_Number and \
+                    (abs(right) > MAX_CONST_EXPONENT or not right.is_real):
+                raise fail(f"the exponent {right} is too large (at most {MAX_CONST_EXPONENT})")
+            return _finite(_BINOPS[type(node.op)](left, right))
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
             value = conv(node.operand)
             return -value if isinstance(node.op, ast.USub) else value
@@ -194,7 +202,17 @@ def parse_expr(text, names: Mapping[str, sympy.Expr], *, source: str, line: int 
             raise fail(f"{node.func.id}() takes {expected} arguments, got {nargs}")
         args = [conv(a, cond_ok=(node.func.id == "where" and i == 0))
                 for i, a in enumerate(node.args)]
-        return build(*args)
+        return _finite(build(*args))
+
+    def _finite(value):
+        """Constants must be finite reals that fit a float (no 1/0, log(0), sqrt(-1), 1e400)."""
+        for atom in value.atoms(sympy.Number, sympy.NumberSymbol, sympy.core.numbers.ImaginaryUnit):
+            if atom.is_real is False or not atom.is_finite or \
+                    (atom.is_Number and abs(float(atom)) > 1e300):
+                raise fail(f"the constant {atom} is not a finite real number")
+        if value.has(sympy.zoo, sympy.oo, -sympy.oo, sympy.nan, sympy.I):
+            raise fail("the expression evaluates to a constant that is not a finite real number")
+        return value
 
     try:
         return conv(tree)

@@ -124,7 +124,7 @@ def canonical(expr: sympy.Expr) -> str:
 def _q(text: str) -> str:
     """A YAML double-quoted scalar (JSON string syntax is valid YAML)."""
     import json
-    return json.dumps(text, ensure_ascii=False)
+    return json.dumps(text, ensure_ascii=True)
 
 
 def canonical_text(ir: IR) -> str:

@@ -142,9 +142,10 @@ def lower(spec: Spec) -> IR:
     reverse = spec.direction == "reverse"
     kinds = {i.name: (i.kind, i.shape, i.default is not None) for i in spec.inputs}
     states = [s.name for s in spec.scans]
-    names: dict[str, sympy.Expr] = {n: sympy.Symbol(n) for n in kinds}
-    names.update({p.name: sympy.Symbol(p.name) for p in spec.params})
-    names.update({n: sympy.Symbol(n) for n in POSITIONS + tuple(states)})
+    # Real symbols: SymPy then keeps abs(exp(x)) as exp(x) instead of exp(re(x)).
+    names: dict[str, sympy.Expr] = {n: sympy.Symbol(n, real=True) for n in kinds}
+    names.update({p.name: sympy.Symbol(p.name, real=True) for p in spec.params})
+    names.update({n: sympy.Symbol(n, real=True) for n in POSITIONS + tuple(states)})
 
     def parse(text, what, states_ok, rule="only the states of earlier scans may"):
         expr = parse_expr(text, names, source=spec.source, line=line_of(text), what=what)

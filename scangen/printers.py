@@ -39,6 +39,11 @@ class _Printer(StrPrinter):
     def _print_Float(self, expr):
         return repr(float(expr))
 
+    def _print_NumberSymbol(self, expr):  # e, pi, ...: as the nearest double
+        return repr(float(expr))
+
+    _print_Exp1 = _print_Pi = _print_EulerGamma = _print_GoldenRatio = _print_NumberSymbol
+
     def _print_Function(self, expr):
         if isinstance(expr, _Indicator):
             return f"({self._print(expr.args[0])} {expr.op} {self._print(expr.args[1])})"

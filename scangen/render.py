@@ -45,8 +45,24 @@ def templates_hash() -> str:
 
 
 def _pylit(text: str) -> str:
-    """Text safe inside a triple-quoted docstring: no escapes, no closing quotes."""
-    return text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+    """Text safe inside a triple-quoted docstring: backslashes escaped, quotes escaped where they
+    touch another quote or end the text (so no run of three and no merge with the closing
+    quotes), and characters Python source cannot hold (NUL, lone surrogates) as escapes."""
+    out = []
+    for i, ch in enumerate(text):
+        touching = text[i + 1:i + 2] in ('"', "") or text[i - 1:i] == '"'
+        if ch == "\\" or (ch == '"' and touching):
+            out.append("\\" + ch)
+        elif ch == "\n" or (ch.isprintable() and not 0xD800 <= ord(ch) <= 0xDFFF):
+            out.append(ch)
+        else:
+            out.append(f"\\u{ord(ch):04x}" if ord(ch) < 0x10000 else f"\\U{ord(ch):08x}")
+    return "".join(out)
+
+
+def _comment(text: str) -> str:
+    """Text safe on one comment line: printable ASCII only."""
+    return "".join(ch if " " <= ch <= "~" else "?" for ch in str(text))
 
 
 class _Symbols:
@@ -101,26 +117,26 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
         args += [f"{i.name}__ptr", f"{i.name}__s1", f"{i.name}__s2", f"{i.name}__st"]
         args += [f"{i.name}__sk"] if i.shape == "NTK" else []
         size = 4 if i.shape == "NTK" else 3
-        get = f'c.tensors["{i.name}"]' if not i.optional else f'c.tensors.get("{i.name}", _dummy)'
+        get = f'_call.tensors["{i.name}"]' if not i.optional else f'_call.tensors.get("{i.name}", _dummy)'
         st = f'_st["{i.name}"]' if not i.optional else f'_st.get("{i.name}", {(0,) * size})'
         launch_args += [get, f"*{st}"]
         bases.append(NS(var=f"{i.name}__row", s1=f"{i.name}__s1", s2=f"{i.name}__s2"))
         if i.optional:
             constexprs.append(f"HAS_{i.name}")
-            launch_cx.append(f'HAS_{i.name}="{i.name}" in c.tensors')
+            launch_cx.append(f'HAS_{i.name}="{i.name}" in _call.tensors')
     for p in ir.params:
         args += [p.name, f"{p.name}__ptr", f"{p.name}__s1", f"{p.name}__s2", f"{p.name}__st"]
-        launch_args.append(f'*_rt.param_args(c, "{p.name}", _dummy)')
+        launch_args.append(f'*_rt.param_args(_call, "{p.name}", _dummy)')
         bases.append(NS(var=f"{p.name}__row", s1=f"{p.name}__s1", s2=f"{p.name}__s2"))
         constexprs.append(f"{p.name}__TENSOR")
-        launch_cx.append(f'{p.name}__TENSOR=c.is_tensor("{p.name}")')
+        launch_cx.append(f'{p.name}__TENSOR=_call.is_tensor("{p.name}")')
     for o in ir.outputs:
         args += [f"{o.name}__optr", f"{o.name}__os1", f"{o.name}__os2", f"{o.name}__ost"]
-        launch_args += [f'c.outs.get("{o.name}", _dummy)',
-                        f'*c.out_strides.get("{o.name}", (0, 0, 0))']
+        launch_args += [f'_call.outs.get("{o.name}", _dummy)',
+                        f'*_call.out_strides.get("{o.name}", (0, 0, 0))']
         bases.append(NS(var=f"{o.name}__orow", s1=f"{o.name}__os1", s2=f"{o.name}__os2"))
         constexprs.append(f"STORE_{o.name}")
-        launch_cx.append(f'STORE_{o.name}="{o.name}" in c.outs')
+        launch_cx.append(f'STORE_{o.name}="{o.name}" in _call.outs')
 
     row_loads, loads = [], []
     kinds = {i.name: i for i in ir.inputs}
@@ -182,8 +198,8 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
               chunk_index="_n_chunks - 1 - _c" if rev else "_c", reverse=str(rev),
               step="+1" if rev else "-1", carry_col="0" if rev else "BLOCK_T - 1",
               edge_col="BLOCK_T - 1" if rev else "0",
-              launch_prelude=["_dummy = next(iter(c.outs.values()))  # any valid pointer",
-                              "_st = c.strides"],
+              launch_prelude=["_dummy = next(iter(_call.outs.values()))  # any valid pointer",
+                              "_st = _call.strides"],
               launch_args=launch_args, launch_constexprs=launch_cx)
 
 
@@ -196,18 +212,18 @@ def _torch_context(plan: Plan, sy: _Symbols) -> NS:
     loads = []
     for i in ir.inputs:
         if i.optional and f"HAS_{i.name}" in plan.symbols:
-            loads.append(f'HAS_{i.name} = 1.0 if c.has("{i.name}") else 0.0')
+            loads.append(f'HAS_{i.name} = 1.0 if _call.has("{i.name}") else 0.0')
     split = [(sym, *split_sym(sym)) for sym in names]
     for b in sorted({b for _, b, _ in split if b in kinds or b in sy.params}):
-        src = (f'_tp.param(c, "{b}")' if b in sy.params
-               else f'_tp.load(c, "{b}", {kinds[b].default!r})')
+        src = (f'_tp.param(_call, "{b}")' if b in sy.params
+               else f'_tp.load(_call, "{b}", {kinds[b].default!r})')
         loads.append(f"{b} = {src}")
     for sym, b, shift in split:
         if (b in kinds or b in sy.params) and shift:
             dim = ", dim=2" if b in kinds and kinds[b].shape == "NTK" else ""
             loads.append(f'{sym} = _tp.shift({b}, "{shift}"{dim})')
         elif b in ("is_first", "is_last"):
-            loads.append(f'{sym} = _tp.position(c, "{sym}")')
+            loads.append(f'{sym} = _tp.position(_call, "{sym}")')
     for g in plan.gathers:
         src = f"{g.src}__{g.shift}" if g.shift else g.src
         loads.append(f"{g.var} = _tp.gather({src}, {g.index})")
@@ -283,6 +299,7 @@ def render(plan: Plan, source: str) -> str:
     ir = plan.ir
     sy = _Symbols(ir, plan)
     title = (ir.doc.strip().splitlines() or [ir.name])[0]
-    ctx = dict(version=__version__, source=source, title=_pylit(title), function=ir.function,
+    ctx = dict(version=__version__, source=_comment(source), title=_pylit(title),
+               function=ir.function,
                k=_triton_context(plan, sy), t=_torch_context(plan, sy), api=_api_context(ir))
     return _env(str(template_dir())).get_template(TEMPLATE).render(**ctx)

@@ -8,6 +8,7 @@ expand a small file into a huge one) are not followed.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -94,14 +95,21 @@ class Spec:
     line: int | None = field(default=None, compare=False)
 
     def __post_init__(self):
-        for name in ("inputs", "scans", "outputs", "params"):
-            object.__setattr__(self, name, _tuple(getattr(self, name)))
-        let = self.let.items() if isinstance(self.let, Mapping) else self.let
-        object.__setattr__(self, "let", tuple((k, v) for k, v in let))
-        object.__setattr__(self, "exclusive", tuple(tuple(g) for g in self.exclusive))
-        for name in ("signature", "returns"):
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, tuple(getattr(self, name)))
+        try:
+            for name in ("inputs", "scans", "outputs", "params"):
+                object.__setattr__(self, name, _tuple(getattr(self, name)))
+            let = self.let.items() if isinstance(self.let, Mapping) else self.let
+            object.__setattr__(self, "let", tuple((k, v) for k, v in let))
+            object.__setattr__(self, "exclusive", tuple(tuple(g) for g in self.exclusive))
+            for name in ("signature", "returns"):
+                value = getattr(self, name)
+                if value is not None:
+                    if isinstance(value, (str, Mapping)):
+                        raise TypeError(f"{name} must be a list of names")
+                    object.__setattr__(self, name, tuple(value))
+        except (TypeError, ValueError) as exc:
+            raise SpecError(f"malformed spec ({exc})", source=str(self.source),
+                            line=self.line) from None
 
 
 # ----------------------------------------------------------------------------- YAML
@@ -112,11 +120,18 @@ def _err(msg, source, node_or_line=None, expr=None):
     return SpecError(msg, source=source, line=line, expr=expr)
 
 
+_PLAIN_TAGS = {f"tag:yaml.org,2002:{t}" for t in
+               ("str", "int", "float", "bool", "null", "map", "seq")}
+
+
 def _to_python(node, source, seen):
-    """Walk composed YAML nodes into dicts/lists/LStr/numbers, refusing duplicates and aliases."""
+    """Walk composed YAML nodes into dicts/lists/LStr/numbers, refusing duplicates, aliases and
+    tags (a spec is plain data: no Python objects, no merge keys)."""
     if id(node) in seen:
         raise _err("YAML aliases and anchors are not supported", source, node)
     seen.add(id(node))
+    if node.tag not in _PLAIN_TAGS:
+        raise _err(f"YAML tags are not supported (got {node.tag})", source, node)
     line = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         out = {}
@@ -130,7 +145,11 @@ def _to_python(node, source, seen):
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_to_python(n, source, seen) for n in node.value]
-    value = yaml.constructor.SafeConstructor().construct_object(node)
+    try:
+        value = yaml.constructor.SafeConstructor().construct_object(node)
+    except (yaml.YAMLError, ValueError, TypeError) as exc:
+        raise _err(f"bad YAML value {node.value!r} ({type(exc).__name__})", source, node) \
+            from None
     if isinstance(value, str):
         return LStr(value, line)
     if value is None or isinstance(value, (bool, int, float)):
@@ -152,9 +171,24 @@ def _mapping(value, what, source, line):
 
 
 def _number(value, what, source, line):
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _err(f"{what} must be a number, got {value!r}", source, line)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(float(value)):
+        raise _err(f"{what} must be a finite number, got {value!r}", source, line)
     return float(value)
+
+
+def _names(value, what, source, line, nested=False):
+    """A YAML list of names (``signature``, ``returns``), or of such lists (``exclusive``)."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise _err(f"'{what}' must be a list, got {type(value).__name__}", source, line)
+    for item in value:
+        if nested:
+            _names(item, what, source, line)
+        elif not isinstance(item, str):
+            raise _err(f"'{what}' must list names, got {item!r}", source, line)
+    return value
 
 
 def _input(name, value, source):
@@ -213,6 +247,21 @@ def _output(name, value, source):
                   doc=str(value.get("doc", "")))
 
 
+MAX_FLOW_DEPTH = 32
+
+
+def _flow_depth(text: str) -> int:
+    """The deepest nesting of [ ] and { } (an upper bound: brackets in strings count too)."""
+    depth = deepest = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+    return deepest
+
+
 _TOP_KEYS = ("name", "function", "doc", "direction", "signature", "inputs", "exclusive",
              "params", "let", "scans", "outputs", "returns")
 
@@ -221,6 +270,9 @@ def load_spec_text(text: str, source: str = "<string>") -> Spec:
     """Parse YAML spec text into a :class:`Spec` (no validation of the math yet)."""
     if len(text.encode("utf-8", "replace")) > MAX_SPEC_BYTES:
         raise _err(f"spec is larger than {MAX_SPEC_BYTES} bytes", source)
+    if _flow_depth(text) > MAX_FLOW_DEPTH:
+        # PyYAML's scanner is quadratic in flow nesting; no spec needs more than a few levels.
+        raise _err("malformed YAML (nested too deeply)", source)
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
@@ -245,8 +297,10 @@ def load_spec_text(text: str, source: str = "<string>") -> Spec:
     let = _mapping(top.get("let", {}), "'let'", source, None)
     return Spec(
         name=top["name"], direction=top["direction"], doc=str(top.get("doc", "")),
-        function=top.get("function"), signature=top.get("signature"),
-        exclusive=top.get("exclusive", ()), returns=top.get("returns"),
+        function=top.get("function"),
+        signature=_names(top.get("signature"), "signature", source, None),
+        exclusive=_names(top.get("exclusive", []), "exclusive", source, None, nested=True),
+        returns=_names(top.get("returns"), "returns", source, None),
         let=[(k, _expr_text(v, line_of(k))) for k, v in let.items()],
         source=source, line=1, **sections)
 

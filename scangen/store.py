@@ -143,6 +143,7 @@ def compile_spec(spec_or_path, cache_dir: Path | None = None):
 
 def _committed(meta_path: Path, key: str) -> bool:
     try:
-        return json.loads(meta_path.read_text(encoding="utf-8")).get("key") == key
-    except (FileNotFoundError, ValueError):
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return False
+    return isinstance(meta, dict) and meta.get("key") == key

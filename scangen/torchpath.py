@@ -85,12 +85,24 @@ def store(c: Call, name: str, value) -> None:
         return
     out, st = c.outs[name], c.out_strides[name]
     view = out.as_strided((c.R1, c.R2, c.T), st)
-    view.copy_(torch.broadcast_to(torch.as_tensor(value, device=c.device), view.shape))
+    if isinstance(value, torch.Tensor):
+        view.copy_(torch.broadcast_to(value, view.shape))
+    else:  # a Python number: fill keeps all its bits (as_tensor would round it to float32)
+        view.fill_(value)
+
+
+def _operand(x, like):
+    # Python numbers become 0-dim float64 tensors: exact, and 0-dim operands do not promote the
+    # dtype of a dimensioned tensor beside them.
+    if isinstance(x, torch.Tensor):
+        return x
+    return torch.tensor(x, dtype=torch.float64, device=like.device)
 
 
 def where(cond, a, b):
-    return torch.where(cond, torch.as_tensor(a), torch.as_tensor(b)) \
-        if not isinstance(cond, bool) else (a if cond else b)
+    if isinstance(cond, bool):
+        return a if cond else b
+    return torch.where(cond, _operand(a, cond), _operand(b, cond))
 
 
 def _both(fn, scalar_fn):

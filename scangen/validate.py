@@ -6,20 +6,23 @@ spec's shape alone is decided here.
 """
 from __future__ import annotations
 
+import builtins
 import keyword
 import re
 
 from .errors import SpecError, line_of
 from .spec import KINDS, Spec
 
-_IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
-# Names the generated code or the expression language already uses.
+_IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}\Z")
+# Names the generated code, Python or the expression language already uses: a user name must
+# never shadow a local of a generated kernel or launcher.
 RESERVED = frozenset({
     "is_first", "is_last", "tl", "triton", "torch", "math", "backend", "outputs", "time_dim",
-    "self", "cls", "None", "True", "False",
+    "self", "cls", "OP", "T", "K", "R1", "R2", "ACC", "BLOCK_N", "BLOCK_T", "BLOCK_K",
 }) | frozenset(
     ["exp", "log", "sqrt", "abs", "sigmoid", "tanh", "min", "max", "clip", "where", "next", "prev",
-     "sum", "gather", "present"])
+     "sum", "gather", "present"]) | frozenset(dir(builtins))
+RESERVED_PREFIXES = ("HAS_", "STORE_")
 
 
 def _fail(spec: Spec, msg: str, at=None) -> SpecError:
@@ -29,10 +32,10 @@ def _fail(spec: Spec, msg: str, at=None) -> SpecError:
 
 def check_identifier(spec: Spec, name, what: str) -> None:
     if not isinstance(name, str) or not _IDENT.match(name) or "__" in name \
-            or keyword.iskeyword(name) or name in RESERVED:
-        raise _fail(spec, f"{what} name {str(name)!r} is not allowed: use a letter followed by "
-                          f"letters, digits or single underscores, not a Python keyword or one "
-                          f"of the reserved names", name)
+            or keyword.iskeyword(name) or name in RESERVED or name.startswith(RESERVED_PREFIXES):
+        raise _fail(spec, f"{what} name {str(name)[:80]!r} is not allowed: use a letter followed "
+                          f"by up to 63 letters, digits or single underscores, not a Python "
+                          f"keyword or builtin, nor a reserved name", name)
 
 
 def validate(spec: Spec) -> Spec:
@@ -104,6 +107,8 @@ def default_signature(spec: Spec) -> tuple[str, ...]:
 def _check_signature(spec: Spec) -> None:
     args = [i.name for i in spec.inputs] + [p.name for p in spec.params]
     signature = spec.signature if spec.signature is not None else default_signature(spec)
+    if list(signature).count("*") > 1:
+        raise _fail(spec, "signature: '*' may appear once")
     sig = [a for a in signature if a != "*"]
     if sorted(sig) != sorted(args):
         missing = sorted(set(args) - set(sig))

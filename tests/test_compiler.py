@@ -49,7 +49,7 @@ def test_canonical_text_round_trips(name):
 def test_update_is_split_into_alpha_and_beta():
     ir = to_ir(BUILTINS["gae"])
     (scan,) = ir.scans
-    g, lam, term, trunc = sympy.symbols("gamma lambda_ terminateds truncateds")
+    g, lam, term, trunc = sympy.symbols("gamma lambda_ terminateds truncateds", real=True)
     assert sympy.simplify(scan.beta - g * lam * (1 - sympy.Max(term, trunc))) == 0
     assert "A" not in {s.name for s in scan.alpha.free_symbols}
     assert canonical(scan.init) == "0"

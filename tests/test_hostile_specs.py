@@ -228,8 +228,8 @@ def test_unicode_look_alike_names_in_expressions_are_refused():
         refused(spec(out=expr))
 
 
-def test_unicode_call_of_import_is_still_unknown():
-    refused(spec(out="__\uff49mport__('os')"), "unknown function '__import__'")
+def test_unicode_call_of_import_is_refused():
+    refused(spec(out="__\uff49mport__('os')"), "expressions must be ASCII")
 
 
 # ---------------------------------------------------------------------- sizes and nesting
@@ -257,6 +257,8 @@ def test_expression_with_too_many_nodes():
 ])
 def test_deeply_nested_expression(expr):
     msg = refused(spec(out=expr))
+    if msg == "<string>: malformed YAML (nested too deeply)":  # brackets count as YAML nesting
+        return
     assert msg.startswith("<string>:13: output 'y': "), msg
     assert any(p in msg for p in ("not a valid expression", "syntax nodes", "nested too deeply",
                                   "longer than")), msg
@@ -301,6 +303,10 @@ BAD_NAMES = [
 ]
 
 
+NAME_RULE = ("letter followed by up to 63 letters, digits or single underscores, not a Python "
+             "keyword or builtin, nor a reserved name")
+
+
 @pytest.mark.parametrize("role", ["x", "g", "A", "y"])
 @pytest.mark.parametrize("name", BAD_NAMES, ids=repr)
 def test_bad_declared_names_are_refused(role, name):
@@ -311,25 +317,21 @@ def test_bad_declared_names_are_refused(role, name):
         kwargs["update"] = "x + g"
         kwargs["out"] = "x"
     refused(spec(**kwargs), exact=f"<string>:{line}: {what} name {name!r} is not allowed: use a "
-                                  f"letter followed by letters, digits or single underscores, "
-                                  f"not a Python keyword or one of the reserved names")
+                                  f"{NAME_RULE}")
 
 
 @pytest.mark.parametrize("name", BAD_NAMES, ids=repr)
 def test_bad_spec_and_function_names_are_refused(name):
     refused(spec(name=q(name)), exact=f"<string>:1: spec name {name!r} is not allowed: use a "
-                                      f"letter followed by letters, digits or single "
-                                      f"underscores, not a Python keyword or one of the reserved "
-                                      f"names")
+                                      f"{NAME_RULE}")
     text = spec().replace("name: hostile", f"name: hostile\nfunction: {q(name)}")
     refused(text, f"function name {name!r} is not allowed")
 
 
 def test_bad_let_name_is_refused():
     text = spec().replace("scans:", f"let:\n  {q('z; import os')}: x\nscans:")
-    refused(text, exact="<string>:10: let name 'z; import os' is not allowed: use a letter "
-                        "followed by letters, digits or single underscores, not a Python keyword "
-                        "or one of the reserved names")
+    refused(text, exact=f"<string>:10: let name 'z; import os' is not allowed: use a "
+                        f"{NAME_RULE}")
 
 
 def test_very_long_spec_name_is_refused(tmp_path):
@@ -511,7 +513,7 @@ def test_many_deeply_nested_yaml_lists_are_refused_fast():
     took over 10 s and a 256 KiB spec of them minutes (libyaml's C scanner: ~0.2 s)."""
     item = "- " + "[" * 300 + "]" * 300 + "\n"
     text = item * ((MAX_SPEC_BYTES - 1000) // len(item))
-    refused(text, "<string>:1: the spec must be a mapping")
+    refused(text, "<string>: malformed YAML (nested too deeply)")
 
 
 @pytest.mark.parametrize("text,exact", [
@@ -597,7 +599,7 @@ def test_yaml_aliases_are_refused(text, line):
     spec().replace("  f: flag", "  f: {<<: {kind: flag}}"),
 ], ids=["merge-alias", "merge-inline"])
 def test_yaml_merge_keys_are_refused(text):
-    refused(text, "<string>:5:")
+    refused(text, "YAML tags are not supported (got tag:yaml.org,2002:merge)")
 
 
 PYTHON_TAGS = {
@@ -714,15 +716,15 @@ WRONG_TYPES = {
     "shape_number": ("  f: flag\n", "  f: {kind: flag, shape: 5}\n",
                      "<string>:5: input 'f': shape must be one of [N, T], [N], [N, T, K], got 5"),
     "default_text": ("  f: flag\n", "  f: {kind: flag, default: abc}\n",
-                     "<string>:5: input 'f': default must be a number, got 'abc'"),
+                     "<string>:5: input 'f': default must be a finite number, got 'abc'"),
     "default_bool": ("  f: flag\n", "  f: {kind: flag, default: true}\n",
-                     "<string>:5: input 'f': default must be a number, got True"),
+                     "<string>:5: input 'f': default must be a finite number, got True"),
     "param_list": ("{default: a, choices: {a: 0.5, b: 0.25}}", "[1, 2]",
-                   "<string>:7: param 'g': default must be a number, got [1, 2]"),
+                   "<string>:7: param 'g': default must be a finite number, got [1, 2]"),
     "choices_list": ("{a: 0.5, b: 0.25}", "[a, b]",
                      "<string>:7: param 'g': choices must be a mapping, got list"),
     "choice_text": ("{a: 0.5, b: 0.25}", "{a: 0.5, b: x}",
-                    "<string>:7: param 'g': choice 'b' must be a number, got 'x'"),
+                    "<string>:7: param 'g': choice 'b' must be a finite number, got 'x'"),
     "scan_null": ("    update: z + g * A\n    init: 0\n", "\n",
                   "<string>:11: scan 'A' must be a mapping, got NoneType"),
     "scan_text": ("  A:\n    update: z + g * A\n    init: 0\n", "  A: z + g * A\n",
@@ -741,11 +743,9 @@ WRONG_TYPES = {
                        "<string>:15: output 'y': missing key 'expr'"),
     "let_null": ("  z: x * 2\n", "  z:\n", "<string>:9: let 'z': unsupported constant None: 'None'"),
     "name_number": ("name: ok", "name: 5", "<string>:1: spec name '5' is not allowed: use a "
-                    "letter followed by letters, digits or single underscores, not a Python "
-                    "keyword or one of the reserved names"),
+                    + NAME_RULE),
     "name_null": ("name: ok", "name:", "<string>:1: spec name 'None' is not allowed: use a "
-                  "letter followed by letters, digits or single underscores, not a Python "
-                  "keyword or one of the reserved names"),
+                  + NAME_RULE),
     "direction_list": ("direction: reverse", "direction: [reverse]",
                        "<string>:1: direction must be 'reverse' or 'forward', got ['reverse']"),
     "key_number": ("  f: flag\n", "  1: flag\n", "<string>:5: keys must be names, got 1"),
@@ -753,9 +753,9 @@ WRONG_TYPES = {
     "key_list": ("  f: flag\n", "  ? [a, b]\n  : flag\n",
                  "<string>:5: keys must be names, got ['a', 'b']"),
     "binary_value": ("name: ok", "name: !!binary aGVsbG8=",
-                     "<string>:1: unsupported YAML value of type bytes"),
+                     "<string>:1: YAML tags are not supported (got tag:yaml.org,2002:binary)"),
     "date_value": ("name: ok", "name: 2020-01-01",
-                   "<string>:1: unsupported YAML value of type date"),
+                   "<string>:1: YAML tags are not supported (got tag:yaml.org,2002:timestamp)"),
 }
 
 
