@@ -51,11 +51,16 @@ def _discounted_returns_chunked_kernel(
     returns__os1,
     returns__os2,
     returns__ost,
+    st__G__optr,
+    st__G__os1,
+    st__G__os2,
+    st__G__ost,
     R1, R2, T, K,
     HAS_truncateds: tl.constexpr,
     HAS_bootstrap_values: tl.constexpr,
     gamma__TENSOR: tl.constexpr,
     STORE_returns: tl.constexpr,
+    STORE_st__G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
@@ -70,6 +75,7 @@ def _discounted_returns_chunked_kernel(
     bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
     gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
     returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
+    st__G__orow = _r1 * st__G__os1 + _r2 * st__G__os2  # [BN] int64 row offsets
     G__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -102,6 +108,8 @@ def _discounted_returns_chunked_kernel(
         G__carry = tl.sum(tl.where(_cols[None, :] == 0, G, 0.0), axis=1)
         if STORE_returns:
             tl.store(returns__optr + returns__orow[:, None] + _t[None, :] * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok)
+        if STORE_st__G:
+            tl.store(st__G__optr + st__G__orow[:, None] + _t[None, :] * st__G__ost, (_zero + (G)).to(st__G__optr.dtype.element_ty), mask=_ok)
 
 
 
@@ -167,6 +175,10 @@ def _discounted_returns_lookback_kernel(
     returns__os1,
     returns__os2,
     returns__ost,
+    st__G__optr,
+    st__G__os1,
+    st__G__os2,
+    st__G__ost,
     _flags,
     _ws_a,
     _ws_b,
@@ -176,6 +188,7 @@ def _discounted_returns_lookback_kernel(
     HAS_bootstrap_values: tl.constexpr,
     gamma__TENSOR: tl.constexpr,
     STORE_returns: tl.constexpr,
+    STORE_st__G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
@@ -194,6 +207,7 @@ def _discounted_returns_lookback_kernel(
     bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
     gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
     returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
+    st__G__orow = _r1 * st__G__os1 + _r2 * st__G__os2  # [BN] int64 row offsets
     G__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -231,6 +245,8 @@ def _discounted_returns_lookback_kernel(
     G = _a + _b * G__carry
     if STORE_returns:
         tl.store(returns__optr + returns__orow[:, None] + _t[None, :] * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok)
+    if STORE_st__G:
+        tl.store(st__G__optr + st__G__orow[:, None] + _t[None, :] * st__G__ost, (_zero + (G)).to(st__G__optr.dtype.element_ty), mask=_ok)
 
 
 
@@ -250,12 +266,15 @@ def _launch(_call, _cfg):
         *_rt.param_args(_call, "gamma", _dummy),
         _call.outs.get("returns", _dummy),
         *_call.out_strides.get("returns", (0, 0, 0)),
+        _call.outs.get("st__G", _dummy),
+        *_call.out_strides.get("st__G", (0, 0, 0)),
     )
     _meta = dict(
         HAS_truncateds="truncateds" in _call.tensors,
         HAS_bootstrap_values="bootstrap_values" in _call.tensors,
         gamma__TENSOR=_call.is_tensor("gamma"),
         STORE_returns="returns" in _call.outs,
+        STORE_st__G="st__G" in _call.outs,
         BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
         ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
     )
@@ -281,6 +300,7 @@ def _torch_impl(_call):
     _e1 = _tp.where((is_last != 0), 1.0, _tp.maximum(terminateds, truncateds))
     G = _tp.scan(_call, rewards + _e1*bootstrap_values*gamma*(1.0 - terminateds), gamma*(1.0 - _e1), 0.0, reverse=True)
     _tp.store(_call, "returns", G)
+    _tp.store(_call, "st__G", G)
 
 
 OP = _rt.OpInfo(
@@ -296,7 +316,7 @@ OP = _rt.OpInfo(
     params=(
         _rt.ParamInfo('gamma', 0.99, 'discount factor', ()),
     ),
-    outputs=('returns',),
+    outputs=('returns', 'st__G'),
     returns=('returns',),
     exclusive=(),
     launch=_launch,
@@ -324,7 +344,8 @@ def compute_discounted_returns(rewards, terminateds, truncateds=None, gamma=0.99
         backend: 'auto' (Triton on CUDA, torch elsewhere), 'triton' or 'torch'.
     
     Returns:
-        returns: [N, T] in the inputs' floating dtype. G_t."""
+        returns: [N, T] in the inputs' floating dtype. G_t.
+        st__G: [N, T] in the inputs' floating dtype. the scan state, saved for the backward pass"""
     return _rt.call(OP, {
         "rewards": rewards,
         "terminateds": terminateds,

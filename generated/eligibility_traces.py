@@ -52,11 +52,16 @@ def _eligibility_traces_chunked_kernel(
     traces__os1,
     traces__os2,
     traces__ost,
+    st__z__optr,
+    st__z__os1,
+    st__z__os2,
+    st__z__ost,
     R1, R2, T, K,
     HAS_seed_values: tl.constexpr,
     gamma__TENSOR: tl.constexpr,
     lambda___TENSOR: tl.constexpr,
     STORE_traces: tl.constexpr,
+    STORE_st__z: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
@@ -71,6 +76,7 @@ def _eligibility_traces_chunked_kernel(
     gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
     lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
     traces__orow = _r1 * traces__os1 + _r2 * traces__os2  # [BN] int64 row offsets
+    st__z__orow = _r1 * st__z__os1 + _r2 * st__z__os2  # [BN] int64 row offsets
     if HAS_seed_values:
         seed_values = tl.load(seed_values__ptr + seed_values__row, mask=_row_ok, other=0).to(ACC)
     else:
@@ -103,6 +109,8 @@ def _eligibility_traces_chunked_kernel(
         z__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, z, 0.0), axis=1)
         if STORE_traces:
             tl.store(traces__optr + traces__orow[:, None] + _t[None, :] * traces__ost, (_zero + (z)).to(traces__optr.dtype.element_ty), mask=_ok)
+        if STORE_st__z:
+            tl.store(st__z__optr + st__z__orow[:, None] + _t[None, :] * st__z__ost, (_zero + (z)).to(st__z__optr.dtype.element_ty), mask=_ok)
 
 
 
@@ -169,6 +177,10 @@ def _eligibility_traces_lookback_kernel(
     traces__os1,
     traces__os2,
     traces__ost,
+    st__z__optr,
+    st__z__os1,
+    st__z__os2,
+    st__z__ost,
     _flags,
     _ws_a,
     _ws_b,
@@ -178,6 +190,7 @@ def _eligibility_traces_lookback_kernel(
     gamma__TENSOR: tl.constexpr,
     lambda___TENSOR: tl.constexpr,
     STORE_traces: tl.constexpr,
+    STORE_st__z: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
@@ -196,6 +209,7 @@ def _eligibility_traces_lookback_kernel(
     gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
     lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
     traces__orow = _r1 * traces__os1 + _r2 * traces__os2  # [BN] int64 row offsets
+    st__z__orow = _r1 * st__z__os1 + _r2 * st__z__os2  # [BN] int64 row offsets
     if HAS_seed_values:
         seed_values = tl.load(seed_values__ptr + seed_values__row, mask=_row_ok, other=0).to(ACC)
     else:
@@ -233,6 +247,8 @@ def _eligibility_traces_lookback_kernel(
     z = _a + _b * z__carry
     if STORE_traces:
         tl.store(traces__optr + traces__orow[:, None] + _t[None, :] * traces__ost, (_zero + (z)).to(traces__optr.dtype.element_ty), mask=_ok)
+    if STORE_st__z:
+        tl.store(st__z__optr + st__z__orow[:, None] + _t[None, :] * st__z__ost, (_zero + (z)).to(st__z__optr.dtype.element_ty), mask=_ok)
 
 
 
@@ -251,12 +267,15 @@ def _launch(_call, _cfg):
         *_rt.param_args(_call, "lambda_", _dummy),
         _call.outs.get("traces", _dummy),
         *_call.out_strides.get("traces", (0, 0, 0)),
+        _call.outs.get("st__z", _dummy),
+        *_call.out_strides.get("st__z", (0, 0, 0)),
     )
     _meta = dict(
         HAS_seed_values="seed_values" in _call.tensors,
         gamma__TENSOR=_call.is_tensor("gamma"),
         lambda___TENSOR=_call.is_tensor("lambda_"),
         STORE_traces="traces" in _call.outs,
+        STORE_st__z="st__z" in _call.outs,
         BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
         ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
     )
@@ -282,6 +301,7 @@ def _torch_impl(_call):
     # scan z
     z = _tp.scan(_call, gradients, gamma*lambda_*(1.0 - _tp.where((is_first != 0), 0.0, dones__prev)), seed_values, reverse=False)
     _tp.store(_call, "traces", z)
+    _tp.store(_call, "st__z", z)
 
 
 OP = _rt.OpInfo(
@@ -297,7 +317,7 @@ OP = _rt.OpInfo(
         _rt.ParamInfo('gamma', None, 'discount factor', ()),
         _rt.ParamInfo('lambda_', None, 'trace decay', ()),
     ),
-    outputs=('traces',),
+    outputs=('traces', 'st__z'),
     returns=('traces',),
     exclusive=(),
     launch=_launch,
@@ -324,7 +344,8 @@ def compute_eligibility_traces(gradients, dones, gamma, lambda_, seed_values=Non
         backend: 'auto' (Triton on CUDA, torch elsewhere), 'triton' or 'torch'.
     
     Returns:
-        traces: [N, T] in the inputs' floating dtype. z_t."""
+        traces: [N, T] in the inputs' floating dtype. z_t.
+        st__z: [N, T] in the inputs' floating dtype. the scan state, saved for the backward pass"""
     return _rt.call(OP, {
         "gradients": gradients,
         "dones": dones,

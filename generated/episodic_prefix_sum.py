@@ -47,10 +47,15 @@ def _episodic_prefix_sum_chunked_kernel(
     sums__os1,
     sums__os2,
     sums__ost,
+    st__C__optr,
+    st__C__os1,
+    st__C__os2,
+    st__C__ost,
     R1, R2, T, K,
     HAS_seed_values: tl.constexpr,
     boundary__TENSOR: tl.constexpr,
     STORE_sums: tl.constexpr,
+    STORE_st__C: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
@@ -64,6 +69,7 @@ def _episodic_prefix_sum_chunked_kernel(
     seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
     boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2  # [BN] int64 row offsets
     sums__orow = _r1 * sums__os1 + _r2 * sums__os2  # [BN] int64 row offsets
+    st__C__orow = _r1 * st__C__os1 + _r2 * st__C__os2  # [BN] int64 row offsets
     if HAS_seed_values:
         seed_values = tl.load(seed_values__ptr + seed_values__row, mask=_row_ok, other=0).to(ACC)
     else:
@@ -93,6 +99,8 @@ def _episodic_prefix_sum_chunked_kernel(
         C__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, C, 0.0), axis=1)
         if STORE_sums:
             tl.store(sums__optr + sums__orow[:, None] + _t[None, :] * sums__ost, (_zero + (C)).to(sums__optr.dtype.element_ty), mask=_ok)
+        if STORE_st__C:
+            tl.store(st__C__optr + st__C__orow[:, None] + _t[None, :] * st__C__ost, (_zero + (C)).to(st__C__optr.dtype.element_ty), mask=_ok)
 
 
 
@@ -154,6 +162,10 @@ def _episodic_prefix_sum_lookback_kernel(
     sums__os1,
     sums__os2,
     sums__ost,
+    st__C__optr,
+    st__C__os1,
+    st__C__os2,
+    st__C__ost,
     _flags,
     _ws_a,
     _ws_b,
@@ -162,6 +174,7 @@ def _episodic_prefix_sum_lookback_kernel(
     HAS_seed_values: tl.constexpr,
     boundary__TENSOR: tl.constexpr,
     STORE_sums: tl.constexpr,
+    STORE_st__C: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
@@ -179,6 +192,7 @@ def _episodic_prefix_sum_lookback_kernel(
     seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
     boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2  # [BN] int64 row offsets
     sums__orow = _r1 * sums__os1 + _r2 * sums__os2  # [BN] int64 row offsets
+    st__C__orow = _r1 * st__C__os1 + _r2 * st__C__os2  # [BN] int64 row offsets
     if HAS_seed_values:
         seed_values = tl.load(seed_values__ptr + seed_values__row, mask=_row_ok, other=0).to(ACC)
     else:
@@ -213,6 +227,8 @@ def _episodic_prefix_sum_lookback_kernel(
     C = _a + _b * C__carry
     if STORE_sums:
         tl.store(sums__optr + sums__orow[:, None] + _t[None, :] * sums__ost, (_zero + (C)).to(sums__optr.dtype.element_ty), mask=_ok)
+    if STORE_st__C:
+        tl.store(st__C__optr + st__C__orow[:, None] + _t[None, :] * st__C__ost, (_zero + (C)).to(st__C__optr.dtype.element_ty), mask=_ok)
 
 
 
@@ -230,11 +246,14 @@ def _launch(_call, _cfg):
         *_rt.param_args(_call, "boundary", _dummy),
         _call.outs.get("sums", _dummy),
         *_call.out_strides.get("sums", (0, 0, 0)),
+        _call.outs.get("st__C", _dummy),
+        *_call.out_strides.get("st__C", (0, 0, 0)),
     )
     _meta = dict(
         HAS_seed_values="seed_values" in _call.tensors,
         boundary__TENSOR=_call.is_tensor("boundary"),
         STORE_sums="sums" in _call.outs,
+        STORE_st__C="st__C" in _call.outs,
         BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
         ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
     )
@@ -259,6 +278,7 @@ def _torch_impl(_call):
     # scan C
     C = _tp.scan(_call, inputs, 1.0 - _tp.where((boundary != 0), dones, _tp.where((is_first != 0), 0.0, dones__prev)), seed_values, reverse=False)
     _tp.store(_call, "sums", C)
+    _tp.store(_call, "st__C", C)
 
 
 OP = _rt.OpInfo(
@@ -273,7 +293,7 @@ OP = _rt.OpInfo(
     params=(
         _rt.ParamInfo('boundary', 'ends_at', "whether dones[t] marks the last ('ends_at') or the first ('starts_at') step of an episode", (('ends_at', 0.0), ('starts_at', 1.0))),
     ),
-    outputs=('sums',),
+    outputs=('sums', 'st__C'),
     returns=('sums',),
     exclusive=(),
     launch=_launch,
@@ -299,7 +319,8 @@ def compute_episodic_prefix_sum(inputs, dones, seed_values=None, boundary='ends_
         backend: 'auto' (Triton on CUDA, torch elsewhere), 'triton' or 'torch'.
     
     Returns:
-        sums: [N, T] in the inputs' floating dtype. C_t."""
+        sums: [N, T] in the inputs' floating dtype. C_t.
+        st__C: [N, T] in the inputs' floating dtype. the scan state, saved for the backward pass"""
     return _rt.call(OP, {
         "inputs": inputs,
         "dones": dones,

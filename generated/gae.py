@@ -68,6 +68,10 @@ def _gae_chunked_kernel(
     returns__os1,
     returns__os2,
     returns__ost,
+    st__A__optr,
+    st__A__os1,
+    st__A__os2,
+    st__A__ost,
     R1, R2, T, K,
     HAS_truncateds: tl.constexpr,
     HAS_bootstrap_values: tl.constexpr,
@@ -76,6 +80,7 @@ def _gae_chunked_kernel(
     lambda___TENSOR: tl.constexpr,
     STORE_advantages: tl.constexpr,
     STORE_returns: tl.constexpr,
+    STORE_st__A: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
@@ -94,6 +99,7 @@ def _gae_chunked_kernel(
     lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
     advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
     returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
+    st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
     if HAS_last_value:
         last_value = tl.load(last_value__ptr + last_value__row, mask=_row_ok, other=0).to(ACC)
     else:
@@ -139,6 +145,8 @@ def _gae_chunked_kernel(
             tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok)
         if STORE_returns:
             tl.store(returns__optr + returns__orow[:, None] + _t[None, :] * returns__ost, (_zero + (A + values)).to(returns__optr.dtype.element_ty), mask=_ok)
+        if STORE_st__A:
+            tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
 
 
 
@@ -221,6 +229,10 @@ def _gae_lookback_kernel(
     returns__os1,
     returns__os2,
     returns__ost,
+    st__A__optr,
+    st__A__os1,
+    st__A__os2,
+    st__A__ost,
     _flags,
     _ws_a,
     _ws_b,
@@ -233,6 +245,7 @@ def _gae_lookback_kernel(
     lambda___TENSOR: tl.constexpr,
     STORE_advantages: tl.constexpr,
     STORE_returns: tl.constexpr,
+    STORE_st__A: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
@@ -255,6 +268,7 @@ def _gae_lookback_kernel(
     lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
     advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
     returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
+    st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
     if HAS_last_value:
         last_value = tl.load(last_value__ptr + last_value__row, mask=_row_ok, other=0).to(ACC)
     else:
@@ -305,6 +319,8 @@ def _gae_lookback_kernel(
         tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok)
     if STORE_returns:
         tl.store(returns__optr + returns__orow[:, None] + _t[None, :] * returns__ost, (_zero + (A + values)).to(returns__optr.dtype.element_ty), mask=_ok)
+    if STORE_st__A:
+        tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
 
 
 
@@ -331,6 +347,8 @@ def _launch(_call, _cfg):
         *_call.out_strides.get("advantages", (0, 0, 0)),
         _call.outs.get("returns", _dummy),
         *_call.out_strides.get("returns", (0, 0, 0)),
+        _call.outs.get("st__A", _dummy),
+        *_call.out_strides.get("st__A", (0, 0, 0)),
     )
     _meta = dict(
         HAS_truncateds="truncateds" in _call.tensors,
@@ -340,6 +358,7 @@ def _launch(_call, _cfg):
         lambda___TENSOR=_call.is_tensor("lambda_"),
         STORE_advantages="advantages" in _call.outs,
         STORE_returns="returns" in _call.outs,
+        STORE_st__A="st__A" in _call.outs,
         BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
         ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
     )
@@ -370,6 +389,7 @@ def _torch_impl(_call):
     A = _tp.scan(_call, rewards - values + gamma*(1.0 - terminateds)*_tp.where((_tp.where((is_last != 0), 1.0, _e1) != 0), _tp.where((is_last != 0), bootstrap_values + last_value, bootstrap_values), _tp.where((is_last != 0), 0.0, values__next)), gamma*lambda_*(1.0 - _e1), 0.0, reverse=True)
     _tp.store(_call, "advantages", A)
     _tp.store(_call, "returns", A + values)
+    _tp.store(_call, "st__A", A)
 
 
 OP = _rt.OpInfo(
@@ -388,7 +408,7 @@ OP = _rt.OpInfo(
         _rt.ParamInfo('gamma', 0.99, 'discount factor', ()),
         _rt.ParamInfo('lambda_', 0.95, 'GAE trace decay', ()),
     ),
-    outputs=('advantages', 'returns'),
+    outputs=('advantages', 'returns', 'st__A'),
     returns=('advantages',),
     exclusive=(('bootstrap_values', 'last_value'),),
     launch=_launch,
@@ -421,7 +441,8 @@ def compute_gae(rewards, values, terminateds, truncateds=None, gamma=0.99, lambd
     
     Returns:
         advantages: [N, T] in the inputs' floating dtype. A_t.
-        returns: [N, T] in the inputs' floating dtype. A_t + V_t, the TD(lambda) target."""
+        returns: [N, T] in the inputs' floating dtype. A_t + V_t, the TD(lambda) target.
+        st__A: [N, T] in the inputs' floating dtype. the scan state, saved for the backward pass"""
     return _rt.call(OP, {
         "rewards": rewards,
         "values": values,

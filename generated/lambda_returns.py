@@ -60,12 +60,17 @@ def _lambda_returns_chunked_kernel(
     returns__os1,
     returns__os2,
     returns__ost,
+    st__G__optr,
+    st__G__os1,
+    st__G__os2,
+    st__G__ost,
     R1, R2, T, K,
     HAS_truncateds: tl.constexpr,
     HAS_bootstrap_values: tl.constexpr,
     gamma__TENSOR: tl.constexpr,
     lambda___TENSOR: tl.constexpr,
     STORE_returns: tl.constexpr,
+    STORE_st__G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
@@ -82,6 +87,7 @@ def _lambda_returns_chunked_kernel(
     gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
     lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
     returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
+    st__G__orow = _r1 * st__G__os1 + _r2 * st__G__os2  # [BN] int64 row offsets
     G__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -119,6 +125,8 @@ def _lambda_returns_chunked_kernel(
         G__carry = tl.sum(tl.where(_cols[None, :] == 0, G, 0.0), axis=1)
         if STORE_returns:
             tl.store(returns__optr + returns__orow[:, None] + _t[None, :] * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok)
+        if STORE_st__G:
+            tl.store(st__G__optr + st__G__orow[:, None] + _t[None, :] * st__G__ost, (_zero + (G)).to(st__G__optr.dtype.element_ty), mask=_ok)
 
 
 
@@ -193,6 +201,10 @@ def _lambda_returns_lookback_kernel(
     returns__os1,
     returns__os2,
     returns__ost,
+    st__G__optr,
+    st__G__os1,
+    st__G__os2,
+    st__G__ost,
     _flags,
     _ws_a,
     _ws_b,
@@ -203,6 +215,7 @@ def _lambda_returns_lookback_kernel(
     gamma__TENSOR: tl.constexpr,
     lambda___TENSOR: tl.constexpr,
     STORE_returns: tl.constexpr,
+    STORE_st__G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
@@ -223,6 +236,7 @@ def _lambda_returns_lookback_kernel(
     gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
     lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
     returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
+    st__G__orow = _r1 * st__G__os1 + _r2 * st__G__os2  # [BN] int64 row offsets
     G__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -265,6 +279,8 @@ def _lambda_returns_lookback_kernel(
     G = _a + _b * G__carry
     if STORE_returns:
         tl.store(returns__optr + returns__orow[:, None] + _t[None, :] * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok)
+    if STORE_st__G:
+        tl.store(st__G__optr + st__G__orow[:, None] + _t[None, :] * st__G__ost, (_zero + (G)).to(st__G__optr.dtype.element_ty), mask=_ok)
 
 
 
@@ -287,6 +303,8 @@ def _launch(_call, _cfg):
         *_rt.param_args(_call, "lambda_", _dummy),
         _call.outs.get("returns", _dummy),
         *_call.out_strides.get("returns", (0, 0, 0)),
+        _call.outs.get("st__G", _dummy),
+        *_call.out_strides.get("st__G", (0, 0, 0)),
     )
     _meta = dict(
         HAS_truncateds="truncateds" in _call.tensors,
@@ -294,6 +312,7 @@ def _launch(_call, _cfg):
         gamma__TENSOR=_call.is_tensor("gamma"),
         lambda___TENSOR=_call.is_tensor("lambda_"),
         STORE_returns="returns" in _call.outs,
+        STORE_st__G="st__G" in _call.outs,
         BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
         ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
     )
@@ -322,6 +341,7 @@ def _torch_impl(_call):
     _e1 = lambda_*(1.0 - _tp.where((is_last != 0), 1.0, _tp.maximum(terminateds, truncateds)))
     G = _tp.scan(_call, rewards + gamma*(1.0 - _e1)*(1.0 - terminateds)*_tp.where((HAS_bootstrap_values*_tp.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values), _e1*gamma, 0.0, reverse=True)
     _tp.store(_call, "returns", G)
+    _tp.store(_call, "st__G", G)
 
 
 OP = _rt.OpInfo(
@@ -339,7 +359,7 @@ OP = _rt.OpInfo(
         _rt.ParamInfo('gamma', 0.99, 'discount factor', ()),
         _rt.ParamInfo('lambda_', 0.95, 'trace decay', ()),
     ),
-    outputs=('returns',),
+    outputs=('returns', 'st__G'),
     returns=('returns',),
     exclusive=(),
     launch=_launch,
@@ -369,7 +389,8 @@ def compute_lambda_returns(rewards, next_values, terminateds, truncateds=None, g
         backend: 'auto' (Triton on CUDA, torch elsewhere), 'triton' or 'torch'.
     
     Returns:
-        returns: [N, T] in the inputs' floating dtype. G_t, the lambda-returns."""
+        returns: [N, T] in the inputs' floating dtype. G_t, the lambda-returns.
+        st__G: [N, T] in the inputs' floating dtype. the scan state, saved for the backward pass"""
     return _rt.call(OP, {
         "rewards": rewards,
         "next_values": next_values,

@@ -56,11 +56,21 @@ def _masked_gae_chunked_kernel(
     returns__os1,
     returns__os2,
     returns__ost,
+    st__nv__optr,
+    st__nv__os1,
+    st__nv__os2,
+    st__nv__ost,
+    st__A__optr,
+    st__A__os1,
+    st__A__os2,
+    st__A__ost,
     R1, R2, T, K,
     gamma__TENSOR: tl.constexpr,
     lambda___TENSOR: tl.constexpr,
     STORE_advantages: tl.constexpr,
     STORE_returns: tl.constexpr,
+    STORE_st__nv: tl.constexpr,
+    STORE_st__A: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
@@ -76,6 +86,8 @@ def _masked_gae_chunked_kernel(
     lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
     advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
     returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
+    st__nv__orow = _r1 * st__nv__os1 + _r2 * st__nv__os2  # [BN] int64 row offsets
+    st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
     nv__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
@@ -115,6 +127,10 @@ def _masked_gae_chunked_kernel(
             tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok)
         if STORE_returns:
             tl.store(returns__optr + returns__orow[:, None] + _t[None, :] * returns__ost, (_zero + (A + values)).to(returns__optr.dtype.element_ty), mask=_ok)
+        if STORE_st__nv:
+            tl.store(st__nv__optr + st__nv__orow[:, None] + _t[None, :] * st__nv__ost, (_zero + (nv)).to(st__nv__optr.dtype.element_ty), mask=_ok)
+        if STORE_st__A:
+            tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
 
 
 
@@ -185,6 +201,14 @@ def _masked_gae_lookback_kernel(
     returns__os1,
     returns__os2,
     returns__ost,
+    st__nv__optr,
+    st__nv__os1,
+    st__nv__os2,
+    st__nv__ost,
+    st__A__optr,
+    st__A__os1,
+    st__A__os2,
+    st__A__ost,
     _flags,
     _ws_a,
     _ws_b,
@@ -194,6 +218,8 @@ def _masked_gae_lookback_kernel(
     lambda___TENSOR: tl.constexpr,
     STORE_advantages: tl.constexpr,
     STORE_returns: tl.constexpr,
+    STORE_st__nv: tl.constexpr,
+    STORE_st__A: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
@@ -213,6 +239,8 @@ def _masked_gae_lookback_kernel(
     lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
     advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
     returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
+    st__nv__orow = _r1 * st__nv__os1 + _r2 * st__nv__os2  # [BN] int64 row offsets
+    st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
     nv__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
@@ -263,6 +291,10 @@ def _masked_gae_lookback_kernel(
         tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok)
     if STORE_returns:
         tl.store(returns__optr + returns__orow[:, None] + _t[None, :] * returns__ost, (_zero + (A + values)).to(returns__optr.dtype.element_ty), mask=_ok)
+    if STORE_st__nv:
+        tl.store(st__nv__optr + st__nv__orow[:, None] + _t[None, :] * st__nv__ost, (_zero + (nv)).to(st__nv__optr.dtype.element_ty), mask=_ok)
+    if STORE_st__A:
+        tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
 
 
 
@@ -283,12 +315,18 @@ def _launch(_call, _cfg):
         *_call.out_strides.get("advantages", (0, 0, 0)),
         _call.outs.get("returns", _dummy),
         *_call.out_strides.get("returns", (0, 0, 0)),
+        _call.outs.get("st__nv", _dummy),
+        *_call.out_strides.get("st__nv", (0, 0, 0)),
+        _call.outs.get("st__A", _dummy),
+        *_call.out_strides.get("st__A", (0, 0, 0)),
     )
     _meta = dict(
         gamma__TENSOR=_call.is_tensor("gamma"),
         lambda___TENSOR=_call.is_tensor("lambda_"),
         STORE_advantages="advantages" in _call.outs,
         STORE_returns="returns" in _call.outs,
+        STORE_st__nv="st__nv" in _call.outs,
+        STORE_st__A="st__A" in _call.outs,
         BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
         ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
     )
@@ -317,6 +355,8 @@ def _torch_impl(_call):
     A = _tp.scan(_call, response_mask*(token_level_rewards - values + gamma*_tp.where((is_last != 0), 0.0, nv__next)), 1.0 - response_mask + gamma*lambda_*response_mask, 0.0, reverse=True)
     _tp.store(_call, "advantages", A)
     _tp.store(_call, "returns", A + values)
+    _tp.store(_call, "st__nv", nv)
+    _tp.store(_call, "st__A", A)
 
 
 OP = _rt.OpInfo(
@@ -332,7 +372,7 @@ OP = _rt.OpInfo(
         _rt.ParamInfo('gamma', 1.0, 'discount factor', ()),
         _rt.ParamInfo('lambda_', 1.0, 'GAE trace decay', ()),
     ),
-    outputs=('advantages', 'returns'),
+    outputs=('advantages', 'returns', 'st__nv', 'st__A'),
     returns=('advantages', 'returns'),
     exclusive=(),
     launch=_launch,
@@ -362,7 +402,9 @@ def compute_masked_gae(token_level_rewards, values, response_mask, gamma=1.0, la
     
     Returns:
         advantages: [N, T] in the inputs' floating dtype. A_t.
-        returns: [N, T] in the inputs' floating dtype. A_t + V_t."""
+        returns: [N, T] in the inputs' floating dtype. A_t + V_t.
+        st__nv: [N, T] in the inputs' floating dtype. the scan state, saved for the backward pass
+        st__A: [N, T] in the inputs' floating dtype. the scan state, saved for the backward pass"""
     return _rt.call(OP, {
         "token_level_rewards": token_level_rewards,
         "values": values,

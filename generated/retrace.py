@@ -93,6 +93,10 @@ def _retrace_chunked_kernel(
     advantages__os1,
     advantages__os2,
     advantages__ost,
+    st__A__optr,
+    st__A__os1,
+    st__A__os2,
+    st__A__ost,
     R1, R2, T, K,
     HAS_truncateds: tl.constexpr,
     gamma__TENSOR: tl.constexpr,
@@ -101,6 +105,7 @@ def _retrace_chunked_kernel(
     rho_bar__TENSOR: tl.constexpr,
     STORE_targets: tl.constexpr,
     STORE_advantages: tl.constexpr,
+    STORE_st__A: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
@@ -124,6 +129,7 @@ def _retrace_chunked_kernel(
     rho_bar__row = _r1 * rho_bar__s1 + _r2 * rho_bar__s2  # [BN] int64 row offsets
     targets__orow = _r1 * targets__os1 + _r2 * targets__os2  # [BN] int64 row offsets
     advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
+    st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -189,6 +195,8 @@ def _retrace_chunked_kernel(
             tl.store(targets__optr + targets__orow[:, None] + _t[None, :] * targets__ost, (_zero + (A + q_values)).to(targets__optr.dtype.element_ty), mask=_ok)
         if STORE_advantages:
             tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + ((rewards - q_values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds)) != 0), _sum0, tl.where((is_last != 0), 0.0, A__next) + tl.where((is_last != 0), 0.0, q_values__next)))*tl.minimum(rho_bar__t, _gather1/action_probs_behavior))).to(advantages__optr.dtype.element_ty), mask=_ok)
+        if STORE_st__A:
+            tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
 
 
 
@@ -296,6 +304,10 @@ def _retrace_lookback_kernel(
     advantages__os1,
     advantages__os2,
     advantages__ost,
+    st__A__optr,
+    st__A__os1,
+    st__A__os2,
+    st__A__ost,
     _flags,
     _ws_a,
     _ws_b,
@@ -308,6 +320,7 @@ def _retrace_lookback_kernel(
     rho_bar__TENSOR: tl.constexpr,
     STORE_targets: tl.constexpr,
     STORE_advantages: tl.constexpr,
+    STORE_st__A: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
@@ -335,6 +348,7 @@ def _retrace_lookback_kernel(
     rho_bar__row = _r1 * rho_bar__s1 + _r2 * rho_bar__s2  # [BN] int64 row offsets
     targets__orow = _r1 * targets__os1 + _r2 * targets__os2  # [BN] int64 row offsets
     advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
+    st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -405,6 +419,8 @@ def _retrace_lookback_kernel(
         tl.store(targets__optr + targets__orow[:, None] + _t[None, :] * targets__ost, (_zero + (A + q_values)).to(targets__optr.dtype.element_ty), mask=_ok)
     if STORE_advantages:
         tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + ((rewards - q_values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds)) != 0), _sum0, tl.where((is_last != 0), 0.0, A__next) + tl.where((is_last != 0), 0.0, q_values__next)))*tl.minimum(rho_bar__t, _gather1/action_probs_behavior))).to(advantages__optr.dtype.element_ty), mask=_ok)
+    if STORE_st__A:
+        tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
 
 
 
@@ -439,6 +455,8 @@ def _launch(_call, _cfg):
         *_call.out_strides.get("targets", (0, 0, 0)),
         _call.outs.get("advantages", _dummy),
         *_call.out_strides.get("advantages", (0, 0, 0)),
+        _call.outs.get("st__A", _dummy),
+        *_call.out_strides.get("st__A", (0, 0, 0)),
     )
     _meta = dict(
         HAS_truncateds="truncateds" in _call.tensors,
@@ -448,6 +466,7 @@ def _launch(_call, _cfg):
         rho_bar__TENSOR=_call.is_tensor("rho_bar"),
         STORE_targets="targets" in _call.outs,
         STORE_advantages="advantages" in _call.outs,
+        STORE_st__A="st__A" in _call.outs,
         BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
         ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
     )
@@ -491,6 +510,7 @@ def _torch_impl(_call):
     A__next = _tp.shift(A, "next")
     _tp.store(_call, "targets", A + q_values)
     _tp.store(_call, "advantages", (rewards - q_values + gamma*(1.0 - terminateds)*_tp.where((_tp.where((is_last != 0), 1.0, _tp.maximum(terminateds, truncateds)) != 0), _sum0, _tp.where((is_last != 0), 0.0, A__next) + _tp.where((is_last != 0), 0.0, q_values__next)))*_tp.minimum(rho_bar, _gather1/action_probs_behavior))
+    _tp.store(_call, "st__A", A)
 
 
 OP = _rt.OpInfo(
@@ -514,7 +534,7 @@ OP = _rt.OpInfo(
         _rt.ParamInfo('c_bar', 1.0, 'clip of the trace coefficient', ()),
         _rt.ParamInfo('rho_bar', 1.0, 'clip of the importance weight in the advantages', ()),
     ),
-    outputs=('targets', 'advantages'),
+    outputs=('targets', 'advantages', 'st__A'),
     returns=('targets', 'advantages'),
     exclusive=(),
     launch=_launch,
@@ -553,7 +573,8 @@ def compute_retrace(action_probs_target, action_probs_behavior, q_values, next_q
     
     Returns:
         targets: [N, T] in the inputs' floating dtype. q_ret_t, the Retrace targets.
-        advantages: [N, T] in the inputs' floating dtype. rho_t * (r_t + gamma * (1 - term_t) * q_ret_next_t - Q_t)."""
+        advantages: [N, T] in the inputs' floating dtype. rho_t * (r_t + gamma * (1 - term_t) * q_ret_next_t - Q_t).
+        st__A: [N, T] in the inputs' floating dtype. the scan state, saved for the backward pass"""
     return _rt.call(OP, {
         "action_probs_target": action_probs_target,
         "action_probs_behavior": action_probs_behavior,

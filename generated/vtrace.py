@@ -91,6 +91,10 @@ def _vtrace_chunked_kernel(
     pg_advantages__os1,
     pg_advantages__os2,
     pg_advantages__ost,
+    st__A__optr,
+    st__A__os1,
+    st__A__os2,
+    st__A__ost,
     R1, R2, T, K,
     HAS_truncateds: tl.constexpr,
     HAS_bootstrap_values: tl.constexpr,
@@ -102,6 +106,7 @@ def _vtrace_chunked_kernel(
     pg_rho_bar__TENSOR: tl.constexpr,
     STORE_targets: tl.constexpr,
     STORE_pg_advantages: tl.constexpr,
+    STORE_st__A: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
@@ -125,6 +130,7 @@ def _vtrace_chunked_kernel(
     pg_rho_bar__row = _r1 * pg_rho_bar__s1 + _r2 * pg_rho_bar__s2  # [BN] int64 row offsets
     targets__orow = _r1 * targets__os1 + _r2 * targets__os2  # [BN] int64 row offsets
     pg_advantages__orow = _r1 * pg_advantages__os1 + _r2 * pg_advantages__os2  # [BN] int64 row offsets
+    st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
     if HAS_last_value:
         last_value = tl.load(last_value__ptr + last_value__row, mask=_row_ok, other=0).to(ACC)
     else:
@@ -190,6 +196,8 @@ def _vtrace_chunked_kernel(
             tl.store(targets__optr + targets__orow[:, None] + _t[None, :] * targets__ost, (_zero + (A + values)).to(targets__optr.dtype.element_ty), mask=_ok)
         if STORE_pg_advantages:
             tl.store(pg_advantages__optr + pg_advantages__orow[:, None] + _t[None, :] * pg_advantages__ost, (_zero + ((rewards - values + gamma__t*(1.0 - terminateds)*(lambda___t*tl.where((_e3 != 0), _e4, _e5 + tl.where((is_last != 0), 0.0, A__next)) + (1.0 - lambda___t)*tl.where((_e3 != 0), _e4, _e5)))*tl.minimum(pg_rho_bar__t, tl.exp(log_pi_target - log_pi_behavior)))).to(pg_advantages__optr.dtype.element_ty), mask=_ok)
+        if STORE_st__A:
+            tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
 
 
 
@@ -295,6 +303,10 @@ def _vtrace_lookback_kernel(
     pg_advantages__os1,
     pg_advantages__os2,
     pg_advantages__ost,
+    st__A__optr,
+    st__A__os1,
+    st__A__os2,
+    st__A__ost,
     _flags,
     _ws_a,
     _ws_b,
@@ -310,6 +322,7 @@ def _vtrace_lookback_kernel(
     pg_rho_bar__TENSOR: tl.constexpr,
     STORE_targets: tl.constexpr,
     STORE_pg_advantages: tl.constexpr,
+    STORE_st__A: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
@@ -337,6 +350,7 @@ def _vtrace_lookback_kernel(
     pg_rho_bar__row = _r1 * pg_rho_bar__s1 + _r2 * pg_rho_bar__s2  # [BN] int64 row offsets
     targets__orow = _r1 * targets__os1 + _r2 * targets__os2  # [BN] int64 row offsets
     pg_advantages__orow = _r1 * pg_advantages__os1 + _r2 * pg_advantages__os2  # [BN] int64 row offsets
+    st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
     if HAS_last_value:
         last_value = tl.load(last_value__ptr + last_value__row, mask=_row_ok, other=0).to(ACC)
     else:
@@ -407,6 +421,8 @@ def _vtrace_lookback_kernel(
         tl.store(targets__optr + targets__orow[:, None] + _t[None, :] * targets__ost, (_zero + (A + values)).to(targets__optr.dtype.element_ty), mask=_ok)
     if STORE_pg_advantages:
         tl.store(pg_advantages__optr + pg_advantages__orow[:, None] + _t[None, :] * pg_advantages__ost, (_zero + ((rewards - values + gamma__t*(1.0 - terminateds)*(lambda___t*tl.where((_e3 != 0), _e4, _e5 + tl.where((is_last != 0), 0.0, A__next)) + (1.0 - lambda___t)*tl.where((_e3 != 0), _e4, _e5)))*tl.minimum(pg_rho_bar__t, tl.exp(log_pi_target - log_pi_behavior)))).to(pg_advantages__optr.dtype.element_ty), mask=_ok)
+    if STORE_st__A:
+        tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
 
 
 
@@ -440,6 +456,8 @@ def _launch(_call, _cfg):
         *_call.out_strides.get("targets", (0, 0, 0)),
         _call.outs.get("pg_advantages", _dummy),
         *_call.out_strides.get("pg_advantages", (0, 0, 0)),
+        _call.outs.get("st__A", _dummy),
+        *_call.out_strides.get("st__A", (0, 0, 0)),
     )
     _meta = dict(
         HAS_truncateds="truncateds" in _call.tensors,
@@ -452,6 +470,7 @@ def _launch(_call, _cfg):
         pg_rho_bar__TENSOR=_call.is_tensor("pg_rho_bar"),
         STORE_targets="targets" in _call.outs,
         STORE_pg_advantages="pg_advantages" in _call.outs,
+        STORE_st__A="st__A" in _call.outs,
         BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
         ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
     )
@@ -492,6 +511,7 @@ def _torch_impl(_call):
     _e5 = _tp.where((is_last != 0), 0.0, values__next)
     _tp.store(_call, "targets", A + values)
     _tp.store(_call, "pg_advantages", (rewards - values + gamma*(1.0 - terminateds)*(lambda_*_tp.where((_e3 != 0), _e4, _e5 + _tp.where((is_last != 0), 0.0, A__next)) + (1.0 - lambda_)*_tp.where((_e3 != 0), _e4, _e5)))*_tp.minimum(pg_rho_bar, _tp.exp(log_pi_target - log_pi_behavior)))
+    _tp.store(_call, "st__A", A)
 
 
 OP = _rt.OpInfo(
@@ -515,7 +535,7 @@ OP = _rt.OpInfo(
         _rt.ParamInfo('lambda_', 1.0, "trace decay (1 is IMPALA's V-trace)", ()),
         _rt.ParamInfo('pg_rho_bar', 'rho_bar', 'clip of the importance weight in the policy-gradient advantage (defaults to rho_bar)', ()),
     ),
-    outputs=('targets', 'pg_advantages'),
+    outputs=('targets', 'pg_advantages', 'st__A'),
     returns=('targets', 'pg_advantages'),
     exclusive=(('bootstrap_values', 'last_value'),),
     launch=_launch,
@@ -554,7 +574,8 @@ def compute_vtrace(log_pi_target, log_pi_behavior, values, rewards, terminateds,
     
     Returns:
         targets: [N, T] in the inputs' floating dtype. vs_t, the V-trace value targets.
-        pg_advantages: [N, T] in the inputs' floating dtype. the clipped policy-gradient advantages."""
+        pg_advantages: [N, T] in the inputs' floating dtype. the clipped policy-gradient advantages.
+        st__A: [N, T] in the inputs' floating dtype. the scan state, saved for the backward pass"""
     return _rt.call(OP, {
         "log_pi_target": log_pi_target,
         "log_pi_behavior": log_pi_behavior,

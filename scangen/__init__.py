@@ -31,6 +31,7 @@ def _generated():
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
             spec.loader.exec_module(module)
+            globals()["generated"] = module
             return module
     raise ImportError("scangen's generated modules are missing: run `scangen build`")
 
@@ -45,6 +46,10 @@ def __getattr__(attr: str):
     functions = _generated().FUNCTIONS
     if attr in functions:
         module = importlib.import_module(f"{__name__}.generated.{functions[attr]}")
+        try:  # the generated backward, found by scangen.ops.grad_op_of
+            importlib.import_module(f"{__name__}.generated.{functions[attr]}_grad")
+        except ImportError:
+            pass
         fn = getattr(module, attr)
         globals()[attr] = fn
         return fn

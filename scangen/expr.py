@@ -22,30 +22,35 @@ MAX_CONST_EXPONENT = 64
 class Next(sympy.Function):
     """``next(e, fill)``: ``e`` at step ``t+1``; ``fill`` at the last step of the window."""
 
+    is_real = True  # every value in a spec is real; keeps SymPy from re()/im()
     nargs = 2
 
 
 class Prev(sympy.Function):
     """``prev(e, fill)``: ``e`` at step ``t-1``; ``fill`` at the first step of the window."""
 
+    is_real = True  # every value in a spec is real; keeps SymPy from re()/im()
     nargs = 2
 
 
 class KSum(sympy.Function):
     """``sum(e)``: the sum of ``e`` over the trailing axis of its ``[N, T, K]`` inputs."""
 
+    is_real = True  # every value in a spec is real; keeps SymPy from re()/im()
     nargs = 1
 
 
 class Gather(sympy.Function):
     """``gather(x, i)``: ``x[n, t, i[n, t]]`` for an ``[N, T, K]`` input and an index input."""
 
+    is_real = True  # every value in a spec is real; keeps SymPy from re()/im()
     nargs = 2
 
 
 class Present(sympy.Function):
     """``present(x)``: 1 when the optional input ``x`` was passed, else 0 (known at compile time)."""
 
+    is_real = True  # every value in a spec is real; keeps SymPy from re()/im()
     nargs = 1
 
 
@@ -54,6 +59,7 @@ class Where(sympy.Function):
     or a comparison indicator), so the whole tree stays differentiable: d/dx where(c, a, b) is
     where(c, da/dx, db/dx)."""
 
+    is_real = True  # every value in a spec is real; keeps SymPy from re()/im()
     nargs = 3
 
     @classmethod
@@ -76,6 +82,7 @@ class Where(sympy.Function):
 class _Indicator(sympy.Function):
     """1 where the comparison holds, else 0; its derivative is 0 almost everywhere."""
 
+    is_real = True  # every value in a spec is real; keeps SymPy from re()/im()
     nargs = 2
     op = ""
 

@@ -7,12 +7,14 @@ calls that need autograd, and calls traced by ``torch.compile``, go through the 
 Params reach the op as tensors: a 0-dim tensor for a Python float, so a traced graph does not
 bake a particular gamma in.
 
-Gradients: the backward recomputes the op with the generated torch implementation under
-autograd and differentiates it (the adjoint of each scan is then a scan in the opposite
-direction inside torch's graph). It is exact, covers every input, param and spec, but it is
-not yet a fused kernel: it costs O(T log T) work and memory per row.
+Gradients: when the spec's adjoint could be generated (:mod:`scangen.adjoint`; every built-in but
+Retrace), the forward also stores its scan states and the backward runs the generated adjoint
+op, a fused kernel scanning the other way in time. Otherwise the backward recomputes the op
+with the generated torch path under autograd and differentiates it (exact, O(T log T)).
 """
 from __future__ import annotations
+
+import sys
 
 import torch
 
@@ -64,25 +66,23 @@ def qualname(op: runtime.OpInfo) -> str:
 
     def setup_context(ctx, inputs, output):
         ctx.args = inputs
-        ctx.save_for_backward(*[a for a in inputs[:n_in + n_par] if a is not None])
+        names = list(inputs[n_in + n_par + 1])
+        ctx.state_names = [n for n in names if n.startswith("st__")]
+        states = [o for n, o in zip(names, output) if n.startswith("st__")]
+        ctx.save_for_backward(*[a for a in inputs[:n_in + n_par] if a is not None], *states)
+        ctx.n_states = len(states)
 
     def backward(ctx, grads):
-        args = list(ctx.args)
-        values, time_dim, outputs, _ = unpack(args)
-        leaves = {}
-        for name, v in values.items():
-            if isinstance(v, torch.Tensor) and v.is_floating_point():
-                leaves[name] = v.detach().requires_grad_(True)
-        with torch.enable_grad():
-            outs = runtime.call_direct(op, {**values, **leaves}, time_dim=time_dim,
-                                       outputs=outputs, backend="torch")
-            pairs = [(o, g) for o, g in zip(outs, grads) if g is not None]
-            names = list(leaves)
-            got = torch.autograd.grad([o for o, _ in pairs], [leaves[n] for n in names],
-                                      [g for _, g in pairs], allow_unused=True)
-        by_name = dict(zip(names, got))
-        return tuple(by_name.get(i.name) for i in op.inputs) + \
-            tuple(by_name.get(p.name) for p in op.params) + (None, None, None)
+        values, time_dim, outputs, backend = unpack(list(ctx.args))
+        wanted = [n for k, n in enumerate(list(values)) if ctx.needs_input_grad[k]]
+        grad_op = grad_op_of(op)
+        if grad_op is not None and ctx.n_states:
+            got = _fused_backward(op, grad_op, ctx, values, outputs, grads, wanted,
+                                  time_dim, backend)
+        else:
+            got = _recompute_backward(op, values, outputs, grads, wanted, time_dim)
+        return tuple(got.get(i.name) for i in op.inputs) + \
+            tuple(got.get(p.name) for p in op.params) + (None, None, None)
 
     torch.library.register_autograd(qn, backward, setup_context=setup_context, lib=lib)
     _REGISTERED[id(op)] = qn
@@ -106,12 +106,60 @@ def _param_tensor(op, name, v, like: torch.Tensor):
     return torch.scalar_tensor(v, dtype=torch.float64, device=like.device)
 
 
-def dispatch(op: runtime.OpInfo, values: dict, *, time_dim, outputs, backend):
-    """Call ``op`` through its registered custom op (autograd, torch.compile)."""
+def grad_op_of(op: runtime.OpInfo):
+    """The generated backward op of ``op`` (module ``<forward module>_grad``), if loaded."""
+    module = sys.modules.get(op.launch.__module__ + "_grad")
+    return getattr(module, "OP", None)
+
+
+def _recompute_backward(op, values, outputs, grads, wanted, time_dim):
+    """Differentiate the generated torch path (specs whose adjoint is not generated)."""
+    leaves = {n: values[n].detach().requires_grad_(True) for n in wanted
+              if isinstance(values[n], torch.Tensor)}
+    with torch.enable_grad():
+        outs = runtime.call_direct(op, {**values, **leaves}, time_dim=time_dim,
+                                   outputs=outputs, backend="torch")
+        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None]
+        got = torch.autograd.grad([o for o, _ in pairs], list(leaves.values()),
+                                  [g for _, g in pairs], allow_unused=True)
+    return dict(zip(leaves, got))
+
+
+def _fused_backward(op, grad_op, ctx, values, outputs, grads, wanted, time_dim, backend):
+    """Run the generated adjoint kernel, then sum each per-step gradient to its input's shape."""
+    states = ctx.saved_tensors[len(ctx.saved_tensors) - ctx.n_states:]
+    b_values = dict(values)
+    b_values.update(zip(ctx.state_names, states))
+    user = [n for n in outputs if not n.startswith("st__")]
+    b_values.update({f"gy__{o}": None for o in op.outputs})
+    b_values.update({f"gy__{n}": g for n, g in zip(user, grads) if g is not None})
+    names = [f"d__{n}" for n in wanted]
+    if not names:
+        return {}
+    per_step = call_op(grad_op, b_values, time_dim=time_dim, names=names, backend=backend)
+    c = runtime.Call(op, values, time_dim, user)
+    roles = {i.name: i.shape for i in op.inputs}
+    return {n: _sum_to(g, values[n], c, roles.get(n, "param")) for n, g in zip(wanted, per_step)}
+
+
+def _sum_to(grad, like, c, role: str):
+    """Sum a full-shape per-step gradient down to the shape of the tensor it belongs to."""
+    if not isinstance(like, torch.Tensor):
+        return None
+    trailing = len(c.full_shape) - len(c.base_shape)  # feature dims inputs may broadcast over
+    if role == "N":
+        grad = grad.sum(c.td)  # every step's gradient lands on the row's single value
+        if like.dim() < grad.dim():
+            grad = grad.sum(tuple(range(grad.dim() - trailing, grad.dim())))
+    elif like.dim() <= len(c.base_shape) and trailing:
+        grad = grad.sum(tuple(range(len(c.base_shape), grad.dim())))
+    return grad.sum_to_size(like.shape).to(like.dtype)
+
+
+def call_op(op: runtime.OpInfo, values: dict, *, time_dim, names, backend):
+    """Call ``op``'s registered custom op for the output ``names``; returns a list."""
     qn = qualname(op)
     like = next(v for v in values.values() if isinstance(v, torch.Tensor))
-    names = op.returns if outputs is None else ((outputs,) if isinstance(outputs, str)
-                                                 else tuple(outputs))
     args = [values[i.name] for i in op.inputs]
     for p in op.params:
         v = values[p.name]
@@ -119,6 +167,19 @@ def dispatch(op: runtime.OpInfo, values: dict, *, time_dim, outputs, backend):
             v = values[p.default]
         args.append(_param_tensor(op, p.name, v, like))
     namespace, name = qn.split("::")
-    outs = getattr(getattr(torch.ops, namespace), name)(*args, time_dim, list(names), backend)
+    return getattr(getattr(torch.ops, namespace), name)(*args, time_dim, list(names), backend)
+
+
+def dispatch(op: runtime.OpInfo, values: dict, *, time_dim, outputs, backend):
+    """Call ``op`` through its registered custom op (autograd, torch.compile). When gradients
+    will be needed and the op has a generated backward, the forward also stores its states."""
+    names = op.returns if outputs is None else ((outputs,) if isinstance(outputs, str)
+                                                 else tuple(outputs))
+    extra = ()
+    if torch.is_grad_enabled() and grad_op_of(op) is not None and any(
+            isinstance(v, torch.Tensor) and v.requires_grad for v in values.values()):
+        extra = tuple(o for o in op.outputs if o.startswith("st__"))
+    outs = call_op(op, values, time_dim=time_dim, names=names + extra, backend=backend)
+    outs = outs[:len(names)]
     single = outputs is None and len(op.returns) == 1 or isinstance(outputs, str)
     return outs[0] if single else tuple(outs)

@@ -22,7 +22,7 @@ SHIFT = {Next: "next", Prev: "prev"}
 
 def split_sym(sym: str) -> tuple[str, str]:
     """``"values__next"`` -> ``("values", "next")``; user names never contain ``__``."""
-    for shift in ("next", "prev"):
+    for shift in ("next2", "prev2", "next", "prev"):
         if sym.endswith(f"__{shift}"):
             return sym[: -len(shift) - 2], shift
     return sym, ""

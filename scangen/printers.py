@@ -79,6 +79,10 @@ class _Printer(StrPrinter):
         cond = self._print(c) if isinstance(c, _Indicator) else f"({self._print(c)} != 0)"
         return f"{self.where}({cond}, {self._print(a)}, {self._print(b)})"
 
+    def _print_sign(self, expr):
+        x = self._print(expr.args[0])
+        return f"{self.where}({x} > 0, 1.0, {self.where}({x} < 0, -1.0, 0.0))"
+
     def _print_Heaviside(self, expr):
         return f"{self.where}({self._print(expr.args[0])} > 0, 1.0, 0.0)"
 

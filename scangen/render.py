@@ -112,7 +112,8 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
     tile = sy.table(sy.triton_tile, [s for sp in plan.sums for s, _ in sp.block.assigns])
     pr = functools.partial(print_expr, TritonPrinter, symbols=tile, spec_name=ir.name)
     args, constexprs, bases, launch_args, launch_cx = [], [], [], [], []
-    tvar = {"": "_t", "next": "_t_next", "prev": "_t_prev"}
+    tvar = {"": "_t", "next": "_t_next", "prev": "_t_prev", "next2": "_t_next2",
+            "prev2": "_t_prev2"}
     for i in ir.inputs:
         args += [f"{i.name}__ptr", f"{i.name}__s1", f"{i.name}__s2", f"{i.name}__st"]
         args += [f"{i.name}__sk"] if i.shape == "NTK" else []
@@ -155,9 +156,9 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
         elif b in sy.params and shift in tvar:
             loads.append(NS(var=f"{sym}__t", ptr=f"{b}__ptr", base=f"{b}__row", t=tvar[shift],
                             st=f"{b}__st", has=f"{b}__TENSOR", default=b, cast=".to(ACC)"))
-    conds = {"is_first": "_t == 0", "is_last": "_t == T - 1", "is_first__next": "_t + 1 == 0",
-             "is_last__next": "_t + 1 == T - 1", "is_first__prev": "_t - 1 == 0",
-             "is_last__prev": "_t - 1 == T - 1"}
+    steps = {"": "_t", "next": "_t + 1", "prev": "_t - 1", "next2": "_t + 2", "prev2": "_t - 2"}
+    conds = {f"{pos}{'__' + k if k else ''}": f"{v} == {edge}" for k, v in steps.items()
+             for pos, edge in (("is_first", "0"), ("is_last", "T - 1"))}
     positions = [NS(var=s, cond=conds[s]) for s in sorted(plan.symbols) if s in conds]
     gathers = [NS(var=g.var, ptr=f"{g.src}__ptr", base=f"{g.src}__row", t=tvar[g.shift],
                   st=f"{g.src}__st", sk=f"{g.src}__sk", index=g.index) for g in plan.gathers]
@@ -186,7 +187,8 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
     shifts |= {g.shift for g in plan.gathers}
     shifts |= {split_sym(s)[1] for sp in plan.sums for s in sp.k_symbols}
     return NS(kernel=f"_{ir.name}_chunked_kernel", uses_t_next="next" in shifts,
-              uses_t_prev="prev" in shifts, lookback_kernel=f"_{ir.name}_lookback_kernel",
+              uses_t_prev="prev" in shifts, uses_t_next2="next2" in shifts,
+              uses_t_prev2="prev2" in shifts, lookback_kernel=f"_{ir.name}_lookback_kernel",
               n_scans=len(plan.scans), direction=ir.direction, args=args,
               step_to_chunk="_n_chunks - 1 - _step" if rev else "_step",
               shift_cols="tl.minimum(_cols + 1, BLOCK_T - 1)" if rev else

@@ -31,23 +31,23 @@ def param(c: Call, name: str):
     return v.as_strided((c.R1, c.R2, c.T), c.pstrides.get(name, (0, 0, 0))).to(c.acc)
 
 
+_STEPS = {"next": 1, "prev": -1, "next2": 2, "prev2": -2}
+
+
 def position(c: Call, which: str):
-    t = torch.arange(c.T, device=c.device).view(1, 1, c.T)
-    edge = 0 if which.startswith("is_first") else c.T - 1
-    t = t + (1 if which.endswith("__next") else -1 if which.endswith("__prev") else 0)
+    base, _, shift = which.partition("__")
+    t = torch.arange(c.T, device=c.device).view(1, 1, c.T) + _STEPS.get(shift, 0)
+    edge = 0 if base == "is_first" else c.T - 1
     return (t == edge).to(c.acc)
 
 
 def shift(x, which: str, dim: int = 2):
-    """``x`` at the neighbouring step; the edge repeats the last value (it is always masked by
-    the fill of next()/prev(), and a finite value keeps gradients finite)."""
+    """``x`` read ``which`` (next, prev, next2, prev2) steps away; the edges repeat the last value
+    (they are always masked by a fill, and a finite value keeps gradients finite)."""
     if not isinstance(x, torch.Tensor) or x.shape[dim] == 1:
         return x
     n = x.shape[dim]
-    if which == "next":
-        idx = torch.arange(1, n + 1, device=x.device).clamp_(max=n - 1)
-    else:
-        idx = torch.arange(-1, n - 1, device=x.device).clamp_(min=0)
+    idx = (torch.arange(n, device=x.device) + _STEPS[which]).clamp_(0, n - 1)
     return x.index_select(dim, idx)
 
 

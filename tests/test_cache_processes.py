@@ -99,7 +99,8 @@ def _entries(cache: Path):
 def _check_entry(entry: Path, name: str):
     """One committed entry: the module and a meta.json naming its key and versions."""
     files = {p.name for p in entry.iterdir()} - {"__pycache__"}
-    assert files == {f"{name}.py", "meta.json"}, files  # no half-written .tmp files left
+    # the op, its generated backward, the commit marker; no half-written .tmp files left
+    assert files == {f"{name}.py", f"{name}_grad.py", "meta.json"}, files
     meta = json.loads((entry / "meta.json").read_text())
     assert entry.name == f"{name}-{meta['key'][:24]}"
     assert meta["spec"] == name and meta["function"] == name
@@ -178,7 +179,7 @@ def test_killed_build_leaves_nothing_that_loads(tmp_path, when):
     assert not (entry / "meta.json").exists()
     files = {p.name for p in entry.iterdir()}
     if when == "before-meta":
-        assert files == {f"{name}.py"}
+        assert files == {f"{name}.py", f"{name}_grad.py"}
         # Damage the uncommitted module too: an uncommitted entry is never trusted.
         (entry / f"{name}.py").write_text("raise RuntimeError('half-built module loaded')\n")
     else:
