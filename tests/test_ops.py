@@ -218,3 +218,30 @@ def test_plan_is_reused_and_new_gamma_takes_effect():
     b = scangen.compute_gae(**dict(inputs, gamma=0.5), backend="torch")
     assert_close(a, reference.compute_gae(**dict(inputs, gamma=0.9)), dtype=a.dtype)
     assert_close(b, reference.compute_gae(**dict(inputs, gamma=0.5)), dtype=b.dtype)
+
+
+FIRST_FLOAT = {"compute_gae": "rewards", "compute_vtrace": "rewards", "compute_retrace": "rewards",
+               "compute_lambda_returns": "rewards", "compute_discounted_returns": "rewards",
+               "compute_eligibility_traces": "gradients", "compute_episodic_prefix_sum": "inputs",
+               "compute_masked_gae": "token_level_rewards"}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ALGOS)
+def test_nan_and_inf_stay_in_their_row(name, backend):
+    """A NaN or inf never reaches another row, and every step the loop keeps finite has the
+    loop's value. (Within its row a NaN follows the recurrence's arithmetic: 0 * NaN is NaN, so
+    it can reach earlier episodes too; the loop references differ on that and are not judged.)"""
+    inputs = make_inputs(name, 4, 37, seed=13)
+    x = inputs[FIRST_FLOAT[name]].clone()
+    x[1, 20] = float("nan")
+    x[2, 5] = float("inf")
+    inputs[FIRST_FLOAT[name]] = x
+    expected = _tuple(reference.REFERENCES[name](**inputs))
+    got = _run(name, inputs, backend)
+    for g, e in zip(got, expected):
+        assert_close(g[[0, 3]], e[[0, 3]], dtype=g.dtype, name=f"{name} ({backend})")
+        both = torch.isfinite(g) & torch.isfinite(e)
+        assert_close(torch.where(both, g.double(), 0.0), torch.where(both, e, 0.0),
+                     dtype=g.dtype, name=f"{name} finite steps ({backend})")
+        assert not torch.isfinite(g[1, 20]) and not torch.isfinite(e[1, 20])
