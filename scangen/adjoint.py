@@ -22,7 +22,7 @@ import sympy
 
 from .expr import Gather, KSum, Present, Where
 from .ir import IR, IRInput, IROutput, IRScan
-from .plan import _lower_shifts, split_sym
+from .plan import _lower_shifts
 
 OFFSETS = {"": 0, "next": 1, "prev": -1, "next2": 2, "prev2": -2}
 SUFFIX = {v: k for k, v in OFFSETS.items()}
@@ -181,4 +181,4 @@ def _adjoint(ir: IR) -> IR:
               exclusive=(), returns=tuple(o.name for o in outputs))
 
 
-__all__ = ["adjoint_ir", "with_states", "state_name", "offset_of", "split_sym"]
+__all__ = ["adjoint_ir", "with_states", "state_name", "offset_of"]

@@ -7,7 +7,6 @@ contexts (a ``[BN, BT]`` tile, a ``[BN, BT, BK]`` tile inside a ``sum``).
 """
 from __future__ import annotations
 
-import sympy
 from sympy.printing.str import StrPrinter
 
 from .errors import SpecError
