@@ -135,11 +135,11 @@ def _discounted_returns_grad_chunked_kernel(
             truncateds__prev = _zero + 0.0
         # scan g__G: g__G_t = alpha_t + beta_t * g__G_{t-1}
         _alpha = tl.where(_ok, _zero + (gy__returns), 0.0)
-        _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*(1.0 - tl.where((is_last__prev != 0), 1.0, tl.maximum(terminateds__prev, truncateds__prev))))), 1.0)  # identity past the window end
+        _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*(1.0 - tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev))))), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
         g__G = _a + _b * g__G__carry[:, None]
         g__G__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__G, 0.0), axis=1)
-        _e1 = tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds))
+        _e1 = tl.where((is_last != 0), 1.0, tl.where((terminateds >= truncateds), terminateds, truncateds))
         _e2 = _e1*g__G*(1.0 - terminateds)
         if STORE_d__rewards:
             tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (g__G)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
@@ -303,7 +303,7 @@ def _discounted_returns_grad_lookback_kernel(
         truncateds__prev = _zero + 0.0
     # scan g__G: g__G_t = alpha_t + beta_t * g__G_{t-1}
     _alpha = tl.where(_ok, _zero + (gy__returns), 0.0)
-    _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*(1.0 - tl.where((is_last__prev != 0), 1.0, tl.maximum(terminateds__prev, truncateds__prev))))), 1.0)  # identity past the window end
+    _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*(1.0 - tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev))))), 1.0)  # identity past the window end
     _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
     # look back over earlier chunks for the carry (decoupled look-back).
@@ -313,7 +313,7 @@ def _discounted_returns_grad_lookback_kernel(
     g__G__carry = _lookback(_flags, _ws_a, _ws_b, _ws_s, _slot, _step, _agg_a, _agg_b,
                               tl.sum(g__G__carry))
     g__G = _a + _b * g__G__carry
-    _e1 = tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds))
+    _e1 = tl.where((is_last != 0), 1.0, tl.where((terminateds >= truncateds), terminateds, truncateds))
     _e2 = _e1*g__G*(1.0 - terminateds)
     if STORE_d__rewards:
         tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (g__G)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
@@ -386,8 +386,8 @@ def _torch_impl(_call):
     terminateds__prev = _tp.shift(terminateds, "prev")
     truncateds__prev = _tp.shift(truncateds, "prev")
     # scan g__G
-    g__G = _tp.scan(_call, gy__returns, _tp.where((is_first != 0), 0.0, gamma__prev*(1.0 - _tp.where((is_last__prev != 0), 1.0, _tp.maximum(terminateds__prev, truncateds__prev)))), 0.0, reverse=False)
-    _e1 = _tp.where((is_last != 0), 1.0, _tp.maximum(terminateds, truncateds))
+    g__G = _tp.scan(_call, gy__returns, _tp.where((is_first != 0), 0.0, gamma__prev*(1.0 - _tp.where((is_last__prev != 0), 1.0, _tp.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)))), 0.0, reverse=False)
+    _e1 = _tp.where((is_last != 0), 1.0, _tp.where((terminateds >= truncateds), terminateds, truncateds))
     _e2 = _e1*g__G*(1.0 - terminateds)
     _tp.store(_call, "d__rewards", g__G)
     _tp.store(_call, "d__bootstrap_values", _e2*gamma)

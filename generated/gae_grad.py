@@ -195,13 +195,13 @@ def _gae_grad_chunked_kernel(
         values__next = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1).to(ACC)
         # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
         _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
-        _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*lambda___prev__t*(1.0 - tl.maximum(terminateds__prev, truncateds__prev)))), 1.0)  # identity past the window end
+        _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*lambda___prev__t*(1.0 - tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)))), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
         g__A = _a + _b * g__A__carry[:, None]
         g__A__prev = tl.where(_cols[None, :] == 0, g__A__carry[:, None], tl.gather(g__A, _idx_shift, 1))
         g__A__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__A, 0.0), axis=1)
         _e1 = tl.where((is_last != 0), 1.0, 0.0)
-        _e2 = tl.maximum(terminateds, truncateds)
+        _e2 = tl.where((terminateds >= truncateds), terminateds, truncateds)
         _e3 = tl.where((is_last != 0), 1.0, _e2)
         _e4 = g__A*(1.0 - terminateds)
         _e5 = _e4*gamma__t*tl.where((_e3 != 0), 1.0, 0.0)
@@ -209,7 +209,7 @@ def _gae_grad_chunked_kernel(
         if STORE_d__rewards:
             tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (g__A)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
         if STORE_d__values:
-            tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__returns - g__A + tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*(1.0 - terminateds__prev)*tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((tl.where((is_last__prev != 0), 1.0, tl.maximum(terminateds__prev, truncateds__prev)) != 0), 0.0, 1.0)))).to(d__values__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__returns - g__A + tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*(1.0 - terminateds__prev)*tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0), 0.0, 1.0)))).to(d__values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__bootstrap_values:
             tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e5*(_e1 + tl.where((is_last != 0), 0.0, 1.0)))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__last_value:
@@ -434,7 +434,7 @@ def _gae_grad_lookback_kernel(
     values__next = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1).to(ACC)
     # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
     _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
-    _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*lambda___prev__t*(1.0 - tl.maximum(terminateds__prev, truncateds__prev)))), 1.0)  # identity past the window end
+    _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*lambda___prev__t*(1.0 - tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)))), 1.0)  # identity past the window end
     _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
     # look back over earlier chunks for the carry (decoupled look-back).
@@ -446,7 +446,7 @@ def _gae_grad_lookback_kernel(
     g__A = _a + _b * g__A__carry
     g__A__prev = tl.where(_cols[None, :] == 0, g__A__carry, tl.gather(g__A, _idx_shift, 1))
     _e1 = tl.where((is_last != 0), 1.0, 0.0)
-    _e2 = tl.maximum(terminateds, truncateds)
+    _e2 = tl.where((terminateds >= truncateds), terminateds, truncateds)
     _e3 = tl.where((is_last != 0), 1.0, _e2)
     _e4 = g__A*(1.0 - terminateds)
     _e5 = _e4*gamma__t*tl.where((_e3 != 0), 1.0, 0.0)
@@ -454,7 +454,7 @@ def _gae_grad_lookback_kernel(
     if STORE_d__rewards:
         tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (g__A)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
     if STORE_d__values:
-        tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__returns - g__A + tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*(1.0 - terminateds__prev)*tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((tl.where((is_last__prev != 0), 1.0, tl.maximum(terminateds__prev, truncateds__prev)) != 0), 0.0, 1.0)))).to(d__values__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__returns - g__A + tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*(1.0 - terminateds__prev)*tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0), 0.0, 1.0)))).to(d__values__optr.dtype.element_ty), mask=_ok)
     if STORE_d__bootstrap_values:
         tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e5*(_e1 + tl.where((is_last != 0), 0.0, 1.0)))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
     if STORE_d__last_value:
@@ -553,16 +553,16 @@ def _torch_impl(_call):
     truncateds__prev = _tp.shift(truncateds, "prev")
     values__next = _tp.shift(values, "next")
     # scan g__A
-    g__A = _tp.scan(_call, gy__advantages + gy__returns, _tp.where((is_first != 0), 0.0, gamma__prev*lambda___prev*(1.0 - _tp.maximum(terminateds__prev, truncateds__prev))), 0.0, reverse=False)
+    g__A = _tp.scan(_call, gy__advantages + gy__returns, _tp.where((is_first != 0), 0.0, gamma__prev*lambda___prev*(1.0 - _tp.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev))), 0.0, reverse=False)
     g__A__prev = _tp.shift(g__A, "prev")
     _e1 = _tp.where((is_last != 0), 1.0, 0.0)
-    _e2 = _tp.maximum(terminateds, truncateds)
+    _e2 = _tp.where((terminateds >= truncateds), terminateds, truncateds)
     _e3 = _tp.where((is_last != 0), 1.0, _e2)
     _e4 = g__A*(1.0 - terminateds)
     _e5 = _e4*gamma*_tp.where((_e3 != 0), 1.0, 0.0)
     _e6 = g__A*(1.0 - _e2)*_tp.where((is_last != 0), 0.0, st__A__next)
     _tp.store(_call, "d__rewards", g__A)
-    _tp.store(_call, "d__values", gy__returns - g__A + _tp.where((is_first != 0), 0.0, g__A__prev*gamma__prev*(1.0 - terminateds__prev)*_tp.where((is_last__prev != 0), 0.0, 1.0)*_tp.where((_tp.where((is_last__prev != 0), 1.0, _tp.maximum(terminateds__prev, truncateds__prev)) != 0), 0.0, 1.0)))
+    _tp.store(_call, "d__values", gy__returns - g__A + _tp.where((is_first != 0), 0.0, g__A__prev*gamma__prev*(1.0 - terminateds__prev)*_tp.where((is_last__prev != 0), 0.0, 1.0)*_tp.where((_tp.where((is_last__prev != 0), 1.0, _tp.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0), 0.0, 1.0)))
     _tp.store(_call, "d__bootstrap_values", _e5*(_e1 + _tp.where((is_last != 0), 0.0, 1.0)))
     _tp.store(_call, "d__last_value", _e1*_e5)
     _tp.store(_call, "d__gamma", _e4*_tp.where((_e3 != 0), _tp.where((is_last != 0), bootstrap_values + last_value, bootstrap_values), _tp.where((is_last != 0), 0.0, values__next)) + _e6*lambda_)

@@ -168,13 +168,13 @@ def _lambda_returns_grad_chunked_kernel(
             truncateds__prev = _zero + 0.0
         # scan g__G: g__G_t = alpha_t + beta_t * g__G_{t-1}
         _alpha = tl.where(_ok, _zero + (gy__returns), 0.0)
-        _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*lambda___prev__t*(1.0 - tl.where((is_last__prev != 0), 1.0, tl.maximum(terminateds__prev, truncateds__prev))))), 1.0)  # identity past the window end
+        _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*lambda___prev__t*(1.0 - tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev))))), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
         g__G = _a + _b * g__G__carry[:, None]
         g__G__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__G, 0.0), axis=1)
         _e1 = HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds)
         _e2 = 1.0 - terminateds
-        _e3 = -1.0 + tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds))
+        _e3 = -1.0 + tl.where((is_last != 0), 1.0, tl.where((terminateds >= truncateds), terminateds, truncateds))
         _e4 = -_e3
         _e5 = _e4*lambda___t
         _e6 = _e2*g__G*(1.0 - _e5)
@@ -380,7 +380,7 @@ def _lambda_returns_grad_lookback_kernel(
         truncateds__prev = _zero + 0.0
     # scan g__G: g__G_t = alpha_t + beta_t * g__G_{t-1}
     _alpha = tl.where(_ok, _zero + (gy__returns), 0.0)
-    _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*lambda___prev__t*(1.0 - tl.where((is_last__prev != 0), 1.0, tl.maximum(terminateds__prev, truncateds__prev))))), 1.0)  # identity past the window end
+    _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*lambda___prev__t*(1.0 - tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev))))), 1.0)  # identity past the window end
     _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
     # look back over earlier chunks for the carry (decoupled look-back).
@@ -392,7 +392,7 @@ def _lambda_returns_grad_lookback_kernel(
     g__G = _a + _b * g__G__carry
     _e1 = HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds)
     _e2 = 1.0 - terminateds
-    _e3 = -1.0 + tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds))
+    _e3 = -1.0 + tl.where((is_last != 0), 1.0, tl.where((terminateds >= truncateds), terminateds, truncateds))
     _e4 = -_e3
     _e5 = _e4*lambda___t
     _e6 = _e2*g__G*(1.0 - _e5)
@@ -488,10 +488,10 @@ def _torch_impl(_call):
     terminateds__prev = _tp.shift(terminateds, "prev")
     truncateds__prev = _tp.shift(truncateds, "prev")
     # scan g__G
-    g__G = _tp.scan(_call, gy__returns, _tp.where((is_first != 0), 0.0, gamma__prev*lambda___prev*(1.0 - _tp.where((is_last__prev != 0), 1.0, _tp.maximum(terminateds__prev, truncateds__prev)))), 0.0, reverse=False)
+    g__G = _tp.scan(_call, gy__returns, _tp.where((is_first != 0), 0.0, gamma__prev*lambda___prev*(1.0 - _tp.where((is_last__prev != 0), 1.0, _tp.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)))), 0.0, reverse=False)
     _e1 = HAS_bootstrap_values*_tp.where((is_last != 0), 1.0, truncateds)
     _e2 = 1.0 - terminateds
-    _e3 = -1.0 + _tp.where((is_last != 0), 1.0, _tp.maximum(terminateds, truncateds))
+    _e3 = -1.0 + _tp.where((is_last != 0), 1.0, _tp.where((terminateds >= truncateds), terminateds, truncateds))
     _e4 = -_e3
     _e5 = _e4*lambda_
     _e6 = _e2*g__G*(1.0 - _e5)

@@ -290,70 +290,69 @@ def _vtrace_grad_chunked_kernel(
         values__next = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1).to(ACC)
         # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
         _e1 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
-        _e2 = tl.maximum(terminateds__prev, truncateds__prev)
+        _e2 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
         _e3 = gamma__prev__t*lambda___prev__t
-        _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*tl.minimum(_e1, pg_rho_bar__prev__t)*tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((tl.where((is_last__prev != 0), 1.0, _e2) != 0), 0.0, 1.0))), 0.0)
-        _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*tl.minimum(_e1, c_bar__prev__t))), 1.0)  # identity past the window end
+        _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((pg_rho_bar__prev__t <= _e1), pg_rho_bar__prev__t, _e1)*tl.where((tl.where((is_last__prev != 0), 1.0, _e2) != 0), 0.0, 1.0))), 0.0)
+        _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*tl.where((c_bar__prev__t <= _e1), c_bar__prev__t, _e1))), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
         g__A = _a + _b * g__A__carry[:, None]
         g__A__prev = tl.where(_cols[None, :] == 0, g__A__carry[:, None], tl.gather(g__A, _idx_shift, 1))
         g__A__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__A, 0.0), axis=1)
         _e4 = tl.exp(log_pi_target - log_pi_behavior)
-        _e5 = -_e4
-        _e6 = _e5 + rho_bar__t
-        _e7 = tl.maximum(terminateds, truncateds)
-        _e8 = tl.where((is_last != 0), 1.0, _e7)
-        _e9 = tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values)
-        _e10 = tl.where((is_last != 0), 0.0, values__next)
-        _e11 = tl.where((_e8 != 0), _e9, _e10)
-        _e12 = 1.0 - terminateds
-        _e13 = _e12*gamma__t
-        _e14 = rewards - values
-        _e15 = g__A*(_e14 + _e11*_e13)
-        _e16 = _e5 + pg_rho_bar__t
-        _e17 = tl.where((_e8 != 0), _e9, _e10 + tl.where((is_last != 0), 0.0, st__A__next))
-        _e18 = 1.0 - lambda___t
-        _e19 = _e11*_e18 + _e17*lambda___t
-        _e20 = gy__pg_advantages*(_e14 + _e13*_e19)
-        _e21 = _e5 + c_bar__t
-        _e22 = 1.0 - _e7
-        _e23 = tl.where((is_last != 0), 0.0, st__A__next)
-        _e24 = _e22*_e23*g__A*gamma__t*lambda___t
-        _e25 = _e15*_e4*tl.where(_e6 > 0, 1.0, 0.0) + _e20*_e4*tl.where(_e16 > 0, 1.0, 0.0) + _e24*_e4*tl.where(_e21 > 0, 1.0, 0.0)
-        _e26 = g__A*tl.minimum(_e4, rho_bar__t)
-        _e27 = gy__pg_advantages*tl.minimum(_e4, pg_rho_bar__t)
-        _e28 = tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((tl.where((is_last__prev != 0), 1.0, tl.maximum(terminateds__prev, truncateds__prev)) != 0), 0.0, 1.0)
-        _e29 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
-        _e30 = gamma__prev__t*(1.0 - terminateds__prev)
-        _e31 = tl.where((is_last != 0), 1.0, 0.0)
-        _e32 = tl.where((_e8 != 0), 1.0, 0.0)
-        _e33 = _e32*(_e31 + tl.where((is_last != 0), 0.0, 1.0))
-        _e34 = _e13*_e27
-        _e35 = _e13*_e26
-        _e36 = _e31*_e32
-        _e37 = _e22*_e23*g__A*tl.minimum(_e4, c_bar__t)
+        _e5 = (rho_bar__t <= _e4)
+        _e6 = tl.where((terminateds >= truncateds), terminateds, truncateds)
+        _e7 = tl.where((is_last != 0), 1.0, _e6)
+        _e8 = tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values)
+        _e9 = tl.where((is_last != 0), 0.0, values__next)
+        _e10 = tl.where((_e7 != 0), _e8, _e9)
+        _e11 = 1.0 - terminateds
+        _e12 = _e11*gamma__t
+        _e13 = rewards - values
+        _e14 = g__A*(_e13 + _e10*_e12)
+        _e15 = (pg_rho_bar__t <= _e4)
+        _e16 = tl.where((_e7 != 0), _e8, _e9 + tl.where((is_last != 0), 0.0, st__A__next))
+        _e17 = 1.0 - lambda___t
+        _e18 = _e10*_e17 + _e16*lambda___t
+        _e19 = gy__pg_advantages*(_e13 + _e12*_e18)
+        _e20 = (c_bar__t <= _e4)
+        _e21 = 1.0 - _e6
+        _e22 = tl.where((is_last != 0), 0.0, st__A__next)
+        _e23 = _e21*_e22*g__A*gamma__t*lambda___t
+        _e24 = _e14*_e4*tl.where((_e5 != 0), 0.0, 1.0) + _e19*_e4*tl.where((_e15 != 0), 0.0, 1.0) + _e23*_e4*tl.where((_e20 != 0), 0.0, 1.0)
+        _e25 = g__A*tl.where((_e5 != 0), rho_bar__t, _e4)
+        _e26 = gy__pg_advantages*tl.where((_e15 != 0), pg_rho_bar__t, _e4)
+        _e27 = tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0), 0.0, 1.0)
+        _e28 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
+        _e29 = gamma__prev__t*(1.0 - terminateds__prev)
+        _e30 = tl.where((is_last != 0), 1.0, 0.0)
+        _e31 = tl.where((_e7 != 0), 1.0, 0.0)
+        _e32 = _e31*(_e30 + tl.where((is_last != 0), 0.0, 1.0))
+        _e33 = _e12*_e26
+        _e34 = _e12*_e25
+        _e35 = _e30*_e31
+        _e36 = _e21*_e22*g__A*tl.where((_e20 != 0), c_bar__t, _e4)
         if STORE_d__log_pi_target:
-            tl.store(d__log_pi_target__optr + d__log_pi_target__orow[:, None] + _t[None, :] * d__log_pi_target__ost, (_zero + (_e25)).to(d__log_pi_target__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__log_pi_target__optr + d__log_pi_target__orow[:, None] + _t[None, :] * d__log_pi_target__ost, (_zero + (_e24)).to(d__log_pi_target__optr.dtype.element_ty), mask=_ok)
         if STORE_d__log_pi_behavior:
-            tl.store(d__log_pi_behavior__optr + d__log_pi_behavior__orow[:, None] + _t[None, :] * d__log_pi_behavior__ost, (_zero + (-_e25)).to(d__log_pi_behavior__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__log_pi_behavior__optr + d__log_pi_behavior__orow[:, None] + _t[None, :] * d__log_pi_behavior__ost, (_zero + (-_e24)).to(d__log_pi_behavior__optr.dtype.element_ty), mask=_ok)
         if STORE_d__values:
-            tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__targets - _e26 - _e27 + tl.where((is_first != 0), 0.0, _e28*_e30*g__A__prev*tl.minimum(_e29, rho_bar__prev__t)) + tl.where((is_first != 0), 0.0, _e30*gy__pg_advantages__prev*(_e28*lambda___prev__t + _e28*(1.0 - lambda___prev__t))*tl.minimum(_e29, pg_rho_bar__prev__t)))).to(d__values__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__targets - _e25 - _e26 + tl.where((is_first != 0), 0.0, _e27*_e29*g__A__prev*tl.where((rho_bar__prev__t <= _e28), rho_bar__prev__t, _e28)) + tl.where((is_first != 0), 0.0, _e29*gy__pg_advantages__prev*(_e27*lambda___prev__t + _e27*(1.0 - lambda___prev__t))*tl.where((pg_rho_bar__prev__t <= _e28), pg_rho_bar__prev__t, _e28)))).to(d__values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__rewards:
-            tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (_e26 + _e27)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (_e25 + _e26)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
         if STORE_d__bootstrap_values:
-            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e33*_e35 + _e34*(_e18*_e33 + _e33*lambda___t))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e32*_e34 + _e33*(_e17*_e32 + _e32*lambda___t))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__last_value:
-            tl.store(d__last_value__optr + d__last_value__orow[:, None] + _t[None, :] * d__last_value__ost, (_zero + (_e34*(_e18*_e36 + _e36*lambda___t) + _e35*_e36)).to(d__last_value__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__last_value__optr + d__last_value__orow[:, None] + _t[None, :] * d__last_value__ost, (_zero + (_e33*(_e17*_e35 + _e35*lambda___t) + _e34*_e35)).to(d__last_value__optr.dtype.element_ty), mask=_ok)
         if STORE_d__gamma:
-            tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e37*lambda___t + _e11*_e12*_e26 + _e12*_e19*_e27)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e36*lambda___t + _e10*_e11*_e25 + _e11*_e18*_e26)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
         if STORE_d__rho_bar:
-            tl.store(d__rho_bar__optr + d__rho_bar__orow[:, None] + _t[None, :] * d__rho_bar__ost, (_zero + (_e15*tl.where(-_e6 > 0, 1.0, 0.0))).to(d__rho_bar__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__rho_bar__optr + d__rho_bar__orow[:, None] + _t[None, :] * d__rho_bar__ost, (_zero + (_e14*tl.where((_e5 != 0), 1.0, 0.0))).to(d__rho_bar__optr.dtype.element_ty), mask=_ok)
         if STORE_d__c_bar:
-            tl.store(d__c_bar__optr + d__c_bar__orow[:, None] + _t[None, :] * d__c_bar__ost, (_zero + (_e24*tl.where(-_e21 > 0, 1.0, 0.0))).to(d__c_bar__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__c_bar__optr + d__c_bar__orow[:, None] + _t[None, :] * d__c_bar__ost, (_zero + (_e23*tl.where((_e20 != 0), 1.0, 0.0))).to(d__c_bar__optr.dtype.element_ty), mask=_ok)
         if STORE_d__lambda_:
-            tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e34*(_e17 - _e11) + _e37*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
+            tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e33*(_e16 - _e10) + _e36*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
         if STORE_d__pg_rho_bar:
-            tl.store(d__pg_rho_bar__optr + d__pg_rho_bar__orow[:, None] + _t[None, :] * d__pg_rho_bar__ost, (_zero + (_e20*tl.where(-_e16 > 0, 1.0, 0.0))).to(d__pg_rho_bar__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__pg_rho_bar__optr + d__pg_rho_bar__orow[:, None] + _t[None, :] * d__pg_rho_bar__ost, (_zero + (_e19*tl.where((_e15 != 0), 1.0, 0.0))).to(d__pg_rho_bar__optr.dtype.element_ty), mask=_ok)
 
 
 
@@ -665,10 +664,10 @@ def _vtrace_grad_lookback_kernel(
     values__next = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1).to(ACC)
     # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
     _e1 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
-    _e2 = tl.maximum(terminateds__prev, truncateds__prev)
+    _e2 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
     _e3 = gamma__prev__t*lambda___prev__t
-    _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*tl.minimum(_e1, pg_rho_bar__prev__t)*tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((tl.where((is_last__prev != 0), 1.0, _e2) != 0), 0.0, 1.0))), 0.0)
-    _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*tl.minimum(_e1, c_bar__prev__t))), 1.0)  # identity past the window end
+    _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((pg_rho_bar__prev__t <= _e1), pg_rho_bar__prev__t, _e1)*tl.where((tl.where((is_last__prev != 0), 1.0, _e2) != 0), 0.0, 1.0))), 0.0)
+    _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*tl.where((c_bar__prev__t <= _e1), c_bar__prev__t, _e1))), 1.0)  # identity past the window end
     _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
     # look back over earlier chunks for the carry (decoupled look-back).
@@ -680,61 +679,60 @@ def _vtrace_grad_lookback_kernel(
     g__A = _a + _b * g__A__carry
     g__A__prev = tl.where(_cols[None, :] == 0, g__A__carry, tl.gather(g__A, _idx_shift, 1))
     _e4 = tl.exp(log_pi_target - log_pi_behavior)
-    _e5 = -_e4
-    _e6 = _e5 + rho_bar__t
-    _e7 = tl.maximum(terminateds, truncateds)
-    _e8 = tl.where((is_last != 0), 1.0, _e7)
-    _e9 = tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values)
-    _e10 = tl.where((is_last != 0), 0.0, values__next)
-    _e11 = tl.where((_e8 != 0), _e9, _e10)
-    _e12 = 1.0 - terminateds
-    _e13 = _e12*gamma__t
-    _e14 = rewards - values
-    _e15 = g__A*(_e14 + _e11*_e13)
-    _e16 = _e5 + pg_rho_bar__t
-    _e17 = tl.where((_e8 != 0), _e9, _e10 + tl.where((is_last != 0), 0.0, st__A__next))
-    _e18 = 1.0 - lambda___t
-    _e19 = _e11*_e18 + _e17*lambda___t
-    _e20 = gy__pg_advantages*(_e14 + _e13*_e19)
-    _e21 = _e5 + c_bar__t
-    _e22 = 1.0 - _e7
-    _e23 = tl.where((is_last != 0), 0.0, st__A__next)
-    _e24 = _e22*_e23*g__A*gamma__t*lambda___t
-    _e25 = _e15*_e4*tl.where(_e6 > 0, 1.0, 0.0) + _e20*_e4*tl.where(_e16 > 0, 1.0, 0.0) + _e24*_e4*tl.where(_e21 > 0, 1.0, 0.0)
-    _e26 = g__A*tl.minimum(_e4, rho_bar__t)
-    _e27 = gy__pg_advantages*tl.minimum(_e4, pg_rho_bar__t)
-    _e28 = tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((tl.where((is_last__prev != 0), 1.0, tl.maximum(terminateds__prev, truncateds__prev)) != 0), 0.0, 1.0)
-    _e29 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
-    _e30 = gamma__prev__t*(1.0 - terminateds__prev)
-    _e31 = tl.where((is_last != 0), 1.0, 0.0)
-    _e32 = tl.where((_e8 != 0), 1.0, 0.0)
-    _e33 = _e32*(_e31 + tl.where((is_last != 0), 0.0, 1.0))
-    _e34 = _e13*_e27
-    _e35 = _e13*_e26
-    _e36 = _e31*_e32
-    _e37 = _e22*_e23*g__A*tl.minimum(_e4, c_bar__t)
+    _e5 = (rho_bar__t <= _e4)
+    _e6 = tl.where((terminateds >= truncateds), terminateds, truncateds)
+    _e7 = tl.where((is_last != 0), 1.0, _e6)
+    _e8 = tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values)
+    _e9 = tl.where((is_last != 0), 0.0, values__next)
+    _e10 = tl.where((_e7 != 0), _e8, _e9)
+    _e11 = 1.0 - terminateds
+    _e12 = _e11*gamma__t
+    _e13 = rewards - values
+    _e14 = g__A*(_e13 + _e10*_e12)
+    _e15 = (pg_rho_bar__t <= _e4)
+    _e16 = tl.where((_e7 != 0), _e8, _e9 + tl.where((is_last != 0), 0.0, st__A__next))
+    _e17 = 1.0 - lambda___t
+    _e18 = _e10*_e17 + _e16*lambda___t
+    _e19 = gy__pg_advantages*(_e13 + _e12*_e18)
+    _e20 = (c_bar__t <= _e4)
+    _e21 = 1.0 - _e6
+    _e22 = tl.where((is_last != 0), 0.0, st__A__next)
+    _e23 = _e21*_e22*g__A*gamma__t*lambda___t
+    _e24 = _e14*_e4*tl.where((_e5 != 0), 0.0, 1.0) + _e19*_e4*tl.where((_e15 != 0), 0.0, 1.0) + _e23*_e4*tl.where((_e20 != 0), 0.0, 1.0)
+    _e25 = g__A*tl.where((_e5 != 0), rho_bar__t, _e4)
+    _e26 = gy__pg_advantages*tl.where((_e15 != 0), pg_rho_bar__t, _e4)
+    _e27 = tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0), 0.0, 1.0)
+    _e28 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
+    _e29 = gamma__prev__t*(1.0 - terminateds__prev)
+    _e30 = tl.where((is_last != 0), 1.0, 0.0)
+    _e31 = tl.where((_e7 != 0), 1.0, 0.0)
+    _e32 = _e31*(_e30 + tl.where((is_last != 0), 0.0, 1.0))
+    _e33 = _e12*_e26
+    _e34 = _e12*_e25
+    _e35 = _e30*_e31
+    _e36 = _e21*_e22*g__A*tl.where((_e20 != 0), c_bar__t, _e4)
     if STORE_d__log_pi_target:
-        tl.store(d__log_pi_target__optr + d__log_pi_target__orow[:, None] + _t[None, :] * d__log_pi_target__ost, (_zero + (_e25)).to(d__log_pi_target__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__log_pi_target__optr + d__log_pi_target__orow[:, None] + _t[None, :] * d__log_pi_target__ost, (_zero + (_e24)).to(d__log_pi_target__optr.dtype.element_ty), mask=_ok)
     if STORE_d__log_pi_behavior:
-        tl.store(d__log_pi_behavior__optr + d__log_pi_behavior__orow[:, None] + _t[None, :] * d__log_pi_behavior__ost, (_zero + (-_e25)).to(d__log_pi_behavior__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__log_pi_behavior__optr + d__log_pi_behavior__orow[:, None] + _t[None, :] * d__log_pi_behavior__ost, (_zero + (-_e24)).to(d__log_pi_behavior__optr.dtype.element_ty), mask=_ok)
     if STORE_d__values:
-        tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__targets - _e26 - _e27 + tl.where((is_first != 0), 0.0, _e28*_e30*g__A__prev*tl.minimum(_e29, rho_bar__prev__t)) + tl.where((is_first != 0), 0.0, _e30*gy__pg_advantages__prev*(_e28*lambda___prev__t + _e28*(1.0 - lambda___prev__t))*tl.minimum(_e29, pg_rho_bar__prev__t)))).to(d__values__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__targets - _e25 - _e26 + tl.where((is_first != 0), 0.0, _e27*_e29*g__A__prev*tl.where((rho_bar__prev__t <= _e28), rho_bar__prev__t, _e28)) + tl.where((is_first != 0), 0.0, _e29*gy__pg_advantages__prev*(_e27*lambda___prev__t + _e27*(1.0 - lambda___prev__t))*tl.where((pg_rho_bar__prev__t <= _e28), pg_rho_bar__prev__t, _e28)))).to(d__values__optr.dtype.element_ty), mask=_ok)
     if STORE_d__rewards:
-        tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (_e26 + _e27)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (_e25 + _e26)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
     if STORE_d__bootstrap_values:
-        tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e33*_e35 + _e34*(_e18*_e33 + _e33*lambda___t))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e32*_e34 + _e33*(_e17*_e32 + _e32*lambda___t))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
     if STORE_d__last_value:
-        tl.store(d__last_value__optr + d__last_value__orow[:, None] + _t[None, :] * d__last_value__ost, (_zero + (_e34*(_e18*_e36 + _e36*lambda___t) + _e35*_e36)).to(d__last_value__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__last_value__optr + d__last_value__orow[:, None] + _t[None, :] * d__last_value__ost, (_zero + (_e33*(_e17*_e35 + _e35*lambda___t) + _e34*_e35)).to(d__last_value__optr.dtype.element_ty), mask=_ok)
     if STORE_d__gamma:
-        tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e37*lambda___t + _e11*_e12*_e26 + _e12*_e19*_e27)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e36*lambda___t + _e10*_e11*_e25 + _e11*_e18*_e26)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
     if STORE_d__rho_bar:
-        tl.store(d__rho_bar__optr + d__rho_bar__orow[:, None] + _t[None, :] * d__rho_bar__ost, (_zero + (_e15*tl.where(-_e6 > 0, 1.0, 0.0))).to(d__rho_bar__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__rho_bar__optr + d__rho_bar__orow[:, None] + _t[None, :] * d__rho_bar__ost, (_zero + (_e14*tl.where((_e5 != 0), 1.0, 0.0))).to(d__rho_bar__optr.dtype.element_ty), mask=_ok)
     if STORE_d__c_bar:
-        tl.store(d__c_bar__optr + d__c_bar__orow[:, None] + _t[None, :] * d__c_bar__ost, (_zero + (_e24*tl.where(-_e21 > 0, 1.0, 0.0))).to(d__c_bar__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__c_bar__optr + d__c_bar__orow[:, None] + _t[None, :] * d__c_bar__ost, (_zero + (_e23*tl.where((_e20 != 0), 1.0, 0.0))).to(d__c_bar__optr.dtype.element_ty), mask=_ok)
     if STORE_d__lambda_:
-        tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e34*(_e17 - _e11) + _e37*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
+        tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e33*(_e16 - _e10) + _e36*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
     if STORE_d__pg_rho_bar:
-        tl.store(d__pg_rho_bar__optr + d__pg_rho_bar__orow[:, None] + _t[None, :] * d__pg_rho_bar__ost, (_zero + (_e20*tl.where(-_e16 > 0, 1.0, 0.0))).to(d__pg_rho_bar__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__pg_rho_bar__optr + d__pg_rho_bar__orow[:, None] + _t[None, :] * d__pg_rho_bar__ost, (_zero + (_e19*tl.where((_e15 != 0), 1.0, 0.0))).to(d__pg_rho_bar__optr.dtype.element_ty), mask=_ok)
 
 
 
@@ -863,55 +861,54 @@ def _torch_impl(_call):
     values__next = _tp.shift(values, "next")
     # scan g__A
     _e1 = _tp.exp(log_pi_target__prev - log_pi_behavior__prev)
-    _e2 = _tp.maximum(terminateds__prev, truncateds__prev)
+    _e2 = _tp.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
     _e3 = gamma__prev*lambda___prev
-    g__A = _tp.scan(_call, gy__targets + _tp.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*_tp.minimum(_e1, pg_rho_bar__prev)*_tp.where((is_last__prev != 0), 0.0, 1.0)*_tp.where((_tp.where((is_last__prev != 0), 1.0, _e2) != 0), 0.0, 1.0)), _tp.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*_tp.minimum(_e1, c_bar__prev)), 0.0, reverse=False)
+    g__A = _tp.scan(_call, gy__targets + _tp.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*_tp.where((is_last__prev != 0), 0.0, 1.0)*_tp.where((pg_rho_bar__prev <= _e1), pg_rho_bar__prev, _e1)*_tp.where((_tp.where((is_last__prev != 0), 1.0, _e2) != 0), 0.0, 1.0)), _tp.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*_tp.where((c_bar__prev <= _e1), c_bar__prev, _e1)), 0.0, reverse=False)
     g__A__prev = _tp.shift(g__A, "prev")
     _e4 = _tp.exp(log_pi_target - log_pi_behavior)
-    _e5 = -_e4
-    _e6 = _e5 + rho_bar
-    _e7 = _tp.maximum(terminateds, truncateds)
-    _e8 = _tp.where((is_last != 0), 1.0, _e7)
-    _e9 = _tp.where((is_last != 0), bootstrap_values + last_value, bootstrap_values)
-    _e10 = _tp.where((is_last != 0), 0.0, values__next)
-    _e11 = _tp.where((_e8 != 0), _e9, _e10)
-    _e12 = 1.0 - terminateds
-    _e13 = _e12*gamma
-    _e14 = rewards - values
-    _e15 = g__A*(_e14 + _e11*_e13)
-    _e16 = _e5 + pg_rho_bar
-    _e17 = _tp.where((_e8 != 0), _e9, _e10 + _tp.where((is_last != 0), 0.0, st__A__next))
-    _e18 = 1.0 - lambda_
-    _e19 = _e11*_e18 + _e17*lambda_
-    _e20 = gy__pg_advantages*(_e14 + _e13*_e19)
-    _e21 = _e5 + c_bar
-    _e22 = 1.0 - _e7
-    _e23 = _tp.where((is_last != 0), 0.0, st__A__next)
-    _e24 = _e22*_e23*g__A*gamma*lambda_
-    _e25 = _e15*_e4*_tp.where(_e6 > 0, 1.0, 0.0) + _e20*_e4*_tp.where(_e16 > 0, 1.0, 0.0) + _e24*_e4*_tp.where(_e21 > 0, 1.0, 0.0)
-    _e26 = g__A*_tp.minimum(_e4, rho_bar)
-    _e27 = gy__pg_advantages*_tp.minimum(_e4, pg_rho_bar)
-    _e28 = _tp.where((is_last__prev != 0), 0.0, 1.0)*_tp.where((_tp.where((is_last__prev != 0), 1.0, _tp.maximum(terminateds__prev, truncateds__prev)) != 0), 0.0, 1.0)
-    _e29 = _tp.exp(log_pi_target__prev - log_pi_behavior__prev)
-    _e30 = gamma__prev*(1.0 - terminateds__prev)
-    _e31 = _tp.where((is_last != 0), 1.0, 0.0)
-    _e32 = _tp.where((_e8 != 0), 1.0, 0.0)
-    _e33 = _e32*(_e31 + _tp.where((is_last != 0), 0.0, 1.0))
-    _e34 = _e13*_e27
-    _e35 = _e13*_e26
-    _e36 = _e31*_e32
-    _e37 = _e22*_e23*g__A*_tp.minimum(_e4, c_bar)
-    _tp.store(_call, "d__log_pi_target", _e25)
-    _tp.store(_call, "d__log_pi_behavior", -_e25)
-    _tp.store(_call, "d__values", gy__targets - _e26 - _e27 + _tp.where((is_first != 0), 0.0, _e28*_e30*g__A__prev*_tp.minimum(_e29, rho_bar__prev)) + _tp.where((is_first != 0), 0.0, _e30*gy__pg_advantages__prev*(_e28*lambda___prev + _e28*(1.0 - lambda___prev))*_tp.minimum(_e29, pg_rho_bar__prev)))
-    _tp.store(_call, "d__rewards", _e26 + _e27)
-    _tp.store(_call, "d__bootstrap_values", _e33*_e35 + _e34*(_e18*_e33 + _e33*lambda_))
-    _tp.store(_call, "d__last_value", _e34*(_e18*_e36 + _e36*lambda_) + _e35*_e36)
-    _tp.store(_call, "d__gamma", _e37*lambda_ + _e11*_e12*_e26 + _e12*_e19*_e27)
-    _tp.store(_call, "d__rho_bar", _e15*_tp.where(-_e6 > 0, 1.0, 0.0))
-    _tp.store(_call, "d__c_bar", _e24*_tp.where(-_e21 > 0, 1.0, 0.0))
-    _tp.store(_call, "d__lambda_", _e34*(_e17 - _e11) + _e37*gamma)
-    _tp.store(_call, "d__pg_rho_bar", _e20*_tp.where(-_e16 > 0, 1.0, 0.0))
+    _e5 = (rho_bar <= _e4)
+    _e6 = _tp.where((terminateds >= truncateds), terminateds, truncateds)
+    _e7 = _tp.where((is_last != 0), 1.0, _e6)
+    _e8 = _tp.where((is_last != 0), bootstrap_values + last_value, bootstrap_values)
+    _e9 = _tp.where((is_last != 0), 0.0, values__next)
+    _e10 = _tp.where((_e7 != 0), _e8, _e9)
+    _e11 = 1.0 - terminateds
+    _e12 = _e11*gamma
+    _e13 = rewards - values
+    _e14 = g__A*(_e13 + _e10*_e12)
+    _e15 = (pg_rho_bar <= _e4)
+    _e16 = _tp.where((_e7 != 0), _e8, _e9 + _tp.where((is_last != 0), 0.0, st__A__next))
+    _e17 = 1.0 - lambda_
+    _e18 = _e10*_e17 + _e16*lambda_
+    _e19 = gy__pg_advantages*(_e13 + _e12*_e18)
+    _e20 = (c_bar <= _e4)
+    _e21 = 1.0 - _e6
+    _e22 = _tp.where((is_last != 0), 0.0, st__A__next)
+    _e23 = _e21*_e22*g__A*gamma*lambda_
+    _e24 = _e14*_e4*_tp.where((_e5 != 0), 0.0, 1.0) + _e19*_e4*_tp.where((_e15 != 0), 0.0, 1.0) + _e23*_e4*_tp.where((_e20 != 0), 0.0, 1.0)
+    _e25 = g__A*_tp.where((_e5 != 0), rho_bar, _e4)
+    _e26 = gy__pg_advantages*_tp.where((_e15 != 0), pg_rho_bar, _e4)
+    _e27 = _tp.where((is_last__prev != 0), 0.0, 1.0)*_tp.where((_tp.where((is_last__prev != 0), 1.0, _tp.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0), 0.0, 1.0)
+    _e28 = _tp.exp(log_pi_target__prev - log_pi_behavior__prev)
+    _e29 = gamma__prev*(1.0 - terminateds__prev)
+    _e30 = _tp.where((is_last != 0), 1.0, 0.0)
+    _e31 = _tp.where((_e7 != 0), 1.0, 0.0)
+    _e32 = _e31*(_e30 + _tp.where((is_last != 0), 0.0, 1.0))
+    _e33 = _e12*_e26
+    _e34 = _e12*_e25
+    _e35 = _e30*_e31
+    _e36 = _e21*_e22*g__A*_tp.where((_e20 != 0), c_bar, _e4)
+    _tp.store(_call, "d__log_pi_target", _e24)
+    _tp.store(_call, "d__log_pi_behavior", -_e24)
+    _tp.store(_call, "d__values", gy__targets - _e25 - _e26 + _tp.where((is_first != 0), 0.0, _e27*_e29*g__A__prev*_tp.where((rho_bar__prev <= _e28), rho_bar__prev, _e28)) + _tp.where((is_first != 0), 0.0, _e29*gy__pg_advantages__prev*(_e27*lambda___prev + _e27*(1.0 - lambda___prev))*_tp.where((pg_rho_bar__prev <= _e28), pg_rho_bar__prev, _e28)))
+    _tp.store(_call, "d__rewards", _e25 + _e26)
+    _tp.store(_call, "d__bootstrap_values", _e32*_e34 + _e33*(_e17*_e32 + _e32*lambda_))
+    _tp.store(_call, "d__last_value", _e33*(_e17*_e35 + _e35*lambda_) + _e34*_e35)
+    _tp.store(_call, "d__gamma", _e36*lambda_ + _e10*_e11*_e25 + _e11*_e18*_e26)
+    _tp.store(_call, "d__rho_bar", _e14*_tp.where((_e5 != 0), 1.0, 0.0))
+    _tp.store(_call, "d__c_bar", _e23*_tp.where((_e20 != 0), 1.0, 0.0))
+    _tp.store(_call, "d__lambda_", _e33*(_e16 - _e10) + _e36*gamma)
+    _tp.store(_call, "d__pg_rho_bar", _e19*_tp.where((_e15 != 0), 1.0, 0.0))
 
 
 OP = _rt.OpInfo(

@@ -20,7 +20,7 @@ import dataclasses
 
 import sympy
 
-from .expr import Gather, KSum, Present, Where
+from .expr import Gather, Ge, KSum, Le, Present, Where
 from .ir import IR, IRInput, IROutput, IRScan
 from .plan import _lower_shifts
 
@@ -75,6 +75,23 @@ class _Shifter:
         return Where(sympy.Symbol(edge, real=True), 0, shifted)
 
 
+def _select_minmax(expr):
+    """min/max as selections, ``where(a >= b, a, b)``: their derivative then sends the whole
+    gradient to one argument at a tie (SymPy's Heaviside(0) would send it to none)."""
+    def visit(e):
+        if not e.args:
+            return e
+        args = [visit(a) for a in e.args]
+        if isinstance(e, (sympy.Max, sympy.Min)):
+            keep = Ge if isinstance(e, sympy.Max) else Le
+            out = args[0]
+            for a in args[1:]:
+                out = Where(keep(out, a), out, a)
+            return out
+        return e.func(*args)
+    return visit(expr)
+
+
 def adjoint_ir(ir: IR) -> IR | None:
     try:
         return _adjoint(ir)
@@ -97,19 +114,22 @@ def _adjoint(ir: IR) -> IR:
     S = lambda n: sympy.Symbol(n, real=True)  # noqa: E731
 
     def lower(expr):
-        e = _lower_shifts(expr, {i.name for i in ir.inputs if i.shape != "N"}
-                          | {p.name for p in ir.params} | {"is_first", "is_last"} | set(states))
+        e = _select_minmax(_lower_shifts(expr, {i.name for i in ir.inputs if i.shape != "N"}
+                          | {p.name for p in ir.params} | {"is_first", "is_last"} | set(states)))
         if e.has(Gather, KSum):
             raise Unsupported("sum/gather")
-        # forward states become inputs of the backward op; HAS_x back to present(x)
+        # forward states become inputs of the backward op (HAS_x stays a plain symbol, which no
+        # shift touches, until present(x) is restored at the end)
         rename = {}
         for sym in e.free_symbols:
             base, off = offset_of(sym.name)
             if base in states:
                 rename[sym] = S(state_name(base) + (f"__{SUFFIX[off]}" if off else ""))
-            elif sym.name.startswith("HAS_"):
-                rename[sym] = Present(S(sym.name[4:]))
         return e.xreplace(rename)
+
+    def present(e):
+        return e.xreplace({sym: Present(S(sym.name[4:])) for sym in e.free_symbols
+                           if sym.name.startswith("HAS_")})
 
     # (coefficient, expression) pairs: every place a forward quantity enters the loss
     g = {s: S(f"g__{s}") for s in states}
@@ -145,7 +165,8 @@ def _adjoint(ir: IR) -> IR:
         readers = [t for t in terms if t[2] is None or states.index(t[2]) > k]
         direct = gradient(state_name(name), readers)
         beta = shift(lower(ir.scans[k].beta), sigma)
-        b_scans.append(IRScan(f"g__{name}", direct, beta, sympy.S.Zero, f"dL/d{name}"))
+        b_scans.append(IRScan(f"g__{name}", present(direct), present(beta), sympy.S.Zero,
+                              f"dL/d{name}"))
     for scan in b_scans:  # a state read on the wrong side of the carry cannot be expressed
         for e in (scan.alpha, scan.beta):
             for sym in e.free_symbols:
@@ -166,7 +187,7 @@ def _adjoint(ir: IR) -> IR:
             base, off = offset_of(sym.name)
             if base.startswith("g__") and off not in (0, sigma):
                 raise Unsupported("gradient reads the adjoint on the wrong side")
-        outputs.append(IROutput(f"d__{x}", d, f"dL/d{x} per step"))
+        outputs.append(IROutput(f"d__{x}", present(d), f"dL/d{x} per step"))
 
     st_inputs = [IRInput(state_name(s), "float", "NT", None, f"forward state {s}")
                  for s in states]

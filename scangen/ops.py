@@ -74,7 +74,10 @@ def qualname(op: runtime.OpInfo) -> str:
 
     def backward(ctx, grads):
         values, time_dim, outputs, backend = unpack(list(ctx.args))
-        wanted = [n for k, n in enumerate(list(values)) if ctx.needs_input_grad[k]]
+        # flags and indices are 0/1 and integer data: they get no gradient, on either path
+        kinds = {i.name: i.kind for i in op.inputs}
+        wanted = [n for k, n in enumerate(list(values))
+                  if ctx.needs_input_grad[k] and kinds.get(n, "float") == "float"]
         grad_op = grad_op_of(op)
         if grad_op is not None and ctx.n_states:
             got = _fused_backward(op, grad_op, ctx, values, outputs, grads, wanted,
@@ -119,7 +122,9 @@ def _recompute_backward(op, values, outputs, grads, wanted, time_dim):
     with torch.enable_grad():
         outs = runtime.call_direct(op, {**values, **leaves}, time_dim=time_dim,
                                    outputs=outputs, backend="torch")
-        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None]
+        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
+        if not pairs:  # no output depends on what needs a gradient
+            return {}
         got = torch.autograd.grad([o for o, _ in pairs], list(leaves.values()),
                                   [g for _, g in pairs], allow_unused=True)
     return dict(zip(leaves, got))

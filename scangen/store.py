@@ -7,6 +7,7 @@ several processes building the same spec at once only ever replace identical fil
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -106,9 +107,20 @@ def cache_root() -> Path:
     return base
 
 
+@functools.lru_cache(maxsize=1)
+def compiler_hash() -> str:
+    """The compiler's own source: a change to it (say, to the derivation of the backward)
+    must not reuse modules that an older compiler generated."""
+    h = hashlib.sha256()
+    for p in sorted(Path(__file__).resolve().parent.glob("*.py")):
+        h.update(p.name.encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
 def cache_key(ir_text: str) -> str:
     h = hashlib.sha256()
-    for part in (ir_text, templates_hash(), __version__, triton.__version__, torch.__version__):
+    for part in (ir_text, templates_hash(), compiler_hash(), __version__, triton.__version__,
+                 torch.__version__):
         h.update(part.encode() + b"\0")
     return h.hexdigest()
 
