@@ -270,22 +270,24 @@ def _launch(_call, _cfg):
         _call.outs.get("st__z", _dummy),
         *_call.out_strides.get("st__z", (0, 0, 0)),
     )
-    _meta = dict(
-        HAS_seed_values="seed_values" in _call.tensors,
-        gamma__TENSOR=_call.is_tensor("gamma"),
-        lambda___TENSOR=_call.is_tensor("lambda_"),
-        STORE_traces="traces" in _call.outs,
-        STORE_st__z="st__z" in _call.outs,
-        BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
-        ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
-    )
+    _meta = _call.kernels.get("meta")  # the same for every call of one plan
+    if _meta is None:
+        _meta = _call.kernels["meta"] = dict(
+            HAS_seed_values="seed_values" in _call.tensors,
+            gamma__TENSOR=_call.is_tensor("gamma"),
+            lambda___TENSOR=_call.is_tensor("lambda_"),
+            STORE_traces="traces" in _call.outs,
+            STORE_st__z="st__z" in _call.outs,
+            BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
+            ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
+        )
     if _cfg.family == "lookback":
         _ws = _rt.lookback_workspace(_call, _cfg, 1)
-        _grid = (_call.R1 * _call.R2 * triton.cdiv(_call.T, _cfg.block_t),)
+        _grid = (_call.R1 * _call.R2 * -(-_call.T // _cfg.block_t),)
         _rt.launch(_call, _eligibility_traces_lookback_kernel, _grid, (*_args, *_ws, _call.R1, _call.R2, _call.T, _call.K), _meta,
                    _cfg.num_warps)
     else:
-        _grid = (triton.cdiv(_call.R1 * _call.R2, _cfg.block_n),)
+        _grid = (-(-(_call.R1 * _call.R2) // _cfg.block_n),)  # ceil; triton.cdiv is slow on the host
         _rt.launch(_call, _eligibility_traces_chunked_kernel, _grid, (*_args, _call.R1, _call.R2, _call.T, _call.K), _meta, _cfg.num_warps)
 
 

@@ -322,24 +322,27 @@ def _signature(op: OpInfo, values: dict, time_dim, outputs, backend):
     it."""
     sig = [id(op), time_dim, outputs if not isinstance(outputs, list) else tuple(outputs),
            backend, ENV["SCANGEN_BACKEND"], ENV["SCANGEN_FAMILY"]]
+    append, tensor = sig.append, torch.Tensor
     for v in values.values():
         if v is None:
-            sig.append(None)
-        elif isinstance(v, torch.Tensor):
-            sig.append((v.shape, v.stride(), v.dtype, v.device, v.data_ptr() % 16 == 0))
+            append(None)
+        elif isinstance(v, tensor):  # get_device(): an int, cheaper than building .device
+            append((v.shape, v.stride(), v.dtype, v.get_device(), v.data_ptr() % 16 == 0))
         elif type(v) is float:
-            sig.append(float)
+            append(float)
         else:
-            sig.append((type(v), v))
+            append((type(v), v))
     return tuple(sig)
 
 
 def _needs_dispatcher(values: dict) -> bool:
     if torch.compiler.is_compiling():
         return True
-    if not torch.is_grad_enabled():
-        return False
-    return any(isinstance(v, torch.Tensor) and v.requires_grad for v in values.values())
+    if torch.is_grad_enabled():
+        for v in values.values():
+            if isinstance(v, torch.Tensor) and v.requires_grad:
+                return True
+    return False
 
 
 def call(op: OpInfo, values: dict, *, time_dim: int = -1, outputs=None, backend=None):
