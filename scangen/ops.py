@@ -92,7 +92,6 @@ def qualname(op: runtime.OpInfo) -> str:
     return qn
 
 
-
 def _param_tensor(op, name, v, like: torch.Tensor):
     if isinstance(v, torch.Tensor):
         return v
