@@ -69,7 +69,7 @@ def qualname(op: runtime.OpInfo) -> str:
         names = list(inputs[n_in + n_par + 1])
         ctx.state_names = [n for n in names if n.startswith("st__")]
         states = [o for n, o in zip(names, output) if n.startswith("st__")]
-        ctx.save_for_backward(*[a for a in inputs[:n_in + n_par] if a is not None], *states)
+        ctx.save_for_backward(*states)  # the inputs themselves are read from ctx.args
         ctx.n_states = len(states)
 
     def backward(ctx, grads):
@@ -131,7 +131,7 @@ def _recompute_backward(op, values, outputs, grads, wanted, time_dim):
 
 def _fused_backward(op, grad_op, ctx, values, outputs, grads, wanted, time_dim, backend):
     """Run the generated adjoint kernel, then sum each per-step gradient to its input's shape."""
-    states = ctx.saved_tensors[len(ctx.saved_tensors) - ctx.n_states:]
+    states = ctx.saved_tensors
     b_values = dict(values)
     b_values.update(zip(ctx.state_names, states))
     user = [n for n in outputs if not n.startswith("st__")]
