@@ -51,6 +51,26 @@ def main():
                                                                   "last_value")}, **inputs,
                                              "gamma": 0.99, "lambda_": 0.95})))
     rows.append(("scangen full call (GAE 4096x128)", lambda: scangen.compute_gae(**inputs)))
+    # The pieces of a launch: Triton's compiled-kernel entry with the same arguments, without
+    # scangen's Python around it (captured from one real call).
+    seen = {}
+    real = runtime.launch
+
+    def spy(c, kernel, grid, args, meta, cfg):
+        seen.update(compiled=c.kernels.get(kernel), grid=(*grid, 1, 1)[:3], args=(*args, *meta.values()))
+        real(c, kernel, grid, args, meta, cfg)
+    runtime.launch = spy
+    try:
+        scangen.compute_gae(**inputs)
+        scangen.compute_gae(**inputs)
+    finally:
+        runtime.launch = real
+    if seen.get("compiled") is not None:
+        k, g, a = seen["compiled"], seen["grid"], seen["args"]
+        rows.append((f"GAE compiled kernel alone ({len(a)} args)", lambda: k[g](*a)))
+    ce = _empty_many[(1,)](*([x] * 8), *ints, 0.5, 0.25, C0=1, C1=0, C2=1, C3=0)
+    rows.append(("empty kernel, 34 args, compiled entry",
+                 lambda: ce[(1, 1, 1)](*([x] * 8), *ints, 0.5, 0.25, 1, 0, 1, 0)))
     for name, fn in rows:
         print(f"{name:45s} {host_us(fn):8.2f} us/call (host-timed loop)")
     for name, fn in rows:

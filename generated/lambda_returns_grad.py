@@ -23,7 +23,6 @@ def _combine(a_prev, b_prev, a_cur, b_cur):
 
 
 
-
 @triton.jit
 def _lambda_returns_grad_chunked_kernel(
     rewards__ptr,
@@ -195,33 +194,48 @@ def _lambda_returns_grad_chunked_kernel(
 
 
 @triton.jit
-def _lookback(flags, ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init):
+def _lookback(flags, ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init, WINDOW: tl.constexpr):
     """Publish this chunk's aggregate, find its carry from earlier chunks, publish the result.
 
     Flags: 0 nothing yet, 1 aggregate (a, b) ready, 2 inclusive state ready. Every workspace
     access is an atomic (L2, never a stale L1 line); the flag write releases the data writes
     before it and the flag read acquires them. The workspace starts zeroed and each slot is
-    written once, so an atomic add is the write (float exchange is missing in the interpreter)."""
+    written once, so an atomic add is the write (float exchange is missing in the interpreter).
+    The look-back reads WINDOW predecessors at a time (nearest first), waits until every one
+    up to the nearest inclusive state has published, and composes their aggregates with one
+    small scan, so a chain of P predecessors costs about P / WINDOW round trips to L2."""
     tl.atomic_add(ws_a + slot, agg_a, sem="relaxed")
     tl.atomic_add(ws_b + slot, agg_b, sem="relaxed")
     tl.debug_barrier()
     tl.atomic_xchg(flags + slot, 1, sem="release")
-    # Walk back composing aggregates until a chunk with its inclusive state (or the start).
-    g_a = agg_a * 0.0
+    g_a = agg_a * 0.0  # the predecessors composed so far, nearest outermost
     g_b = g_a + 1.0
     base = init
-    j = step - 1
+    w = tl.arange(0, WINDOW)
+    j = step - 1  # the nearest predecessor not composed yet
     while j >= 0:
-        f = tl.atomic_add(flags + slot - (step - j), 0, sem="acquire")
-        if f == 2:
-            base = tl.atomic_add(ws_s + slot - (step - j), 0.0, sem="relaxed")
-            j = j * 0 - 1
-        elif f == 1:
-            a_j = tl.atomic_add(ws_a + slot - (step - j), 0.0, sem="relaxed")
-            b_j = tl.atomic_add(ws_b + slot - (step - j), 0.0, sem="relaxed")
-            g_a = g_a + g_b * a_j
-            g_b = g_b * b_j
-            j = j - 1
+        idx = j - w  # [WINDOW] predecessors, nearest first
+        live = idx >= 0
+        f = tl.atomic_add(flags + slot - step + idx, 0, mask=live, sem="acquire")
+        f = tl.where(live, f, 2)  # before the first chunk: the initial state
+        stop = tl.min(tl.where(f == 2, w, WINDOW))  # the nearest inclusive state in the window
+        if tl.min(tl.where(w < stop, f, 1)) >= 1:  # else some aggregate is missing: read again
+            take = w < stop
+            a = tl.atomic_add(ws_a + slot - step + idx, 0.0, mask=take, sem="relaxed")
+            b = tl.atomic_add(ws_b + slot - step + idx, 0.0, mask=take, sem="relaxed")
+            a, b = tl.associative_scan((tl.where(take, a, 0.0), tl.where(take, b, 1.0)), 0,
+                                       _combine, reverse=True)
+            a = tl.sum(tl.where(w == 0, a, 0.0))  # f_j o f_(j-1) o ... over the window
+            b = tl.sum(tl.where(w == 0, b, 0.0))
+            g_a = g_a + g_b * a
+            g_b = g_b * b
+            if stop < WINDOW:
+                k = j - stop
+                s = tl.atomic_add(ws_s + slot - step + k, 0.0, mask=k >= 0, sem="relaxed")
+                base = tl.where(k >= 0, s, init)
+                j = j * 0 - 1
+            else:
+                j = j - WINDOW
     carry = g_a + g_b * base
     tl.atomic_add(ws_s + slot, agg_a + agg_b * carry, sem="relaxed")
     tl.debug_barrier()
@@ -388,7 +402,7 @@ def _lambda_returns_grad_lookback_kernel(
     _agg_b = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _b, 0.0))
     _slot = (0 * R1 * R2 + _tile) * _n_chunks + _step
     g__G__carry = _lookback(_flags, _ws_a, _ws_b, _ws_s, _slot, _step, _agg_a, _agg_b,
-                              tl.sum(g__G__carry))
+                              tl.sum(g__G__carry), 32)
     g__G = _a + _b * g__G__carry
     _e1 = HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds)
     _e2 = 1.0 - terminateds
@@ -464,10 +478,10 @@ def _launch(_call, _cfg):
         _ws = _rt.lookback_workspace(_call, _cfg, 1)
         _grid = (_call.R1 * _call.R2 * -(-_call.T // _cfg.block_t),)
         _rt.launch(_call, _lambda_returns_grad_lookback_kernel, _grid, (*_args, *_ws, _call.R1, _call.R2, _call.T, _call.K), _meta,
-                   _cfg.num_warps)
+                   _cfg)
     else:
         _grid = (-(-(_call.R1 * _call.R2) // _cfg.block_n),)  # ceil; triton.cdiv is slow on the host
-        _rt.launch(_call, _lambda_returns_grad_chunked_kernel, _grid, (*_args, _call.R1, _call.R2, _call.T, _call.K), _meta, _cfg.num_warps)
+        _rt.launch(_call, _lambda_returns_grad_chunked_kernel, _grid, (*_args, _call.R1, _call.R2, _call.T, _call.K), _meta, _cfg)
 
 
 def _torch_impl(_call):

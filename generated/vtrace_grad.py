@@ -21,6 +21,13 @@ def _combine(a_prev, b_prev, a_cur, b_cur):
     return a_cur + b_cur * a_prev, b_cur * b_prev
 
 
+@triton.jit
+def _combine_excl(a_prev, b_prev, ea_prev, eb_prev, a_cur, b_cur, ea_cur, eb_cur):
+    # Carries, beside the composed map (a, b), the map (ea, eb) of the same segment without its
+    # element farthest from the carry: the scan then yields, at every step, both the state and
+    # its neighbour nearer the carry (next(A) in a reverse scan), with no shift across threads.
+    return a_cur + b_cur * a_prev, b_cur * b_prev, ea_cur + eb_cur * a_prev, eb_cur * b_prev
+
 
 
 
@@ -203,7 +210,6 @@ def _vtrace_grad_chunked_kernel(
     g__A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-    _idx_shift = tl.broadcast_to(tl.maximum(_cols - 1, 0)[None, :], (BLOCK_N, BLOCK_T))
     _n_chunks = tl.cdiv(T, BLOCK_T)
     for _c in range(0, _n_chunks):
         _chunk = _c
@@ -294,9 +300,10 @@ def _vtrace_grad_chunked_kernel(
         _e3 = gamma__prev__t*lambda___prev__t
         _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((pg_rho_bar__prev__t <= _e1), pg_rho_bar__prev__t, _e1)*tl.where((tl.where((is_last__prev != 0), 1.0, _e2) != 0), 0.0, 1.0))), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*tl.where((c_bar__prev__t <= _e1), c_bar__prev__t, _e1))), 1.0)  # identity past the window end
-        _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
+        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl,
+                                               reverse=False)
         g__A = _a + _b * g__A__carry[:, None]
-        g__A__prev = tl.where(_cols[None, :] == 0, g__A__carry[:, None], tl.gather(g__A, _idx_shift, 1))
+        g__A__prev = _ea + _eb * g__A__carry[:, None]  # the state one step nearer the carry
         g__A__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__A, 0.0), axis=1)
         _e4 = tl.exp(log_pi_target - log_pi_behavior)
         _e5 = (rho_bar__t <= _e4)
@@ -357,33 +364,48 @@ def _vtrace_grad_chunked_kernel(
 
 
 @triton.jit
-def _lookback(flags, ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init):
+def _lookback(flags, ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init, WINDOW: tl.constexpr):
     """Publish this chunk's aggregate, find its carry from earlier chunks, publish the result.
 
     Flags: 0 nothing yet, 1 aggregate (a, b) ready, 2 inclusive state ready. Every workspace
     access is an atomic (L2, never a stale L1 line); the flag write releases the data writes
     before it and the flag read acquires them. The workspace starts zeroed and each slot is
-    written once, so an atomic add is the write (float exchange is missing in the interpreter)."""
+    written once, so an atomic add is the write (float exchange is missing in the interpreter).
+    The look-back reads WINDOW predecessors at a time (nearest first), waits until every one
+    up to the nearest inclusive state has published, and composes their aggregates with one
+    small scan, so a chain of P predecessors costs about P / WINDOW round trips to L2."""
     tl.atomic_add(ws_a + slot, agg_a, sem="relaxed")
     tl.atomic_add(ws_b + slot, agg_b, sem="relaxed")
     tl.debug_barrier()
     tl.atomic_xchg(flags + slot, 1, sem="release")
-    # Walk back composing aggregates until a chunk with its inclusive state (or the start).
-    g_a = agg_a * 0.0
+    g_a = agg_a * 0.0  # the predecessors composed so far, nearest outermost
     g_b = g_a + 1.0
     base = init
-    j = step - 1
+    w = tl.arange(0, WINDOW)
+    j = step - 1  # the nearest predecessor not composed yet
     while j >= 0:
-        f = tl.atomic_add(flags + slot - (step - j), 0, sem="acquire")
-        if f == 2:
-            base = tl.atomic_add(ws_s + slot - (step - j), 0.0, sem="relaxed")
-            j = j * 0 - 1
-        elif f == 1:
-            a_j = tl.atomic_add(ws_a + slot - (step - j), 0.0, sem="relaxed")
-            b_j = tl.atomic_add(ws_b + slot - (step - j), 0.0, sem="relaxed")
-            g_a = g_a + g_b * a_j
-            g_b = g_b * b_j
-            j = j - 1
+        idx = j - w  # [WINDOW] predecessors, nearest first
+        live = idx >= 0
+        f = tl.atomic_add(flags + slot - step + idx, 0, mask=live, sem="acquire")
+        f = tl.where(live, f, 2)  # before the first chunk: the initial state
+        stop = tl.min(tl.where(f == 2, w, WINDOW))  # the nearest inclusive state in the window
+        if tl.min(tl.where(w < stop, f, 1)) >= 1:  # else some aggregate is missing: read again
+            take = w < stop
+            a = tl.atomic_add(ws_a + slot - step + idx, 0.0, mask=take, sem="relaxed")
+            b = tl.atomic_add(ws_b + slot - step + idx, 0.0, mask=take, sem="relaxed")
+            a, b = tl.associative_scan((tl.where(take, a, 0.0), tl.where(take, b, 1.0)), 0,
+                                       _combine, reverse=True)
+            a = tl.sum(tl.where(w == 0, a, 0.0))  # f_j o f_(j-1) o ... over the window
+            b = tl.sum(tl.where(w == 0, b, 0.0))
+            g_a = g_a + g_b * a
+            g_b = g_b * b
+            if stop < WINDOW:
+                k = j - stop
+                s = tl.atomic_add(ws_s + slot - step + k, 0.0, mask=k >= 0, sem="relaxed")
+                base = tl.where(k >= 0, s, init)
+                j = j * 0 - 1
+            else:
+                j = j - WINDOW
     carry = g_a + g_b * base
     tl.atomic_add(ws_s + slot, agg_a + agg_b * carry, sem="relaxed")
     tl.debug_barrier()
@@ -578,7 +600,6 @@ def _vtrace_grad_lookback_kernel(
     g__A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-    _idx_shift = tl.broadcast_to(tl.maximum(_cols - 1, 0)[None, :], (BLOCK_N, BLOCK_T))
     _n_chunks = tl.cdiv(T, BLOCK_T)
     _chunk = _step
     _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
@@ -668,16 +689,17 @@ def _vtrace_grad_lookback_kernel(
     _e3 = gamma__prev__t*lambda___prev__t
     _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((pg_rho_bar__prev__t <= _e1), pg_rho_bar__prev__t, _e1)*tl.where((tl.where((is_last__prev != 0), 1.0, _e2) != 0), 0.0, 1.0))), 0.0)
     _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*tl.where((c_bar__prev__t <= _e1), c_bar__prev__t, _e1))), 1.0)  # identity past the window end
-    _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
+    _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl,
+                                           reverse=False)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
     # look back over earlier chunks for the carry (decoupled look-back).
     _agg_a = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _a, 0.0))
     _agg_b = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _b, 0.0))
     _slot = (0 * R1 * R2 + _tile) * _n_chunks + _step
     g__A__carry = _lookback(_flags, _ws_a, _ws_b, _ws_s, _slot, _step, _agg_a, _agg_b,
-                              tl.sum(g__A__carry))
+                              tl.sum(g__A__carry), 32)
     g__A = _a + _b * g__A__carry
-    g__A__prev = tl.where(_cols[None, :] == 0, g__A__carry, tl.gather(g__A, _idx_shift, 1))
+    g__A__prev = _ea + _eb * g__A__carry  # the state one step nearer the carry
     _e4 = tl.exp(log_pi_target - log_pi_behavior)
     _e5 = (rho_bar__t <= _e4)
     _e6 = tl.where((terminateds >= truncateds), terminateds, truncateds)
@@ -822,10 +844,10 @@ def _launch(_call, _cfg):
         _ws = _rt.lookback_workspace(_call, _cfg, 1)
         _grid = (_call.R1 * _call.R2 * -(-_call.T // _cfg.block_t),)
         _rt.launch(_call, _vtrace_grad_lookback_kernel, _grid, (*_args, *_ws, _call.R1, _call.R2, _call.T, _call.K), _meta,
-                   _cfg.num_warps)
+                   _cfg)
     else:
         _grid = (-(-(_call.R1 * _call.R2) // _cfg.block_n),)  # ceil; triton.cdiv is slow on the host
-        _rt.launch(_call, _vtrace_grad_chunked_kernel, _grid, (*_args, _call.R1, _call.R2, _call.T, _call.K), _meta, _cfg.num_warps)
+        _rt.launch(_call, _vtrace_grad_chunked_kernel, _grid, (*_args, _call.R1, _call.R2, _call.T, _call.K), _meta, _cfg)
 
 
 def _torch_impl(_call):

@@ -28,6 +28,12 @@ class Config(NamedTuple):
     block_k: int
     num_warps: int
     family: str = "stream"   # "stream" | "lookback"
+    num_stages: int = 3      # software-pipelining depth of the chunk loop (Triton's default)
+
+
+# A function ``call -> Config`` that replaces the rule below (bench/sweep.py measures variants
+# through it); None in normal use. Plans cache their config: clear runtime._PLANS after setting it.
+OVERRIDE = None
 
 
 def _pow2(n: int) -> int:
@@ -57,6 +63,8 @@ def _family(c, rows: int) -> str:
 
 
 def choose_config(c) -> Config:
+    if OVERRIDE is not None:
+        return OVERRIDE(c)
     rows = c.R1 * c.R2
     block_k = min(_pow2(c.K), MAX_BLOCK_K)
     if _family(c, rows) == "lookback":

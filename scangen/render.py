@@ -19,6 +19,9 @@ from .plan import Block, Plan, split_sym
 from .printers import TorchPrinter, TritonPrinter, print_expr
 
 TEMPLATE = "module.py.j2"
+# How a scan reads its neighbouring state (next(A) / prev(A)): "scan" carries the exclusive map
+# through the scan itself; "gather" shifts the state tile with tl.gather (kept for measurement).
+OPTIONS = {"shift": "scan"}
 
 
 def template_dir() -> Path:
@@ -197,6 +200,7 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
               positions=positions, gathers=gathers, sums=sums, scans=scans,
               out_assigns=_assigns(plan.outputs, TritonPrinter, tile, ir.name), outputs=outputs,
               uses_shifted_state=any(s.shifted for s in plan.scans),
+              shift_mode=OPTIONS["shift"],
               chunk_index="_n_chunks - 1 - _c" if rev else "_c", reverse=str(rev),
               step="+1" if rev else "-1", carry_col="0" if rev else "BLOCK_T - 1",
               edge_col="BLOCK_T - 1" if rev else "0",

@@ -386,7 +386,7 @@ def call_direct(op: OpInfo, values: dict, *, time_dim: int = -1, outputs=None, b
     return c.result()
 
 
-def launch(c: Call, kernel, grid, args: tuple, meta: dict, num_warps: int) -> None:
+def launch(c: Call, kernel, grid, args: tuple, meta: dict, cfg) -> None:
     """Launch a generated kernel. The first launch of a plan goes through Triton's launcher,
     which binds and specialises the arguments; later launches of the same plan (same shapes,
     strides, dtypes and alignment) call the compiled kernel directly, skipping that per-argument
@@ -395,7 +395,7 @@ def launch(c: Call, kernel, grid, args: tuple, meta: dict, num_warps: int) -> No
     if compiled is not None:
         compiled[(*grid, 1, 1)[:3]](*args, *meta.values())
         return
-    compiled = kernel[grid](*args, **meta, num_warps=num_warps)
+    compiled = kernel[grid](*args, **meta, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if not _interpreting() and hasattr(compiled, "packed_metadata"):
         c.kernels[kernel] = compiled
 

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Launch-configuration sweep: every candidate Config of scangen.config for each (algorithm, shape),
+each checked against a float64 oracle and timed, in one process, beside the copy bandwidth.
+
+    PYTHONPATH=. python3 bench/sweep.py --out DIR [--algos gae,vtrace] [--shapes 16384x1024,...]
+    PYTHONPATH=. python3 bench/sweep.py --out DIR --compile-only --part 3/8   # warm Triton's cache
+
+The dispatch rule in scangen/config.py is read off these tables (bench/NOTES.md says which run).
+``--variants`` adds kernels rendered with other template options (``shift=gather``: the state
+neighbour read through tl.gather instead of the exclusive scan), under a renamed op.
+Writes DIR/sweep.json (every measurement) and prints the best configs per case last.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent)]
+
+import torch  # noqa: E402
+
+import scangen  # noqa: E402
+from scangen import config as sg_config, render as sg_render, runtime  # noqa: E402
+from scangen.config import Config  # noqa: E402
+from scangen.spec import as_spec  # noqa: E402
+from scangen.store import spec_dir  # noqa: E402
+from scangen.testing import assert_close, make_inputs  # noqa: E402
+
+ALGOS = ["gae", "vtrace", "retrace", "lambda_returns", "discounted_returns", "eligibility_traces",
+         "episodic_prefix_sum", "masked_gae"]
+SHAPES = ["16384x1024", "4096x128", "32768x16", "256x8192", "64x65536", "1x1048576"]
+
+
+def candidates(N: int, T: int, K: int) -> list[Config]:
+    """Stream tiles of 1024, 2048 and 4096 elements (K included) with chunks from T/8 to T (at
+    most 1024), 4 or 8 warps, pipelining on or off; for long rows also the look-back family."""
+    out = []
+    kk = min(K, 16) if K > 1 else 1
+    tp = max(16, 1 << (T - 1).bit_length())
+    for bt in (16, 32, 64, 128, 256, 512, 1024):
+        if bt > tp or bt < min(tp, 1024) // 8:
+            continue
+        for tile in (1024, 2048, 4096):
+            bn = tile // (bt * kk)
+            if bn < 1 or bn > max(1, N):
+                continue
+            for nw in (4, 8):
+                for ns in (1, 3):
+                    out.append(Config(bn, bt, kk, nw, "stream", ns))
+    if T >= 4096:
+        for bt in (1024, 2048, 4096):
+            for nw in (4, 8, 16):
+                out.append(Config(1, bt, kk, nw, "lookback", 1))
+    return out
+
+
+def variant_fn(algo: str, option: str, cache: Path):
+    """The op compiled from specs/<algo>.yaml with a template option (name=value) set."""
+    key, value = option.split("=")
+    spec = as_spec(spec_dir() / f"{algo}.yaml")
+    suffix = f"_{value}"
+    spec = dataclasses.replace(spec, name=spec.name + suffix, function=spec.function + suffix)
+    old = dict(sg_render.OPTIONS)
+    sg_render.OPTIONS[key] = value
+    try:
+        return scangen.compile(spec, cache_dir=cache)
+    finally:
+        sg_render.OPTIONS.clear()
+        sg_render.OPTIONS.update(old)
+
+
+def as_tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def bandwidth_gbs() -> float:
+    from triton.testing import do_bench
+    a = torch.empty(2**29, dtype=torch.float32, device="cuda")
+    b = torch.empty_like(a)
+    ms = do_bench(lambda: b.copy_(a), warmup=25, rep=100, return_mode="median")
+    return 2 * a.numel() * 4 / ms / 1e6
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--algos", default=",".join(ALGOS))
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--variants", default="", help="e.g. shift=gather (for specs with next(A))")
+    ap.add_argument("--compile-only", action="store_true")
+    ap.add_argument("--part", default="0/1", help="i/n: this process takes every n-th case")
+    ap.add_argument("--time-budget", type=float, default=1e9)
+    args = ap.parse_args()
+    from triton.testing import do_bench
+    t0 = time.perf_counter()
+    args.out.mkdir(parents=True, exist_ok=True)
+    part, parts = map(int, args.part.split("/"))
+    cache = Path(tempfile.gettempdir()) / "scangen-sweep-cache"
+    fns = {a: (a, getattr(scangen, f"compute_{a}")) for a in args.algos.split(",")}
+    for v in filter(None, args.variants.split(",")):
+        for a in ("vtrace", "masked_gae", "retrace"):
+            if a in fns:
+                fns[f"{a}[{v}]"] = (a, variant_fn(a, v, cache))
+    cases = [(name, shape) for name in fns for shape in args.shapes.split(",")]
+    rows = []
+    bw = None if args.compile_only else bandwidth_gbs()
+    for i, (name, shape) in enumerate(cases):
+        if i % parts != part or time.perf_counter() - t0 > args.time_budget:
+            continue
+        algo, fn = fns[name]
+        N, T = map(int, shape.split("x"))
+        K = 8 if algo == "retrace" else 1
+        kw = make_inputs(algo, N, T, seed=i, device="cuda", A=8)
+        kw64 = {k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v
+                for k, v in kw.items()}
+        oracle = as_tuple(fn(**kw64, backend="torch"))
+        nbytes = sum(v.numel() * v.element_size() for v in kw.values() if torch.is_tensor(v))
+        nbytes += sum(o.numel() * 4 for o in oracle)
+        floor_us = nbytes / (bw * 1e3) if bw else None
+        sg_config.OVERRIDE = None
+        runtime._PLANS.clear()
+        cfgs = candidates(N, T, K)
+        for cfg in [None] + cfgs:
+            sg_config.OVERRIDE = None if cfg is None else (lambda c, cfg=cfg: cfg)
+            runtime._PLANS.clear()
+            rec = dict(algo=name, shape=shape, config=None if cfg is None else cfg._asdict())
+            try:
+                out = as_tuple(fn(**kw, backend="triton"))
+                torch.cuda.synchronize()
+                if cfg is None:
+                    plan = next(iter(runtime._PLANS.values()), None)
+                    rec["config"] = plan.config._asdict() if plan is not None else None
+                if not args.compile_only:
+                    for o, e in zip(out, oracle):
+                        assert_close(o, e, dtype=o.dtype)
+                    us = 1e3 * do_bench(lambda: fn(**kw, backend="triton"), warmup=2, rep=12,
+                                        return_mode="median")
+                    rec.update(us=us, pct_floor=100 * floor_us / us)
+                plan = next(iter(runtime._PLANS.values()), None)
+                comp = [k for k in plan.kernels.values() if hasattr(k, "n_regs")] if plan else []
+                if comp:
+                    rec.update(regs=comp[0].n_regs, spills=comp[0].n_spills)
+            except Exception as exc:  # noqa: BLE001
+                rec["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            rows.append(rec)
+        sg_config.OVERRIDE = None
+        runtime._PLANS.clear()
+        (args.out / f"sweep{'' if parts == 1 else part}.json").write_text(
+            json.dumps(dict(bandwidth_gbs=bw, gpu=torch.cuda.get_device_name(),
+                            torch=torch.__version__, rows=rows), indent=1))
+    if args.compile_only:
+        return
+    print(f"copy bandwidth {bw:,.0f} GB/s; {len(rows)} measurements in {time.perf_counter() - t0:.0f} s")
+    for name, shape in cases:
+        mine = [r for r in rows if r["algo"] == name and r["shape"] == shape and "us" in r]
+        if not mine:
+            continue
+        base, best = mine[0], min(mine, key=lambda r: r["us"])
+        errs = sum(1 for r in rows if r["algo"] == name and r["shape"] == shape and "error" in r)
+        c = best["config"]
+        print(f"{name:26s} {shape:>11s} default {base['us']:8.1f} us {base['pct_floor']:5.1f}% | best "
+              f"{best['us']:8.1f} us {best['pct_floor']:5.1f}% {c['family'][:4]} bn={c['block_n']} "
+              f"bt={c['block_t']} w={c['num_warps']} s={c['num_stages']} regs={best.get('regs')} "
+              f"spills={best.get('spills')} errors={errs}")
+
+
+if __name__ == "__main__":
+    main()
