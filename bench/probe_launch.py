@@ -66,8 +66,11 @@ def main():
     finally:
         runtime.launch = real
     if seen.get("compiled") is not None:
-        k, g, a = seen["compiled"], seen["grid"], seen["args"]
-        rows.append((f"GAE compiled kernel alone ({len(a)} args)", lambda: k[g](*a)))
+        run, function, packed, stream_of, dev, k = seen["compiled"]
+        g, a = seen["grid"], seen["args"]
+        rows.append((f"GAE compiled kernel, Triton's entry ({len(a)} args)", lambda: k[g](*a)))
+        rows.append((f"GAE compiled kernel, launcher alone ({len(a)} args)",
+                     lambda: run(*g, stream_of(dev), function, packed, None, None, None, *a)))
     ce = _empty_many[(1,)](*([x] * 8), *ints, 0.5, 0.25, C0=1, C1=0, C2=1, C3=0)
     rows.append(("empty kernel, 34 args, compiled entry",
                  lambda: ce[(1, 1, 1)](*([x] * 8), *ints, 0.5, 0.25, 1, 0, 1, 0)))

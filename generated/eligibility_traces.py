@@ -114,20 +114,34 @@ def _eligibility_traces_chunked_kernel(
 
 
 @triton.jit
-def _lookback(flags, ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init, WINDOW: tl.constexpr):
+def _lb_written(x, ACC: tl.constexpr):
+    # The look-back workspace starts as all-one bits (a NaN no arithmetic produces); a word that
+    # differs has been written, and each word is written once, so reading it needs no flag.
+    if ACC == tl.float64:
+        ok = x.to(tl.int64, bitcast=True) != -1
+    else:
+        ok = x.to(tl.int32, bitcast=True) != -1
+    return ok
+
+
+@triton.jit
+def _lb_word(x):
+    return tl.where(x != x, float("nan"), x)  # a NaN result is stored as the canonical NaN
+
+
+@triton.jit
+def _lookback(ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init, WINDOW: tl.constexpr,
+              ACC: tl.constexpr):
     """Publish this chunk's aggregate, find its carry from earlier chunks, publish the result.
 
-    Flags: 0 nothing yet, 1 aggregate (a, b) ready, 2 inclusive state ready. Every workspace
-    access is an atomic (L2, never a stale L1 line); the flag write releases the data writes
-    before it and the flag read acquires them. The workspace starts zeroed and each slot is
-    written once, so an atomic add is the write (float exchange is missing in the interpreter).
-    The look-back reads WINDOW predecessors at a time (nearest first), waits until every one
-    up to the nearest inclusive state has published, and composes their aggregates with one
+    Every word (aggregate a and b, inclusive state s) is written once, from the all-ones bit
+    pattern to a value, so a reader tells a written word by its bits alone and needs no flags,
+    fences or atomics (volatile loads read L2, never a stale L1 line). The look-back reads
+    WINDOW predecessors at a time, nearest first, up to the nearest inclusive state; it reads
+    again until every aggregate before that state is written, then composes them with one
     small scan, so a chain of P predecessors costs about P / WINDOW round trips to L2."""
-    tl.atomic_add(ws_a + slot, agg_a, sem="relaxed")
-    tl.atomic_add(ws_b + slot, agg_b, sem="relaxed")
-    tl.debug_barrier()
-    tl.atomic_xchg(flags + slot, 1, sem="release")
+    tl.store(ws_a + slot, _lb_word(agg_a))
+    tl.store(ws_b + slot, _lb_word(agg_b))
     g_a = agg_a * 0.0  # the predecessors composed so far, nearest outermost
     g_b = g_a + 1.0
     base = init
@@ -136,13 +150,13 @@ def _lookback(flags, ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init, WINDOW: t
     while j >= 0:
         idx = j - w  # [WINDOW] predecessors, nearest first
         live = idx >= 0
-        f = tl.atomic_add(flags + slot - step + idx, 0, mask=live, sem="acquire")
-        f = tl.where(live, f, 2)  # before the first chunk: the initial state
-        stop = tl.min(tl.where(f == 2, w, WINDOW))  # the nearest inclusive state in the window
-        if tl.min(tl.where(w < stop, f, 1)) >= 1:  # else some aggregate is missing: read again
-            take = w < stop
-            a = tl.atomic_add(ws_a + slot - step + idx, 0.0, mask=take, sem="relaxed")
-            b = tl.atomic_add(ws_b + slot - step + idx, 0.0, mask=take, sem="relaxed")
+        s = tl.load(ws_s + slot - step + idx, mask=live, other=0.0, volatile=True)
+        stop = tl.min(tl.where(_lb_written(s, ACC) | (idx < 0), w, WINDOW))
+        take = w < stop  # compose these, then apply them to the state at `stop`
+        a = tl.load(ws_a + slot - step + idx, mask=take, other=0.0, volatile=True)
+        b = tl.load(ws_b + slot - step + idx, mask=take, other=1.0, volatile=True)
+        ready = _lb_written(a, ACC) & _lb_written(b, ACC)
+        if tl.min(tl.where(take, ready, True).to(tl.int32)) == 1:  # else read again
             a, b = tl.associative_scan((tl.where(take, a, 0.0), tl.where(take, b, 1.0)), 0,
                                        _combine, reverse=True)
             a = tl.sum(tl.where(w == 0, a, 0.0))  # f_j o f_(j-1) o ... over the window
@@ -150,16 +164,12 @@ def _lookback(flags, ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init, WINDOW: t
             g_a = g_a + g_b * a
             g_b = g_b * b
             if stop < WINDOW:
-                k = j - stop
-                s = tl.atomic_add(ws_s + slot - step + k, 0.0, mask=k >= 0, sem="relaxed")
-                base = tl.where(k >= 0, s, init)
+                base = tl.sum(tl.where(w == stop, tl.where(live, s, init), 0.0))
                 j = j * 0 - 1
             else:
                 j = j - WINDOW
     carry = g_a + g_b * base
-    tl.atomic_add(ws_s + slot, agg_a + agg_b * carry, sem="relaxed")
-    tl.debug_barrier()
-    tl.atomic_xchg(flags + slot, 2, sem="release")
+    tl.store(ws_s + slot, _lb_word(agg_a + agg_b * carry))
     return carry
 
 
@@ -195,7 +205,7 @@ def _eligibility_traces_lookback_kernel(
     st__z__os1,
     st__z__os2,
     st__z__ost,
-    _flags,
+    _ticket_ptr,
     _ws_a,
     _ws_b,
     _ws_s,
@@ -210,7 +220,7 @@ def _eligibility_traces_lookback_kernel(
     # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
     # take tickets in launch order, so every chunk's predecessors (in scan order) have started
     # and the look-back cannot deadlock.
-    _ticket = tl.atomic_add(_flags + 1 * R1 * R2 * tl.cdiv(T, BLOCK_T), 1)
+    _ticket = tl.atomic_add(_ticket_ptr, 1) + 1  # the counter starts at -1
     _tile = _ticket % (R1 * R2)
     _step = _ticket // (R1 * R2)
     _rows = _tile + tl.arange(0, BLOCK_N)  # [1]: BLOCK_N == 1
@@ -256,8 +266,8 @@ def _eligibility_traces_lookback_kernel(
     _agg_a = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _a, 0.0))
     _agg_b = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _b, 0.0))
     _slot = (0 * R1 * R2 + _tile) * _n_chunks + _step
-    z__carry = _lookback(_flags, _ws_a, _ws_b, _ws_s, _slot, _step, _agg_a, _agg_b,
-                              tl.sum(z__carry), 32)
+    z__carry = _lookback(_ws_a, _ws_b, _ws_s, _slot, _step, _agg_a, _agg_b,
+                              tl.sum(z__carry), 128, ACC)
     z = _a + _b * z__carry
     if STORE_traces:
         tl.store(traces__optr + traces__orow[:, None] + _t[None, :] * traces__ost, (_zero + (z)).to(traces__optr.dtype.element_ty), mask=_ok)

@@ -17,9 +17,11 @@ import torch
 
 from .env import ENV
 
-TILE = 2048          # elements of one [BLOCK_N, BLOCK_T] tile
-MAX_BLOCK_T = 512    # longer chunks add scan depth without adding parallelism
+TILE = 2048          # elements (K included) of one [BLOCK_N, BLOCK_T, BLOCK_K] tile, short chunks
+LONG_TILE = 1024     # ... once a chunk holds 512 elements or more: one row per program
+MAX_BLOCK_T = 1024   # longer chunks add scan depth without adding parallelism
 MAX_BLOCK_K = 16     # the trailing axis is streamed in slices of this width
+NUM_WARPS = 4        # measured best for every tile above (bench/NOTES.md, sweep of 2026-11-29)
 
 
 class Config(NamedTuple):
@@ -67,14 +69,15 @@ def choose_config(c) -> Config:
         return OVERRIDE(c)
     rows = c.R1 * c.R2
     block_k = min(_pow2(c.K), MAX_BLOCK_K)
+    kk = block_k if c.K > 1 else 1
     if _family(c, rows) == "lookback":
         block_t = min(LOOKBACK_BLOCK_T, max(_pow2(c.T), 16))
-        return Config(1, block_t, block_k, 4, "lookback")
-    block_t = min(max(_pow2(c.T), 16), MAX_BLOCK_T)
-    block_n = max(1, min(TILE // block_t, _pow2(rows)))
+        return Config(1, block_t, block_k, NUM_WARPS, "lookback", 1)
+    block_t = max(16, min(_pow2(c.T), max(16, MAX_BLOCK_T // kk)))
+    tile = TILE if block_t * kk < 512 else LONG_TILE
+    block_n = max(1, min(tile // (block_t * kk), _pow2(rows)))
     if c.device.type == "cuda":
         want = 2 * _sm_count(c.device.index or 0)
         while block_n > 1 and -(-rows // block_n) < want:
             block_n //= 2
-    num_warps = 4 if block_n * block_t <= 1024 else 8
-    return Config(block_n, block_t, block_k, num_warps)
+    return Config(block_n, block_t, block_k, NUM_WARPS, "stream", 1)

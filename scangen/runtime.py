@@ -316,42 +316,45 @@ _MAX_PLANS = 4096
 
 
 def _signature(op: OpInfo, values: dict, time_dim, outputs, backend):
-    """Everything the checks and the launch plan depend on; param values are left out (a new
-    gamma reuses the plan), except strings and other non-floats, which select behaviour.
-    Pointer alignment is in it because the compiled kernel the plan keeps was specialised on
-    it."""
+    """``(key, any_requires_grad)``. The key holds everything the checks and the launch plan
+    depend on; param values are left out (a new gamma reuses the plan), except strings and
+    other non-floats, which select behaviour. Pointer alignment is in it because the compiled
+    kernel the plan keeps was specialised on it."""
     sig = [id(op), time_dim, outputs if not isinstance(outputs, list) else tuple(outputs),
            backend, ENV["SCANGEN_BACKEND"], ENV["SCANGEN_FAMILY"]]
     append, tensor = sig.append, torch.Tensor
+    grad = False
     for v in values.values():
         if v is None:
             append(None)
         elif isinstance(v, tensor):  # get_device(): an int, cheaper than building .device
             append((v.shape, v.stride(), v.dtype, v.get_device(), v.data_ptr() % 16 == 0))
+            grad = grad or v.requires_grad
         elif type(v) is float:
             append(float)
         else:
             append((type(v), v))
-    return tuple(sig)
-
-
-def _needs_dispatcher(values: dict) -> bool:
-    if torch.compiler.is_compiling():
-        return True
-    if torch.is_grad_enabled():
-        for v in values.values():
-            if isinstance(v, torch.Tensor) and v.requires_grad:
-                return True
-    return False
+    return tuple(sig), grad
 
 
 def call(op: OpInfo, values: dict, *, time_dim: int = -1, outputs=None, backend=None):
     """Run an op: through its torch.library custom op when autograd or torch.compile needs it,
     else straight to the implementation (no dispatcher overhead)."""
-    if _needs_dispatcher(values):
-        from .ops import dispatch
-        return dispatch(op, values, time_dim=time_dim, outputs=outputs, backend=backend)
-    return call_direct(op, values, time_dim=time_dim, outputs=outputs, backend=backend)
+    if torch.compiler.is_compiling():
+        return _dispatch(op, values, time_dim, outputs, backend)
+    try:
+        key, grad = _signature(op, values, time_dim, outputs, backend)
+    except TypeError:  # an unhashable argument: no plan, the checks will explain
+        key, grad = None, any(isinstance(v, torch.Tensor) and v.requires_grad
+                              for v in values.values())
+    if grad and torch.is_grad_enabled():
+        return _dispatch(op, values, time_dim, outputs, backend)
+    return _call(op, values, key, time_dim, outputs, backend)
+
+
+def _dispatch(op, values, time_dim, outputs, backend):
+    from .ops import dispatch
+    return dispatch(op, values, time_dim=time_dim, outputs=outputs, backend=backend)
 
 
 def call_direct(op: OpInfo, values: dict, *, time_dim: int = -1, outputs=None, backend=None):
@@ -360,10 +363,14 @@ def call_direct(op: OpInfo, values: dict, *, time_dim: int = -1, outputs=None, b
     The first call with a given signature runs every check and works out strides, dtypes and
     the launch configuration; later calls with the same signature reuse that plan."""
     try:
-        key = _signature(op, values, time_dim, outputs, backend)
-        plan = _PLANS.get(key)
-    except TypeError:  # an unhashable argument: no plan, the checks will explain
-        key = plan = None
+        key = _signature(op, values, time_dim, outputs, backend)[0]
+    except TypeError:
+        key = None
+    return _call(op, values, key, time_dim, outputs, backend)
+
+
+def _call(op, values, key, time_dim, outputs, backend):
+    plan = _PLANS.get(key) if key is not None else None
     if plan is not None:
         c = plan.bind(values)
     else:
@@ -389,26 +396,41 @@ def call_direct(op: OpInfo, values: dict, *, time_dim: int = -1, outputs=None, b
 def launch(c: Call, kernel, grid, args: tuple, meta: dict, cfg) -> None:
     """Launch a generated kernel. The first launch of a plan goes through Triton's launcher,
     which binds and specialises the arguments; later launches of the same plan (same shapes,
-    strides, dtypes and alignment) call the compiled kernel directly, skipping that per-argument
-    work, which dominates the cost of a small call."""
-    compiled = c.kernels.get(kernel)
-    if compiled is not None:
-        compiled[(*grid, 1, 1)[:3]](*args, *meta.values())
+    strides, dtypes and alignment) call the compiled kernel's launcher directly, skipping the
+    per-argument binding and the per-launch closure, which dominate the cost of a small call.
+    A Triton launch hook (a profiler) sends every launch through Triton's own path."""
+    global _KNOBS
+    entry = c.kernels.get(kernel)
+    if entry is not None and (_KNOBS is None or _KNOBS.launch_enter_hook is None):
+        run, function, packed, stream_of, device, _ = entry
+        g = (*grid, 1, 1)
+        run(g[0], g[1], g[2], stream_of(device), function, packed, None, None, None, *args,
+            *meta.values())
         return
     compiled = kernel[grid](*args, **meta, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    if not _interpreting() and hasattr(compiled, "packed_metadata"):
-        c.kernels[kernel] = compiled
+    if not _interpreting() and hasattr(compiled, "packed_metadata") and hasattr(compiled, "run"):
+        from triton.runtime.driver import driver
+        try:
+            from triton import knobs
+            _KNOBS = knobs.runtime
+        except ImportError:  # no launch hooks in this Triton
+            pass
+        c.kernels[kernel] = (compiled.run, compiled.function, compiled.packed_metadata,
+                             driver.active.get_current_stream, c.device.index or 0, compiled)
+
+
+_KNOBS = None  # triton.knobs.runtime once a kernel was compiled: its launch hooks are honoured
 
 
 def lookback_workspace(c: Call, cfg, n_scans: int):
-    """Flags (plus the ticket counter) and aggregate buffers for the look-back family, carved
-    from one zeroed allocation so that a call pays for a single memset."""
+    """The ticket counter and the aggregate / inclusive-state words of the look-back family,
+    carved from one allocation filled with all-one bits (a single fill per call): the counter
+    starts at -1, and each word reads as "not written yet" until its chunk stores it."""
     slots = n_scans * c.R1 * c.R2 * -(-c.T // cfg.block_t)
     words = c.acc.itemsize // 4
-    head = -(-(slots + 1) // words) * words  # int32 flags, padded to the float alignment
-    buf = torch.zeros(head + 3 * slots * words, dtype=torch.int32, device=c.device)
-    ws = buf[head:].view(c.acc).view(3, slots)
-    return buf[:slots + 1], ws[0], ws[1], ws[2]
+    buf = torch.full((words + 3 * slots * words,), -1, dtype=torch.int32, device=c.device)
+    ws = buf[words:].view(c.acc).view(3, slots)
+    return buf[:1], ws[0], ws[1], ws[2]
 
 
 def param_args(c: Call, name: str, dummy):

@@ -5,10 +5,13 @@ with scangen.reference, which is written from SEMANTICS.md without the generator
 """
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import scangen
 from conftest import BACKENDS, DEVICE, ON_GPU
 from scangen import reference, runtime
+from scangen.generated.gae import _lookback as _gae_lookback
 from scangen.testing import assert_close, make_inputs
 
 ALGOS = sorted(reference.REFERENCES)
@@ -245,3 +248,46 @@ def test_nan_and_inf_stay_in_their_row(name, backend):
         assert_close(torch.where(both, g.double(), 0.0), torch.where(both, e, 0.0),
                      dtype=g.dtype, name=f"{name} finite steps ({backend})")
         assert not torch.isfinite(g[1, 20]) and not torch.isfinite(e[1, 20])
+
+
+@triton.jit
+def _lookback_probe(ws_a, ws_b, ws_s, vals, out, step, ACC: tl.constexpr):
+    # vals: this chunk's aggregate (a, b) and the initial state
+    carry = _gae_lookback(ws_a, ws_b, ws_s, step, step, tl.load(vals), tl.load(vals + 1),
+                          tl.load(vals + 2), 128, ACC)
+    tl.store(out, carry)
+
+
+@pytest.mark.parametrize("inclusive_at", [None, 0, 5, 130, 298])
+@pytest.mark.parametrize("acc", [torch.float32, torch.float64])
+def test_lookback_composes_many_predecessors(inclusive_at, acc):
+    """The look-back of chunk 300: aggregates of chunks 0..299 are written and at most one
+    inclusive state (the rest read as unwritten), so it composes across several 128-wide windows
+    in one pass and must match the float64 composition."""
+    step = 300
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(step + 1, generator=g, dtype=torch.float64)
+    b = torch.rand(step + 1, generator=g, dtype=torch.float64) * 0.2 + 0.9
+    s = torch.randn(step + 1, generator=g, dtype=torch.float64)
+    init = 0.25
+    unwritten = torch.full((step + 1,), -1, dtype=torch.int32 if acc == torch.float32 else torch.int64)
+    ws_a, ws_b, ws_s = (unwritten.clone().view(acc).to(DEVICE) for _ in range(3))
+    ws_a[:step], ws_b[:step] = a[:step].to(acc), b[:step].to(acc)
+    lo = 0
+    base = init
+    if inclusive_at is not None:
+        ws_s[inclusive_at] = s[inclusive_at].to(acc)
+        lo, base = inclusive_at + 1, s[inclusive_at].to(acc).double().item()
+    expected = torch.tensor(base, dtype=torch.float64)
+    for j in range(lo, step):  # the chunks in scan order, each applied to the state before it
+        expected = a[j].to(acc).double() + b[j].to(acc).double() * expected
+    out = torch.zeros(1, dtype=acc, device=DEVICE)
+    agg_a, agg_b = a[step].to(acc).item(), b[step].to(acc).item()
+    vals = torch.tensor([agg_a, agg_b, init], dtype=acc, device=DEVICE)
+    _lookback_probe[(1,)](ws_a, ws_b, ws_s, vals, out, step,
+                          ACC=tl.float64 if acc == torch.float64 else tl.float32)
+    tol = 1e-12 if acc == torch.float64 else 1e-4
+    assert abs(out.item() - expected.item()) <= tol * max(1.0, abs(expected.item()))
+    # It published its own aggregate and inclusive state.
+    assert ws_a[step].item() == pytest.approx(agg_a, rel=1e-6)
+    assert ws_s[step].item() == pytest.approx(agg_a + agg_b * expected.item(), rel=1e-4, abs=1e-4)

@@ -16,6 +16,16 @@ def _float_leaves(inputs):
     return [k for k, v in inputs.items() if torch.is_tensor(v) and v.is_floating_point()]
 
 
+def _to(inputs, device):
+    return {k: v.to(device) if torch.is_tensor(v) else v for k, v in inputs.items()}
+
+
+def _device(backend):
+    """Where a backend's inputs live: the Triton backend runs on the GPU when there is one (on a
+    CPU-only machine conftest sets TRITON_INTERPRET=1 and it runs on CPU tensors)."""
+    return DEVICE if backend == "triton" else "cpu"
+
+
 def _as_fn(name, inputs, names, **kw):
     fn = getattr(scangen, name)
 
@@ -29,12 +39,12 @@ def _as_fn(name, inputs, names, **kw):
 @pytest.mark.parametrize("name", ALGOS)
 def test_gradcheck_float64(name, backend):
     """Gradients w.r.t. every float input, and w.r.t. gamma-like params given as tensors."""
-    inputs = make_inputs(name, 2, 6, seed=0, dtype=torch.float64)
+    inputs = make_inputs(name, 2, 6, seed=0, dtype=torch.float64, device=_device(backend))
     signature = inspect.signature(getattr(scangen, name)).parameters
     for p in ("gamma", "lambda_"):
         if p in signature:
             value = float(inputs.get(p, signature[p].default)) * 0.97
-            inputs[p] = torch.tensor(value, dtype=torch.float64)
+            inputs[p] = torch.tensor(value, dtype=torch.float64, device=_device(backend))
     names = _float_leaves(inputs)
     leaves = [inputs[k].clone().requires_grad_(True) for k in names]
     assert torch.autograd.gradcheck(_as_fn(name, inputs, names, backend=backend), leaves,
@@ -134,7 +144,7 @@ def _grads(fn, inputs, names, **kw):
     out = fn(**{**inputs, **leaves}, **kw)
     out = out if isinstance(out, tuple) else (out,)
     weights = [torch.randn(o.shape, generator=torch.Generator().manual_seed(i),
-                           dtype=o.dtype) for i, o in enumerate(out)]
+                           dtype=o.dtype) for i, o in enumerate(out)]  # drawn on CPU: same on any device
     total = sum((o * w.to(o.device)).sum() for o, w in zip(out, weights))
     return torch.autograd.grad(total, [leaves[k] for k in names])
 
@@ -163,11 +173,12 @@ def test_generated_backward_matches_differentiated_torch_path(case, backend, mon
     else:
         inputs = make_inputs("vtrace", 2, 13, seed=8, dtype=torch.float64)
         name, kw, names = "compute_vtrace", {}, ["log_pi_target", "values", "bootstrap_values"]
+    inputs = _to(inputs, _device(backend))
     fn = getattr(scangen, name)
     assert ops.grad_op_of(getattr(scangen.generated, name.removeprefix("compute_")).OP)
     fused = _grads(fn, inputs, names, backend=backend, **kw)
     monkeypatch.setattr(ops, "grad_op_of", lambda op: None)
     reference_grads = _grads(fn, inputs, names, backend=backend, **kw)
     for a, b, k in zip(fused, reference_grads, names):
-        assert a.shape == inputs[k].shape
+        assert a.shape == inputs[k].shape and a.device == inputs[k].device
         torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-9, msg=f"d/d{k}")
