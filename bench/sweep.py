@@ -37,25 +37,28 @@ ALGOS = ["gae", "vtrace", "retrace", "lambda_returns", "discounted_returns", "el
 SHAPES = ["16384x1024", "4096x128", "32768x16", "256x8192", "64x65536", "1x1048576"]
 
 
-def candidates(N: int, T: int, K: int) -> list[Config]:
+def candidates(N: int, T: int, K: int, quick: bool = False) -> list[Config]:
     """Stream tiles of 1024 and 2048 elements (K included) with chunks from T/4 to T (at most
-    1024), 4 or 8 warps; for long rows also the look-back family with 1024-4096 steps per program."""
+    1024), 4 or 8 warps; for long rows also the look-back family with 1024-4096 steps per program.
+    ``quick``: 1024-element stream tiles with the longest two chunk lengths, pipelining on and
+    off, and the look-back family."""
     out = []
     kk = min(K, 16) if K > 1 else 1
     tp = max(16, 1 << (T - 1).bit_length())
-    for bt in (16, 32, 64, 128, 256, 512, 1024):
-        if bt > tp or bt < min(tp, 1024) // 4 // kk or bt * kk > 2048:
-            continue
-        for tile in (1024, 2048):
+    lengths = [bt for bt in (16, 32, 64, 128, 256, 512, 1024)
+               if bt <= tp and bt >= min(tp, 1024) // 4 // kk and bt * kk <= 2048]
+    for bt in lengths[-2:] if quick else lengths:
+        for tile in (1024,) if quick else (1024, 2048):
             bn = tile // (bt * kk)
             if bn < 1 or bn > max(1, N):
                 continue
             for nw in (4, 8):
-                out.append(Config(bn, bt, kk, nw, "stream", 1))
+                for ns in (1, 3) if quick else (1,):
+                    out.append(Config(bn, bt, kk, nw, "stream", ns))
     if T >= 4096:
         for bt in (1024, 2048, 4096):
             for nw in (4, 8):
-                out.append(Config(1, bt, kk, nw, "lookback", 1))
+                out.append(Config(1, max(16, bt // kk), kk, nw, "lookback", 1))
     return out
 
 
@@ -93,6 +96,7 @@ def main() -> None:
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--variants", default="", help="e.g. shift=gather (for specs with next(A))")
     ap.add_argument("--compile-only", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="fewer candidates (see candidates())")
     ap.add_argument("--part", default="0/1", help="i/n: this process takes every n-th case")
     ap.add_argument("--time-budget", type=float, default=1e9)
     args = ap.parse_args()
@@ -124,7 +128,7 @@ def main() -> None:
         floor_us = nbytes / (bw * 1e3) if bw else None
         sg_config.OVERRIDE = None
         runtime._PLANS.clear()
-        cfgs = candidates(N, T, K)
+        cfgs = candidates(N, T, K, args.quick)
         for cfg in [None] + cfgs:
             sg_config.OVERRIDE = None if cfg is None else (lambda c, cfg=cfg: cfg)
             runtime._PLANS.clear()

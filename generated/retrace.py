@@ -251,12 +251,12 @@ def _lookback(ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init, WINDOW: tl.const
         b = tl.load(ws_b + slot - step + idx, mask=take, other=1.0, volatile=True)
         ready = _lb_written(a, ACC) & _lb_written(b, ACC)
         if tl.min(tl.where(take, ready, True).to(tl.int32)) == 1:  # else read again
-            a, b = tl.associative_scan((tl.where(take, a, 0.0), tl.where(take, b, 1.0)), 0,
-                                       _combine, reverse=True)
-            a = tl.sum(tl.where(w == 0, a, 0.0))  # f_j o f_(j-1) o ... over the window
-            b = tl.sum(tl.where(w == 0, b, 0.0))
-            g_a = g_a + g_b * a
-            g_b = g_b * b
+            sa, sb = tl.associative_scan((tl.where(take, a, 0.0), tl.where(take, b, 1.0)), 0,
+                                         _combine, reverse=True)
+            wa = tl.sum(tl.where(w == 0, sa, 0.0))  # f_j o f_(j-1) o ... over the window
+            wb = tl.sum(tl.where(w == 0, sb, 0.0))
+            g_a = g_a + g_b * wa
+            g_b = g_b * wb
             if stop < WINDOW:
                 base = tl.sum(tl.where(w == stop, tl.where(live, s, init), 0.0))
                 j = j * 0 - 1

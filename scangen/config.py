@@ -6,6 +6,9 @@ carrying each row's scan state from chunk to chunk ("stream"). Short rows get wi
 ``BLOCK_N`` until the grid has enough programs to fill the GPU. When even one row per program
 leaves the GPU idle and rows are long, time is split across programs too ("lookback": one
 program per (row, chunk), carries passed between programs by a decoupled look-back).
+Time-major buffers (rows adjacent in memory) get wide row tiles and short chunks instead, so
+each step's loads are coalesced across rows. The numbers behind the constants come from
+bench/sweep.py (bench/NOTES.md); docs/runtime.md states the rule.
 ``SCANGEN_FAMILY=stream|lookback`` forces a family (for tests and measurements).
 """
 from __future__ import annotations
@@ -64,6 +67,16 @@ def _family(c, rows: int) -> str:
     return "stream"
 
 
+def _rows_contiguous(c) -> bool:
+    """True when the first [N, T] input has adjacent rows and strided time (time-major)."""
+    for s1, s2, st, *_ in c.strides.values():
+        if st not in (0, 1) and (s2 == 1 and c.R2 > 1 or s1 == 1 and c.R1 > 1):
+            return True
+        if st == 1:
+            return False
+    return False
+
+
 def choose_config(c) -> Config:
     if OVERRIDE is not None:
         return OVERRIDE(c)
@@ -71,13 +84,20 @@ def choose_config(c) -> Config:
     block_k = min(_pow2(c.K), MAX_BLOCK_K)
     kk = block_k if c.K > 1 else 1
     if _family(c, rows) == "lookback":
-        block_t = min(LOOKBACK_BLOCK_T, max(_pow2(c.T), 16))
-        return Config(1, block_t, block_k, NUM_WARPS, "lookback", 1)
-    block_t = max(16, min(_pow2(c.T), max(16, MAX_BLOCK_T // kk)))
-    tile = TILE if block_t * kk < 512 else LONG_TILE
-    block_n = max(1, min(tile // (block_t * kk), _pow2(rows)))
+        # Very few rows: longer chunks per program (fewer links in the look-back chain).
+        block_t = max(16, min(LOOKBACK_BLOCK_T * (4 if rows < 8 else 1) // kk, _pow2(c.T)))
+        return Config(1, block_t, block_k, NUM_WARPS * (2 if block_t >= 4096 else 1), "lookback")
+    if _rows_contiguous(c):
+        # Time-major buffers ([T, N], rows adjacent in memory): wide row tiles, short chunks,
+        # so that each step's loads are coalesced across rows.
+        block_n = max(1, min(_pow2(rows), TILE // 16 // kk))
+        block_t = max(16, min(_pow2(c.T), TILE // (block_n * kk)))
+    else:
+        block_t = max(16, min(_pow2(c.T), max(16, MAX_BLOCK_T // kk)))
+        tile = TILE if block_t * kk < 512 else LONG_TILE
+        block_n = max(1, min(tile // (block_t * kk), _pow2(rows)))
     if c.device.type == "cuda":
         want = 2 * _sm_count(c.device.index or 0)
         while block_n > 1 and -(-rows // block_n) < want:
             block_n //= 2
-    return Config(block_n, block_t, block_k, NUM_WARPS, "stream", 1)
+    return Config(block_n, block_t, block_k, NUM_WARPS, "stream")

@@ -20,7 +20,9 @@ import torch
 
 from . import runtime
 
-_REGISTERED: dict[int, str] = {}
+# Keyed by the generated module that defines the op (one OP per module): a string that
+# torch.compile can trace, unlike id() of the OpInfo, which dynamo does not preserve.
+_REGISTERED: dict[str, str] = {}
 _LIBS: dict = {}
 
 
@@ -32,15 +34,18 @@ def _schema(op: runtime.OpInfo) -> str:
 
 def qualname(op: runtime.OpInfo) -> str:
     """Register ``op`` once per process; returns ``scangen::<name>[_<n>]``."""
-    if id(op) in _REGISTERED:
-        return _REGISTERED[id(op)]
+    key = op.launch.__module__
+    if key in _REGISTERED:
+        return _REGISTERED[key]
     taken = set(_REGISTERED.values())
     name, n = op.name, 1
     while f"scangen::{name}" in taken:
         n += 1
         name = f"{op.name}_{n}"
     qn = f"scangen::{name}"
-    lib = _LIBS.setdefault("lib", torch.library.Library("scangen", "FRAGMENT"))
+    lib = _LIBS.get("lib")
+    if lib is None:
+        lib = _LIBS["lib"] = torch.library.Library("scangen", "FRAGMENT")
     lib.define(f"{name}{_schema(op)}")
     n_in, n_par = len(op.inputs), len(op.params)
 
@@ -88,7 +93,7 @@ def qualname(op: runtime.OpInfo) -> str:
             tuple(got.get(p.name) for p in op.params) + (None, None, None)
 
     torch.library.register_autograd(qn, backward, setup_context=setup_context, lib=lib)
-    _REGISTERED[id(op)] = qn
+    _REGISTERED[key] = qn
     return qn
 
 

@@ -401,7 +401,8 @@ def launch(c: Call, kernel, grid, args: tuple, meta: dict, cfg) -> None:
     A Triton launch hook (a profiler) sends every launch through Triton's own path."""
     global _KNOBS
     entry = c.kernels.get(kernel)
-    if entry is not None and (_KNOBS is None or _KNOBS.launch_enter_hook is None):
+    hook = _KNOBS.launch_enter_hook if _KNOBS is not None else None
+    if entry is not None and (hook is None or not getattr(hook, "calls", True)):
         run, function, packed, stream_of, device, _ = entry
         g = (*grid, 1, 1)
         run(g[0], g[1], g[2], stream_of(device), function, packed, None, None, None, *args,
@@ -419,7 +420,9 @@ def launch(c: Call, kernel, grid, args: tuple, meta: dict, cfg) -> None:
                              driver.active.get_current_stream, c.device.index or 0, compiled)
 
 
-_KNOBS = None  # triton.knobs.runtime once a kernel was compiled: its launch hooks are honoured
+# triton.knobs.runtime once a kernel was compiled: its launch hooks (a HookChain, or None in
+# older Triton) are honoured by taking Triton's own launch path while any is registered.
+_KNOBS = None
 
 
 def lookback_workspace(c: Call, cfg, n_scans: int):

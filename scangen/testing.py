@@ -212,3 +212,50 @@ def make_inputs(algo_name, N, T, *, seed, dtype=torch.float32, device="cpu", tru
     term, trunc = d.flags(N, T, term_rate, trunc_rate)
     kwargs = _GENERATORS[name](d, N, T, term=term, trunc=trunc, A=A, F=F)
     return {k: d.out(v) if torch.is_tensor(v) else v for k, v in kwargs.items()}
+
+
+def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps: int = 4,
+                    block_n: int = 1, block_t: int = 1024, block_k: int = 1, acc=None,
+                    present: bool = True, contiguous: bool = True):
+    """Compile one generated kernel to a cubin for ``sm_<arch>`` with no GPU (Triton's frontend,
+    its NVIDIA passes and the bundled ptxas): catches what the interpreter lets through (types
+    that change across branches or loop iterations) and gives the PTX for a resource report.
+    Optional inputs are all present (or all absent), every output is stored, params are floats.
+    ``contiguous`` specialises as Triton's launcher does for ``[N, T]`` rows with T a multiple of
+    16: time strides equal to 1, pointers and other integers divisible by 16.
+    """
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    op = module.OP
+    kernel = getattr(module, f"_{op.name}_{'chunked' if family == 'stream' else 'lookback'}_kernel")
+    kinds = {i.name: i.kind for i in op.inputs}
+    params = {p.name for p in op.params}
+    ptr = {"float": "*fp32", "flag": "*i8", "index": "*i64"}
+    values = dict(BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=block_k, ACC=acc or tl.float32)
+    sig, consts, attrs = {}, {}, {}
+    for i, p in enumerate(kernel.params):
+        n = p.name
+        if contiguous and (n.endswith("__st") or n.endswith("__ost")):
+            sig[n], consts[(i,)] = "constexpr", 1
+            continue
+        if contiguous and not p.is_constexpr and n not in params:
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        if p.is_constexpr:
+            sig[n] = "constexpr"
+            consts[(i,)] = values.get(n, present if n.startswith("HAS_") else
+                                      not n.endswith("__TENSOR"))
+        elif n.endswith("__ptr") and n[:-5] in kinds:
+            sig[n] = ptr[kinds[n[:-5]]]
+        elif n.endswith("__ptr") or n.endswith("__optr") or n.startswith("_ws_"):
+            sig[n] = "*fp64" if values["ACC"] == tl.float64 else "*fp32"
+        elif n == "_ticket_ptr":
+            sig[n] = "*i32"
+        elif n in params:
+            sig[n] = "fp32"
+        else:
+            sig[n] = "i32"
+    src = ASTSource(fn=kernel, signature=sig, constexprs=consts, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=num_warps))
