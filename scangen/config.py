@@ -84,9 +84,8 @@ def choose_config(c) -> Config:
     block_k = min(_pow2(c.K), MAX_BLOCK_K)
     kk = block_k if c.K > 1 else 1
     if _family(c, rows) == "lookback":
-        # Very few rows: longer chunks per program (fewer links in the look-back chain).
-        block_t = max(16, min(LOOKBACK_BLOCK_T * (4 if rows < 8 else 1) // kk, _pow2(c.T)))
-        return Config(1, block_t, block_k, NUM_WARPS * (2 if block_t >= 4096 else 1), "lookback")
+        block_t = max(16, min(LOOKBACK_BLOCK_T // kk, _pow2(c.T)))
+        return Config(1, block_t, block_k, NUM_WARPS, "lookback")
     if _rows_contiguous(c):
         # Time-major buffers ([T, N], rows adjacent in memory): wide row tiles, short chunks,
         # so that each step's loads are coalesced across rows.
