@@ -1011,6 +1011,9 @@ def collect_meta(args):
             pass
     else:
         meta["gpu"] = f"none (CPU dry run, {platform.processor() or platform.machine()})"
+    if os.environ.get("SCANGEN_REV"):  # a copied tree's .git may be stale: the caller says which commit
+        meta["git"] = os.environ["SCANGEN_REV"]
+        return meta
     try:
         meta["git"] = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                                      text=True, timeout=10).stdout.strip() or None

@@ -175,6 +175,11 @@ def _lookback(ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init, WINDOW: tl.const
     base = init
     w = tl.arange(0, WINDOW)
     j = step - 1  # the nearest predecessor not composed yet
+    # Wait for the nearest predecessor's aggregate one word at a time: every resident program
+    # spinning on whole windows would flood L2 and slow the programs it waits for.
+    x = tl.load(ws_a + slot - 1, mask=j >= 0, other=0.0, volatile=True)
+    while not _lb_written(x, ACC):
+        x = tl.load(ws_a + slot - 1, volatile=True)
     while j >= 0:
         idx = j - w  # [WINDOW] predecessors, nearest first
         live = idx >= 0
