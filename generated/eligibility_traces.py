@@ -26,32 +26,32 @@ def _combine(a_prev, b_prev, a_cur, b_cur):
 @triton.jit
 def _eligibility_traces_chunked_kernel(
     gradients__ptr,
+    dones__ptr,
+    seed_values__ptr,
+    gamma,
+    gamma__ptr,
+    lambda_,
+    lambda___ptr,
+    traces__optr,
+    st__z__optr,
     gradients__s1,
     gradients__s2,
     gradients__st,
-    dones__ptr,
     dones__s1,
     dones__s2,
     dones__st,
-    seed_values__ptr,
     seed_values__s1,
     seed_values__s2,
     seed_values__st,
-    gamma,
-    gamma__ptr,
     gamma__s1,
     gamma__s2,
     gamma__st,
-    lambda_,
-    lambda___ptr,
     lambda___s1,
     lambda___s2,
     lambda___st,
-    traces__optr,
     traces__os1,
     traces__os2,
     traces__ost,
-    st__z__optr,
     st__z__os1,
     st__z__os2,
     st__z__ost,
@@ -181,39 +181,39 @@ def _lookback(ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init, WINDOW: tl.const
 @triton.jit
 def _eligibility_traces_lookback_kernel(
     gradients__ptr,
-    gradients__s1,
-    gradients__s2,
-    gradients__st,
     dones__ptr,
-    dones__s1,
-    dones__s2,
-    dones__st,
     seed_values__ptr,
-    seed_values__s1,
-    seed_values__s2,
-    seed_values__st,
     gamma,
     gamma__ptr,
-    gamma__s1,
-    gamma__s2,
-    gamma__st,
     lambda_,
     lambda___ptr,
-    lambda___s1,
-    lambda___s2,
-    lambda___st,
     traces__optr,
-    traces__os1,
-    traces__os2,
-    traces__ost,
     st__z__optr,
-    st__z__os1,
-    st__z__os2,
-    st__z__ost,
     _ticket_ptr,
     _ws_a,
     _ws_b,
     _ws_s,
+    gradients__s1,
+    gradients__s2,
+    gradients__st,
+    dones__s1,
+    dones__s2,
+    dones__st,
+    seed_values__s1,
+    seed_values__s2,
+    seed_values__st,
+    gamma__s1,
+    gamma__s2,
+    gamma__st,
+    lambda___s1,
+    lambda___s2,
+    lambda___st,
+    traces__os1,
+    traces__os2,
+    traces__ost,
+    st__z__os1,
+    st__z__os2,
+    st__z__ost,
     R1, R2, T, K,
     HAS_seed_values: tl.constexpr,
     gamma__TENSOR: tl.constexpr,
@@ -284,24 +284,30 @@ def _eligibility_traces_lookback_kernel(
 def _launch(_call, _cfg):
     """Launch one kernel family on the canonical call ``_call`` (see scangen.runtime.Call)."""
     _dummy = next(iter(_call.outs.values()))  # any valid pointer
-    _st = _call.strides
-    _args = (
-        _call.tensors["gradients"],
-        *_st["gradients"],
-        _call.tensors["dones"],
-        *_st["dones"],
-        _call.tensors.get("seed_values", _dummy),
-        *_st.get("seed_values", (0, 0, 0)),
-        *_rt.param_args(_call, "gamma", _dummy),
-        *_rt.param_args(_call, "lambda_", _dummy),
+    _t = _call.tensors
+    _ptrs = (
+        _t["gradients"],
+        _t["dones"],
+        _t.get("seed_values", _dummy),
+        *_rt.param_ptrs(_call, _dummy),
         _call.outs.get("traces", _dummy),
-        *_call.out_strides.get("traces", (0, 0, 0)),
         _call.outs.get("st__z", _dummy),
-        *_call.out_strides.get("st__z", (0, 0, 0)),
     )
-    _meta = _call.kernels.get("meta")  # the same for every call of one plan
-    if _meta is None:
-        _meta = _call.kernels["meta"] = dict(
+    _k = _call.kernels  # shared by every call of one plan
+    _meta = _k.get("meta")
+    if _meta is None:  # the first call of this plan: constants and integer arguments
+        _st = _call.strides
+        _k["ints"] = (
+            *_st["gradients"],
+            *_st["dones"],
+            *_st.get("seed_values", (0, 0, 0)),
+            *_call.pstrides.get("gamma", (0, 0, 0)),
+            *_call.pstrides.get("lambda_", (0, 0, 0)),
+            *_call.out_strides.get("traces", (0, 0, 0)),
+            *_call.out_strides.get("st__z", (0, 0, 0)),
+            _call.R1, _call.R2, _call.T, _call.K,
+        )
+        _meta = _k["meta"] = dict(
             HAS_seed_values="seed_values" in _call.tensors,
             gamma__TENSOR=_call.is_tensor("gamma"),
             lambda___TENSOR=_call.is_tensor("lambda_"),
@@ -313,11 +319,10 @@ def _launch(_call, _cfg):
     if _cfg.family == "lookback":
         _ws = _rt.lookback_workspace(_call, _cfg, 1)
         _grid = (_call.R1 * _call.R2 * -(-_call.T // _cfg.block_t),)
-        _rt.launch(_call, _eligibility_traces_lookback_kernel, _grid, (*_args, *_ws, _call.R1, _call.R2, _call.T, _call.K), _meta,
-                   _cfg)
+        _rt.launch(_call, _eligibility_traces_lookback_kernel, _grid, (*_ptrs, *_ws, *_k["ints"]), _meta, _cfg)
     else:
         _grid = (-(-(_call.R1 * _call.R2) // _cfg.block_n),)  # ceil; triton.cdiv is slow on the host
-        _rt.launch(_call, _eligibility_traces_chunked_kernel, _grid, (*_args, _call.R1, _call.R2, _call.T, _call.K), _meta, _cfg)
+        _rt.launch(_call, _eligibility_traces_chunked_kernel, _grid, (*_ptrs, *_k["ints"]), _meta, _cfg)
 
 
 def _torch_impl(_call):

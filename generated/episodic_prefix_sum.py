@@ -26,27 +26,27 @@ def _combine(a_prev, b_prev, a_cur, b_cur):
 @triton.jit
 def _episodic_prefix_sum_chunked_kernel(
     inputs__ptr,
+    dones__ptr,
+    seed_values__ptr,
+    boundary,
+    boundary__ptr,
+    sums__optr,
+    st__C__optr,
     inputs__s1,
     inputs__s2,
     inputs__st,
-    dones__ptr,
     dones__s1,
     dones__s2,
     dones__st,
-    seed_values__ptr,
     seed_values__s1,
     seed_values__s2,
     seed_values__st,
-    boundary,
-    boundary__ptr,
     boundary__s1,
     boundary__s2,
     boundary__st,
-    sums__optr,
     sums__os1,
     sums__os2,
     sums__ost,
-    st__C__optr,
     st__C__os1,
     st__C__os2,
     st__C__ost,
@@ -171,34 +171,34 @@ def _lookback(ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init, WINDOW: tl.const
 @triton.jit
 def _episodic_prefix_sum_lookback_kernel(
     inputs__ptr,
-    inputs__s1,
-    inputs__s2,
-    inputs__st,
     dones__ptr,
-    dones__s1,
-    dones__s2,
-    dones__st,
     seed_values__ptr,
-    seed_values__s1,
-    seed_values__s2,
-    seed_values__st,
     boundary,
     boundary__ptr,
-    boundary__s1,
-    boundary__s2,
-    boundary__st,
     sums__optr,
-    sums__os1,
-    sums__os2,
-    sums__ost,
     st__C__optr,
-    st__C__os1,
-    st__C__os2,
-    st__C__ost,
     _ticket_ptr,
     _ws_a,
     _ws_b,
     _ws_s,
+    inputs__s1,
+    inputs__s2,
+    inputs__st,
+    dones__s1,
+    dones__s2,
+    dones__st,
+    seed_values__s1,
+    seed_values__s2,
+    seed_values__st,
+    boundary__s1,
+    boundary__s2,
+    boundary__st,
+    sums__os1,
+    sums__os2,
+    sums__ost,
+    st__C__os1,
+    st__C__os2,
+    st__C__ost,
     R1, R2, T, K,
     HAS_seed_values: tl.constexpr,
     boundary__TENSOR: tl.constexpr,
@@ -264,23 +264,29 @@ def _episodic_prefix_sum_lookback_kernel(
 def _launch(_call, _cfg):
     """Launch one kernel family on the canonical call ``_call`` (see scangen.runtime.Call)."""
     _dummy = next(iter(_call.outs.values()))  # any valid pointer
-    _st = _call.strides
-    _args = (
-        _call.tensors["inputs"],
-        *_st["inputs"],
-        _call.tensors["dones"],
-        *_st["dones"],
-        _call.tensors.get("seed_values", _dummy),
-        *_st.get("seed_values", (0, 0, 0)),
-        *_rt.param_args(_call, "boundary", _dummy),
+    _t = _call.tensors
+    _ptrs = (
+        _t["inputs"],
+        _t["dones"],
+        _t.get("seed_values", _dummy),
+        *_rt.param_ptrs(_call, _dummy),
         _call.outs.get("sums", _dummy),
-        *_call.out_strides.get("sums", (0, 0, 0)),
         _call.outs.get("st__C", _dummy),
-        *_call.out_strides.get("st__C", (0, 0, 0)),
     )
-    _meta = _call.kernels.get("meta")  # the same for every call of one plan
-    if _meta is None:
-        _meta = _call.kernels["meta"] = dict(
+    _k = _call.kernels  # shared by every call of one plan
+    _meta = _k.get("meta")
+    if _meta is None:  # the first call of this plan: constants and integer arguments
+        _st = _call.strides
+        _k["ints"] = (
+            *_st["inputs"],
+            *_st["dones"],
+            *_st.get("seed_values", (0, 0, 0)),
+            *_call.pstrides.get("boundary", (0, 0, 0)),
+            *_call.out_strides.get("sums", (0, 0, 0)),
+            *_call.out_strides.get("st__C", (0, 0, 0)),
+            _call.R1, _call.R2, _call.T, _call.K,
+        )
+        _meta = _k["meta"] = dict(
             HAS_seed_values="seed_values" in _call.tensors,
             boundary__TENSOR=_call.is_tensor("boundary"),
             STORE_sums="sums" in _call.outs,
@@ -291,11 +297,10 @@ def _launch(_call, _cfg):
     if _cfg.family == "lookback":
         _ws = _rt.lookback_workspace(_call, _cfg, 1)
         _grid = (_call.R1 * _call.R2 * -(-_call.T // _cfg.block_t),)
-        _rt.launch(_call, _episodic_prefix_sum_lookback_kernel, _grid, (*_args, *_ws, _call.R1, _call.R2, _call.T, _call.K), _meta,
-                   _cfg)
+        _rt.launch(_call, _episodic_prefix_sum_lookback_kernel, _grid, (*_ptrs, *_ws, *_k["ints"]), _meta, _cfg)
     else:
         _grid = (-(-(_call.R1 * _call.R2) // _cfg.block_n),)  # ceil; triton.cdiv is slow on the host
-        _rt.launch(_call, _episodic_prefix_sum_chunked_kernel, _grid, (*_args, _call.R1, _call.R2, _call.T, _call.K), _meta, _cfg)
+        _rt.launch(_call, _episodic_prefix_sum_chunked_kernel, _grid, (*_ptrs, *_k["ints"]), _meta, _cfg)
 
 
 def _torch_impl(_call):

@@ -26,39 +26,39 @@ def _combine(a_prev, b_prev, a_cur, b_cur):
 @triton.jit
 def _episodic_prefix_sum_grad_chunked_kernel(
     inputs__ptr,
+    dones__ptr,
+    seed_values__ptr,
+    st__C__ptr,
+    gy__sums__ptr,
+    boundary,
+    boundary__ptr,
+    d__inputs__optr,
+    d__seed_values__optr,
+    d__boundary__optr,
     inputs__s1,
     inputs__s2,
     inputs__st,
-    dones__ptr,
     dones__s1,
     dones__s2,
     dones__st,
-    seed_values__ptr,
     seed_values__s1,
     seed_values__s2,
     seed_values__st,
-    st__C__ptr,
     st__C__s1,
     st__C__s2,
     st__C__st,
-    gy__sums__ptr,
     gy__sums__s1,
     gy__sums__s2,
     gy__sums__st,
-    boundary,
-    boundary__ptr,
     boundary__s1,
     boundary__s2,
     boundary__st,
-    d__inputs__optr,
     d__inputs__os1,
     d__inputs__os2,
     d__inputs__ost,
-    d__seed_values__optr,
     d__seed_values__os1,
     d__seed_values__os2,
     d__seed_values__ost,
-    d__boundary__optr,
     d__boundary__os1,
     d__boundary__os2,
     d__boundary__ost,
@@ -197,46 +197,46 @@ def _lookback(ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init, WINDOW: tl.const
 @triton.jit
 def _episodic_prefix_sum_grad_lookback_kernel(
     inputs__ptr,
-    inputs__s1,
-    inputs__s2,
-    inputs__st,
     dones__ptr,
-    dones__s1,
-    dones__s2,
-    dones__st,
     seed_values__ptr,
-    seed_values__s1,
-    seed_values__s2,
-    seed_values__st,
     st__C__ptr,
-    st__C__s1,
-    st__C__s2,
-    st__C__st,
     gy__sums__ptr,
-    gy__sums__s1,
-    gy__sums__s2,
-    gy__sums__st,
     boundary,
     boundary__ptr,
-    boundary__s1,
-    boundary__s2,
-    boundary__st,
     d__inputs__optr,
-    d__inputs__os1,
-    d__inputs__os2,
-    d__inputs__ost,
     d__seed_values__optr,
-    d__seed_values__os1,
-    d__seed_values__os2,
-    d__seed_values__ost,
     d__boundary__optr,
-    d__boundary__os1,
-    d__boundary__os2,
-    d__boundary__ost,
     _ticket_ptr,
     _ws_a,
     _ws_b,
     _ws_s,
+    inputs__s1,
+    inputs__s2,
+    inputs__st,
+    dones__s1,
+    dones__s2,
+    dones__st,
+    seed_values__s1,
+    seed_values__s2,
+    seed_values__st,
+    st__C__s1,
+    st__C__s2,
+    st__C__st,
+    gy__sums__s1,
+    gy__sums__s2,
+    gy__sums__st,
+    boundary__s1,
+    boundary__s2,
+    boundary__st,
+    d__inputs__os1,
+    d__inputs__os2,
+    d__inputs__ost,
+    d__seed_values__os1,
+    d__seed_values__os2,
+    d__seed_values__ost,
+    d__boundary__os1,
+    d__boundary__os2,
+    d__boundary__ost,
     R1, R2, T, K,
     HAS_seed_values: tl.constexpr,
     HAS_gy__sums: tl.constexpr,
@@ -316,29 +316,35 @@ def _episodic_prefix_sum_grad_lookback_kernel(
 def _launch(_call, _cfg):
     """Launch one kernel family on the canonical call ``_call`` (see scangen.runtime.Call)."""
     _dummy = next(iter(_call.outs.values()))  # any valid pointer
-    _st = _call.strides
-    _args = (
-        _call.tensors["inputs"],
-        *_st["inputs"],
-        _call.tensors["dones"],
-        *_st["dones"],
-        _call.tensors.get("seed_values", _dummy),
-        *_st.get("seed_values", (0, 0, 0)),
-        _call.tensors["st__C"],
-        *_st["st__C"],
-        _call.tensors.get("gy__sums", _dummy),
-        *_st.get("gy__sums", (0, 0, 0)),
-        *_rt.param_args(_call, "boundary", _dummy),
+    _t = _call.tensors
+    _ptrs = (
+        _t["inputs"],
+        _t["dones"],
+        _t.get("seed_values", _dummy),
+        _t["st__C"],
+        _t.get("gy__sums", _dummy),
+        *_rt.param_ptrs(_call, _dummy),
         _call.outs.get("d__inputs", _dummy),
-        *_call.out_strides.get("d__inputs", (0, 0, 0)),
         _call.outs.get("d__seed_values", _dummy),
-        *_call.out_strides.get("d__seed_values", (0, 0, 0)),
         _call.outs.get("d__boundary", _dummy),
-        *_call.out_strides.get("d__boundary", (0, 0, 0)),
     )
-    _meta = _call.kernels.get("meta")  # the same for every call of one plan
-    if _meta is None:
-        _meta = _call.kernels["meta"] = dict(
+    _k = _call.kernels  # shared by every call of one plan
+    _meta = _k.get("meta")
+    if _meta is None:  # the first call of this plan: constants and integer arguments
+        _st = _call.strides
+        _k["ints"] = (
+            *_st["inputs"],
+            *_st["dones"],
+            *_st.get("seed_values", (0, 0, 0)),
+            *_st["st__C"],
+            *_st.get("gy__sums", (0, 0, 0)),
+            *_call.pstrides.get("boundary", (0, 0, 0)),
+            *_call.out_strides.get("d__inputs", (0, 0, 0)),
+            *_call.out_strides.get("d__seed_values", (0, 0, 0)),
+            *_call.out_strides.get("d__boundary", (0, 0, 0)),
+            _call.R1, _call.R2, _call.T, _call.K,
+        )
+        _meta = _k["meta"] = dict(
             HAS_seed_values="seed_values" in _call.tensors,
             HAS_gy__sums="gy__sums" in _call.tensors,
             boundary__TENSOR=_call.is_tensor("boundary"),
@@ -351,11 +357,10 @@ def _launch(_call, _cfg):
     if _cfg.family == "lookback":
         _ws = _rt.lookback_workspace(_call, _cfg, 1)
         _grid = (_call.R1 * _call.R2 * -(-_call.T // _cfg.block_t),)
-        _rt.launch(_call, _episodic_prefix_sum_grad_lookback_kernel, _grid, (*_args, *_ws, _call.R1, _call.R2, _call.T, _call.K), _meta,
-                   _cfg)
+        _rt.launch(_call, _episodic_prefix_sum_grad_lookback_kernel, _grid, (*_ptrs, *_ws, *_k["ints"]), _meta, _cfg)
     else:
         _grid = (-(-(_call.R1 * _call.R2) // _cfg.block_n),)  # ceil; triton.cdiv is slow on the host
-        _rt.launch(_call, _episodic_prefix_sum_grad_chunked_kernel, _grid, (*_args, _call.R1, _call.R2, _call.T, _call.K), _meta, _cfg)
+        _rt.launch(_call, _episodic_prefix_sum_grad_chunked_kernel, _grid, (*_ptrs, *_k["ints"]), _meta, _cfg)
 
 
 def _torch_impl(_call):

@@ -26,40 +26,40 @@ def _combine(a_prev, b_prev, a_cur, b_cur):
 @triton.jit
 def _lambda_returns_chunked_kernel(
     rewards__ptr,
+    next_values__ptr,
+    terminateds__ptr,
+    truncateds__ptr,
+    bootstrap_values__ptr,
+    gamma,
+    gamma__ptr,
+    lambda_,
+    lambda___ptr,
+    returns__optr,
+    st__G__optr,
     rewards__s1,
     rewards__s2,
     rewards__st,
-    next_values__ptr,
     next_values__s1,
     next_values__s2,
     next_values__st,
-    terminateds__ptr,
     terminateds__s1,
     terminateds__s2,
     terminateds__st,
-    truncateds__ptr,
     truncateds__s1,
     truncateds__s2,
     truncateds__st,
-    bootstrap_values__ptr,
     bootstrap_values__s1,
     bootstrap_values__s2,
     bootstrap_values__st,
-    gamma,
-    gamma__ptr,
     gamma__s1,
     gamma__s2,
     gamma__st,
-    lambda_,
-    lambda___ptr,
     lambda___s1,
     lambda___s2,
     lambda___st,
-    returns__optr,
     returns__os1,
     returns__os2,
     returns__ost,
-    st__G__optr,
     st__G__os1,
     st__G__os2,
     st__G__ost,
@@ -197,47 +197,47 @@ def _lookback(ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init, WINDOW: tl.const
 @triton.jit
 def _lambda_returns_lookback_kernel(
     rewards__ptr,
-    rewards__s1,
-    rewards__s2,
-    rewards__st,
     next_values__ptr,
-    next_values__s1,
-    next_values__s2,
-    next_values__st,
     terminateds__ptr,
-    terminateds__s1,
-    terminateds__s2,
-    terminateds__st,
     truncateds__ptr,
-    truncateds__s1,
-    truncateds__s2,
-    truncateds__st,
     bootstrap_values__ptr,
-    bootstrap_values__s1,
-    bootstrap_values__s2,
-    bootstrap_values__st,
     gamma,
     gamma__ptr,
-    gamma__s1,
-    gamma__s2,
-    gamma__st,
     lambda_,
     lambda___ptr,
-    lambda___s1,
-    lambda___s2,
-    lambda___st,
     returns__optr,
-    returns__os1,
-    returns__os2,
-    returns__ost,
     st__G__optr,
-    st__G__os1,
-    st__G__os2,
-    st__G__ost,
     _ticket_ptr,
     _ws_a,
     _ws_b,
     _ws_s,
+    rewards__s1,
+    rewards__s2,
+    rewards__st,
+    next_values__s1,
+    next_values__s2,
+    next_values__st,
+    terminateds__s1,
+    terminateds__s2,
+    terminateds__st,
+    truncateds__s1,
+    truncateds__s2,
+    truncateds__st,
+    bootstrap_values__s1,
+    bootstrap_values__s2,
+    bootstrap_values__st,
+    gamma__s1,
+    gamma__s2,
+    gamma__st,
+    lambda___s1,
+    lambda___s2,
+    lambda___st,
+    returns__os1,
+    returns__os2,
+    returns__ost,
+    st__G__os1,
+    st__G__os2,
+    st__G__ost,
     R1, R2, T, K,
     HAS_truncateds: tl.constexpr,
     HAS_bootstrap_values: tl.constexpr,
@@ -316,28 +316,34 @@ def _lambda_returns_lookback_kernel(
 def _launch(_call, _cfg):
     """Launch one kernel family on the canonical call ``_call`` (see scangen.runtime.Call)."""
     _dummy = next(iter(_call.outs.values()))  # any valid pointer
-    _st = _call.strides
-    _args = (
-        _call.tensors["rewards"],
-        *_st["rewards"],
-        _call.tensors["next_values"],
-        *_st["next_values"],
-        _call.tensors["terminateds"],
-        *_st["terminateds"],
-        _call.tensors.get("truncateds", _dummy),
-        *_st.get("truncateds", (0, 0, 0)),
-        _call.tensors.get("bootstrap_values", _dummy),
-        *_st.get("bootstrap_values", (0, 0, 0)),
-        *_rt.param_args(_call, "gamma", _dummy),
-        *_rt.param_args(_call, "lambda_", _dummy),
+    _t = _call.tensors
+    _ptrs = (
+        _t["rewards"],
+        _t["next_values"],
+        _t["terminateds"],
+        _t.get("truncateds", _dummy),
+        _t.get("bootstrap_values", _dummy),
+        *_rt.param_ptrs(_call, _dummy),
         _call.outs.get("returns", _dummy),
-        *_call.out_strides.get("returns", (0, 0, 0)),
         _call.outs.get("st__G", _dummy),
-        *_call.out_strides.get("st__G", (0, 0, 0)),
     )
-    _meta = _call.kernels.get("meta")  # the same for every call of one plan
-    if _meta is None:
-        _meta = _call.kernels["meta"] = dict(
+    _k = _call.kernels  # shared by every call of one plan
+    _meta = _k.get("meta")
+    if _meta is None:  # the first call of this plan: constants and integer arguments
+        _st = _call.strides
+        _k["ints"] = (
+            *_st["rewards"],
+            *_st["next_values"],
+            *_st["terminateds"],
+            *_st.get("truncateds", (0, 0, 0)),
+            *_st.get("bootstrap_values", (0, 0, 0)),
+            *_call.pstrides.get("gamma", (0, 0, 0)),
+            *_call.pstrides.get("lambda_", (0, 0, 0)),
+            *_call.out_strides.get("returns", (0, 0, 0)),
+            *_call.out_strides.get("st__G", (0, 0, 0)),
+            _call.R1, _call.R2, _call.T, _call.K,
+        )
+        _meta = _k["meta"] = dict(
             HAS_truncateds="truncateds" in _call.tensors,
             HAS_bootstrap_values="bootstrap_values" in _call.tensors,
             gamma__TENSOR=_call.is_tensor("gamma"),
@@ -350,11 +356,10 @@ def _launch(_call, _cfg):
     if _cfg.family == "lookback":
         _ws = _rt.lookback_workspace(_call, _cfg, 1)
         _grid = (_call.R1 * _call.R2 * -(-_call.T // _cfg.block_t),)
-        _rt.launch(_call, _lambda_returns_lookback_kernel, _grid, (*_args, *_ws, _call.R1, _call.R2, _call.T, _call.K), _meta,
-                   _cfg)
+        _rt.launch(_call, _lambda_returns_lookback_kernel, _grid, (*_ptrs, *_ws, *_k["ints"]), _meta, _cfg)
     else:
         _grid = (-(-(_call.R1 * _call.R2) // _cfg.block_n),)  # ceil; triton.cdiv is slow on the host
-        _rt.launch(_call, _lambda_returns_chunked_kernel, _grid, (*_args, _call.R1, _call.R2, _call.T, _call.K), _meta, _cfg)
+        _rt.launch(_call, _lambda_returns_chunked_kernel, _grid, (*_ptrs, *_k["ints"]), _meta, _cfg)
 
 
 def _torch_impl(_call):

@@ -34,40 +34,40 @@ def _combine_excl(a_prev, b_prev, ea_prev, eb_prev, a_cur, b_cur, ea_cur, eb_cur
 @triton.jit
 def _masked_gae_chunked_kernel(
     token_level_rewards__ptr,
+    values__ptr,
+    response_mask__ptr,
+    gamma,
+    gamma__ptr,
+    lambda_,
+    lambda___ptr,
+    advantages__optr,
+    returns__optr,
+    st__nv__optr,
+    st__A__optr,
     token_level_rewards__s1,
     token_level_rewards__s2,
     token_level_rewards__st,
-    values__ptr,
     values__s1,
     values__s2,
     values__st,
-    response_mask__ptr,
     response_mask__s1,
     response_mask__s2,
     response_mask__st,
-    gamma,
-    gamma__ptr,
     gamma__s1,
     gamma__s2,
     gamma__st,
-    lambda_,
-    lambda___ptr,
     lambda___s1,
     lambda___s2,
     lambda___st,
-    advantages__optr,
     advantages__os1,
     advantages__os2,
     advantages__ost,
-    returns__optr,
     returns__os1,
     returns__os2,
     returns__ost,
-    st__nv__optr,
     st__nv__os1,
     st__nv__os2,
     st__nv__ost,
-    st__A__optr,
     st__A__os1,
     st__A__os2,
     st__A__ost,
@@ -209,47 +209,47 @@ def _lookback(ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init, WINDOW: tl.const
 @triton.jit
 def _masked_gae_lookback_kernel(
     token_level_rewards__ptr,
-    token_level_rewards__s1,
-    token_level_rewards__s2,
-    token_level_rewards__st,
     values__ptr,
-    values__s1,
-    values__s2,
-    values__st,
     response_mask__ptr,
-    response_mask__s1,
-    response_mask__s2,
-    response_mask__st,
     gamma,
     gamma__ptr,
-    gamma__s1,
-    gamma__s2,
-    gamma__st,
     lambda_,
     lambda___ptr,
-    lambda___s1,
-    lambda___s2,
-    lambda___st,
     advantages__optr,
-    advantages__os1,
-    advantages__os2,
-    advantages__ost,
     returns__optr,
-    returns__os1,
-    returns__os2,
-    returns__ost,
     st__nv__optr,
-    st__nv__os1,
-    st__nv__os2,
-    st__nv__ost,
     st__A__optr,
-    st__A__os1,
-    st__A__os2,
-    st__A__ost,
     _ticket_ptr,
     _ws_a,
     _ws_b,
     _ws_s,
+    token_level_rewards__s1,
+    token_level_rewards__s2,
+    token_level_rewards__st,
+    values__s1,
+    values__s2,
+    values__st,
+    response_mask__s1,
+    response_mask__s2,
+    response_mask__st,
+    gamma__s1,
+    gamma__s2,
+    gamma__st,
+    lambda___s1,
+    lambda___s2,
+    lambda___st,
+    advantages__os1,
+    advantages__os2,
+    advantages__ost,
+    returns__os1,
+    returns__os2,
+    returns__ost,
+    st__nv__os1,
+    st__nv__os2,
+    st__nv__ost,
+    st__A__os1,
+    st__A__os2,
+    st__A__ost,
     R1, R2, T, K,
     gamma__TENSOR: tl.constexpr,
     lambda___TENSOR: tl.constexpr,
@@ -338,28 +338,34 @@ def _masked_gae_lookback_kernel(
 def _launch(_call, _cfg):
     """Launch one kernel family on the canonical call ``_call`` (see scangen.runtime.Call)."""
     _dummy = next(iter(_call.outs.values()))  # any valid pointer
-    _st = _call.strides
-    _args = (
-        _call.tensors["token_level_rewards"],
-        *_st["token_level_rewards"],
-        _call.tensors["values"],
-        *_st["values"],
-        _call.tensors["response_mask"],
-        *_st["response_mask"],
-        *_rt.param_args(_call, "gamma", _dummy),
-        *_rt.param_args(_call, "lambda_", _dummy),
+    _t = _call.tensors
+    _ptrs = (
+        _t["token_level_rewards"],
+        _t["values"],
+        _t["response_mask"],
+        *_rt.param_ptrs(_call, _dummy),
         _call.outs.get("advantages", _dummy),
-        *_call.out_strides.get("advantages", (0, 0, 0)),
         _call.outs.get("returns", _dummy),
-        *_call.out_strides.get("returns", (0, 0, 0)),
         _call.outs.get("st__nv", _dummy),
-        *_call.out_strides.get("st__nv", (0, 0, 0)),
         _call.outs.get("st__A", _dummy),
-        *_call.out_strides.get("st__A", (0, 0, 0)),
     )
-    _meta = _call.kernels.get("meta")  # the same for every call of one plan
-    if _meta is None:
-        _meta = _call.kernels["meta"] = dict(
+    _k = _call.kernels  # shared by every call of one plan
+    _meta = _k.get("meta")
+    if _meta is None:  # the first call of this plan: constants and integer arguments
+        _st = _call.strides
+        _k["ints"] = (
+            *_st["token_level_rewards"],
+            *_st["values"],
+            *_st["response_mask"],
+            *_call.pstrides.get("gamma", (0, 0, 0)),
+            *_call.pstrides.get("lambda_", (0, 0, 0)),
+            *_call.out_strides.get("advantages", (0, 0, 0)),
+            *_call.out_strides.get("returns", (0, 0, 0)),
+            *_call.out_strides.get("st__nv", (0, 0, 0)),
+            *_call.out_strides.get("st__A", (0, 0, 0)),
+            _call.R1, _call.R2, _call.T, _call.K,
+        )
+        _meta = _k["meta"] = dict(
             gamma__TENSOR=_call.is_tensor("gamma"),
             lambda___TENSOR=_call.is_tensor("lambda_"),
             STORE_advantages="advantages" in _call.outs,
@@ -372,11 +378,10 @@ def _launch(_call, _cfg):
     if _cfg.family == "lookback":
         _ws = _rt.lookback_workspace(_call, _cfg, 2)
         _grid = (_call.R1 * _call.R2 * -(-_call.T // _cfg.block_t),)
-        _rt.launch(_call, _masked_gae_lookback_kernel, _grid, (*_args, *_ws, _call.R1, _call.R2, _call.T, _call.K), _meta,
-                   _cfg)
+        _rt.launch(_call, _masked_gae_lookback_kernel, _grid, (*_ptrs, *_ws, *_k["ints"]), _meta, _cfg)
     else:
         _grid = (-(-(_call.R1 * _call.R2) // _cfg.block_n),)  # ceil; triton.cdiv is slow on the host
-        _rt.launch(_call, _masked_gae_chunked_kernel, _grid, (*_args, _call.R1, _call.R2, _call.T, _call.K), _meta, _cfg)
+        _rt.launch(_call, _masked_gae_chunked_kernel, _grid, (*_ptrs, *_k["ints"]), _meta, _cfg)
 
 
 def _torch_impl(_call):

@@ -114,30 +114,38 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
     rev = ir.reverse
     tile = sy.table(sy.triton_tile, [s for sp in plan.sums for s, _ in sp.block.assigns])
     pr = functools.partial(print_expr, TritonPrinter, symbols=tile, spec_name=ir.name)
-    args, constexprs, bases, launch_args, launch_cx = [], [], [], [], []
     tvar = {"": "_t", "next": "_t_next", "prev": "_t_prev", "next2": "_t_next2",
             "prev2": "_t_prev2"}
+    # Kernel arguments: pointers and per-call scalars first, then the integers (strides and
+    # sizes), which are the same for every call of one launch plan and are built once per plan.
+    ptr_args, int_args, constexprs, bases = [], [], [], []
+    launch_ptrs, launch_ints, launch_cx = [], [], []
     for i in ir.inputs:
-        args += [f"{i.name}__ptr", f"{i.name}__s1", f"{i.name}__s2", f"{i.name}__st"]
-        args += [f"{i.name}__sk"] if i.shape == "NTK" else []
+        ptr_args.append(f"{i.name}__ptr")
+        int_args += [f"{i.name}__s1", f"{i.name}__s2", f"{i.name}__st"]
+        int_args += [f"{i.name}__sk"] if i.shape == "NTK" else []
         size = 4 if i.shape == "NTK" else 3
-        get = f'_call.tensors["{i.name}"]' if not i.optional else f'_call.tensors.get("{i.name}", _dummy)'
-        st = f'_st["{i.name}"]' if not i.optional else f'_st.get("{i.name}", {(0,) * size})'
-        launch_args += [get, f"*{st}"]
+        launch_ptrs.append(f'_t["{i.name}"]' if not i.optional else f'_t.get("{i.name}", _dummy)')
+        launch_ints.append(f'*_st["{i.name}"]' if not i.optional
+                           else f'*_st.get("{i.name}", {(0,) * size})')
         bases.append(NS(var=f"{i.name}__row", s1=f"{i.name}__s1", s2=f"{i.name}__s2"))
         if i.optional:
             constexprs.append(f"HAS_{i.name}")
             launch_cx.append(f'HAS_{i.name}="{i.name}" in _call.tensors')
     for p in ir.params:
-        args += [p.name, f"{p.name}__ptr", f"{p.name}__s1", f"{p.name}__s2", f"{p.name}__st"]
-        launch_args.append(f'*_rt.param_args(_call, "{p.name}", _dummy)')
+        ptr_args += [p.name, f"{p.name}__ptr"]
+        int_args += [f"{p.name}__s1", f"{p.name}__s2", f"{p.name}__st"]
+        launch_ints.append(f'*_call.pstrides.get("{p.name}", (0, 0, 0))')
         bases.append(NS(var=f"{p.name}__row", s1=f"{p.name}__s1", s2=f"{p.name}__s2"))
         constexprs.append(f"{p.name}__TENSOR")
         launch_cx.append(f'{p.name}__TENSOR=_call.is_tensor("{p.name}")')
+    if ir.params:  # (value, pointer) of every param, in order
+        launch_ptrs.append("*_rt.param_ptrs(_call, _dummy)")
     for o in ir.outputs:
-        args += [f"{o.name}__optr", f"{o.name}__os1", f"{o.name}__os2", f"{o.name}__ost"]
-        launch_args += [f'_call.outs.get("{o.name}", _dummy)',
-                        f'*_call.out_strides.get("{o.name}", (0, 0, 0))']
+        ptr_args.append(f"{o.name}__optr")
+        int_args += [f"{o.name}__os1", f"{o.name}__os2", f"{o.name}__ost"]
+        launch_ptrs.append(f'_call.outs.get("{o.name}", _dummy)')
+        launch_ints.append(f'*_call.out_strides.get("{o.name}", (0, 0, 0))')
         bases.append(NS(var=f"{o.name}__orow", s1=f"{o.name}__os1", s2=f"{o.name}__os2"))
         constexprs.append(f"STORE_{o.name}")
         launch_cx.append(f'STORE_{o.name}="{o.name}" in _call.outs')
@@ -192,7 +200,8 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
     return NS(kernel=f"_{ir.name}_chunked_kernel", uses_t_next="next" in shifts,
               uses_t_prev="prev" in shifts, uses_t_next2="next2" in shifts,
               uses_t_prev2="prev2" in shifts, lookback_kernel=f"_{ir.name}_lookback_kernel",
-              n_scans=len(plan.scans), direction=ir.direction, args=args,
+              n_scans=len(plan.scans), direction=ir.direction, ptr_args=ptr_args,
+              int_args=int_args,
               step_to_chunk="_n_chunks - 1 - _step" if rev else "_step",
               shift_cols="tl.minimum(_cols + 1, BLOCK_T - 1)" if rev else
               "tl.maximum(_cols - 1, 0)",
@@ -204,9 +213,7 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
               chunk_index="_n_chunks - 1 - _c" if rev else "_c", reverse=str(rev),
               step="+1" if rev else "-1", carry_col="0" if rev else "BLOCK_T - 1",
               edge_col="BLOCK_T - 1" if rev else "0",
-              launch_prelude=["_dummy = next(iter(_call.outs.values()))  # any valid pointer",
-                              "_st = _call.strides"],
-              launch_args=launch_args, launch_constexprs=launch_cx)
+              launch_ptrs=launch_ptrs, launch_ints=launch_ints, launch_constexprs=launch_cx)
 
 
 def _torch_context(plan: Plan, sy: _Symbols) -> NS:

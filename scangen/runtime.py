@@ -436,9 +436,10 @@ def lookback_workspace(c: Call, cfg, n_scans: int):
     return buf[:1], ws[0], ws[1], ws[2]
 
 
-def param_args(c: Call, name: str, dummy):
-    """Kernel arguments of a param: (scalar value, pointer, s1, s2, st)."""
-    v = c.params[name]
-    if isinstance(v, torch.Tensor):
-        return (0.0, v, *c.pstrides.get(name, (0, 0, 0)))
-    return (v, dummy, 0, 0, 0)
+def param_ptrs(c: Call, dummy) -> tuple:
+    """The per-call kernel arguments of every param, in order: (scalar value, pointer) each; a
+    tensor param passes 0.0 and itself, a float passes itself and ``dummy``."""
+    out = ()
+    for v in c.params.values():
+        out += (0.0, v) if isinstance(v, torch.Tensor) else (v, dummy)
+    return out
