@@ -104,11 +104,7 @@ def _param_tensor(op, name, v, like: torch.Tensor):
     if v is None:
         v = info.default
     if info.choices:
-        table = dict(info.choices)
-        if v not in table:
-            raise ValueError(f"{op.function}(): {name} must be one of "
-                             f"{', '.join(repr(k) for k in table)}, got {v!r}")
-        v = table[v]
+        v = runtime.choice_code(op.function, info, v)
     # float64 keeps the Python float exact; kernels convert it to their accumulation dtype.
     return torch.scalar_tensor(v, dtype=torch.float64, device=like.device)
 

@@ -9,7 +9,6 @@ time-major ``[T, N]``, ``[B, N, T]`` and ``[N, T, F]`` all reach the kernel unch
 """
 from __future__ import annotations
 
-import copy
 import math
 from typing import Callable, NamedTuple
 
@@ -82,6 +81,15 @@ def _merge(dims: list[tuple[int, int]]) -> int | None:
     return dims[-1][1]
 
 
+def choice_code(fn: str, p: ParamInfo, v) -> float:
+    """The number a choice param's string stands for (``boundary="ends_at"`` -> 0.0)."""
+    table = dict(p.choices)
+    if not isinstance(v, str) or v not in table:
+        raise ValueError(f"{fn}(): {p.name} must be one of "
+                         f"{', '.join(repr(k) for k in table)}, got {v!r}")
+    return float(table[v])
+
+
 class Call:
     """One call's arguments in canonical form; shared by both backends."""
 
@@ -145,11 +153,7 @@ class Call:
             if v is None:
                 v = next(q.default for q in self.op.params if q.name == p.default)
         if p.choices and not isinstance(v, torch.Tensor):  # tensors: already the choice's code
-            table = dict(p.choices)
-            if not isinstance(v, str) or v not in table:
-                raise ValueError(f"{self.fn}(): {p.name} must be one of "
-                                 f"{', '.join(repr(k) for k in table)}, got {v!r}")
-            return float(table[v])
+            return choice_code(self.fn, p, v)
         if isinstance(v, torch.Tensor):
             return self._tensor_param(p.name, v)
         if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -270,15 +274,20 @@ class Call:
 
     def template(self) -> "Call":
         """A copy without this call's tensors, to re-bind arguments of the same signature."""
-        t = copy.copy(self)
+        t = self._clone()
         t.tensors, t.params, t.outs = {}, {}, {}
         return t
+
+    def _clone(self) -> "Call":
+        """A shallow copy (the plan's dicts of strides, compiled kernels, ... are shared)."""
+        c = object.__new__(Call)
+        c.__dict__.update(self.__dict__)
+        return c
 
     def bind(self, values: dict) -> "Call":
         """This plan applied to new arguments with the same shapes, strides, dtypes, devices
         and param types (see :func:`_signature`): no checks or stride work is repeated."""
-        c = object.__new__(Call)
-        c.__dict__.update(self.__dict__)
+        c = self._clone()
         c.tensors = {}
         for n in self.strides:
             t = values[n]

@@ -171,6 +171,12 @@ def test_bad_boundary():
     inputs = make_inputs("episodic_prefix_sum", 2, 5, seed=0)
     with pytest.raises(ValueError, match="boundary must be one of 'ends_at', 'starts_at'"):
         scangen.compute_episodic_prefix_sum(**dict(inputs, boundary="bogus"))
+    # The same check on the autograd path (the torch.library op), which maps choices itself.
+    grad_inputs = dict(inputs, inputs=inputs["inputs"].clone().requires_grad_(True))
+    with pytest.raises(ValueError, match="boundary must be one of 'ends_at', 'starts_at'"):
+        scangen.compute_episodic_prefix_sum(**dict(grad_inputs, boundary="bogus"))
+    with pytest.raises(ValueError, match="boundary must be one of 'ends_at', 'starts_at'"):
+        scangen.compute_episodic_prefix_sum(**dict(grad_inputs, boundary=1))
 
 
 def test_shape_mismatch_names_argument():
