@@ -6,8 +6,10 @@ each checked against a float64 oracle and timed, in one process, beside the copy
     PYTHONPATH=. python3 bench/sweep.py --out DIR --compile-only --part 3/8   # warm Triton's cache
 
 The dispatch rule in scangen/config.py is read off these tables (bench/NOTES.md says which run).
-``--variants`` adds kernels rendered with other template options (``shift=gather``: the state
-neighbour read through tl.gather instead of the exclusive scan), under a renamed op.
+``--variants`` adds kernels rendered with other template options, under a renamed op:
+``shift=gather`` reads the state's neighbour through tl.gather instead of the exclusive scan;
+``input_shift=gather`` takes next(x)/prev(x) of an input from its aligned tile with tl.gather
+instead of a second, unaligned load.
 Writes DIR/sweep.json (every measurement) and prints the best configs per case last.
 """
 from __future__ import annotations
@@ -94,7 +96,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--algos", default=",".join(ALGOS))
     ap.add_argument("--shapes", default=",".join(SHAPES))
-    ap.add_argument("--variants", default="", help="e.g. shift=gather (for specs with next(A))")
+    ap.add_argument("--variants", default="", help="e.g. shift=gather,input_shift=gather")
     ap.add_argument("--compile-only", action="store_true")
     ap.add_argument("--quick", action="store_true", help="fewer candidates (see candidates())")
     ap.add_argument("--part", default="0/1", help="i/n: this process takes every n-th case")
@@ -107,9 +109,8 @@ def main() -> None:
     cache = Path(tempfile.gettempdir()) / "scangen-sweep-cache"
     fns = {a: (a, getattr(scangen, f"compute_{a}")) for a in args.algos.split(",")}
     for v in filter(None, args.variants.split(",")):
-        for a in ("vtrace", "masked_gae", "retrace"):
-            if a in fns:
-                fns[f"{a}[{v}]"] = (a, variant_fn(a, v, cache))
+        for a in list(fns):  # every algorithm; an option that does not apply renders the same
+            fns[f"{a}[{v}]"] = (a, variant_fn(a, v, cache))
     cases = [(name, shape) for name in fns for shape in args.shapes.split(",")]
     rows = []
     bw = None if args.compile_only else bandwidth_gbs()

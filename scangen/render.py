@@ -21,7 +21,10 @@ from .printers import TorchPrinter, TritonPrinter, print_expr
 TEMPLATE = "module.py.j2"
 # How a scan reads its neighbouring state (next(A) / prev(A)): "scan" carries the exclusive map
 # through the scan itself; "gather" shifts the state tile with tl.gather (kept for measurement).
-OPTIONS = {"shift": "scan"}
+# How a shifted input (next(x) / prev(x)) is read: "load" reads it again at t +- 1 (an
+# unaligned load); "gather" shifts the aligned tile with tl.gather and loads the one element
+# beyond the chunk per row (kept for measurement: bench/sweep.py --variants input_shift=gather).
+OPTIONS = {"shift": "scan", "input_shift": "load"}
 
 
 def template_dir() -> Path:
@@ -150,7 +153,7 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
         constexprs.append(f"STORE_{o.name}")
         launch_cx.append(f'STORE_{o.name}="{o.name}" in _call.outs')
 
-    row_loads, loads = [], []
+    row_loads, loads, loaded, gather_shifts = [], [], set(), set()
     kinds = {i.name: i for i in ir.inputs}
     for sym in sorted(plan.symbols):
         b, shift = split_sym(sym)
@@ -160,13 +163,26 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
                                 has=f"HAS_{b}" if i.optional else "", default=repr(i.default)))
         elif b in kinds and kinds[b].shape == "NT" and shift in tvar:
             i = kinds[b]
-            loads.append(NS(var=sym, ptr=f"{b}__ptr", base=f"{b}__row", t=tvar[shift],
-                            st=f"{b}__st", has=f"HAS_{b}" if i.optional else "",
-                            default=repr(i.default),
-                            cast="" if i.kind == "index" else ".to(ACC)"))
+            common = dict(ptr=f"{b}__ptr", base=f"{b}__row", st=f"{b}__st",
+                          has=f"HAS_{b}" if i.optional else "", default=repr(i.default),
+                          cast="" if i.kind == "index" else ".to(ACC)", gather_from="")
+            if OPTIONS["input_shift"] == "gather" and shift in ("next", "prev"):
+                if b not in loaded:  # the aligned tile the shifted one is taken from
+                    loads.append(NS(var=b, t="_t", **common))
+                    loaded.add(b)
+                edge = "BLOCK_T" if shift == "next" else "-1"
+                loads.append(NS(var=sym, t="", **{**common, "gather_from": b},
+                                edge_t=f"(_chunk.to(tl.int64) * BLOCK_T + {edge})",
+                                edge_col="BLOCK_T - 1" if shift == "next" else "0",
+                                idx=f"_idx_{shift}"))
+                gather_shifts.add(shift)
+            elif sym not in loaded:
+                loads.append(NS(var=sym, t=tvar[shift], **common))
+            loaded.add(sym)
         elif b in sy.params and shift in tvar:
             loads.append(NS(var=f"{sym}__t", ptr=f"{b}__ptr", base=f"{b}__row", t=tvar[shift],
-                            st=f"{b}__st", has=f"{b}__TENSOR", default=b, cast=".to(ACC)"))
+                            st=f"{b}__st", has=f"{b}__TENSOR", default=b, cast=".to(ACC)",
+                            gather_from=""))
     steps = {"": "_t", "next": "_t + 1", "prev": "_t - 1", "next2": "_t + 2", "prev2": "_t - 2"}
     conds = {f"{pos}{'__' + k if k else ''}": f"{v} == {edge}" for k, v in steps.items()
              for pos, edge in (("is_first", "0"), ("is_last", "T - 1"))}
@@ -210,6 +226,7 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
               out_assigns=_assigns(plan.outputs, TritonPrinter, tile, ir.name), outputs=outputs,
               uses_shifted_state=any(s.shifted for s in plan.scans),
               shift_mode=OPTIONS["shift"],
+              gather_next="next" in gather_shifts, gather_prev="prev" in gather_shifts,
               chunk_index="_n_chunks - 1 - _c" if rev else "_c", reverse=str(rev),
               step="+1" if rev else "-1", carry_col="0" if rev else "BLOCK_T - 1",
               edge_col="BLOCK_T - 1" if rev else "0",
