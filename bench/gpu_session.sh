@@ -9,7 +9,7 @@ OUT=${OUT:?set OUT}
 mkdir -p "$OUT"
 what=${*:-tests sweep probe}
 SWEEP_ALGOS=${SWEEP_ALGOS:-gae,vtrace,retrace,lambda_returns,episodic_prefix_sum,masked_gae}
-SWEEP_ARGS=${SWEEP_ARGS:---variants shift=gather}
+SWEEP_ARGS=${SWEEP_ARGS:---quick}
 WORK=${WORK:-/tmp/gpu_session}  # logs gathered here, then packed into one file under $OUT
 mkdir -p "$WORK"
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv

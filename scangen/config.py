@@ -24,6 +24,7 @@ TILE = 2048          # elements (K included) of one [BLOCK_N, BLOCK_T, BLOCK_K] 
 LONG_TILE = 1024     # ... once a chunk holds 512 elements or more: one row per program
 MAX_BLOCK_T = 1024   # longer chunks add scan depth without adding parallelism
 MAX_BLOCK_K = 16     # the trailing axis is streamed in slices of this width
+MIN_ROWS_TIME_MAJOR = 16  # row-tile floor for time-major buffers (coalescing; not yet measured)
 NUM_WARPS = 4        # measured best for every tile above (bench/NOTES.md, sweep of 2026-11-29)
 
 
@@ -86,17 +87,19 @@ def choose_config(c) -> Config:
     if _family(c, rows) == "lookback":
         block_t = max(16, min(LOOKBACK_BLOCK_T // kk, _pow2(c.T)))
         return Config(1, block_t, block_k, NUM_WARPS, "lookback")
+    want = 2 * _sm_count(c.device.index or 0) if c.device.type == "cuda" else 1
     if _rows_contiguous(c):
-        # Time-major buffers ([T, N], rows adjacent in memory): wide row tiles, short chunks,
-        # so that each step's loads are coalesced across rows.
+        # Time-major buffers ([T, N], rows adjacent in memory): wide row tiles so that each
+        # step's loads are coalesced across rows (at least 16 rows: 64 bytes of fp32), halved
+        # while the grid has fewer than 2 programs per SM; chunks fill the rest of the tile.
         block_n = max(1, min(_pow2(rows), TILE // 16 // kk))
-        block_t = max(16, min(_pow2(c.T), TILE // (block_n * kk)))
-    else:
-        block_t = max(16, min(_pow2(c.T), max(16, MAX_BLOCK_T // kk)))
-        tile = TILE if block_t * kk < 512 else LONG_TILE
-        block_n = max(1, min(tile // (block_t * kk), _pow2(rows)))
-    if c.device.type == "cuda":
-        want = 2 * _sm_count(c.device.index or 0)
-        while block_n > 1 and -(-rows // block_n) < want:
+        while block_n > MIN_ROWS_TIME_MAJOR and -(-rows // block_n) < want:
             block_n //= 2
+        block_t = max(16, min(_pow2(c.T), MAX_BLOCK_T // kk, TILE // (block_n * kk)))
+        return Config(block_n, block_t, block_k, NUM_WARPS, "stream")
+    block_t = max(16, min(_pow2(c.T), max(16, MAX_BLOCK_T // kk)))
+    tile = TILE if block_t * kk < 512 else LONG_TILE
+    block_n = max(1, min(tile // (block_t * kk), _pow2(rows)))
+    while block_n > 1 and -(-rows // block_n) < want:
+        block_n //= 2
     return Config(block_n, block_t, block_k, NUM_WARPS, "stream")
