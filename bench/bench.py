@@ -154,6 +154,10 @@ def parse_args(argv=None):
     p.add_argument("--compile-budget", type=float, default=None,
                    help="optional cap on cumulative torch.compile compile seconds (default: only the time budget)")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
+    p.add_argument("--compile-workers", type=int, default=0,
+                   help="before timing, compile the torch.compile baselines in this many child processes, "
+                        "so that the run itself reads Inductor's on-disk caches (default 0: off)")
+    p.add_argument("--compile-warm-part", default=None, help=argparse.SUPPRESS)  # i/n: a child of the above
     p.add_argument("--compile-backend", default=None, help="torch.compile backend (default inductor)")
     p.add_argument("--no-loop", action="store_true", help="skip the per-step loop baseline")
     p.add_argument("--loop-max-t", type=int, default=None, help="run the loop baseline only for T <= this "
@@ -1042,6 +1046,46 @@ def configurations(args):
     return out
 
 
+def compile_warm_part(args):
+    """A child of --compile-workers: compile (and call once) the torch.compile baseline of every
+    n-th configuration, filling Inductor's caches, then exit. Nothing is timed or written."""
+    part, parts = map(int, args.compile_warm_part.split("/"))
+    run = Run(args)
+    for i, rec in enumerate(configurations(args)):
+        if i % parts != part:
+            continue
+        try:
+            kw = build_inputs(run.master(rec), rec["N"], rec["T"], DTYPES[rec["dtype"]], args)
+            torch._dynamo.reset()
+            cfn = torch.compile(baselines.VECTORIZED[rec["algo"]], dynamic=False, fullgraph=True,
+                                backend=args.compile_backend)
+            cfn(**kw)
+            sync(args)
+        except Exception as exc:  # noqa: BLE001 - the timed run compiles again and reports it
+            log(f"compile warm {rec['algo']} {rec['N']}x{rec['T']}: {short_err(exc)}")
+        finally:
+            torch._dynamo.reset()
+
+
+def warm_compile_caches(args, argv, meta):
+    """Run --compile-workers children (see compile_warm_part) and wait for them."""
+    n = args.compile_workers
+    base = list(sys.argv[1:] if argv is None else argv)
+    t0 = time.perf_counter()
+    children = [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *base,
+                                  "--compile-workers", "0", "--compile-warm-part", f"{i}/{n}"])
+                for i in range(n)]
+    left = max(1.0, args.time_budget - (time.perf_counter() - T_START))
+    for child in children:
+        try:
+            child.wait(timeout=max(1.0, left - (time.perf_counter() - t0)))
+        except subprocess.TimeoutExpired:
+            child.kill()
+    meta["compile_warm_s"] = time.perf_counter() - t0
+    meta["compile_workers"] = n
+    log(f"torch.compile caches warmed by {n} processes in {meta['compile_warm_s']:.1f} s")
+
+
 def progress_line(i, n, run, stage, rec):
     d = rec.get("derived", {})
     s, c, lp = rec.get("scangen", {}), rec.get("compile", {}), rec.get("loop", {})
@@ -1066,6 +1110,10 @@ def progress_line(i, n, run, stage, rec):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.compile_warm_part:
+        torch.set_grad_enabled(False)
+        compile_warm_part(args)
+        return
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.set_grad_enabled(False)
@@ -1080,6 +1128,8 @@ def main(argv=None):
     records = configurations(args)
     run.records = records
     plan = stages(args, records)
+    if args.compile_workers > 0 and not args.no_compile:
+        warm_compile_caches(args, argv, meta)
     if args.no_compile:
         for r in records:
             r["compile"]["skipped"] = "--no-compile"
