@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# One device call: the GPU test suite, a launch-configuration sweep and the launch probe.
-#   OUT=/some/dir bash bench/gpu_session.sh [tests|sweep|probe ...]   (default: all three)
+# One device call: the GPU test suite, a launch-configuration sweep and the launch probe, or
+# the full benchmark.
+#   OUT=/some/dir bash bench/gpu_session.sh [tests|sweep|probe ...]   (default: the three)
+#   OUT=/some/dir bash bench/gpu_session.sh bench                     (bench.py, alone)
 # Tests and the sweep's compile phase run side by side (compilation is CPU work); the sweep's
 # timing phase and the probe run alone afterwards.
 set -u
@@ -36,6 +38,12 @@ for p in "${pids[@]}"; do wait "$p"; done
 if [[ $what == *sweep* ]]; then
   timeout "${SWEEP_TIMEOUT:-200}" python3 bench/sweep.py --out "$WORK" --algos "$SWEEP_ALGOS" \
     $SWEEP_ARGS --time-budget "${SWEEP_BUDGET:-170}" > "$WORK/sweep.txt" 2>&1
+fi
+if [[ $what == *bench* ]]; then
+  SCANGEN_REV=${SCANGEN_REV:-unknown} timeout "${BENCH_TIMEOUT:-560}" python3 bench/bench.py \
+    --out "$OUT" --compile-workers "${COMPILE_WORKERS:-8}" --time-budget "${BENCH_BUDGET:-520}" \
+    ${BENCH_ARGS:-} > "$WORK/bench.log" 2>&1
+  tail -n 12 "$WORK/bench.log"
 fi
 if [[ $what == *probe* ]]; then
   timeout 60 python3 bench/probe_launch.py > "$WORK/probe.txt" 2>&1
