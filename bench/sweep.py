@@ -15,7 +15,6 @@ Writes DIR/sweep.json (every measurement) and prints the best configs per case l
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import tempfile
@@ -28,11 +27,9 @@ sys.path[:0] = [str(HERE.parent)]
 import torch  # noqa: E402
 
 import scangen  # noqa: E402
-from scangen import config as sg_config, render as sg_render, runtime  # noqa: E402
+from scangen import config as sg_config, runtime  # noqa: E402
 from scangen.config import Config  # noqa: E402
-from scangen.spec import as_spec  # noqa: E402
-from scangen.store import spec_dir  # noqa: E402
-from scangen.testing import assert_close, make_inputs  # noqa: E402
+from scangen.testing import assert_close, compile_variant, make_inputs  # noqa: E402
 
 ALGOS = ["gae", "vtrace", "retrace", "lambda_returns", "discounted_returns", "eligibility_traces",
          "episodic_prefix_sum", "masked_gae"]
@@ -67,16 +64,7 @@ def candidates(N: int, T: int, K: int, quick: bool = False) -> list[Config]:
 def variant_fn(algo: str, option: str, cache: Path):
     """The op compiled from specs/<algo>.yaml with a template option (name=value) set."""
     key, value = option.split("=")
-    spec = as_spec(spec_dir() / f"{algo}.yaml")
-    suffix = f"_{value}"
-    spec = dataclasses.replace(spec, name=spec.name + suffix, function=spec.function + suffix)
-    old = dict(sg_render.OPTIONS)
-    sg_render.OPTIONS[key] = value
-    try:
-        return scangen.compile(spec, cache_dir=cache)
-    finally:
-        sg_render.OPTIONS.clear()
-        sg_render.OPTIONS.update(old)
+    return compile_variant(algo, cache, **{key: value})
 
 
 def as_tuple(x):

@@ -64,8 +64,8 @@ def compile(spec_or_path, *, cache_dir=None):  # noqa: A001 - mirrors torch.comp
     """Compile a user spec (a :class:`Spec`, a ``.yaml`` path or YAML text) into an op.
 
     The generated module is cached on disk (``$SCANGEN_CACHE_DIR`` or ``~/.cache/scangen``),
-    keyed by the canonical IR, the templates, the compiler source and the scangen, Triton and
-    torch versions. The returned function has the same conventions as the built-ins
+    keyed by the canonical IR, the templates, the compiler source, the template options and
+    the scangen, Triton and torch versions. The returned function has the same conventions as the built-ins
     (``backend=``, ``outputs=``, ``time_dim=``)."""
     from .store import compile_spec
     return compile_spec(spec_or_path, cache_dir)

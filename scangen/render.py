@@ -209,6 +209,8 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
                         shift_var=f"{s.name}__{'next' if rev else 'prev'}"))
     outputs = [NS(name=o, flag=f"STORE_{o}", ptr=f"{o}__optr", base=f"{o}__orow", st=f"{o}__ost",
                   code=pr(e)) for o, e in plan.outputs.results]
+    if OPTIONS["shift"] == "gather" and any(s.shifted for s in plan.scans):
+        gather_shifts.add("next" if rev else "prev")  # the state's neighbour, by tl.gather
     states = {s.name for s in ir.scans}
     shifts = {split_sym(s)[1] for s in plan.symbols if split_sym(s)[0] not in states}
     shifts |= {g.shift for g in plan.gathers}
@@ -219,8 +221,7 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
               n_scans=len(plan.scans), direction=ir.direction, ptr_args=ptr_args,
               int_args=int_args,
               step_to_chunk="_n_chunks - 1 - _step" if rev else "_step",
-              shift_cols="tl.minimum(_cols + 1, BLOCK_T - 1)" if rev else
-              "tl.maximum(_cols - 1, 0)",
+              state_idx="_idx_next" if rev else "_idx_prev",
               constexprs=constexprs, bases=bases, row_loads=row_loads, loads=loads,
               positions=positions, gathers=gathers, sums=sums, scans=scans,
               out_assigns=_assigns(plan.outputs, TritonPrinter, tile, ir.name), outputs=outputs,

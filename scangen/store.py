@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 import triton
 
-from . import __version__
+from . import __version__, render
 from .pipeline import generate_with_grad
 from .render import templates_hash
 from .spec import as_spec
@@ -118,9 +118,12 @@ def compiler_hash() -> str:
 
 
 def cache_key(ir_text: str) -> str:
+    """Everything a generated module depends on: the spec's IR, the templates, the compiler, the
+    template options in force (scangen.render.OPTIONS) and the versions."""
     h = hashlib.sha256()
-    for part in (ir_text, templates_hash(), compiler_hash(), __version__, triton.__version__,
-                 torch.__version__):
+    options = repr(sorted(render.OPTIONS.items()))
+    for part in (ir_text, templates_hash(), compiler_hash(), options, __version__,
+                 triton.__version__, torch.__version__):
         h.update(part.encode() + b"\0")
     return h.hexdigest()
 
@@ -147,7 +150,7 @@ def compile_spec(spec_or_path, cache_dir: Path | None = None):
     grad_path = entry / f"{ir.name}_grad.py"
     meta = {"key": key, "spec": ir.name, "function": ir.function, "scangen": __version__,
             "triton": triton.__version__, "torch": torch.__version__,
-            "templates": templates_hash()}
+            "templates": templates_hash(), "options": dict(render.OPTIONS)}
     if not _committed(meta_path, key):
         write_if_changed(module_path, text)
         if grad is not None:

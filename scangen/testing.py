@@ -259,3 +259,21 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
             sig[n] = "i32"
     src = ASTSource(fn=kernel, signature=sig, constexprs=consts, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=num_warps))
+
+
+def compile_variant(name: str, cache_dir, **options):
+    """The built-in ``specs/<name>.yaml`` compiled with template options set (see
+    scangen.render.OPTIONS), under a name that says which: for side-by-side measurements
+    (bench/sweep.py --variants) and their tests."""
+    import dataclasses
+    from unittest import mock
+
+    from . import compile as compile_spec, render
+    from .spec import as_spec
+    from .store import spec_dir
+
+    suffix = "".join(f"_{k}_{v}" for k, v in sorted(options.items()))
+    spec = as_spec(spec_dir() / f"{name}.yaml")
+    spec = dataclasses.replace(spec, name=spec.name + suffix, function=spec.function + suffix)
+    with mock.patch.dict(render.OPTIONS, options):
+        return compile_spec(spec, cache_dir=cache_dir)

@@ -25,7 +25,7 @@ import torch
 import triton
 
 import scangen
-from scangen import store
+from scangen import render, store
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -211,6 +211,8 @@ def test_cache_key_covers_templates_and_versions(tmp_path, monkeypatch):
         ("scangen", store, "__version__", "999.0.0", "999.0.0"),
         ("triton", triton, "__version__", "0.0.1-test", "0.0.1-test"),
         ("torch", torch, "__version__", "0.0.2-test", "0.0.2-test"),
+        ("options", render, "OPTIONS", {**render.OPTIONS, "input_shift": "gather"},
+         {**render.OPTIONS, "input_shift": "gather"}),
     ]
     for field, obj, attr, value, recorded in changes:
         with monkeypatch.context() as m:

@@ -4,7 +4,6 @@ bench/sweep.py --variants) generate kernels that match the float64 references to
 Each variant is compiled from a built-in spec under a new name, then run through the Triton
 backend (interpreted on CPU) with chunks of 16 steps, so that every chunk edge, where a shifted
 read crosses into the neighbouring chunk, is exercised, in both kernel families."""
-import dataclasses
 import os
 from unittest import mock
 
@@ -14,9 +13,8 @@ import torch
 import scangen
 from conftest import DEVICE
 from scangen import config, reference, render, runtime
-from scangen.spec import as_spec
 from scangen.store import spec_dir
-from scangen.testing import assert_close, make_inputs
+from scangen.testing import assert_close, compile_variant, make_inputs
 
 VARIANTS = [("shift", "gather"), ("input_shift", "gather")]
 ALGOS = ["gae", "vtrace", "masked_gae", "episodic_prefix_sum", "eligibility_traces"]
@@ -27,19 +25,11 @@ def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("variants")
 
 
-def _variant(name, option, value, cache):
-    spec = as_spec(spec_dir() / f"{name}.yaml")
-    spec = dataclasses.replace(spec, name=f"{spec.name}_{option}_{value}",
-                               function=f"{spec.function}_{option}_{value}")
-    with mock.patch.dict(render.OPTIONS, {option: value}):
-        return scangen.compile(spec, cache_dir=cache)
-
-
 @pytest.mark.parametrize("family", ["stream", "lookback"])
 @pytest.mark.parametrize("option,value", VARIANTS)
 @pytest.mark.parametrize("name", ALGOS)
 def test_variant_matches_reference(name, option, value, family, cache):
-    fn = _variant(name, option, value, cache)
+    fn = compile_variant(name, cache, **{option: value})
     inputs = make_inputs(name, 3, 50, seed=21)
     expected = reference.REFERENCES[f"compute_{name}"](**inputs)
     expected = expected if isinstance(expected, tuple) else (expected,)
@@ -67,4 +57,4 @@ def test_variant_source_differs():
     assert "tl.gather(values, _idx_next, 1)" in gathered and "tl.gather" not in default
     with mock.patch.dict(render.OPTIONS, {"shift": "gather"}):
         _, state = scangen.pipeline.generate(spec_dir() / "vtrace.yaml")
-    assert "tl.gather(A, _idx_shift, 1)" in state
+    assert "tl.gather(A, _idx_next, 1)" in state
