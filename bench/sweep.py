@@ -135,8 +135,9 @@ def main() -> None:
                                         return_mode="median")
                     rec.update(us=us, pct_floor=100 * floor_us / us)
                 plan = next(iter(runtime._PLANS.values()), None)
-                comp = [e[-1] for e in plan.kernels.values() if isinstance(e, tuple)] if plan else []
-                if comp:
+                comp = [x for e in plan.kernels.values() if isinstance(e, tuple)
+                        for x in e if hasattr(x, "n_regs")] if plan else []
+                if comp:  # Triton's compiled kernel, found by its attributes
                     rec.update(regs=comp[0].n_regs, spills=comp[0].n_spills)
             except Exception as exc:  # noqa: BLE001
                 rec["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"

@@ -23,7 +23,10 @@ TEMPLATE = "module.py.j2"
 # through the scan itself; "gather" shifts the state tile with tl.gather (kept for measurement).
 # How a shifted input (next(x) / prev(x)) is read: "load" reads it again at t +- 1 (an
 # unaligned load); "gather" shifts the aligned tile with tl.gather and loads the one element
-# beyond the chunk per row (kept for measurement: bench/sweep.py --variants input_shift=gather).
+# beyond the chunk per row (kept for measurement: bench/sweep.py --variants input_shift=gather);
+# "split" loads the aligned tile as [BN, BT/4, 4] (vector loads), takes the shifted tile from it
+# in registers (tl.split / tl.join within each thread's 4 steps) and loads one strided element
+# per group of 4 for the step beyond the group.
 OPTIONS = {"shift": "scan", "input_shift": "load"}
 
 
@@ -154,7 +157,11 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
         launch_cx.append(f'STORE_{o.name}="{o.name}" in _call.outs')
 
     row_loads, loads, loaded, gather_shifts = [], [], set(), set()
+    split_loads: dict[str, NS] = {}  # base input -> its one grouped load (input_shift="split")
     kinds = {i.name: i for i in ir.inputs}
+    split_bases = {split_sym(s)[0] for s in plan.symbols
+                   if OPTIONS["input_shift"] == "split" and split_sym(s)[1] in ("next", "prev")
+                   and split_sym(s)[0] in kinds and kinds[split_sym(s)[0]].shape == "NT"}
     for sym in sorted(plan.symbols):
         b, shift = split_sym(sym)
         if b in kinds and kinds[b].shape == "N" and not shift:
@@ -166,6 +173,13 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
             common = dict(ptr=f"{b}__ptr", base=f"{b}__row", st=f"{b}__st",
                           has=f"HAS_{b}" if i.optional else "", default=repr(i.default),
                           cast="" if i.kind == "index" else ".to(ACC)", gather_from="")
+            if OPTIONS["input_shift"] == "split" and shift in ("next", "prev"):
+                split_loads.setdefault(b, NS(var=b, shifts=[], **common))
+                split_loads[b].shifts.append(NS(var=sym, next=shift == "next"))
+                if not any(ld is split_loads[b] for ld in loads):
+                    loads.append(split_loads[b])
+                loaded.add(sym)
+                continue
             if OPTIONS["input_shift"] == "gather" and shift in ("next", "prev"):
                 if b not in loaded:  # the aligned tile the shifted one is taken from
                     loads.append(NS(var=b, t="_t", **common))
@@ -176,6 +190,8 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
                                 edge_col="BLOCK_T - 1" if shift == "next" else "0",
                                 idx=f"_idx_{shift}"))
                 gather_shifts.add(shift)
+            elif b in split_bases and not shift:
+                pass  # the aligned tile comes from the grouped load
             elif sym not in loaded:
                 loads.append(NS(var=sym, t=tvar[shift], **common))
             loaded.add(sym)
@@ -183,6 +199,9 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
             loads.append(NS(var=f"{sym}__t", ptr=f"{b}__ptr", base=f"{b}__row", t=tvar[shift],
                             st=f"{b}__st", has=f"{b}__TENSOR", default=b, cast=".to(ACC)",
                             gather_from=""))
+    if split_loads:
+        constexprs.append("SHIFT_G")
+        launch_cx.append("SHIFT_G=_rt.shift_group(_call, _cfg)")
     steps = {"": "_t", "next": "_t + 1", "prev": "_t - 1", "next2": "_t + 2", "prev2": "_t - 2"}
     conds = {f"{pos}{'__' + k if k else ''}": f"{v} == {edge}" for k, v in steps.items()
              for pos, edge in (("is_first", "0"), ("is_last", "T - 1"))}
@@ -228,6 +247,7 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
               uses_shifted_state=any(s.shifted for s in plan.scans),
               shift_mode=OPTIONS["shift"],
               gather_next="next" in gather_shifts, gather_prev="prev" in gather_shifts,
+              split_loads=bool(split_loads),
               chunk_index="_n_chunks - 1 - _c" if rev else "_c", reverse=str(rev),
               step="+1" if rev else "-1", carry_col="0" if rev else "BLOCK_T - 1",
               edge_col="BLOCK_T - 1" if rev else "0",

@@ -434,6 +434,21 @@ def launch(c: Call, kernel, grid, args: tuple, meta: dict, cfg) -> None:
 _KNOBS = None
 
 
+def shift_group(c: Call, cfg) -> int:
+    """Steps per group of the register shift (template option ``input_shift="split"``): the
+    steps each thread holds of a ``[BLOCK_N, BLOCK_T]`` tile in Triton's coalesced layout, so
+    that taking ``x[t +- 1]`` from the aligned tile stays within each thread's registers. That
+    layout gives each thread one 16-byte vector of the narrowest ``[N, T]`` tensor, capped by
+    the tile's elements per thread; strided time (time-major buffers) gives one step."""
+    nt = [(c.tensors[n], c.strides[n][2]) for n in c.tensors if c.strides[n][2] != 0]
+    nt += [(o, c.out_strides[n][2]) for n, o in c.outs.items()]
+    if any(st != 1 for _, st in nt):
+        return 1
+    vec = 16 // min(t.element_size() for t, _ in nt)
+    per_thread = cfg.block_n * cfg.block_t // (32 * cfg.num_warps)
+    return max(1, min(vec, per_thread, cfg.block_t))
+
+
 def lookback_workspace(c: Call, cfg, n_scans: int):
     """The ticket counter and the aggregate / inclusive-state words of the look-back family,
     carved from one allocation filled with all-one bits (a single fill per call): the counter

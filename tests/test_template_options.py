@@ -16,8 +16,8 @@ from scangen import config, reference, render, runtime
 from scangen.store import spec_dir
 from scangen.testing import assert_close, compile_variant, make_inputs
 
-VARIANTS = [("shift", "gather"), ("input_shift", "gather")]
-ALGOS = ["gae", "vtrace", "masked_gae", "episodic_prefix_sum", "eligibility_traces"]
+VARIANTS = [("shift", "gather"), ("input_shift", "gather"), ("input_shift", "split")]
+ALGOS = ["gae", "vtrace", "masked_gae", "episodic_prefix_sum", "eligibility_traces", "retrace"]
 
 
 @pytest.fixture(scope="module")
