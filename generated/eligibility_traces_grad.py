@@ -21,6 +21,30 @@ def _combine(a_prev, b_prev, a_cur, b_cur):
     return a_cur + b_cur * a_prev, b_cur * b_prev
 
 
+@triton.jit
+def _shift_next(x, e, M: tl.constexpr, G: tl.constexpr):
+    # x: [M, G] groups of G steps, each held by one thread; e: [M] the step after each group.
+    # Returns x one step later ([M, G]), in registers: the odd steps shifted are the even
+    # ones, and the even steps shifted are the odd ones moved by one within the group.
+    if G == 1:
+        r = tl.reshape(e, (M, 1))
+    else:
+        ev, od = tl.split(tl.reshape(x, (M, G // 2, 2)))
+        r = tl.reshape(tl.join(od, _shift_next(ev, e, M, G // 2)), (M, G))
+    return r
+
+
+@triton.jit
+def _shift_prev(x, e, M: tl.constexpr, G: tl.constexpr):
+    # As _shift_next, one step earlier; e: [M] the step before each group.
+    if G == 1:
+        r = tl.reshape(e, (M, 1))
+    else:
+        ev, od = tl.split(tl.reshape(x, (M, G // 2, 2)))
+        r = tl.reshape(tl.join(_shift_prev(od, e, M, G // 2), ev), (M, G))
+    return r
+
+
 
 
 @triton.jit
@@ -80,6 +104,7 @@ def _eligibility_traces_grad_chunked_kernel(
     STORE_d__seed_values: tl.constexpr,
     STORE_d__gamma: tl.constexpr,
     STORE_d__lambda_: tl.constexpr,
+    SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
@@ -106,18 +131,31 @@ def _eligibility_traces_grad_chunked_kernel(
     g__z__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
     for _c in range(0, _n_chunks):
         _chunk = _n_chunks - 1 - _c
         _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
         _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
         is_first__next = tl.where(_t + 1 == 0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-        dones = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1).to(ACC)
-        dones__prev = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1).to(ACC)
+        # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
+        dones = dones__raw.to(ACC)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            dones__prev = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1).to(ACC)
+        else:
+            _te = _g - 1  # [BT / G] the step before each group
+            _e = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+            _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
         if gamma__TENSOR:
             gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
         else:
@@ -138,7 +176,18 @@ def _eligibility_traces_grad_chunked_kernel(
             lambda___next__t = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
         else:
             lambda___next__t = _zero + lambda_
-        st__z__prev = tl.load(st__z__ptr + st__z__row[:, None] + _t_prev[None, :] * st__z__st, mask=_ok, other=1).to(ACC)
+        # st__z with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        st__z__raw = tl.load(st__z__ptr + st__z__row[:, None] + _t[None, :] * st__z__st, mask=_ok, other=1)
+        st__z = st__z__raw.to(ACC)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            st__z__prev = tl.load(st__z__ptr + st__z__row[:, None] + _t_prev[None, :] * st__z__st, mask=_ok, other=1).to(ACC)
+        else:
+            _te = _g - 1  # [BT / G] the step before each group
+            _e = tl.load(st__z__ptr + st__z__row[:, None] + _te[None, :] * st__z__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+            _s = _shift_prev(tl.reshape(st__z__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            st__z__prev = tl.where((_t == 0)[None, :], st__z, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
         # scan g__z: g__z_t = alpha_t + beta_t * g__z_{t+1}
         _alpha = tl.where(_ok, _zero + (gy__traces), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, gamma__next__t*lambda___next__t*(1.0 - tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end
@@ -285,6 +334,7 @@ def _eligibility_traces_grad_lookback_kernel(
     STORE_d__seed_values: tl.constexpr,
     STORE_d__gamma: tl.constexpr,
     STORE_d__lambda_: tl.constexpr,
+    SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
@@ -315,17 +365,30 @@ def _eligibility_traces_grad_lookback_kernel(
     g__z__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
     _chunk = _n_chunks - 1 - _step
     _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
     _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
     is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
     is_first__next = tl.where(_t + 1 == 0, 1.0, 0.0).to(ACC)[None, :]
     is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-    dones = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1).to(ACC)
-    dones__prev = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1).to(ACC)
+    # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
+    dones = dones__raw.to(ACC)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        dones__prev = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1).to(ACC)
+    else:
+        _te = _g - 1  # [BT / G] the step before each group
+        _e = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+        dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
     if gamma__TENSOR:
         gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
     else:
@@ -346,7 +409,18 @@ def _eligibility_traces_grad_lookback_kernel(
         lambda___next__t = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
     else:
         lambda___next__t = _zero + lambda_
-    st__z__prev = tl.load(st__z__ptr + st__z__row[:, None] + _t_prev[None, :] * st__z__st, mask=_ok, other=1).to(ACC)
+    # st__z with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    st__z__raw = tl.load(st__z__ptr + st__z__row[:, None] + _t[None, :] * st__z__st, mask=_ok, other=1)
+    st__z = st__z__raw.to(ACC)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        st__z__prev = tl.load(st__z__ptr + st__z__row[:, None] + _t_prev[None, :] * st__z__st, mask=_ok, other=1).to(ACC)
+    else:
+        _te = _g - 1  # [BT / G] the step before each group
+        _e = tl.load(st__z__ptr + st__z__row[:, None] + _te[None, :] * st__z__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        _s = _shift_prev(tl.reshape(st__z__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+        st__z__prev = tl.where((_t == 0)[None, :], st__z, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
     # scan g__z: g__z_t = alpha_t + beta_t * g__z_{t+1}
     _alpha = tl.where(_ok, _zero + (gy__traces), 0.0)
     _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, gamma__next__t*lambda___next__t*(1.0 - tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end
@@ -416,6 +490,7 @@ def _launch(_call, _cfg):
             STORE_d__seed_values="d__seed_values" in _call.outs,
             STORE_d__gamma="d__gamma" in _call.outs,
             STORE_d__lambda_="d__lambda_" in _call.outs,
+            SHIFT_G=_rt.shift_group(_call, _cfg),
             BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
             ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
         )

@@ -21,6 +21,30 @@ def _combine(a_prev, b_prev, a_cur, b_cur):
     return a_cur + b_cur * a_prev, b_cur * b_prev
 
 
+@triton.jit
+def _shift_next(x, e, M: tl.constexpr, G: tl.constexpr):
+    # x: [M, G] groups of G steps, each held by one thread; e: [M] the step after each group.
+    # Returns x one step later ([M, G]), in registers: the odd steps shifted are the even
+    # ones, and the even steps shifted are the odd ones moved by one within the group.
+    if G == 1:
+        r = tl.reshape(e, (M, 1))
+    else:
+        ev, od = tl.split(tl.reshape(x, (M, G // 2, 2)))
+        r = tl.reshape(tl.join(od, _shift_next(ev, e, M, G // 2)), (M, G))
+    return r
+
+
+@triton.jit
+def _shift_prev(x, e, M: tl.constexpr, G: tl.constexpr):
+    # As _shift_next, one step earlier; e: [M] the step before each group.
+    if G == 1:
+        r = tl.reshape(e, (M, 1))
+    else:
+        ev, od = tl.split(tl.reshape(x, (M, G // 2, 2)))
+        r = tl.reshape(tl.join(_shift_prev(od, e, M, G // 2), ev), (M, G))
+    return r
+
+
 
 
 @triton.jit
@@ -55,6 +79,7 @@ def _episodic_prefix_sum_chunked_kernel(
     boundary__TENSOR: tl.constexpr,
     STORE_sums: tl.constexpr,
     STORE_st__C: tl.constexpr,
+    SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
@@ -76,19 +101,32 @@ def _episodic_prefix_sum_chunked_kernel(
     C__carry = tl.zeros([BLOCK_N], dtype=ACC) + seed_values
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
     for _c in range(0, _n_chunks):
         _chunk = _c
         _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
         _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
         if boundary__TENSOR:
             boundary__t = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1).to(ACC)
         else:
             boundary__t = _zero + boundary
-        dones = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1).to(ACC)
-        dones__prev = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1).to(ACC)
+        # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
+        dones = dones__raw.to(ACC)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            dones__prev = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1).to(ACC)
+        else:
+            _te = _g - 1  # [BT / G] the step before each group
+            _e = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+            _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
         inputs = tl.load(inputs__ptr + inputs__row[:, None] + _t[None, :] * inputs__st, mask=_ok, other=1).to(ACC)
         # scan C: C_t = alpha_t + beta_t * C_{t-1}
         _alpha = tl.where(_ok, _zero + (inputs), 0.0)
@@ -204,6 +242,7 @@ def _episodic_prefix_sum_lookback_kernel(
     boundary__TENSOR: tl.constexpr,
     STORE_sums: tl.constexpr,
     STORE_st__C: tl.constexpr,
+    SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
@@ -229,18 +268,31 @@ def _episodic_prefix_sum_lookback_kernel(
     C__carry = tl.zeros([BLOCK_N], dtype=ACC) + seed_values
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
     _chunk = _step
     _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
     _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_prev = tl.maximum(_t - 1, 0)
     is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
     if boundary__TENSOR:
         boundary__t = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1).to(ACC)
     else:
         boundary__t = _zero + boundary
-    dones = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1).to(ACC)
-    dones__prev = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1).to(ACC)
+    # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
+    dones = dones__raw.to(ACC)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        dones__prev = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1).to(ACC)
+    else:
+        _te = _g - 1  # [BT / G] the step before each group
+        _e = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+        dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
     inputs = tl.load(inputs__ptr + inputs__row[:, None] + _t[None, :] * inputs__st, mask=_ok, other=1).to(ACC)
     # scan C: C_t = alpha_t + beta_t * C_{t-1}
     _alpha = tl.where(_ok, _zero + (inputs), 0.0)
@@ -291,6 +343,7 @@ def _launch(_call, _cfg):
             boundary__TENSOR=_call.is_tensor("boundary"),
             STORE_sums="sums" in _call.outs,
             STORE_st__C="st__C" in _call.outs,
+            SHIFT_G=_rt.shift_group(_call, _cfg),
             BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
             ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
         )

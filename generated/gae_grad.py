@@ -29,6 +29,30 @@ def _combine_excl(a_prev, b_prev, ea_prev, eb_prev, a_cur, b_cur, ea_cur, eb_cur
     return a_cur + b_cur * a_prev, b_cur * b_prev, ea_cur + eb_cur * a_prev, eb_cur * b_prev
 
 
+@triton.jit
+def _shift_next(x, e, M: tl.constexpr, G: tl.constexpr):
+    # x: [M, G] groups of G steps, each held by one thread; e: [M] the step after each group.
+    # Returns x one step later ([M, G]), in registers: the odd steps shifted are the even
+    # ones, and the even steps shifted are the odd ones moved by one within the group.
+    if G == 1:
+        r = tl.reshape(e, (M, 1))
+    else:
+        ev, od = tl.split(tl.reshape(x, (M, G // 2, 2)))
+        r = tl.reshape(tl.join(od, _shift_next(ev, e, M, G // 2)), (M, G))
+    return r
+
+
+@triton.jit
+def _shift_prev(x, e, M: tl.constexpr, G: tl.constexpr):
+    # As _shift_next, one step earlier; e: [M] the step before each group.
+    if G == 1:
+        r = tl.reshape(e, (M, 1))
+    else:
+        ev, od = tl.split(tl.reshape(x, (M, G // 2, 2)))
+        r = tl.reshape(tl.join(_shift_prev(od, e, M, G // 2), ev), (M, G))
+    return r
+
+
 
 
 @triton.jit
@@ -117,6 +141,7 @@ def _gae_grad_chunked_kernel(
     STORE_d__last_value: tl.constexpr,
     STORE_d__gamma: tl.constexpr,
     STORE_d__lambda_: tl.constexpr,
+    SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
@@ -149,11 +174,14 @@ def _gae_grad_chunked_kernel(
     g__A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
     for _c in range(0, _n_chunks):
         _chunk = _c
         _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
         _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
@@ -187,18 +215,58 @@ def _gae_grad_chunked_kernel(
             lambda___prev__t = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
         else:
             lambda___prev__t = _zero + lambda_
-        st__A__next = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1).to(ACC)
-        terminateds = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1).to(ACC)
-        terminateds__prev = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1).to(ACC)
+        # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
+        st__A = st__A__raw.to(ACC)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            st__A__next = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1).to(ACC)
+        else:
+            _te = _g + SHIFT_G  # [BT / G] the step after each group
+            _e = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+            _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            st__A__next = tl.where((_t == T - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
+        # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
+        terminateds = terminateds__raw.to(ACC)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            terminateds__prev = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1).to(ACC)
+        else:
+            _te = _g - 1  # [BT / G] the step before each group
+            _e = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+            _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            terminateds__prev = tl.where((_t == 0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
         if HAS_truncateds:
-            truncateds = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1).to(ACC)
+            # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+            # steps per thread, and one strided load per group gives the step beyond the group
+            truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
+            truncateds = truncateds__raw.to(ACC)
+            if SHIFT_G == 1:  # one step per thread: the plain shifted load
+                truncateds__prev = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1).to(ACC)
+            else:
+                _te = _g - 1  # [BT / G] the step before each group
+                _e = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+                _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+                truncateds__prev = tl.where((_t == 0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
         else:
             truncateds = _zero + 0.0
-        if HAS_truncateds:
-            truncateds__prev = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1).to(ACC)
-        else:
             truncateds__prev = _zero + 0.0
-        values__next = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1).to(ACC)
+        # values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1)
+        values = values__raw.to(ACC)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            values__next = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1).to(ACC)
+        else:
+            _te = _g + SHIFT_G  # [BT / G] the step after each group
+            _e = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+            _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            values__next = tl.where((_t == T - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
         # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
         _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*lambda___prev__t*(1.0 - tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)))), 1.0)  # identity past the window end
@@ -383,6 +451,7 @@ def _gae_grad_lookback_kernel(
     STORE_d__last_value: tl.constexpr,
     STORE_d__gamma: tl.constexpr,
     STORE_d__lambda_: tl.constexpr,
+    SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
@@ -419,10 +488,13 @@ def _gae_grad_lookback_kernel(
     g__A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
     _chunk = _step
     _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
     _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
     is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
@@ -456,18 +528,58 @@ def _gae_grad_lookback_kernel(
         lambda___prev__t = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
     else:
         lambda___prev__t = _zero + lambda_
-    st__A__next = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1).to(ACC)
-    terminateds = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1).to(ACC)
-    terminateds__prev = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1).to(ACC)
+    # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
+    st__A = st__A__raw.to(ACC)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        st__A__next = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1).to(ACC)
+    else:
+        _te = _g + SHIFT_G  # [BT / G] the step after each group
+        _e = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+        _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+        st__A__next = tl.where((_t == T - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
+    # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
+    terminateds = terminateds__raw.to(ACC)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        terminateds__prev = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1).to(ACC)
+    else:
+        _te = _g - 1  # [BT / G] the step before each group
+        _e = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+        terminateds__prev = tl.where((_t == 0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
     if HAS_truncateds:
-        truncateds = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1).to(ACC)
+        # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
+        truncateds = truncateds__raw.to(ACC)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            truncateds__prev = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1).to(ACC)
+        else:
+            _te = _g - 1  # [BT / G] the step before each group
+            _e = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+            _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            truncateds__prev = tl.where((_t == 0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
     else:
         truncateds = _zero + 0.0
-    if HAS_truncateds:
-        truncateds__prev = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1).to(ACC)
-    else:
         truncateds__prev = _zero + 0.0
-    values__next = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1).to(ACC)
+    # values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1)
+    values = values__raw.to(ACC)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        values__next = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1).to(ACC)
+    else:
+        _te = _g + SHIFT_G  # [BT / G] the step after each group
+        _e = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+        _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+        values__next = tl.where((_t == T - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
     # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
     _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
     _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*lambda___prev__t*(1.0 - tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)))), 1.0)  # identity past the window end
@@ -563,6 +675,7 @@ def _launch(_call, _cfg):
             STORE_d__last_value="d__last_value" in _call.outs,
             STORE_d__gamma="d__gamma" in _call.outs,
             STORE_d__lambda_="d__lambda_" in _call.outs,
+            SHIFT_G=_rt.shift_group(_call, _cfg),
             BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
             ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
         )

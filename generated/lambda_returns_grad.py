@@ -21,6 +21,30 @@ def _combine(a_prev, b_prev, a_cur, b_cur):
     return a_cur + b_cur * a_prev, b_cur * b_prev
 
 
+@triton.jit
+def _shift_next(x, e, M: tl.constexpr, G: tl.constexpr):
+    # x: [M, G] groups of G steps, each held by one thread; e: [M] the step after each group.
+    # Returns x one step later ([M, G]), in registers: the odd steps shifted are the even
+    # ones, and the even steps shifted are the odd ones moved by one within the group.
+    if G == 1:
+        r = tl.reshape(e, (M, 1))
+    else:
+        ev, od = tl.split(tl.reshape(x, (M, G // 2, 2)))
+        r = tl.reshape(tl.join(od, _shift_next(ev, e, M, G // 2)), (M, G))
+    return r
+
+
+@triton.jit
+def _shift_prev(x, e, M: tl.constexpr, G: tl.constexpr):
+    # As _shift_next, one step earlier; e: [M] the step before each group.
+    if G == 1:
+        r = tl.reshape(e, (M, 1))
+    else:
+        ev, od = tl.split(tl.reshape(x, (M, G // 2, 2)))
+        r = tl.reshape(tl.join(_shift_prev(od, e, M, G // 2), ev), (M, G))
+    return r
+
+
 
 
 @triton.jit
@@ -94,6 +118,7 @@ def _lambda_returns_grad_chunked_kernel(
     STORE_d__bootstrap_values: tl.constexpr,
     STORE_d__gamma: tl.constexpr,
     STORE_d__lambda_: tl.constexpr,
+    SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
@@ -119,11 +144,14 @@ def _lambda_returns_grad_chunked_kernel(
     g__G__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
     for _c in range(0, _n_chunks):
         _chunk = _c
         _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
         _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
@@ -154,16 +182,45 @@ def _lambda_returns_grad_chunked_kernel(
         else:
             lambda___prev__t = _zero + lambda_
         next_values = tl.load(next_values__ptr + next_values__row[:, None] + _t[None, :] * next_values__st, mask=_ok, other=1).to(ACC)
-        st__G__next = tl.load(st__G__ptr + st__G__row[:, None] + _t_next[None, :] * st__G__st, mask=_ok, other=1).to(ACC)
-        terminateds = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1).to(ACC)
-        terminateds__prev = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1).to(ACC)
+        # st__G with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        st__G__raw = tl.load(st__G__ptr + st__G__row[:, None] + _t[None, :] * st__G__st, mask=_ok, other=1)
+        st__G = st__G__raw.to(ACC)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            st__G__next = tl.load(st__G__ptr + st__G__row[:, None] + _t_next[None, :] * st__G__st, mask=_ok, other=1).to(ACC)
+        else:
+            _te = _g + SHIFT_G  # [BT / G] the step after each group
+            _e = tl.load(st__G__ptr + st__G__row[:, None] + _te[None, :] * st__G__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+            _s = _shift_next(tl.reshape(st__G__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            st__G__next = tl.where((_t == T - 1)[None, :], st__G, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
+        # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
+        terminateds = terminateds__raw.to(ACC)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            terminateds__prev = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1).to(ACC)
+        else:
+            _te = _g - 1  # [BT / G] the step before each group
+            _e = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+            _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            terminateds__prev = tl.where((_t == 0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
         if HAS_truncateds:
-            truncateds = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1).to(ACC)
+            # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+            # steps per thread, and one strided load per group gives the step beyond the group
+            truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
+            truncateds = truncateds__raw.to(ACC)
+            if SHIFT_G == 1:  # one step per thread: the plain shifted load
+                truncateds__prev = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1).to(ACC)
+            else:
+                _te = _g - 1  # [BT / G] the step before each group
+                _e = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+                _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+                truncateds__prev = tl.where((_t == 0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
         else:
             truncateds = _zero + 0.0
-        if HAS_truncateds:
-            truncateds__prev = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1).to(ACC)
-        else:
             truncateds__prev = _zero + 0.0
         # scan g__G: g__G_t = alpha_t + beta_t * g__G_{t-1}
         _alpha = tl.where(_ok, _zero + (gy__returns), 0.0)
@@ -333,6 +390,7 @@ def _lambda_returns_grad_lookback_kernel(
     STORE_d__bootstrap_values: tl.constexpr,
     STORE_d__gamma: tl.constexpr,
     STORE_d__lambda_: tl.constexpr,
+    SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
@@ -362,10 +420,13 @@ def _lambda_returns_grad_lookback_kernel(
     g__G__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
     _chunk = _step
     _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
     _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
     is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
@@ -396,16 +457,45 @@ def _lambda_returns_grad_lookback_kernel(
     else:
         lambda___prev__t = _zero + lambda_
     next_values = tl.load(next_values__ptr + next_values__row[:, None] + _t[None, :] * next_values__st, mask=_ok, other=1).to(ACC)
-    st__G__next = tl.load(st__G__ptr + st__G__row[:, None] + _t_next[None, :] * st__G__st, mask=_ok, other=1).to(ACC)
-    terminateds = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1).to(ACC)
-    terminateds__prev = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1).to(ACC)
+    # st__G with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    st__G__raw = tl.load(st__G__ptr + st__G__row[:, None] + _t[None, :] * st__G__st, mask=_ok, other=1)
+    st__G = st__G__raw.to(ACC)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        st__G__next = tl.load(st__G__ptr + st__G__row[:, None] + _t_next[None, :] * st__G__st, mask=_ok, other=1).to(ACC)
+    else:
+        _te = _g + SHIFT_G  # [BT / G] the step after each group
+        _e = tl.load(st__G__ptr + st__G__row[:, None] + _te[None, :] * st__G__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+        _s = _shift_next(tl.reshape(st__G__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+        st__G__next = tl.where((_t == T - 1)[None, :], st__G, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
+    # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
+    terminateds = terminateds__raw.to(ACC)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        terminateds__prev = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1).to(ACC)
+    else:
+        _te = _g - 1  # [BT / G] the step before each group
+        _e = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+        terminateds__prev = tl.where((_t == 0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
     if HAS_truncateds:
-        truncateds = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1).to(ACC)
+        # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
+        truncateds = truncateds__raw.to(ACC)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            truncateds__prev = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1).to(ACC)
+        else:
+            _te = _g - 1  # [BT / G] the step before each group
+            _e = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+            _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            truncateds__prev = tl.where((_t == 0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
     else:
         truncateds = _zero + 0.0
-    if HAS_truncateds:
-        truncateds__prev = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1).to(ACC)
-    else:
         truncateds__prev = _zero + 0.0
     # scan g__G: g__G_t = alpha_t + beta_t * g__G_{t-1}
     _alpha = tl.where(_ok, _zero + (gy__returns), 0.0)
@@ -492,6 +582,7 @@ def _launch(_call, _cfg):
             STORE_d__bootstrap_values="d__bootstrap_values" in _call.outs,
             STORE_d__gamma="d__gamma" in _call.outs,
             STORE_d__lambda_="d__lambda_" in _call.outs,
+            SHIFT_G=_rt.shift_group(_call, _cfg),
             BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
             ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
         )

@@ -29,6 +29,30 @@ def _combine_excl(a_prev, b_prev, ea_prev, eb_prev, a_cur, b_cur, ea_cur, eb_cur
     return a_cur + b_cur * a_prev, b_cur * b_prev, ea_cur + eb_cur * a_prev, eb_cur * b_prev
 
 
+@triton.jit
+def _shift_next(x, e, M: tl.constexpr, G: tl.constexpr):
+    # x: [M, G] groups of G steps, each held by one thread; e: [M] the step after each group.
+    # Returns x one step later ([M, G]), in registers: the odd steps shifted are the even
+    # ones, and the even steps shifted are the odd ones moved by one within the group.
+    if G == 1:
+        r = tl.reshape(e, (M, 1))
+    else:
+        ev, od = tl.split(tl.reshape(x, (M, G // 2, 2)))
+        r = tl.reshape(tl.join(od, _shift_next(ev, e, M, G // 2)), (M, G))
+    return r
+
+
+@triton.jit
+def _shift_prev(x, e, M: tl.constexpr, G: tl.constexpr):
+    # As _shift_next, one step earlier; e: [M] the step before each group.
+    if G == 1:
+        r = tl.reshape(e, (M, 1))
+    else:
+        ev, od = tl.split(tl.reshape(x, (M, G // 2, 2)))
+        r = tl.reshape(tl.join(_shift_prev(od, e, M, G // 2), ev), (M, G))
+    return r
+
+
 
 
 @triton.jit
@@ -96,6 +120,7 @@ def _masked_gae_grad_chunked_kernel(
     STORE_d__values: tl.constexpr,
     STORE_d__gamma: tl.constexpr,
     STORE_d__lambda_: tl.constexpr,
+    SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
@@ -121,11 +146,14 @@ def _masked_gae_grad_chunked_kernel(
     g__nv__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
     for _c in range(0, _n_chunks):
         _chunk = _c
         _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
         _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
@@ -155,10 +183,42 @@ def _masked_gae_grad_chunked_kernel(
             lambda___prev__t = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
         else:
             lambda___prev__t = _zero + lambda_
-        response_mask = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1).to(ACC)
-        response_mask__prev = tl.load(response_mask__ptr + response_mask__row[:, None] + _t_prev[None, :] * response_mask__st, mask=_ok, other=1).to(ACC)
-        st__A__next = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1).to(ACC)
-        st__nv__next = tl.load(st__nv__ptr + st__nv__row[:, None] + _t_next[None, :] * st__nv__st, mask=_ok, other=1).to(ACC)
+        # response_mask with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        response_mask__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1)
+        response_mask = response_mask__raw.to(ACC)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            response_mask__prev = tl.load(response_mask__ptr + response_mask__row[:, None] + _t_prev[None, :] * response_mask__st, mask=_ok, other=1).to(ACC)
+        else:
+            _te = _g - 1  # [BT / G] the step before each group
+            _e = tl.load(response_mask__ptr + response_mask__row[:, None] + _te[None, :] * response_mask__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+            _s = _shift_prev(tl.reshape(response_mask__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            response_mask__prev = tl.where((_t == 0)[None, :], response_mask, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
+        # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
+        st__A = st__A__raw.to(ACC)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            st__A__next = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1).to(ACC)
+        else:
+            _te = _g + SHIFT_G  # [BT / G] the step after each group
+            _e = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+            _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            st__A__next = tl.where((_t == T - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
+        # st__nv with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        st__nv__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t[None, :] * st__nv__st, mask=_ok, other=1)
+        st__nv = st__nv__raw.to(ACC)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            st__nv__next = tl.load(st__nv__ptr + st__nv__row[:, None] + _t_next[None, :] * st__nv__st, mask=_ok, other=1).to(ACC)
+        else:
+            _te = _g + SHIFT_G  # [BT / G] the step after each group
+            _e = tl.load(st__nv__ptr + st__nv__row[:, None] + _te[None, :] * st__nv__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+            _s = _shift_next(tl.reshape(st__nv__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            st__nv__next = tl.where((_t == T - 1)[None, :], st__nv, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
         # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
         _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev + gamma__prev__t*lambda___prev__t*response_mask__prev)), 1.0)  # identity past the window end
@@ -320,6 +380,7 @@ def _masked_gae_grad_lookback_kernel(
     STORE_d__values: tl.constexpr,
     STORE_d__gamma: tl.constexpr,
     STORE_d__lambda_: tl.constexpr,
+    SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
@@ -349,10 +410,13 @@ def _masked_gae_grad_lookback_kernel(
     g__nv__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
     _chunk = _step
     _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
     _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
     is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
@@ -382,10 +446,42 @@ def _masked_gae_grad_lookback_kernel(
         lambda___prev__t = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
     else:
         lambda___prev__t = _zero + lambda_
-    response_mask = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1).to(ACC)
-    response_mask__prev = tl.load(response_mask__ptr + response_mask__row[:, None] + _t_prev[None, :] * response_mask__st, mask=_ok, other=1).to(ACC)
-    st__A__next = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1).to(ACC)
-    st__nv__next = tl.load(st__nv__ptr + st__nv__row[:, None] + _t_next[None, :] * st__nv__st, mask=_ok, other=1).to(ACC)
+    # response_mask with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    response_mask__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1)
+    response_mask = response_mask__raw.to(ACC)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        response_mask__prev = tl.load(response_mask__ptr + response_mask__row[:, None] + _t_prev[None, :] * response_mask__st, mask=_ok, other=1).to(ACC)
+    else:
+        _te = _g - 1  # [BT / G] the step before each group
+        _e = tl.load(response_mask__ptr + response_mask__row[:, None] + _te[None, :] * response_mask__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        _s = _shift_prev(tl.reshape(response_mask__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+        response_mask__prev = tl.where((_t == 0)[None, :], response_mask, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
+    # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
+    st__A = st__A__raw.to(ACC)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        st__A__next = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1).to(ACC)
+    else:
+        _te = _g + SHIFT_G  # [BT / G] the step after each group
+        _e = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+        _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+        st__A__next = tl.where((_t == T - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
+    # st__nv with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    st__nv__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t[None, :] * st__nv__st, mask=_ok, other=1)
+    st__nv = st__nv__raw.to(ACC)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        st__nv__next = tl.load(st__nv__ptr + st__nv__row[:, None] + _t_next[None, :] * st__nv__st, mask=_ok, other=1).to(ACC)
+    else:
+        _te = _g + SHIFT_G  # [BT / G] the step after each group
+        _e = tl.load(st__nv__ptr + st__nv__row[:, None] + _te[None, :] * st__nv__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+        _s = _shift_next(tl.reshape(st__nv__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+        st__nv__next = tl.where((_t == T - 1)[None, :], st__nv, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
     # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
     _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
     _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev + gamma__prev__t*lambda___prev__t*response_mask__prev)), 1.0)  # identity past the window end
@@ -472,6 +568,7 @@ def _launch(_call, _cfg):
             STORE_d__values="d__values" in _call.outs,
             STORE_d__gamma="d__gamma" in _call.outs,
             STORE_d__lambda_="d__lambda_" in _call.outs,
+            SHIFT_G=_rt.shift_group(_call, _cfg),
             BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
             ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
         )

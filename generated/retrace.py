@@ -29,6 +29,30 @@ def _combine_excl(a_prev, b_prev, ea_prev, eb_prev, a_cur, b_cur, ea_cur, eb_cur
     return a_cur + b_cur * a_prev, b_cur * b_prev, ea_cur + eb_cur * a_prev, eb_cur * b_prev
 
 
+@triton.jit
+def _shift_next(x, e, M: tl.constexpr, G: tl.constexpr):
+    # x: [M, G] groups of G steps, each held by one thread; e: [M] the step after each group.
+    # Returns x one step later ([M, G]), in registers: the odd steps shifted are the even
+    # ones, and the even steps shifted are the odd ones moved by one within the group.
+    if G == 1:
+        r = tl.reshape(e, (M, 1))
+    else:
+        ev, od = tl.split(tl.reshape(x, (M, G // 2, 2)))
+        r = tl.reshape(tl.join(od, _shift_next(ev, e, M, G // 2)), (M, G))
+    return r
+
+
+@triton.jit
+def _shift_prev(x, e, M: tl.constexpr, G: tl.constexpr):
+    # As _shift_next, one step earlier; e: [M] the step before each group.
+    if G == 1:
+        r = tl.reshape(e, (M, 1))
+    else:
+        ev, od = tl.split(tl.reshape(x, (M, G // 2, 2)))
+        r = tl.reshape(tl.join(_shift_prev(od, e, M, G // 2), ev), (M, G))
+    return r
+
+
 
 
 @triton.jit
@@ -113,6 +137,7 @@ def _retrace_chunked_kernel(
     STORE_targets: tl.constexpr,
     STORE_advantages: tl.constexpr,
     STORE_st__A: tl.constexpr,
+    SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
@@ -140,17 +165,40 @@ def _retrace_chunked_kernel(
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
     for _c in range(0, _n_chunks):
         _chunk = _n_chunks - 1 - _c
         _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
         _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-        action_probs_behavior = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1).to(ACC)
-        action_probs_behavior__next = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t_next[None, :] * action_probs_behavior__st, mask=_ok, other=1).to(ACC)
-        actions = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1)
-        actions__next = tl.load(actions__ptr + actions__row[:, None] + _t_next[None, :] * actions__st, mask=_ok, other=1)
+        # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        action_probs_behavior__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1)
+        action_probs_behavior = action_probs_behavior__raw.to(ACC)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            action_probs_behavior__next = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t_next[None, :] * action_probs_behavior__st, mask=_ok, other=1).to(ACC)
+        else:
+            _te = _g + SHIFT_G  # [BT / G] the step after each group
+            _e = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _te[None, :] * action_probs_behavior__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+            _s = _shift_next(tl.reshape(action_probs_behavior__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            action_probs_behavior__next = tl.where((_t == T - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
+        # actions with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        actions__raw = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1)
+        actions = actions__raw
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            actions__next = tl.load(actions__ptr + actions__row[:, None] + _t_next[None, :] * actions__st, mask=_ok, other=1)
+        else:
+            _te = _g + SHIFT_G  # [BT / G] the step after each group
+            _e = tl.load(actions__ptr + actions__row[:, None] + _te[None, :] * actions__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+            _s = _shift_next(tl.reshape(actions__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            actions__next = tl.where((_t == T - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
+
         if c_bar__TENSOR:
             c_bar__next__t = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1).to(ACC)
         else:
@@ -163,8 +211,18 @@ def _retrace_chunked_kernel(
             lambda___next__t = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
         else:
             lambda___next__t = _zero + lambda_
-        q_values = tl.load(q_values__ptr + q_values__row[:, None] + _t[None, :] * q_values__st, mask=_ok, other=1).to(ACC)
-        q_values__next = tl.load(q_values__ptr + q_values__row[:, None] + _t_next[None, :] * q_values__st, mask=_ok, other=1).to(ACC)
+        # q_values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        q_values__raw = tl.load(q_values__ptr + q_values__row[:, None] + _t[None, :] * q_values__st, mask=_ok, other=1)
+        q_values = q_values__raw.to(ACC)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            q_values__next = tl.load(q_values__ptr + q_values__row[:, None] + _t_next[None, :] * q_values__st, mask=_ok, other=1).to(ACC)
+        else:
+            _te = _g + SHIFT_G  # [BT / G] the step after each group
+            _e = tl.load(q_values__ptr + q_values__row[:, None] + _te[None, :] * q_values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+            _s = _shift_next(tl.reshape(q_values__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            q_values__next = tl.where((_t == T - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
         rewards = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1).to(ACC)
         if rho_bar__TENSOR:
             rho_bar__t = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1).to(ACC)
@@ -358,6 +416,7 @@ def _retrace_lookback_kernel(
     STORE_targets: tl.constexpr,
     STORE_advantages: tl.constexpr,
     STORE_st__A: tl.constexpr,
+    SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
@@ -389,16 +448,39 @@ def _retrace_lookback_kernel(
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
     _chunk = _n_chunks - 1 - _step
     _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
     _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-    action_probs_behavior = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1).to(ACC)
-    action_probs_behavior__next = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t_next[None, :] * action_probs_behavior__st, mask=_ok, other=1).to(ACC)
-    actions = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1)
-    actions__next = tl.load(actions__ptr + actions__row[:, None] + _t_next[None, :] * actions__st, mask=_ok, other=1)
+    # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    action_probs_behavior__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1)
+    action_probs_behavior = action_probs_behavior__raw.to(ACC)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        action_probs_behavior__next = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t_next[None, :] * action_probs_behavior__st, mask=_ok, other=1).to(ACC)
+    else:
+        _te = _g + SHIFT_G  # [BT / G] the step after each group
+        _e = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _te[None, :] * action_probs_behavior__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+        _s = _shift_next(tl.reshape(action_probs_behavior__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+        action_probs_behavior__next = tl.where((_t == T - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
+    # actions with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    actions__raw = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1)
+    actions = actions__raw
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        actions__next = tl.load(actions__ptr + actions__row[:, None] + _t_next[None, :] * actions__st, mask=_ok, other=1)
+    else:
+        _te = _g + SHIFT_G  # [BT / G] the step after each group
+        _e = tl.load(actions__ptr + actions__row[:, None] + _te[None, :] * actions__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+        _s = _shift_next(tl.reshape(actions__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+        actions__next = tl.where((_t == T - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
+
     if c_bar__TENSOR:
         c_bar__next__t = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1).to(ACC)
     else:
@@ -411,8 +493,18 @@ def _retrace_lookback_kernel(
         lambda___next__t = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
     else:
         lambda___next__t = _zero + lambda_
-    q_values = tl.load(q_values__ptr + q_values__row[:, None] + _t[None, :] * q_values__st, mask=_ok, other=1).to(ACC)
-    q_values__next = tl.load(q_values__ptr + q_values__row[:, None] + _t_next[None, :] * q_values__st, mask=_ok, other=1).to(ACC)
+    # q_values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    q_values__raw = tl.load(q_values__ptr + q_values__row[:, None] + _t[None, :] * q_values__st, mask=_ok, other=1)
+    q_values = q_values__raw.to(ACC)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        q_values__next = tl.load(q_values__ptr + q_values__row[:, None] + _t_next[None, :] * q_values__st, mask=_ok, other=1).to(ACC)
+    else:
+        _te = _g + SHIFT_G  # [BT / G] the step after each group
+        _e = tl.load(q_values__ptr + q_values__row[:, None] + _te[None, :] * q_values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+        _s = _shift_next(tl.reshape(q_values__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+        q_values__next = tl.where((_t == T - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
     rewards = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1).to(ACC)
     if rho_bar__TENSOR:
         rho_bar__t = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1).to(ACC)
@@ -512,6 +604,7 @@ def _launch(_call, _cfg):
             STORE_targets="targets" in _call.outs,
             STORE_advantages="advantages" in _call.outs,
             STORE_st__A="st__A" in _call.outs,
+            SHIFT_G=_rt.shift_group(_call, _cfg),
             BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
             ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
         )

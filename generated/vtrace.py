@@ -29,6 +29,30 @@ def _combine_excl(a_prev, b_prev, ea_prev, eb_prev, a_cur, b_cur, ea_cur, eb_cur
     return a_cur + b_cur * a_prev, b_cur * b_prev, ea_cur + eb_cur * a_prev, eb_cur * b_prev
 
 
+@triton.jit
+def _shift_next(x, e, M: tl.constexpr, G: tl.constexpr):
+    # x: [M, G] groups of G steps, each held by one thread; e: [M] the step after each group.
+    # Returns x one step later ([M, G]), in registers: the odd steps shifted are the even
+    # ones, and the even steps shifted are the odd ones moved by one within the group.
+    if G == 1:
+        r = tl.reshape(e, (M, 1))
+    else:
+        ev, od = tl.split(tl.reshape(x, (M, G // 2, 2)))
+        r = tl.reshape(tl.join(od, _shift_next(ev, e, M, G // 2)), (M, G))
+    return r
+
+
+@triton.jit
+def _shift_prev(x, e, M: tl.constexpr, G: tl.constexpr):
+    # As _shift_next, one step earlier; e: [M] the step before each group.
+    if G == 1:
+        r = tl.reshape(e, (M, 1))
+    else:
+        ev, od = tl.split(tl.reshape(x, (M, G // 2, 2)))
+        r = tl.reshape(tl.join(_shift_prev(od, e, M, G // 2), ev), (M, G))
+    return r
+
+
 
 
 @triton.jit
@@ -114,6 +138,7 @@ def _vtrace_chunked_kernel(
     STORE_targets: tl.constexpr,
     STORE_pg_advantages: tl.constexpr,
     STORE_st__A: tl.constexpr,
+    SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
@@ -145,11 +170,14 @@ def _vtrace_chunked_kernel(
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
     for _c in range(0, _n_chunks):
         _chunk = _n_chunks - 1 - _c
         _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
         _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_bootstrap_values:
@@ -184,8 +212,18 @@ def _vtrace_chunked_kernel(
             truncateds = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1).to(ACC)
         else:
             truncateds = _zero + 0.0
-        values = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1).to(ACC)
-        values__next = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1).to(ACC)
+        # values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1)
+        values = values__raw.to(ACC)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            values__next = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1).to(ACC)
+        else:
+            _te = _g + SHIFT_G  # [BT / G] the step after each group
+            _e = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+            _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            values__next = tl.where((_t == T - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _e1 = tl.maximum(terminateds, truncateds)
         _e2 = tl.exp(log_pi_target - log_pi_behavior)
@@ -360,6 +398,7 @@ def _vtrace_lookback_kernel(
     STORE_targets: tl.constexpr,
     STORE_pg_advantages: tl.constexpr,
     STORE_st__A: tl.constexpr,
+    SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
@@ -395,10 +434,13 @@ def _vtrace_lookback_kernel(
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
     _chunk = _n_chunks - 1 - _step
     _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
     _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
     if HAS_bootstrap_values:
@@ -433,8 +475,18 @@ def _vtrace_lookback_kernel(
         truncateds = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1).to(ACC)
     else:
         truncateds = _zero + 0.0
-    values = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1).to(ACC)
-    values__next = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1).to(ACC)
+    # values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1)
+    values = values__raw.to(ACC)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        values__next = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1).to(ACC)
+    else:
+        _te = _g + SHIFT_G  # [BT / G] the step after each group
+        _e = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+        _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+        values__next = tl.where((_t == T - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
     # scan A: A_t = alpha_t + beta_t * A_{t+1}
     _e1 = tl.maximum(terminateds, truncateds)
     _e2 = tl.exp(log_pi_target - log_pi_behavior)
@@ -516,6 +568,7 @@ def _launch(_call, _cfg):
             STORE_targets="targets" in _call.outs,
             STORE_pg_advantages="pg_advantages" in _call.outs,
             STORE_st__A="st__A" in _call.outs,
+            SHIFT_G=_rt.shift_group(_call, _cfg),
             BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
             ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
         )

@@ -21,13 +21,14 @@ from .printers import TorchPrinter, TritonPrinter, print_expr
 TEMPLATE = "module.py.j2"
 # How a scan reads its neighbouring state (next(A) / prev(A)): "scan" carries the exclusive map
 # through the scan itself; "gather" shifts the state tile with tl.gather (kept for measurement).
-# How a shifted input (next(x) / prev(x)) is read: "load" reads it again at t +- 1 (an
-# unaligned load); "gather" shifts the aligned tile with tl.gather and loads the one element
-# beyond the chunk per row (kept for measurement: bench/sweep.py --variants input_shift=gather);
-# "split" loads the aligned tile as [BN, BT/4, 4] (vector loads), takes the shifted tile from it
-# in registers (tl.split / tl.join within each thread's 4 steps) and loads one strided element
-# per group of 4 for the step beyond the group.
-OPTIONS = {"shift": "scan", "input_shift": "load"}
+# How a shifted input (next(x) / prev(x)) is read: "split" (the default) loads the aligned tile
+# with vector loads and takes the shifted one from it in registers: each thread holds SHIFT_G
+# consecutive steps (runtime.shift_group), shifted within the thread by tl.split / tl.join, plus
+# one strided load per group for the step beyond it (GAE 16384x1024 on an H200: 141 -> 95 us).
+# "load" reads x again at t +- 1, an unaligned load that compiles to scalar loads; "gather"
+# shifts the aligned tile with tl.gather. Both are kept for measurement (bench/sweep.py
+# --variants input_shift=load).
+OPTIONS = {"shift": "scan", "input_shift": "split"}
 
 
 def template_dir() -> Path:

@@ -16,7 +16,7 @@ from scangen import config, reference, render, runtime
 from scangen.store import spec_dir
 from scangen.testing import assert_close, compile_variant, make_inputs
 
-VARIANTS = [("shift", "gather"), ("input_shift", "gather"), ("input_shift", "split")]
+VARIANTS = [("shift", "gather"), ("input_shift", "gather"), ("input_shift", "load")]
 ALGOS = ["gae", "vtrace", "masked_gae", "episodic_prefix_sum", "eligibility_traces", "retrace"]
 
 
@@ -49,12 +49,60 @@ def test_variant_matches_reference(name, option, value, family, cache):
         assert_close(g.cpu(), e, dtype=g.dtype, name=f"{name} {option}={value} {family}")
 
 
+@pytest.mark.parametrize("group", [2, 4, 16])
+@pytest.mark.parametrize("family", ["stream", "lookback"])
+@pytest.mark.parametrize("name", ["gae", "vtrace", "retrace", "episodic_prefix_sum",
+                                  "eligibility_traces"])
+def test_register_shift_groups(name, family, group):
+    """The default input_shift="split" takes x[t + 1] / x[t - 1] from the aligned tile, SHIFT_G
+    steps per thread. On CPU runtime.shift_group picks 1 (the plain shifted load), so the
+    register path is forced here for every group size a GPU layout gives, with 16-step chunks
+    and T = 50: groups end at chunk edges and at the window end, where the shifted step is
+    clamped as the torch path clamps it."""
+    fn = getattr(scangen, f"compute_{name}")
+    inputs = make_inputs(name, 3, 50, seed=5)
+    expected = reference.REFERENCES[f"compute_{name}"](**inputs)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    dev = {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in inputs.items()}
+    with mock.patch.object(config, "MAX_BLOCK_T", 16), \
+            mock.patch.object(config, "LOOKBACK_BLOCK_T", 16), \
+            mock.patch.object(runtime, "shift_group", lambda c, cfg: group), \
+            mock.patch.dict(os.environ, {"SCANGEN_FAMILY": family}):
+        runtime.reload_env()
+        runtime._PLANS.clear()
+        try:
+            got = fn(**dev, backend="triton")
+        finally:
+            runtime._PLANS.clear()
+    runtime.reload_env()
+    got = got if isinstance(got, tuple) else (got,)
+    for g, e in zip(got, expected):
+        assert_close(g.cpu(), e, dtype=g.dtype, name=f"{name} SHIFT_G={group} {family}")
+
+
+def test_shift_group_follows_the_layout():
+    """One 16-byte vector of the narrowest [N, T] tensor per thread, capped by the tile."""
+    from types import SimpleNamespace as NS
+    f32 = torch.zeros(4, 1024)
+    flag = torch.zeros(4, 1024, dtype=torch.bool)
+    c = NS(tensors={"x": f32, "d": flag}, strides={"x": (1024, 0, 1), "d": (1024, 0, 1)},
+           outs={"y": f32}, out_strides={"y": (1024, 0, 1)})
+    cfg = config.Config(1, 1024, 1, 4)
+    assert runtime.shift_group(c, cfg) == 8  # 1024 steps over 128 threads
+    assert runtime.shift_group(c, config.Config(2, 1024, 1, 4)) == 16  # the int8 vector
+    c.tensors, c.strides = {"x": f32}, {"x": (1024, 0, 1)}
+    assert runtime.shift_group(c, cfg) == 4  # the fp32 vector
+    c.strides = {"x": (1, 0, 4)}  # time-major: no vector along time
+    assert runtime.shift_group(c, cfg) == 1
+
+
 def test_variant_source_differs():
     """The options change the generated kernels where they apply (not silently ignored)."""
     ir, default = scangen.pipeline.generate(spec_dir() / "gae.yaml")
     with mock.patch.dict(render.OPTIONS, {"input_shift": "gather"}):
         _, gathered = scangen.pipeline.generate(spec_dir() / "gae.yaml")
     assert "tl.gather(values, _idx_next, 1)" in gathered and "tl.gather" not in default
+    assert "_shift_next(" in default and "_shift_next(" not in gathered
     with mock.patch.dict(render.OPTIONS, {"shift": "gather"}):
         _, state = scangen.pipeline.generate(spec_dir() / "vtrace.yaml")
     assert "tl.gather(A, _idx_next, 1)" in state
