@@ -334,10 +334,7 @@ def _vtrace_lookback_kernel(
     targets__optr,
     pg_advantages__optr,
     st__A__optr,
-    _ticket_ptr,
-    _ws_a,
-    _ws_b,
-    _ws_s,
+    _ws,
     log_pi_target__s1,
     log_pi_target__s2,
     log_pi_target__st,
@@ -404,7 +401,13 @@ def _vtrace_lookback_kernel(
     # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
     # take tickets in launch order, so every chunk's predecessors (in scan order) have started
     # and the look-back cannot deadlock.
-    _ticket = tl.atomic_add(_ticket_ptr, 1) + 1  # the counter starts at -1
+    # The workspace (runtime.lookback_workspace): the ticket counter, then three arrays of
+    # words (aggregate a, aggregate b, inclusive state) with one slot per (scan, row, chunk).
+    _ticket = tl.atomic_add(_ws, 1) + 1  # the counter starts at -1
+    _n_slots = 1 * R1 * R2 * tl.cdiv(T, BLOCK_T)
+    _ws_a = (_ws + (2 if ACC == tl.float64 else 1)).to(tl.pointer_type(ACC), bitcast=True)
+    _ws_b = _ws_a + _n_slots
+    _ws_s = _ws_b + _n_slots
     _tile = _ticket % (R1 * R2)
     _step = _ticket // (R1 * R2)
     _rows = _tile + tl.arange(0, BLOCK_N)  # [1]: BLOCK_N == 1
@@ -575,7 +578,7 @@ def _launch(_call, _cfg):
     if _cfg.family == "lookback":
         _ws = _rt.lookback_workspace(_call, _cfg, 1)
         _grid = (_call.R1 * _call.R2 * -(-_call.T // _cfg.block_t),)
-        _rt.launch(_call, _vtrace_lookback_kernel, _grid, (*_ptrs, *_ws, *_k["ints"]), _meta, _cfg)
+        _rt.launch(_call, _vtrace_lookback_kernel, _grid, (*_ptrs, _ws, *_k["ints"]), _meta, _cfg)
     else:
         _grid = (-(-(_call.R1 * _call.R2) // _cfg.block_n),)  # ceil; triton.cdiv is slow on the host
         _rt.launch(_call, _vtrace_chunked_kernel, _grid, (*_ptrs, *_k["ints"]), _meta, _cfg)

@@ -451,13 +451,13 @@ def shift_group(c: Call, cfg) -> int:
 
 def lookback_workspace(c: Call, cfg, n_scans: int):
     """The ticket counter and the aggregate / inclusive-state words of the look-back family,
-    carved from one allocation filled with all-one bits (a single fill per call): the counter
-    starts at -1, and each word reads as "not written yet" until its chunk stores it."""
+    in one allocation filled with all-one bits (a single fill per call): the counter starts at
+    -1, and each word reads as "not written yet" until its chunk stores it."""
     slots = n_scans * c.R1 * c.R2 * -(-c.T // cfg.block_t)
-    words = c.acc.itemsize // 4
-    buf = torch.full((words + 3 * slots * words,), -1, dtype=torch.int32, device=c.device)
-    ws = buf[words:].view(c.acc).view(3, slots)
-    return buf[:1], ws[0], ws[1], ws[2]
+    words = c.acc.itemsize // 4  # int32 words per slot; the counter takes as many
+    # One int32 buffer, carved into the counter and the three arrays inside the kernel: the host
+    # makes one tensor per call (each tensor view costs microseconds of Python).
+    return torch.full((words * (1 + 3 * slots),), -1, dtype=torch.int32, device=c.device)
 
 
 def param_ptrs(c: Call, dummy) -> tuple:

@@ -249,9 +249,9 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
                                       not n.endswith("__TENSOR"))
         elif n.endswith("__ptr") and n[:-5] in kinds:
             sig[n] = ptr[kinds[n[:-5]]]
-        elif n.endswith("__ptr") or n.endswith("__optr") or n.startswith("_ws_"):
+        elif n.endswith("__ptr") or n.endswith("__optr"):
             sig[n] = "*fp64" if values["ACC"] == tl.float64 else "*fp32"
-        elif n == "_ticket_ptr":
+        elif n == "_ws":
             sig[n] = "*i32"
         elif n in params:
             sig[n] = "fp32"

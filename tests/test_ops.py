@@ -209,13 +209,19 @@ def test_backend_env_var_and_argument(monkeypatch):
         runtime.reload_env()
 
 
-@pytest.mark.parametrize("name", ["compute_gae", "compute_masked_gae", "compute_retrace"])
-def test_lookback_family_matches_reference(name, monkeypatch):
-    """The T-split kernel family, forced on shapes where it spans several chunks."""
+@pytest.mark.parametrize("name,dtype", [("compute_gae", torch.float32),
+                                        ("compute_masked_gae", torch.float32),
+                                        ("compute_retrace", torch.float32),
+                                        ("compute_gae", torch.float64),
+                                        ("compute_masked_gae", torch.float64)])
+def test_lookback_family_matches_reference(name, dtype, monkeypatch):
+    """The T-split kernel family, forced on shapes where it spans several chunks; float64
+    accumulates in two-word slots (the workspace layout changes with the word size)."""
     monkeypatch.setenv("SCANGEN_FAMILY", "lookback")
     runtime.reload_env()
     try:
-        _check(name, make_inputs(name, 2, 2100 if not ON_GPU else 50000, seed=11), "triton")
+        _check(name, make_inputs(name, 2, 2100 if not ON_GPU else 50000, seed=11, dtype=dtype),
+               "triton")
     finally:
         monkeypatch.delenv("SCANGEN_FAMILY")
         runtime.reload_env()
