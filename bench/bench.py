@@ -160,6 +160,9 @@ def parse_args(argv=None):
     p.add_argument("--compile-warm-part", default=None, help=argparse.SUPPRESS)  # i/n: a child of the above
     p.add_argument("--compile-backend", default=None, help="torch.compile backend (default inductor)")
     p.add_argument("--no-loop", action="store_true", help="skip the per-step loop baseline")
+    p.add_argument("--graph", action="store_true",
+                   help="also time scangen's calls captured in a CUDA graph (device time without the "
+                        "host; no L2 flush between replays): a table of its own in bench.md")
     p.add_argument("--loop-max-t", type=int, default=None, help="run the loop baseline only for T <= this "
                    "(default 1024); longer T gets an estimate from a few steps")
     p.add_argument("--ref-max-t", type=int, default=None,
@@ -633,6 +636,12 @@ def stage_scangen(run, rec):
         fn = cycler(op, sets, backend=args.backend)
         s["us"] = device_us(fn, args)
         s["call_us"], s["call_n"] = call_us(fn, args)
+        if args.graph and args.cuda:
+            try:  # a failed capture is recorded, not counted as a scangen error
+                s["graph_us"] = 1e3 * triton_testing.do_bench_cudagraph(fn, rep=args.rep_ms,
+                                                                        return_mode="median")
+            except Exception as exc:  # noqa: BLE001
+                s["graph_error"] = short_err(exc)
     except Exception as exc:  # noqa: BLE001
         run.on_error(rec, "scangen", exc)
     if run.fatal:
@@ -935,6 +944,21 @@ def render_md(meta, floors, records, args):
         if not rows:
             continue
         out += [f"## {dt}", "", TABLE_HEAD] + [table_row(r) for r in rows] + [""]
+    graphed = [r for r in records if "graph_us" in r.get("scangen", {}) or "graph_error" in r.get("scangen", {})]
+    if graphed:
+        out += ["## CUDA-graph replays (device time without the host)", "",
+                "Each call captured in a CUDA graph (input sets rotated within the graph, no L2 flush "
+                "between replays), `triton.testing.do_bench_cudagraph` median, beside the do_bench time above.",
+                "", "| algo | N x T | dtype | trunc | do_bench us | graph us | % BW floor (graph) |",
+                "|---|---|---|---|---:|---:|---:|"]
+        for r in graphed:
+            s_ = r["scangen"]
+            g = s_.get("graph_us")
+            pct = (f_pct(100 * r["floor_us"] / g) if g and r.get("floor_us") else "")
+            out.append("| " + " | ".join(cell(x) for x in [
+                short_name(r["algo"]), f"{r['N']}x{r['T']}", r["dtype"], r["trunc"], f_us(s_.get("us")),
+                f_us(g) if g else f"ERR {s_.get('graph_error', '')}", pct]) + " |")
+        out.append("")
     out += ["## PERF.md targets (fp32)", ""] + (targets(records, floors) or ["- (no fp32 measurements)"])
     out += dtype_ratio_line(records) + [""]
     return "\n".join(out)
