@@ -45,8 +45,6 @@ def _shift_prev(x, e, M: tl.constexpr, G: tl.constexpr):
     return r
 
 
-
-
 @triton.jit
 def _eligibility_traces_chunked_kernel(
     gradients__ptr,
@@ -101,16 +99,19 @@ def _eligibility_traces_chunked_kernel(
     lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
     traces__orow = _r1 * traces__os1 + _r2 * traces__os2  # [BN] int64 row offsets
     st__z__orow = _r1 * st__z__os1 + _r2 * st__z__os2  # [BN] int64 row offsets
+
     if HAS_seed_values:
         seed_values = tl.load(seed_values__ptr + seed_values__row, mask=_row_ok, other=0).to(ACC)
     else:
         seed_values = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
+
     z__carry = tl.zeros([BLOCK_N], dtype=ACC) + seed_values
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
+
     for _c in range(0, _n_chunks):
         _chunk = _c
         _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
@@ -118,27 +119,36 @@ def _eligibility_traces_chunked_kernel(
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+
         # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
-        dones = dones__raw.to(ACC)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            dones__prev = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1).to(ACC)
+            dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1)
         else:
             _te = _g - 1  # [BT / G] the step before each group
-            _e = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-            _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+
+        dones = dones__raw.to(ACC)
+        if SHIFT_G == 1:
+            dones__prev = dones__prev__raw.to(ACC)
+        else:
+            _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
             dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
 
         if gamma__TENSOR:
-            gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
+            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__t = gamma__t__raw.to(ACC)
         else:
             gamma__t = _zero + gamma
-        gradients = tl.load(gradients__ptr + gradients__row[:, None] + _t[None, :] * gradients__st, mask=_ok, other=1).to(ACC)
+        gradients__raw = tl.load(gradients__ptr + gradients__row[:, None] + _t[None, :] * gradients__st, mask=_ok, other=1)
+        gradients = gradients__raw.to(ACC)
         if lambda___TENSOR:
-            lambda___t = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
+            lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+            lambda___t = lambda___t__raw.to(ACC)
         else:
             lambda___t = _zero + lambda_
+
         # scan z: z_t = alpha_t + beta_t * z_{t-1}
         _alpha = tl.where(_ok, _zero + (gradients), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev))), 1.0)  # identity past the window end
@@ -282,43 +292,55 @@ def _eligibility_traces_lookback_kernel(
     lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
     traces__orow = _r1 * traces__os1 + _r2 * traces__os2  # [BN] int64 row offsets
     st__z__orow = _r1 * st__z__os1 + _r2 * st__z__os2  # [BN] int64 row offsets
+
     if HAS_seed_values:
         seed_values = tl.load(seed_values__ptr + seed_values__row, mask=_row_ok, other=0).to(ACC)
     else:
         seed_values = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
+
     z__carry = tl.zeros([BLOCK_N], dtype=ACC) + seed_values
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
+
     _chunk = _step
     _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
     _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
     _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_prev = tl.maximum(_t - 1, 0)
     is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+
     # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
-    dones = dones__raw.to(ACC)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        dones__prev = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1).to(ACC)
+        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1)
     else:
         _te = _g - 1  # [BT / G] the step before each group
-        _e = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-        _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+
+    dones = dones__raw.to(ACC)
+    if SHIFT_G == 1:
+        dones__prev = dones__prev__raw.to(ACC)
+    else:
+        _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
         dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
 
     if gamma__TENSOR:
-        gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__t = gamma__t__raw.to(ACC)
     else:
         gamma__t = _zero + gamma
-    gradients = tl.load(gradients__ptr + gradients__row[:, None] + _t[None, :] * gradients__st, mask=_ok, other=1).to(ACC)
+    gradients__raw = tl.load(gradients__ptr + gradients__row[:, None] + _t[None, :] * gradients__st, mask=_ok, other=1)
+    gradients = gradients__raw.to(ACC)
     if lambda___TENSOR:
-        lambda___t = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
+        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___t = lambda___t__raw.to(ACC)
     else:
         lambda___t = _zero + lambda_
+
     # scan z: z_t = alpha_t + beta_t * z_{t-1}
     _alpha = tl.where(_ok, _zero + (gradients), 0.0)
     _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev))), 1.0)  # identity past the window end

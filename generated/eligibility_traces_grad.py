@@ -45,8 +45,6 @@ def _shift_prev(x, e, M: tl.constexpr, G: tl.constexpr):
     return r
 
 
-
-
 @triton.jit
 def _eligibility_traces_grad_chunked_kernel(
     gradients__ptr,
@@ -124,16 +122,19 @@ def _eligibility_traces_grad_chunked_kernel(
     d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
     d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
     d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
+
     if HAS_seed_values:
         seed_values = tl.load(seed_values__ptr + seed_values__row, mask=_row_ok, other=0).to(ACC)
     else:
         seed_values = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
+
     g__z__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
+
     for _c in range(0, _n_chunks):
         _chunk = _n_chunks - 1 - _c
         _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
@@ -144,49 +145,64 @@ def _eligibility_traces_grad_chunked_kernel(
         is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
         is_first__next = tl.where(_t + 1 == 0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+
         # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
-        dones = dones__raw.to(ACC)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            dones__prev = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1).to(ACC)
+            dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1)
         else:
             _te = _g - 1  # [BT / G] the step before each group
-            _e = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-            _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+
+        dones = dones__raw.to(ACC)
+        if SHIFT_G == 1:
+            dones__prev = dones__prev__raw.to(ACC)
+        else:
+            _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
             dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
 
         if gamma__TENSOR:
-            gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
+            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__t = gamma__t__raw.to(ACC)
         else:
             gamma__t = _zero + gamma
         if gamma__TENSOR:
-            gamma__next__t = tl.load(gamma__ptr + gamma__row[:, None] + _t_next[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
+            gamma__next__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_next[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__next__t = gamma__next__t__raw.to(ACC)
         else:
             gamma__next__t = _zero + gamma
         if HAS_gy__traces:
-            gy__traces = tl.load(gy__traces__ptr + gy__traces__row[:, None] + _t[None, :] * gy__traces__st, mask=_ok, other=1).to(ACC)
+            gy__traces__raw = tl.load(gy__traces__ptr + gy__traces__row[:, None] + _t[None, :] * gy__traces__st, mask=_ok, other=1)
+            gy__traces = gy__traces__raw.to(ACC)
         else:
             gy__traces = _zero + 0.0
         if lambda___TENSOR:
-            lambda___t = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
+            lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+            lambda___t = lambda___t__raw.to(ACC)
         else:
             lambda___t = _zero + lambda_
         if lambda___TENSOR:
-            lambda___next__t = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
+            lambda___next__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1)
+            lambda___next__t = lambda___next__t__raw.to(ACC)
         else:
             lambda___next__t = _zero + lambda_
         # st__z with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         st__z__raw = tl.load(st__z__ptr + st__z__row[:, None] + _t[None, :] * st__z__st, mask=_ok, other=1)
-        st__z = st__z__raw.to(ACC)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            st__z__prev = tl.load(st__z__ptr + st__z__row[:, None] + _t_prev[None, :] * st__z__st, mask=_ok, other=1).to(ACC)
+            st__z__prev__raw = tl.load(st__z__ptr + st__z__row[:, None] + _t_prev[None, :] * st__z__st, mask=_ok, other=1)
         else:
             _te = _g - 1  # [BT / G] the step before each group
-            _e = tl.load(st__z__ptr + st__z__row[:, None] + _te[None, :] * st__z__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-            _s = _shift_prev(tl.reshape(st__z__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            st__z__prev__raw = tl.load(st__z__ptr + st__z__row[:, None] + _te[None, :] * st__z__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+
+        st__z = st__z__raw.to(ACC)
+        if SHIFT_G == 1:
+            st__z__prev = st__z__prev__raw.to(ACC)
+        else:
+            _s = _shift_prev(tl.reshape(st__z__raw, (_M, SHIFT_G)), tl.reshape(st__z__prev__raw, (_M,)), _M, SHIFT_G)
             st__z__prev = tl.where((_t == 0)[None, :], st__z, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
 
         # scan g__z: g__z_t = alpha_t + beta_t * g__z_{t+1}
         _alpha = tl.where(_ok, _zero + (gy__traces), 0.0)
@@ -361,16 +377,19 @@ def _eligibility_traces_grad_lookback_kernel(
     d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
     d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
     d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
+
     if HAS_seed_values:
         seed_values = tl.load(seed_values__ptr + seed_values__row, mask=_row_ok, other=0).to(ACC)
     else:
         seed_values = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
+
     g__z__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
+
     _chunk = _n_chunks - 1 - _step
     _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
     _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
@@ -380,49 +399,64 @@ def _eligibility_traces_grad_lookback_kernel(
     is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
     is_first__next = tl.where(_t + 1 == 0, 1.0, 0.0).to(ACC)[None, :]
     is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+
     # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
-    dones = dones__raw.to(ACC)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        dones__prev = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1).to(ACC)
+        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1)
     else:
         _te = _g - 1  # [BT / G] the step before each group
-        _e = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-        _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+
+    dones = dones__raw.to(ACC)
+    if SHIFT_G == 1:
+        dones__prev = dones__prev__raw.to(ACC)
+    else:
+        _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
         dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
 
     if gamma__TENSOR:
-        gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__t = gamma__t__raw.to(ACC)
     else:
         gamma__t = _zero + gamma
     if gamma__TENSOR:
-        gamma__next__t = tl.load(gamma__ptr + gamma__row[:, None] + _t_next[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
+        gamma__next__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_next[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__next__t = gamma__next__t__raw.to(ACC)
     else:
         gamma__next__t = _zero + gamma
     if HAS_gy__traces:
-        gy__traces = tl.load(gy__traces__ptr + gy__traces__row[:, None] + _t[None, :] * gy__traces__st, mask=_ok, other=1).to(ACC)
+        gy__traces__raw = tl.load(gy__traces__ptr + gy__traces__row[:, None] + _t[None, :] * gy__traces__st, mask=_ok, other=1)
+        gy__traces = gy__traces__raw.to(ACC)
     else:
         gy__traces = _zero + 0.0
     if lambda___TENSOR:
-        lambda___t = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
+        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___t = lambda___t__raw.to(ACC)
     else:
         lambda___t = _zero + lambda_
     if lambda___TENSOR:
-        lambda___next__t = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
+        lambda___next__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___next__t = lambda___next__t__raw.to(ACC)
     else:
         lambda___next__t = _zero + lambda_
     # st__z with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     st__z__raw = tl.load(st__z__ptr + st__z__row[:, None] + _t[None, :] * st__z__st, mask=_ok, other=1)
-    st__z = st__z__raw.to(ACC)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        st__z__prev = tl.load(st__z__ptr + st__z__row[:, None] + _t_prev[None, :] * st__z__st, mask=_ok, other=1).to(ACC)
+        st__z__prev__raw = tl.load(st__z__ptr + st__z__row[:, None] + _t_prev[None, :] * st__z__st, mask=_ok, other=1)
     else:
         _te = _g - 1  # [BT / G] the step before each group
-        _e = tl.load(st__z__ptr + st__z__row[:, None] + _te[None, :] * st__z__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-        _s = _shift_prev(tl.reshape(st__z__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+        st__z__prev__raw = tl.load(st__z__ptr + st__z__row[:, None] + _te[None, :] * st__z__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+
+    st__z = st__z__raw.to(ACC)
+    if SHIFT_G == 1:
+        st__z__prev = st__z__prev__raw.to(ACC)
+    else:
+        _s = _shift_prev(tl.reshape(st__z__raw, (_M, SHIFT_G)), tl.reshape(st__z__prev__raw, (_M,)), _M, SHIFT_G)
         st__z__prev = tl.where((_t == 0)[None, :], st__z, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
 
     # scan g__z: g__z_t = alpha_t + beta_t * g__z_{t+1}
     _alpha = tl.where(_ok, _zero + (gy__traces), 0.0)

@@ -45,8 +45,6 @@ def _shift_prev(x, e, M: tl.constexpr, G: tl.constexpr):
     return r
 
 
-
-
 @triton.jit
 def _episodic_prefix_sum_grad_chunked_kernel(
     inputs__ptr,
@@ -111,12 +109,15 @@ def _episodic_prefix_sum_grad_chunked_kernel(
     d__inputs__orow = _r1 * d__inputs__os1 + _r2 * d__inputs__os2  # [BN] int64 row offsets
     d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
     d__boundary__orow = _r1 * d__boundary__os1 + _r2 * d__boundary__os2  # [BN] int64 row offsets
+
+
     g__C__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
+
     for _c in range(0, _n_chunks):
         _chunk = _n_chunks - 1 - _c
         _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
@@ -127,37 +128,49 @@ def _episodic_prefix_sum_grad_chunked_kernel(
         is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
         is_first__next = tl.where(_t + 1 == 0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+
         if boundary__TENSOR:
-            boundary__t = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1).to(ACC)
+            boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1)
+            boundary__t = boundary__t__raw.to(ACC)
         else:
             boundary__t = _zero + boundary
         if boundary__TENSOR:
-            boundary__next__t = tl.load(boundary__ptr + boundary__row[:, None] + _t_next[None, :] * boundary__st, mask=_ok, other=1).to(ACC)
+            boundary__next__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t_next[None, :] * boundary__st, mask=_ok, other=1)
+            boundary__next__t = boundary__next__t__raw.to(ACC)
         else:
             boundary__next__t = _zero + boundary
         # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
-        dones = dones__raw.to(ACC)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            dones__next = tl.load(dones__ptr + dones__row[:, None] + _t_next[None, :] * dones__st, mask=_ok, other=1).to(ACC)
+            dones__next__raw = tl.load(dones__ptr + dones__row[:, None] + _t_next[None, :] * dones__st, mask=_ok, other=1)
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
-            _e = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-            _s = _shift_next(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
-            dones__next = tl.where((_t == T - 1)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            dones__next__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            dones__prev = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1).to(ACC)
+            dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1)
         else:
             _te = _g - 1  # [BT / G] the step before each group
-            _e = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-            _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+
+        dones = dones__raw.to(ACC)
+        if SHIFT_G == 1:
+            dones__next = dones__next__raw.to(ACC)
+        else:
+            _s = _shift_next(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__next__raw, (_M,)), _M, SHIFT_G)
+            dones__next = tl.where((_t == T - 1)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        if SHIFT_G == 1:
+            dones__prev = dones__prev__raw.to(ACC)
+        else:
+            _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
             dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
 
         if HAS_gy__sums:
-            gy__sums = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1).to(ACC)
+            gy__sums__raw = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1)
+            gy__sums = gy__sums__raw.to(ACC)
         else:
             gy__sums = _zero + 0.0
+
         # scan g__C: g__C_t = alpha_t + beta_t * g__C_{t+1}
         _alpha = tl.where(_ok, _zero + (gy__sums), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, 1.0 - tl.where((boundary__next__t != 0), dones__next, tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end
@@ -313,12 +326,15 @@ def _episodic_prefix_sum_grad_lookback_kernel(
     d__inputs__orow = _r1 * d__inputs__os1 + _r2 * d__inputs__os2  # [BN] int64 row offsets
     d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
     d__boundary__orow = _r1 * d__boundary__os1 + _r2 * d__boundary__os2  # [BN] int64 row offsets
+
+
     g__C__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
+
     _chunk = _n_chunks - 1 - _step
     _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
     _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
@@ -328,37 +344,49 @@ def _episodic_prefix_sum_grad_lookback_kernel(
     is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
     is_first__next = tl.where(_t + 1 == 0, 1.0, 0.0).to(ACC)[None, :]
     is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+
     if boundary__TENSOR:
-        boundary__t = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1).to(ACC)
+        boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1)
+        boundary__t = boundary__t__raw.to(ACC)
     else:
         boundary__t = _zero + boundary
     if boundary__TENSOR:
-        boundary__next__t = tl.load(boundary__ptr + boundary__row[:, None] + _t_next[None, :] * boundary__st, mask=_ok, other=1).to(ACC)
+        boundary__next__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t_next[None, :] * boundary__st, mask=_ok, other=1)
+        boundary__next__t = boundary__next__t__raw.to(ACC)
     else:
         boundary__next__t = _zero + boundary
     # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
-    dones = dones__raw.to(ACC)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        dones__next = tl.load(dones__ptr + dones__row[:, None] + _t_next[None, :] * dones__st, mask=_ok, other=1).to(ACC)
+        dones__next__raw = tl.load(dones__ptr + dones__row[:, None] + _t_next[None, :] * dones__st, mask=_ok, other=1)
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
-        _e = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-        _s = _shift_next(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
-        dones__next = tl.where((_t == T - 1)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        dones__next__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        dones__prev = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1).to(ACC)
+        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1)
     else:
         _te = _g - 1  # [BT / G] the step before each group
-        _e = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-        _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+
+    dones = dones__raw.to(ACC)
+    if SHIFT_G == 1:
+        dones__next = dones__next__raw.to(ACC)
+    else:
+        _s = _shift_next(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__next__raw, (_M,)), _M, SHIFT_G)
+        dones__next = tl.where((_t == T - 1)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+    if SHIFT_G == 1:
+        dones__prev = dones__prev__raw.to(ACC)
+    else:
+        _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
         dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
 
     if HAS_gy__sums:
-        gy__sums = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1).to(ACC)
+        gy__sums__raw = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1)
+        gy__sums = gy__sums__raw.to(ACC)
     else:
         gy__sums = _zero + 0.0
+
     # scan g__C: g__C_t = alpha_t + beta_t * g__C_{t+1}
     _alpha = tl.where(_ok, _zero + (gy__sums), 0.0)
     _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, 1.0 - tl.where((boundary__next__t != 0), dones__next, tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end

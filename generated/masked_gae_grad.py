@@ -53,8 +53,6 @@ def _shift_prev(x, e, M: tl.constexpr, G: tl.constexpr):
     return r
 
 
-
-
 @triton.jit
 def _masked_gae_grad_chunked_kernel(
     token_level_rewards__ptr,
@@ -142,6 +140,8 @@ def _masked_gae_grad_chunked_kernel(
     d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2  # [BN] int64 row offsets
     d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
     d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
+
+
     g__A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     g__nv__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
@@ -149,6 +149,7 @@ def _masked_gae_grad_chunked_kernel(
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
+
     for _c in range(0, _n_chunks):
         _chunk = _c
         _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
@@ -159,65 +160,85 @@ def _masked_gae_grad_chunked_kernel(
         is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
         is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+
         if gamma__TENSOR:
-            gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
+            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__t = gamma__t__raw.to(ACC)
         else:
             gamma__t = _zero + gamma
         if gamma__TENSOR:
-            gamma__prev__t = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
+            gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__prev__t = gamma__prev__t__raw.to(ACC)
         else:
             gamma__prev__t = _zero + gamma
         if HAS_gy__advantages:
-            gy__advantages = tl.load(gy__advantages__ptr + gy__advantages__row[:, None] + _t[None, :] * gy__advantages__st, mask=_ok, other=1).to(ACC)
+            gy__advantages__raw = tl.load(gy__advantages__ptr + gy__advantages__row[:, None] + _t[None, :] * gy__advantages__st, mask=_ok, other=1)
+            gy__advantages = gy__advantages__raw.to(ACC)
         else:
             gy__advantages = _zero + 0.0
         if HAS_gy__returns:
-            gy__returns = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1).to(ACC)
+            gy__returns__raw = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1)
+            gy__returns = gy__returns__raw.to(ACC)
         else:
             gy__returns = _zero + 0.0
         if lambda___TENSOR:
-            lambda___t = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
+            lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+            lambda___t = lambda___t__raw.to(ACC)
         else:
             lambda___t = _zero + lambda_
         if lambda___TENSOR:
-            lambda___prev__t = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
+            lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
+            lambda___prev__t = lambda___prev__t__raw.to(ACC)
         else:
             lambda___prev__t = _zero + lambda_
         # response_mask with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         response_mask__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1)
-        response_mask = response_mask__raw.to(ACC)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            response_mask__prev = tl.load(response_mask__ptr + response_mask__row[:, None] + _t_prev[None, :] * response_mask__st, mask=_ok, other=1).to(ACC)
+            response_mask__prev__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t_prev[None, :] * response_mask__st, mask=_ok, other=1)
         else:
             _te = _g - 1  # [BT / G] the step before each group
-            _e = tl.load(response_mask__ptr + response_mask__row[:, None] + _te[None, :] * response_mask__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-            _s = _shift_prev(tl.reshape(response_mask__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            response_mask__prev__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _te[None, :] * response_mask__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+
+        response_mask = response_mask__raw.to(ACC)
+        if SHIFT_G == 1:
+            response_mask__prev = response_mask__prev__raw.to(ACC)
+        else:
+            _s = _shift_prev(tl.reshape(response_mask__raw, (_M, SHIFT_G)), tl.reshape(response_mask__prev__raw, (_M,)), _M, SHIFT_G)
             response_mask__prev = tl.where((_t == 0)[None, :], response_mask, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
 
         # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
-        st__A = st__A__raw.to(ACC)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            st__A__next = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1).to(ACC)
+            st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1)
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
-            _e = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-            _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+
+        st__A = st__A__raw.to(ACC)
+        if SHIFT_G == 1:
+            st__A__next = st__A__next__raw.to(ACC)
+        else:
+            _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(st__A__next__raw, (_M,)), _M, SHIFT_G)
             st__A__next = tl.where((_t == T - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
 
         # st__nv with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         st__nv__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t[None, :] * st__nv__st, mask=_ok, other=1)
-        st__nv = st__nv__raw.to(ACC)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            st__nv__next = tl.load(st__nv__ptr + st__nv__row[:, None] + _t_next[None, :] * st__nv__st, mask=_ok, other=1).to(ACC)
+            st__nv__next__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t_next[None, :] * st__nv__st, mask=_ok, other=1)
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
-            _e = tl.load(st__nv__ptr + st__nv__row[:, None] + _te[None, :] * st__nv__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-            _s = _shift_next(tl.reshape(st__nv__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            st__nv__next__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _te[None, :] * st__nv__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+
+        st__nv = st__nv__raw.to(ACC)
+        if SHIFT_G == 1:
+            st__nv__next = st__nv__next__raw.to(ACC)
+        else:
+            _s = _shift_next(tl.reshape(st__nv__raw, (_M, SHIFT_G)), tl.reshape(st__nv__next__raw, (_M,)), _M, SHIFT_G)
             st__nv__next = tl.where((_t == T - 1)[None, :], st__nv, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
 
         # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
         _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
@@ -409,6 +430,8 @@ def _masked_gae_grad_lookback_kernel(
     d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2  # [BN] int64 row offsets
     d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
     d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
+
+
     g__A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     g__nv__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
@@ -416,6 +439,7 @@ def _masked_gae_grad_lookback_kernel(
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
+
     _chunk = _step
     _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
     _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
@@ -425,65 +449,85 @@ def _masked_gae_grad_lookback_kernel(
     is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
     is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
     is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+
     if gamma__TENSOR:
-        gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__t = gamma__t__raw.to(ACC)
     else:
         gamma__t = _zero + gamma
     if gamma__TENSOR:
-        gamma__prev__t = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
+        gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__prev__t = gamma__prev__t__raw.to(ACC)
     else:
         gamma__prev__t = _zero + gamma
     if HAS_gy__advantages:
-        gy__advantages = tl.load(gy__advantages__ptr + gy__advantages__row[:, None] + _t[None, :] * gy__advantages__st, mask=_ok, other=1).to(ACC)
+        gy__advantages__raw = tl.load(gy__advantages__ptr + gy__advantages__row[:, None] + _t[None, :] * gy__advantages__st, mask=_ok, other=1)
+        gy__advantages = gy__advantages__raw.to(ACC)
     else:
         gy__advantages = _zero + 0.0
     if HAS_gy__returns:
-        gy__returns = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1).to(ACC)
+        gy__returns__raw = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1)
+        gy__returns = gy__returns__raw.to(ACC)
     else:
         gy__returns = _zero + 0.0
     if lambda___TENSOR:
-        lambda___t = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
+        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___t = lambda___t__raw.to(ACC)
     else:
         lambda___t = _zero + lambda_
     if lambda___TENSOR:
-        lambda___prev__t = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
+        lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___prev__t = lambda___prev__t__raw.to(ACC)
     else:
         lambda___prev__t = _zero + lambda_
     # response_mask with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     response_mask__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1)
-    response_mask = response_mask__raw.to(ACC)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        response_mask__prev = tl.load(response_mask__ptr + response_mask__row[:, None] + _t_prev[None, :] * response_mask__st, mask=_ok, other=1).to(ACC)
+        response_mask__prev__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t_prev[None, :] * response_mask__st, mask=_ok, other=1)
     else:
         _te = _g - 1  # [BT / G] the step before each group
-        _e = tl.load(response_mask__ptr + response_mask__row[:, None] + _te[None, :] * response_mask__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-        _s = _shift_prev(tl.reshape(response_mask__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+        response_mask__prev__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _te[None, :] * response_mask__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+
+    response_mask = response_mask__raw.to(ACC)
+    if SHIFT_G == 1:
+        response_mask__prev = response_mask__prev__raw.to(ACC)
+    else:
+        _s = _shift_prev(tl.reshape(response_mask__raw, (_M, SHIFT_G)), tl.reshape(response_mask__prev__raw, (_M,)), _M, SHIFT_G)
         response_mask__prev = tl.where((_t == 0)[None, :], response_mask, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
 
     # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
-    st__A = st__A__raw.to(ACC)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        st__A__next = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1).to(ACC)
+        st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1)
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
-        _e = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-        _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+        st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+
+    st__A = st__A__raw.to(ACC)
+    if SHIFT_G == 1:
+        st__A__next = st__A__next__raw.to(ACC)
+    else:
+        _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(st__A__next__raw, (_M,)), _M, SHIFT_G)
         st__A__next = tl.where((_t == T - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
 
     # st__nv with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     st__nv__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t[None, :] * st__nv__st, mask=_ok, other=1)
-    st__nv = st__nv__raw.to(ACC)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        st__nv__next = tl.load(st__nv__ptr + st__nv__row[:, None] + _t_next[None, :] * st__nv__st, mask=_ok, other=1).to(ACC)
+        st__nv__next__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t_next[None, :] * st__nv__st, mask=_ok, other=1)
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
-        _e = tl.load(st__nv__ptr + st__nv__row[:, None] + _te[None, :] * st__nv__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-        _s = _shift_next(tl.reshape(st__nv__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+        st__nv__next__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _te[None, :] * st__nv__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+
+    st__nv = st__nv__raw.to(ACC)
+    if SHIFT_G == 1:
+        st__nv__next = st__nv__next__raw.to(ACC)
+    else:
+        _s = _shift_next(tl.reshape(st__nv__raw, (_M, SHIFT_G)), tl.reshape(st__nv__next__raw, (_M,)), _M, SHIFT_G)
         st__nv__next = tl.where((_t == T - 1)[None, :], st__nv, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
 
     # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
     _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)

@@ -53,8 +53,6 @@ def _shift_prev(x, e, M: tl.constexpr, G: tl.constexpr):
     return r
 
 
-
-
 @triton.jit
 def _vtrace_grad_chunked_kernel(
     log_pi_target__ptr,
@@ -228,16 +226,19 @@ def _vtrace_grad_chunked_kernel(
     d__c_bar__orow = _r1 * d__c_bar__os1 + _r2 * d__c_bar__os2  # [BN] int64 row offsets
     d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
     d__pg_rho_bar__orow = _r1 * d__pg_rho_bar__os1 + _r2 * d__pg_rho_bar__os2  # [BN] int64 row offsets
+
     if HAS_last_value:
         last_value = tl.load(last_value__ptr + last_value__row, mask=_row_ok, other=0).to(ACC)
     else:
         last_value = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
+
     g__A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
+
     for _c in range(0, _n_chunks):
         _chunk = _c
         _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
@@ -248,130 +249,168 @@ def _vtrace_grad_chunked_kernel(
         is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
         is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+
         if HAS_bootstrap_values:
-            bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1).to(ACC)
+            bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
+            bootstrap_values = bootstrap_values__raw.to(ACC)
         else:
             bootstrap_values = _zero + 0.0
         if c_bar__TENSOR:
-            c_bar__t = tl.load(c_bar__ptr + c_bar__row[:, None] + _t[None, :] * c_bar__st, mask=_ok, other=1).to(ACC)
+            c_bar__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t[None, :] * c_bar__st, mask=_ok, other=1)
+            c_bar__t = c_bar__t__raw.to(ACC)
         else:
             c_bar__t = _zero + c_bar
         if c_bar__TENSOR:
-            c_bar__prev__t = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_prev[None, :] * c_bar__st, mask=_ok, other=1).to(ACC)
+            c_bar__prev__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_prev[None, :] * c_bar__st, mask=_ok, other=1)
+            c_bar__prev__t = c_bar__prev__t__raw.to(ACC)
         else:
             c_bar__prev__t = _zero + c_bar
         if gamma__TENSOR:
-            gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
+            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__t = gamma__t__raw.to(ACC)
         else:
             gamma__t = _zero + gamma
         if gamma__TENSOR:
-            gamma__prev__t = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
+            gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__prev__t = gamma__prev__t__raw.to(ACC)
         else:
             gamma__prev__t = _zero + gamma
         if HAS_gy__pg_advantages:
             # gy__pg_advantages with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
             # steps per thread, and one strided load per group gives the step beyond the group
             gy__pg_advantages__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t[None, :] * gy__pg_advantages__st, mask=_ok, other=1)
-            gy__pg_advantages = gy__pg_advantages__raw.to(ACC)
             if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                gy__pg_advantages__prev = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t_prev[None, :] * gy__pg_advantages__st, mask=_ok, other=1).to(ACC)
+                gy__pg_advantages__prev__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t_prev[None, :] * gy__pg_advantages__st, mask=_ok, other=1)
             else:
                 _te = _g - 1  # [BT / G] the step before each group
-                _e = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _te[None, :] * gy__pg_advantages__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-                _s = _shift_prev(tl.reshape(gy__pg_advantages__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+                gy__pg_advantages__prev__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _te[None, :] * gy__pg_advantages__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+
+            gy__pg_advantages = gy__pg_advantages__raw.to(ACC)
+            if SHIFT_G == 1:
+                gy__pg_advantages__prev = gy__pg_advantages__prev__raw.to(ACC)
+            else:
+                _s = _shift_prev(tl.reshape(gy__pg_advantages__raw, (_M, SHIFT_G)), tl.reshape(gy__pg_advantages__prev__raw, (_M,)), _M, SHIFT_G)
                 gy__pg_advantages__prev = tl.where((_t == 0)[None, :], gy__pg_advantages, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
 
         else:
             gy__pg_advantages = _zero + 0.0
             gy__pg_advantages__prev = _zero + 0.0
         if HAS_gy__targets:
-            gy__targets = tl.load(gy__targets__ptr + gy__targets__row[:, None] + _t[None, :] * gy__targets__st, mask=_ok, other=1).to(ACC)
+            gy__targets__raw = tl.load(gy__targets__ptr + gy__targets__row[:, None] + _t[None, :] * gy__targets__st, mask=_ok, other=1)
+            gy__targets = gy__targets__raw.to(ACC)
         else:
             gy__targets = _zero + 0.0
         if lambda___TENSOR:
-            lambda___t = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
+            lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+            lambda___t = lambda___t__raw.to(ACC)
         else:
             lambda___t = _zero + lambda_
         if lambda___TENSOR:
-            lambda___prev__t = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
+            lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
+            lambda___prev__t = lambda___prev__t__raw.to(ACC)
         else:
             lambda___prev__t = _zero + lambda_
         # log_pi_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         log_pi_behavior__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1)
-        log_pi_behavior = log_pi_behavior__raw.to(ACC)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            log_pi_behavior__prev = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t_prev[None, :] * log_pi_behavior__st, mask=_ok, other=1).to(ACC)
+            log_pi_behavior__prev__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t_prev[None, :] * log_pi_behavior__st, mask=_ok, other=1)
         else:
             _te = _g - 1  # [BT / G] the step before each group
-            _e = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _te[None, :] * log_pi_behavior__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-            _s = _shift_prev(tl.reshape(log_pi_behavior__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            log_pi_behavior__prev__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _te[None, :] * log_pi_behavior__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+
+        log_pi_behavior = log_pi_behavior__raw.to(ACC)
+        if SHIFT_G == 1:
+            log_pi_behavior__prev = log_pi_behavior__prev__raw.to(ACC)
+        else:
+            _s = _shift_prev(tl.reshape(log_pi_behavior__raw, (_M, SHIFT_G)), tl.reshape(log_pi_behavior__prev__raw, (_M,)), _M, SHIFT_G)
             log_pi_behavior__prev = tl.where((_t == 0)[None, :], log_pi_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
 
         # log_pi_target with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         log_pi_target__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1)
-        log_pi_target = log_pi_target__raw.to(ACC)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            log_pi_target__prev = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t_prev[None, :] * log_pi_target__st, mask=_ok, other=1).to(ACC)
+            log_pi_target__prev__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t_prev[None, :] * log_pi_target__st, mask=_ok, other=1)
         else:
             _te = _g - 1  # [BT / G] the step before each group
-            _e = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _te[None, :] * log_pi_target__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-            _s = _shift_prev(tl.reshape(log_pi_target__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            log_pi_target__prev__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _te[None, :] * log_pi_target__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+
+        log_pi_target = log_pi_target__raw.to(ACC)
+        if SHIFT_G == 1:
+            log_pi_target__prev = log_pi_target__prev__raw.to(ACC)
+        else:
+            _s = _shift_prev(tl.reshape(log_pi_target__raw, (_M, SHIFT_G)), tl.reshape(log_pi_target__prev__raw, (_M,)), _M, SHIFT_G)
             log_pi_target__prev = tl.where((_t == 0)[None, :], log_pi_target, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
 
         if pg_rho_bar__TENSOR:
-            pg_rho_bar__t = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1).to(ACC)
+            pg_rho_bar__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1)
+            pg_rho_bar__t = pg_rho_bar__t__raw.to(ACC)
         else:
             pg_rho_bar__t = _zero + pg_rho_bar
         if pg_rho_bar__TENSOR:
-            pg_rho_bar__prev__t = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t_prev[None, :] * pg_rho_bar__st, mask=_ok, other=1).to(ACC)
+            pg_rho_bar__prev__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t_prev[None, :] * pg_rho_bar__st, mask=_ok, other=1)
+            pg_rho_bar__prev__t = pg_rho_bar__prev__t__raw.to(ACC)
         else:
             pg_rho_bar__prev__t = _zero + pg_rho_bar
-        rewards = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1).to(ACC)
+        rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
+        rewards = rewards__raw.to(ACC)
         if rho_bar__TENSOR:
-            rho_bar__t = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1).to(ACC)
+            rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1)
+            rho_bar__t = rho_bar__t__raw.to(ACC)
         else:
             rho_bar__t = _zero + rho_bar
         if rho_bar__TENSOR:
-            rho_bar__prev__t = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t_prev[None, :] * rho_bar__st, mask=_ok, other=1).to(ACC)
+            rho_bar__prev__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t_prev[None, :] * rho_bar__st, mask=_ok, other=1)
+            rho_bar__prev__t = rho_bar__prev__t__raw.to(ACC)
         else:
             rho_bar__prev__t = _zero + rho_bar
         # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
-        st__A = st__A__raw.to(ACC)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            st__A__next = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1).to(ACC)
+            st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1)
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
-            _e = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-            _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+
+        st__A = st__A__raw.to(ACC)
+        if SHIFT_G == 1:
+            st__A__next = st__A__next__raw.to(ACC)
+        else:
+            _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(st__A__next__raw, (_M,)), _M, SHIFT_G)
             st__A__next = tl.where((_t == T - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
 
         # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
-        terminateds = terminateds__raw.to(ACC)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            terminateds__prev = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1).to(ACC)
+            terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1)
         else:
             _te = _g - 1  # [BT / G] the step before each group
-            _e = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-            _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+
+        terminateds = terminateds__raw.to(ACC)
+        if SHIFT_G == 1:
+            terminateds__prev = terminateds__prev__raw.to(ACC)
+        else:
+            _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(terminateds__prev__raw, (_M,)), _M, SHIFT_G)
             terminateds__prev = tl.where((_t == 0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
 
         if HAS_truncateds:
             # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
             # steps per thread, and one strided load per group gives the step beyond the group
             truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
-            truncateds = truncateds__raw.to(ACC)
             if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                truncateds__prev = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1).to(ACC)
+                truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1)
             else:
                 _te = _g - 1  # [BT / G] the step before each group
-                _e = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-                _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+                truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+
+            truncateds = truncateds__raw.to(ACC)
+            if SHIFT_G == 1:
+                truncateds__prev = truncateds__prev__raw.to(ACC)
+            else:
+                _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(truncateds__prev__raw, (_M,)), _M, SHIFT_G)
                 truncateds__prev = tl.where((_t == 0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
 
         else:
@@ -380,14 +419,19 @@ def _vtrace_grad_chunked_kernel(
         # values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1)
-        values = values__raw.to(ACC)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            values__next = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1).to(ACC)
+            values__next__raw = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1)
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
-            _e = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-            _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            values__next__raw = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+
+        values = values__raw.to(ACC)
+        if SHIFT_G == 1:
+            values__next = values__next__raw.to(ACC)
+        else:
+            _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
             values__next = tl.where((_t == T - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
 
         # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
         _e1 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
@@ -707,16 +751,19 @@ def _vtrace_grad_lookback_kernel(
     d__c_bar__orow = _r1 * d__c_bar__os1 + _r2 * d__c_bar__os2  # [BN] int64 row offsets
     d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
     d__pg_rho_bar__orow = _r1 * d__pg_rho_bar__os1 + _r2 * d__pg_rho_bar__os2  # [BN] int64 row offsets
+
     if HAS_last_value:
         last_value = tl.load(last_value__ptr + last_value__row, mask=_row_ok, other=0).to(ACC)
     else:
         last_value = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
+
     g__A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
+
     _chunk = _step
     _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
     _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
@@ -726,130 +773,168 @@ def _vtrace_grad_lookback_kernel(
     is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
     is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
     is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+
     if HAS_bootstrap_values:
-        bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1).to(ACC)
+        bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
+        bootstrap_values = bootstrap_values__raw.to(ACC)
     else:
         bootstrap_values = _zero + 0.0
     if c_bar__TENSOR:
-        c_bar__t = tl.load(c_bar__ptr + c_bar__row[:, None] + _t[None, :] * c_bar__st, mask=_ok, other=1).to(ACC)
+        c_bar__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t[None, :] * c_bar__st, mask=_ok, other=1)
+        c_bar__t = c_bar__t__raw.to(ACC)
     else:
         c_bar__t = _zero + c_bar
     if c_bar__TENSOR:
-        c_bar__prev__t = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_prev[None, :] * c_bar__st, mask=_ok, other=1).to(ACC)
+        c_bar__prev__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_prev[None, :] * c_bar__st, mask=_ok, other=1)
+        c_bar__prev__t = c_bar__prev__t__raw.to(ACC)
     else:
         c_bar__prev__t = _zero + c_bar
     if gamma__TENSOR:
-        gamma__t = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__t = gamma__t__raw.to(ACC)
     else:
         gamma__t = _zero + gamma
     if gamma__TENSOR:
-        gamma__prev__t = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1).to(ACC)
+        gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__prev__t = gamma__prev__t__raw.to(ACC)
     else:
         gamma__prev__t = _zero + gamma
     if HAS_gy__pg_advantages:
         # gy__pg_advantages with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         gy__pg_advantages__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t[None, :] * gy__pg_advantages__st, mask=_ok, other=1)
-        gy__pg_advantages = gy__pg_advantages__raw.to(ACC)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            gy__pg_advantages__prev = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t_prev[None, :] * gy__pg_advantages__st, mask=_ok, other=1).to(ACC)
+            gy__pg_advantages__prev__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t_prev[None, :] * gy__pg_advantages__st, mask=_ok, other=1)
         else:
             _te = _g - 1  # [BT / G] the step before each group
-            _e = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _te[None, :] * gy__pg_advantages__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-            _s = _shift_prev(tl.reshape(gy__pg_advantages__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            gy__pg_advantages__prev__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _te[None, :] * gy__pg_advantages__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+
+        gy__pg_advantages = gy__pg_advantages__raw.to(ACC)
+        if SHIFT_G == 1:
+            gy__pg_advantages__prev = gy__pg_advantages__prev__raw.to(ACC)
+        else:
+            _s = _shift_prev(tl.reshape(gy__pg_advantages__raw, (_M, SHIFT_G)), tl.reshape(gy__pg_advantages__prev__raw, (_M,)), _M, SHIFT_G)
             gy__pg_advantages__prev = tl.where((_t == 0)[None, :], gy__pg_advantages, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
 
     else:
         gy__pg_advantages = _zero + 0.0
         gy__pg_advantages__prev = _zero + 0.0
     if HAS_gy__targets:
-        gy__targets = tl.load(gy__targets__ptr + gy__targets__row[:, None] + _t[None, :] * gy__targets__st, mask=_ok, other=1).to(ACC)
+        gy__targets__raw = tl.load(gy__targets__ptr + gy__targets__row[:, None] + _t[None, :] * gy__targets__st, mask=_ok, other=1)
+        gy__targets = gy__targets__raw.to(ACC)
     else:
         gy__targets = _zero + 0.0
     if lambda___TENSOR:
-        lambda___t = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
+        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___t = lambda___t__raw.to(ACC)
     else:
         lambda___t = _zero + lambda_
     if lambda___TENSOR:
-        lambda___prev__t = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1).to(ACC)
+        lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___prev__t = lambda___prev__t__raw.to(ACC)
     else:
         lambda___prev__t = _zero + lambda_
     # log_pi_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     log_pi_behavior__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1)
-    log_pi_behavior = log_pi_behavior__raw.to(ACC)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        log_pi_behavior__prev = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t_prev[None, :] * log_pi_behavior__st, mask=_ok, other=1).to(ACC)
+        log_pi_behavior__prev__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t_prev[None, :] * log_pi_behavior__st, mask=_ok, other=1)
     else:
         _te = _g - 1  # [BT / G] the step before each group
-        _e = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _te[None, :] * log_pi_behavior__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-        _s = _shift_prev(tl.reshape(log_pi_behavior__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+        log_pi_behavior__prev__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _te[None, :] * log_pi_behavior__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+
+    log_pi_behavior = log_pi_behavior__raw.to(ACC)
+    if SHIFT_G == 1:
+        log_pi_behavior__prev = log_pi_behavior__prev__raw.to(ACC)
+    else:
+        _s = _shift_prev(tl.reshape(log_pi_behavior__raw, (_M, SHIFT_G)), tl.reshape(log_pi_behavior__prev__raw, (_M,)), _M, SHIFT_G)
         log_pi_behavior__prev = tl.where((_t == 0)[None, :], log_pi_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
 
     # log_pi_target with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     log_pi_target__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1)
-    log_pi_target = log_pi_target__raw.to(ACC)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        log_pi_target__prev = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t_prev[None, :] * log_pi_target__st, mask=_ok, other=1).to(ACC)
+        log_pi_target__prev__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t_prev[None, :] * log_pi_target__st, mask=_ok, other=1)
     else:
         _te = _g - 1  # [BT / G] the step before each group
-        _e = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _te[None, :] * log_pi_target__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-        _s = _shift_prev(tl.reshape(log_pi_target__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+        log_pi_target__prev__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _te[None, :] * log_pi_target__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+
+    log_pi_target = log_pi_target__raw.to(ACC)
+    if SHIFT_G == 1:
+        log_pi_target__prev = log_pi_target__prev__raw.to(ACC)
+    else:
+        _s = _shift_prev(tl.reshape(log_pi_target__raw, (_M, SHIFT_G)), tl.reshape(log_pi_target__prev__raw, (_M,)), _M, SHIFT_G)
         log_pi_target__prev = tl.where((_t == 0)[None, :], log_pi_target, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
 
     if pg_rho_bar__TENSOR:
-        pg_rho_bar__t = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1).to(ACC)
+        pg_rho_bar__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1)
+        pg_rho_bar__t = pg_rho_bar__t__raw.to(ACC)
     else:
         pg_rho_bar__t = _zero + pg_rho_bar
     if pg_rho_bar__TENSOR:
-        pg_rho_bar__prev__t = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t_prev[None, :] * pg_rho_bar__st, mask=_ok, other=1).to(ACC)
+        pg_rho_bar__prev__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t_prev[None, :] * pg_rho_bar__st, mask=_ok, other=1)
+        pg_rho_bar__prev__t = pg_rho_bar__prev__t__raw.to(ACC)
     else:
         pg_rho_bar__prev__t = _zero + pg_rho_bar
-    rewards = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1).to(ACC)
+    rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
+    rewards = rewards__raw.to(ACC)
     if rho_bar__TENSOR:
-        rho_bar__t = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1).to(ACC)
+        rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1)
+        rho_bar__t = rho_bar__t__raw.to(ACC)
     else:
         rho_bar__t = _zero + rho_bar
     if rho_bar__TENSOR:
-        rho_bar__prev__t = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t_prev[None, :] * rho_bar__st, mask=_ok, other=1).to(ACC)
+        rho_bar__prev__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t_prev[None, :] * rho_bar__st, mask=_ok, other=1)
+        rho_bar__prev__t = rho_bar__prev__t__raw.to(ACC)
     else:
         rho_bar__prev__t = _zero + rho_bar
     # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
-    st__A = st__A__raw.to(ACC)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        st__A__next = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1).to(ACC)
+        st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1)
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
-        _e = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-        _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+        st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+
+    st__A = st__A__raw.to(ACC)
+    if SHIFT_G == 1:
+        st__A__next = st__A__next__raw.to(ACC)
+    else:
+        _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(st__A__next__raw, (_M,)), _M, SHIFT_G)
         st__A__next = tl.where((_t == T - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
 
     # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
-    terminateds = terminateds__raw.to(ACC)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        terminateds__prev = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1).to(ACC)
+        terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1)
     else:
         _te = _g - 1  # [BT / G] the step before each group
-        _e = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-        _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+        terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+
+    terminateds = terminateds__raw.to(ACC)
+    if SHIFT_G == 1:
+        terminateds__prev = terminateds__prev__raw.to(ACC)
+    else:
+        _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(terminateds__prev__raw, (_M,)), _M, SHIFT_G)
         terminateds__prev = tl.where((_t == 0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
 
     if HAS_truncateds:
         # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
-        truncateds = truncateds__raw.to(ACC)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            truncateds__prev = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1).to(ACC)
+            truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1)
         else:
             _te = _g - 1  # [BT / G] the step before each group
-            _e = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-            _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+            truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+
+        truncateds = truncateds__raw.to(ACC)
+        if SHIFT_G == 1:
+            truncateds__prev = truncateds__prev__raw.to(ACC)
+        else:
+            _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(truncateds__prev__raw, (_M,)), _M, SHIFT_G)
             truncateds__prev = tl.where((_t == 0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
 
     else:
@@ -858,14 +943,19 @@ def _vtrace_grad_lookback_kernel(
     # values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1)
-    values = values__raw.to(ACC)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        values__next = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1).to(ACC)
+        values__next__raw = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1)
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
-        _e = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-        _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(_e, (_M,)), _M, SHIFT_G)
+        values__next__raw = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+
+    values = values__raw.to(ACC)
+    if SHIFT_G == 1:
+        values__next = values__next__raw.to(ACC)
+    else:
+        _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
         values__next = tl.where((_t == T - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+
 
     # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
     _e1 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)

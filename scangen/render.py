@@ -28,7 +28,10 @@ TEMPLATE = "module.py.j2"
 # "load" reads x again at t +- 1, an unaligned load that compiles to scalar loads; "gather"
 # shifts the aligned tile with tl.gather. Both are kept for measurement (bench/sweep.py
 # --variants input_shift=load).
-OPTIONS = {"shift": "scan", "input_shift": "split"}
+# "prefetch": "on" makes the stream family persistent (runtime.persistent_programs programs,
+# each striding over row tiles) and loads the next chunk's tiles before scanning the current
+# one, so that loads overlap the scan (kept for measurement until measured).
+OPTIONS = {"shift": "scan", "input_shift": "split", "prefetch": "off"}
 
 
 def template_dir() -> Path:
@@ -248,11 +251,19 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
               uses_shifted_state=any(s.shifted for s in plan.scans),
               shift_mode=OPTIONS["shift"],
               gather_next="next" in gather_shifts, gather_prev="prev" in gather_shifts,
-              split_loads=bool(split_loads),
+              split_loads=bool(split_loads), prefetch=_prefetch(),
               chunk_index="_n_chunks - 1 - _c" if rev else "_c", reverse=str(rev),
               step="+1" if rev else "-1", carry_col="0" if rev else "BLOCK_T - 1",
               edge_col="BLOCK_T - 1" if rev else "0",
               launch_ptrs=launch_ptrs, launch_ints=launch_ints, launch_constexprs=launch_cx)
+
+
+def _prefetch() -> bool:
+    if OPTIONS["prefetch"] not in ("on", "off"):
+        raise ValueError(f"render.OPTIONS['prefetch'] must be 'on' or 'off', got {OPTIONS['prefetch']!r}")
+    if OPTIONS["prefetch"] == "on" and OPTIONS["input_shift"] == "gather":
+        raise ValueError("render.OPTIONS: prefetch='on' needs input_shift 'split' or 'load'")
+    return OPTIONS["prefetch"] == "on"
 
 
 def _torch_context(plan: Plan, sy: _Symbols) -> NS:

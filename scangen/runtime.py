@@ -449,6 +449,18 @@ def shift_group(c: Call, cfg) -> int:
     return max(1, min(vec, per_thread, cfg.block_t))
 
 
+PERSISTENT_PER_SM = 4  # programs per SM of the persistent stream kernels (prefetch=on)
+
+
+def persistent_programs(c: Call) -> int:
+    """Programs of a persistent stream kernel (template option prefetch=on): a few per SM on a
+    GPU; three on the CPU, so that the interpreter runs programs that stride over tiles."""
+    if c.device.type != "cuda":
+        return 3
+    from .config import _sm_count
+    return PERSISTENT_PER_SM * _sm_count(c.device.index or 0)
+
+
 def lookback_workspace(c: Call, cfg, n_scans: int):
     """The ticket counter and the aggregate / inclusive-state words of the look-back family,
     in one allocation filled with all-one bits (a single fill per call): the counter starts at

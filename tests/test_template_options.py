@@ -16,7 +16,8 @@ from scangen import config, reference, render, runtime
 from scangen.store import spec_dir
 from scangen.testing import assert_close, compile_variant, make_inputs
 
-VARIANTS = [("shift", "gather"), ("input_shift", "gather"), ("input_shift", "load")]
+VARIANTS = [("shift", "gather"), ("input_shift", "gather"), ("input_shift", "load"),
+            ("prefetch", "on")]
 ALGOS = ["gae", "vtrace", "masked_gae", "episodic_prefix_sum", "eligibility_traces", "retrace"]
 
 
@@ -78,6 +79,37 @@ def test_register_shift_groups(name, family, group):
     got = got if isinstance(got, tuple) else (got,)
     for g, e in zip(got, expected):
         assert_close(g.cpu(), e, dtype=g.dtype, name=f"{name} SHIFT_G={group} {family}")
+
+
+@pytest.mark.parametrize("group", [1, 4])
+@pytest.mark.parametrize("name", ["gae", "vtrace", "retrace", "masked_gae", "episodic_prefix_sum",
+                                  "eligibility_traces", "discounted_returns"])
+def test_prefetch_strides_over_tiles(name, group, cache):
+    """prefetch=on: three persistent programs (on CPU) stride over 2-row tiles of 9 rows, each
+    streaming 4 chunks of 16 steps; the carry restarts at every tile's first chunk and the
+    next item's tiles are loaded before the current one is scanned."""
+    fn = compile_variant(name, cache, prefetch="on")
+    inputs = make_inputs(name, 9, 50, seed=8)
+    expected = reference.REFERENCES[f"compute_{name}"](**inputs)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    dev = {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in inputs.items()}
+    kk = 8 if name == "retrace" else 1  # make_inputs' action count: one tile element per action
+    with mock.patch.object(config, "OVERRIDE", lambda c: config.Config(2, 16, kk, 4)), \
+            mock.patch.object(runtime, "shift_group", lambda c, cfg: group):
+        runtime._PLANS.clear()
+        try:
+            got = fn(**dev, backend="triton")
+        finally:
+            runtime._PLANS.clear()
+    got = got if isinstance(got, tuple) else (got,)
+    for g, e in zip(got, expected):
+        assert_close(g.cpu(), e, dtype=g.dtype, name=f"{name} prefetch SHIFT_G={group}")
+
+
+def test_prefetch_rejects_gather_loads():
+    with mock.patch.dict(render.OPTIONS, {"prefetch": "on", "input_shift": "gather"}), \
+            pytest.raises(ValueError, match="prefetch='on' needs input_shift"):
+        scangen.pipeline.generate(spec_dir() / "gae.yaml")
 
 
 def test_shift_group_follows_the_layout():
