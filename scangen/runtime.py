@@ -440,9 +440,13 @@ def shift_group(c: Call, cfg) -> int:
     that taking ``x[t +- 1]`` from the aligned tile stays within each thread's registers. That
     layout gives each thread one 16-byte vector of the narrowest ``[N, T]`` tensor, capped by
     the tile's elements per thread; strided time (time-major buffers) gives one step."""
-    nt = [(c.tensors[n], c.strides[n][2]) for n in c.tensors if c.strides[n][2] != 0]
-    nt += [(o, c.out_strides[n][2]) for n, o in c.outs.items()]
-    if any(st != 1 for _, st in nt):
+    nt = [(c.tensors[n], c.strides[n]) for n in c.tensors if c.strides[n][2] != 0]
+    nt += [(o, c.out_strides[n]) for n, o in c.outs.items()]
+    if any(st[2] != 1 for _, st in nt):
+        return 1
+    # Triton vectorises only what it can prove 16-byte aligned: pointers and row strides that
+    # its launcher specialised as multiples of 16 (else every load is scalar: one step a thread)
+    if any(t.data_ptr() % 16 or st[0] % 16 or st[1] % 16 for t, st in nt):
         return 1
     vec = 16 // min(t.element_size() for t, _ in nt)
     per_thread = cfg.block_n * cfg.block_t // (32 * cfg.num_warps)

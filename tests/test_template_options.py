@@ -126,6 +126,11 @@ def test_shift_group_follows_the_layout():
     assert runtime.shift_group(c, cfg) == 4  # the fp32 vector
     c.strides = {"x": (1, 0, 4)}  # time-major: no vector along time
     assert runtime.shift_group(c, cfg) == 1
+    c.strides = {"x": (1000, 0, 1)}  # rows not 16-aligned: Triton cannot vectorise
+    assert runtime.shift_group(c, cfg) == 1
+    c.strides = {"x": (1024, 0, 1)}
+    c.tensors = {"x": f32[:, 1:]}  # a pointer off 16-byte alignment
+    assert runtime.shift_group(c, cfg) == 1
 
 
 def test_variant_source_differs():
