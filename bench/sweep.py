@@ -36,18 +36,19 @@ ALGOS = ["gae", "vtrace", "retrace", "lambda_returns", "discounted_returns", "el
 SHAPES = ["16384x1024", "4096x128", "32768x16", "256x8192", "64x65536", "1x1048576"]
 
 
-def candidates(N: int, T: int, K: int, quick: bool = False) -> list[Config]:
+def candidates(N: int, T: int, K: int, quick: bool = False, tiles=None) -> list[Config]:
     """Stream tiles of 1024 and 2048 elements (K included) with chunks from T/4 to T (at most
     1024), 4 or 8 warps; for long rows also the look-back family with 1024-4096 steps per program.
     ``quick``: 1024-element stream tiles with the longest two chunk lengths, pipelining on and
-    off, and the look-back family."""
+    off, and the look-back family. ``tiles`` replaces the stream tile sizes (e.g. (256, 512)
+    for more, smaller programs at small shapes)."""
     out = []
     kk = min(K, 16) if K > 1 else 1
     tp = max(16, 1 << (T - 1).bit_length())
     lengths = [bt for bt in (16, 32, 64, 128, 256, 512, 1024)
                if bt <= tp and bt >= min(tp, 1024) // 4 // kk and bt * kk <= 2048]
     for bt in lengths[-2:] if quick else lengths:
-        for tile in (1024,) if quick else (1024, 2048):
+        for tile in tiles or ((1024,) if quick else (1024, 2048)):
             bn = tile // (bt * kk)
             if bn < 1 or bn > max(1, N):
                 continue
@@ -87,6 +88,7 @@ def main() -> None:
     ap.add_argument("--variants", default="", help="e.g. shift=gather,input_shift=gather")
     ap.add_argument("--compile-only", action="store_true")
     ap.add_argument("--quick", action="store_true", help="fewer candidates (see candidates())")
+    ap.add_argument("--tiles", default="", help="stream tile sizes in elements, e.g. 256,512,1024")
     ap.add_argument("--part", default="0/1", help="i/n: this process takes every n-th case")
     ap.add_argument("--time-budget", type=float, default=1e9)
     args = ap.parse_args()
@@ -117,7 +119,8 @@ def main() -> None:
         floor_us = nbytes / (bw * 1e3) if bw else None
         sg_config.OVERRIDE = None
         runtime._PLANS.clear()
-        cfgs = candidates(N, T, K, args.quick)
+        cfgs = candidates(N, T, K, args.quick,
+                          tuple(int(x) for x in args.tiles.split(",")) if args.tiles else None)
         for cfg in [None] + cfgs:
             sg_config.OVERRIDE = None if cfg is None else (lambda c, cfg=cfg: cfg)
             runtime._PLANS.clear()
