@@ -4,6 +4,7 @@ bench/sweep.py --variants) generate kernels that match the float64 references to
 Each variant is compiled from a built-in spec under a new name, then run through the Triton
 backend (interpreted on CPU) with chunks of 16 steps, so that every chunk edge, where a shifted
 read crosses into the neighbouring chunk, is exercised, in both kernel families."""
+import contextlib
 import os
 from unittest import mock
 
@@ -26,28 +27,39 @@ def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("variants")
 
 
+def _tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _check(fn, name, rows, seed, label, *patches, family=None, chunk=16):
+    """``fn`` through the Triton backend (interpreted on CPU) with ``patches`` applied, chunks of
+    ``chunk`` steps and T = 50, against the float64 reference of the built-in ``name``."""
+    inputs = make_inputs(name, rows, 50, seed=seed)
+    expected = _tuple(reference.REFERENCES[f"compute_{name}"](**inputs))
+    dev = {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in inputs.items()}
+    env = {"SCANGEN_FAMILY": family} if family else {}
+    with contextlib.ExitStack() as stack:
+        for p in (mock.patch.object(config, "MAX_BLOCK_T", chunk),
+                  mock.patch.object(config, "LOOKBACK_BLOCK_T", chunk),
+                  mock.patch.dict(os.environ, env), *patches):
+            stack.enter_context(p)
+        runtime.reload_env()
+        runtime._PLANS.clear()
+        try:
+            got = _tuple(fn(**dev, backend="triton"))
+        finally:
+            runtime._PLANS.clear()
+    runtime.reload_env()
+    for g, e in zip(got, expected):
+        assert_close(g.cpu(), e, dtype=g.dtype, name=f"{name} {label}")
+
+
 @pytest.mark.parametrize("family", ["stream", "lookback"])
 @pytest.mark.parametrize("option,value", VARIANTS)
 @pytest.mark.parametrize("name", ALGOS)
 def test_variant_matches_reference(name, option, value, family, cache):
-    fn = compile_variant(name, cache, **{option: value})
-    inputs = make_inputs(name, 3, 50, seed=21)
-    expected = reference.REFERENCES[f"compute_{name}"](**inputs)
-    expected = expected if isinstance(expected, tuple) else (expected,)
-    dev = {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in inputs.items()}
-    with mock.patch.object(config, "MAX_BLOCK_T", 16), \
-            mock.patch.object(config, "LOOKBACK_BLOCK_T", 16), \
-            mock.patch.dict(os.environ, {"SCANGEN_FAMILY": family}):
-        runtime.reload_env()
-        runtime._PLANS.clear()
-        try:
-            got = fn(**dev, backend="triton")
-        finally:
-            runtime._PLANS.clear()
-    runtime.reload_env()
-    got = got if isinstance(got, tuple) else (got,)
-    for g, e in zip(got, expected):
-        assert_close(g.cpu(), e, dtype=g.dtype, name=f"{name} {option}={value} {family}")
+    _check(compile_variant(name, cache, **{option: value}), name, 3, 21,
+           f"{option}={value} {family}", family=family)
 
 
 @pytest.mark.parametrize("group", [2, 4, 16])
@@ -60,25 +72,8 @@ def test_register_shift_groups(name, family, group):
     register path is forced here for every group size a GPU layout gives, with 16-step chunks
     and T = 50: groups end at chunk edges and at the window end, where the shifted step is
     clamped as the torch path clamps it."""
-    fn = getattr(scangen, f"compute_{name}")
-    inputs = make_inputs(name, 3, 50, seed=5)
-    expected = reference.REFERENCES[f"compute_{name}"](**inputs)
-    expected = expected if isinstance(expected, tuple) else (expected,)
-    dev = {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in inputs.items()}
-    with mock.patch.object(config, "MAX_BLOCK_T", 16), \
-            mock.patch.object(config, "LOOKBACK_BLOCK_T", 16), \
-            mock.patch.object(runtime, "shift_group", lambda c, cfg: group), \
-            mock.patch.dict(os.environ, {"SCANGEN_FAMILY": family}):
-        runtime.reload_env()
-        runtime._PLANS.clear()
-        try:
-            got = fn(**dev, backend="triton")
-        finally:
-            runtime._PLANS.clear()
-    runtime.reload_env()
-    got = got if isinstance(got, tuple) else (got,)
-    for g, e in zip(got, expected):
-        assert_close(g.cpu(), e, dtype=g.dtype, name=f"{name} SHIFT_G={group} {family}")
+    _check(getattr(scangen, f"compute_{name}"), name, 3, 5, f"SHIFT_G={group} {family}",
+           mock.patch.object(runtime, "shift_group", lambda c, cfg: group), family=family)
 
 
 @pytest.mark.parametrize("group", [1, 4])
@@ -88,22 +83,10 @@ def test_prefetch_strides_over_tiles(name, group, cache):
     """prefetch=on: three persistent programs (on CPU) stride over 2-row tiles of 9 rows, each
     streaming 4 chunks of 16 steps; the carry restarts at every tile's first chunk and the
     next item's tiles are loaded before the current one is scanned."""
-    fn = compile_variant(name, cache, prefetch="on")
-    inputs = make_inputs(name, 9, 50, seed=8)
-    expected = reference.REFERENCES[f"compute_{name}"](**inputs)
-    expected = expected if isinstance(expected, tuple) else (expected,)
-    dev = {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in inputs.items()}
     kk = 8 if name == "retrace" else 1  # make_inputs' action count: one tile element per action
-    with mock.patch.object(config, "OVERRIDE", lambda c: config.Config(2, 16, kk, 4)), \
-            mock.patch.object(runtime, "shift_group", lambda c, cfg: group):
-        runtime._PLANS.clear()
-        try:
-            got = fn(**dev, backend="triton")
-        finally:
-            runtime._PLANS.clear()
-    got = got if isinstance(got, tuple) else (got,)
-    for g, e in zip(got, expected):
-        assert_close(g.cpu(), e, dtype=g.dtype, name=f"{name} prefetch SHIFT_G={group}")
+    _check(compile_variant(name, cache, prefetch="on"), name, 9, 8, f"prefetch SHIFT_G={group}",
+           mock.patch.object(config, "OVERRIDE", lambda c: config.Config(2, 16, kk, 4)),
+           mock.patch.object(runtime, "shift_group", lambda c, cfg: group), family="stream")
 
 
 def test_prefetch_rejects_gather_loads():
