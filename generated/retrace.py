@@ -135,6 +135,7 @@ def _retrace_chunked_kernel(
     STORE_targets: tl.constexpr,
     STORE_advantages: tl.constexpr,
     STORE_st__A: tl.constexpr,
+    K_DENSE: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
@@ -267,8 +268,14 @@ def _retrace_chunked_kernel(
         for _k0 in range(0, K, BLOCK_K):
             _k = (_k0 + tl.arange(0, BLOCK_K)).to(tl.int64)  # [BK]
             _okk = _ok[:, :, None] & (_k < K)[None, None, :]  # [BN, BT, BK]
-            next_action_probs_target__k = tl.load(next_action_probs_target__ptr + (next_action_probs_target__row[:, None] + _t[None, :] * next_action_probs_target__st)[:, :, None] + _k[None, None, :] * next_action_probs_target__sk, mask=_okk, other=0).to(ACC)
-            next_q_values_all__k = tl.load(next_q_values_all__ptr + (next_q_values_all__row[:, None] + _t[None, :] * next_q_values_all__st)[:, :, None] + _k[None, None, :] * next_q_values_all__sk, mask=_okk, other=0).to(ACC)
+            if K_DENSE:  # K == BLOCK_K and [.., T, K] contiguous: offsets t * BLOCK_K + k keep 16-byte vectors
+                next_action_probs_target__k = tl.load(next_action_probs_target__ptr + next_action_probs_target__row[:, None, None] + (_t[None, :] * BLOCK_K)[:, :, None] + tl.arange(0, BLOCK_K)[None, None, :], mask=_ok[:, :, None], other=0).to(ACC)
+            else:
+                next_action_probs_target__k = tl.load(next_action_probs_target__ptr + (next_action_probs_target__row[:, None] + _t[None, :] * next_action_probs_target__st)[:, :, None] + _k[None, None, :] * next_action_probs_target__sk, mask=_okk, other=0).to(ACC)
+            if K_DENSE:  # K == BLOCK_K and [.., T, K] contiguous: offsets t * BLOCK_K + k keep 16-byte vectors
+                next_q_values_all__k = tl.load(next_q_values_all__ptr + next_q_values_all__row[:, None, None] + (_t[None, :] * BLOCK_K)[:, :, None] + tl.arange(0, BLOCK_K)[None, None, :], mask=_ok[:, :, None], other=0).to(ACC)
+            else:
+                next_q_values_all__k = tl.load(next_q_values_all__ptr + (next_q_values_all__row[:, None] + _t[None, :] * next_q_values_all__st)[:, :, None] + _k[None, None, :] * next_q_values_all__sk, mask=_okk, other=0).to(ACC)
             _sum0 += tl.sum(tl.where(_okk, next_action_probs_target__k*next_q_values_all__k, 0.0), axis=2)
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _alpha = tl.where(_ok, _zero + (rewards - q_values + _sum0*gamma__t*(1.0 - terminateds)), 0.0)
@@ -435,6 +442,7 @@ def _retrace_lookback_kernel(
     STORE_targets: tl.constexpr,
     STORE_advantages: tl.constexpr,
     STORE_st__A: tl.constexpr,
+    K_DENSE: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
@@ -576,8 +584,14 @@ def _retrace_lookback_kernel(
     for _k0 in range(0, K, BLOCK_K):
         _k = (_k0 + tl.arange(0, BLOCK_K)).to(tl.int64)  # [BK]
         _okk = _ok[:, :, None] & (_k < K)[None, None, :]  # [BN, BT, BK]
-        next_action_probs_target__k = tl.load(next_action_probs_target__ptr + (next_action_probs_target__row[:, None] + _t[None, :] * next_action_probs_target__st)[:, :, None] + _k[None, None, :] * next_action_probs_target__sk, mask=_okk, other=0).to(ACC)
-        next_q_values_all__k = tl.load(next_q_values_all__ptr + (next_q_values_all__row[:, None] + _t[None, :] * next_q_values_all__st)[:, :, None] + _k[None, None, :] * next_q_values_all__sk, mask=_okk, other=0).to(ACC)
+        if K_DENSE:  # K == BLOCK_K and [.., T, K] contiguous: offsets t * BLOCK_K + k keep 16-byte vectors
+            next_action_probs_target__k = tl.load(next_action_probs_target__ptr + next_action_probs_target__row[:, None, None] + (_t[None, :] * BLOCK_K)[:, :, None] + tl.arange(0, BLOCK_K)[None, None, :], mask=_ok[:, :, None], other=0).to(ACC)
+        else:
+            next_action_probs_target__k = tl.load(next_action_probs_target__ptr + (next_action_probs_target__row[:, None] + _t[None, :] * next_action_probs_target__st)[:, :, None] + _k[None, None, :] * next_action_probs_target__sk, mask=_okk, other=0).to(ACC)
+        if K_DENSE:  # K == BLOCK_K and [.., T, K] contiguous: offsets t * BLOCK_K + k keep 16-byte vectors
+            next_q_values_all__k = tl.load(next_q_values_all__ptr + next_q_values_all__row[:, None, None] + (_t[None, :] * BLOCK_K)[:, :, None] + tl.arange(0, BLOCK_K)[None, None, :], mask=_ok[:, :, None], other=0).to(ACC)
+        else:
+            next_q_values_all__k = tl.load(next_q_values_all__ptr + (next_q_values_all__row[:, None] + _t[None, :] * next_q_values_all__st)[:, :, None] + _k[None, None, :] * next_q_values_all__sk, mask=_okk, other=0).to(ACC)
         _sum0 += tl.sum(tl.where(_okk, next_action_probs_target__k*next_q_values_all__k, 0.0), axis=2)
     # scan A: A_t = alpha_t + beta_t * A_{t+1}
     _alpha = tl.where(_ok, _zero + (rewards - q_values + _sum0*gamma__t*(1.0 - terminateds)), 0.0)
@@ -653,6 +667,7 @@ def _launch(_call, _cfg):
             STORE_targets="targets" in _call.outs,
             STORE_advantages="advantages" in _call.outs,
             STORE_st__A="st__A" in _call.outs,
+            K_DENSE=_rt.k_dense(_call, _cfg),
             SHIFT_G=_rt.shift_group(_call, _cfg),
             BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
             ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,

@@ -203,6 +203,9 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
             loads.append(NS(var=f"{sym}__t", ptr=f"{b}__ptr", base=f"{b}__row", t=tvar[shift],
                             st=f"{b}__st", has=f"{b}__TENSOR", default=b, cast=".to(ACC)",
                             gather_from=""))
+    if plan.sums:
+        constexprs.append("K_DENSE")
+        launch_cx.append("K_DENSE=_rt.k_dense(_call, _cfg)")
     if split_loads:
         constexprs.append("SHIFT_G")
         launch_cx.append("SHIFT_G=_rt.shift_group(_call, _cfg)")

@@ -453,6 +453,16 @@ def shift_group(c: Call, cfg) -> int:
     return max(1, min(vec, per_thread, cfg.block_t))
 
 
+def k_dense(c: Call, cfg) -> bool:
+    """Whether the sums over the trailing axis may address ``[N, T, K]`` inputs as dense blocks
+    of ``BLOCK_K == K`` contiguous elements per step: offsets ``t * BLOCK_K + k``, whose
+    alignment Triton can prove, give vector loads (``t * K_stride + k`` with a runtime stride
+    gives scalar ones)."""
+    ntk = [c.strides[n] for n in c.tensors if len(c.strides[n]) == 4]
+    return bool(ntk) and c.K == cfg.block_k and all(st == c.K and sk == 1
+                                                     for _, _, st, sk in ntk)
+
+
 PERSISTENT_PER_SM = 4  # programs per SM of the persistent stream kernels (prefetch=on)
 
 

@@ -232,14 +232,19 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
     op = module.OP
     kernel = getattr(module, f"_{op.name}_{'chunked' if family == 'stream' else 'lookback'}_kernel")
     kinds = {i.name: i.kind for i in op.inputs}
+    shapes = {i.name: i.shape for i in op.inputs}
     params = {p.name for p in op.params}
     ptr = {"float": "*fp32", "flag": "*i8", "index": "*i64"}
     values = dict(BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=block_k, ACC=acc or tl.float32)
     sig, consts, attrs = {}, {}, {}
     for i, p in enumerate(kernel.params):
         n = p.name
-        if contiguous and (n.endswith("__st") or n.endswith("__ost")):
+        ntk = n.endswith("__st") and shapes.get(n[:-4]) == "NTK"
+        if contiguous and (n.endswith("__st") or n.endswith("__ost")) and not ntk:
             sig[n], consts[(i,)] = "constexpr", 1
+            continue
+        if ntk:  # the time stride of [N, T, K] rows is K: an int Triton knows nothing about
+            sig[n] = "i32"
             continue
         if contiguous and not p.is_constexpr and n not in params:
             attrs[(i,)] = [["tt.divisibility", 16]]

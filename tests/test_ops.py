@@ -303,3 +303,11 @@ def test_lookback_composes_many_predecessors(inclusive_at, acc):
     # It published its own aggregate and inclusive state.
     assert ws_a[step].item() == pytest.approx(agg_a, rel=1e-6)
     assert ws_s[step].item() == pytest.approx(agg_a + agg_b * expected.item(), rel=1e-4, abs=1e-4)
+
+
+@pytest.mark.parametrize("actions", [1, 3, 8, 16])
+def test_retrace_action_counts(actions):
+    """Retrace's sums over the action axis: dense blocks when K is a power of two (offsets
+    t * BLOCK_K + k, runtime.k_dense), strided loads otherwise; both against the reference."""
+    inputs = make_inputs("retrace", 5, 37, seed=13, A=actions)
+    _check("compute_retrace", inputs, "triton", outputs=("targets", "advantages"))
