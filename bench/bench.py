@@ -880,6 +880,12 @@ def targets(records, floors, dtype="fp32"):
     line(">= 85% of BW floor at >= 16M elements", big, lambda v: v >= 85, lambda r: r["derived"].get("pct_floor"), "pct")
     few = [r for r in recs if (r["N"], r["T"]) in FEW_ROWS_LONG_T]
     line(">= 60% of BW floor, few rows / long T", few, lambda v: v >= 60, lambda r: r["derived"].get("pct_floor"), "pct")
+
+    def graph_pct(r):  # --graph: the device time without the host
+        g = r.get("scangen", {}).get("graph_us")
+        return 100 * r["floor_us"] / g if g and r.get("floor_us") else None
+    line(">= 85% of BW floor at >= 16M elements (CUDA graph)", big, lambda v: v >= 85, graph_pct, "pct")
+    line(">= 60% of BW floor, few rows / long T (CUDA graph)", few, lambda v: v >= 60, graph_pct, "pct")
     prod = [r for r in recs if (r["N"], r["T"]) in PRODUCTION]
     line("<= 2x launch floor at production shapes (host-timed full call)", prod, lambda v: v <= 2,
          lambda r: r["derived"].get("x_launch_call"), "x_hi")
