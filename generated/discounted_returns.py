@@ -74,7 +74,6 @@ def _discounted_returns_chunked_kernel(
     returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
     st__G__orow = _r1 * st__G__os1 + _r2 * st__G__os2  # [BN] int64 row offsets
 
-
     G__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -85,7 +84,6 @@ def _discounted_returns_chunked_kernel(
         _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
         _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-
         if HAS_bootstrap_values:
             bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
             bootstrap_values = bootstrap_values__raw.to(ACC)
@@ -105,7 +103,6 @@ def _discounted_returns_chunked_kernel(
             truncateds = truncateds__raw.to(ACC)
         else:
             truncateds = _zero + 0.0
-
         # scan G: G_t = alpha_t + beta_t * G_{t+1}
         _e1 = tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds))
         _alpha = tl.where(_ok, _zero + (rewards + _e1*bootstrap_values*gamma__t*(1.0 - terminateds)), 0.0)
@@ -117,7 +114,6 @@ def _discounted_returns_chunked_kernel(
             tl.store(returns__optr + returns__orow[:, None] + _t[None, :] * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok)
         if STORE_st__G:
             tl.store(st__G__optr + st__G__orow[:, None] + _t[None, :] * st__G__ost, (_zero + (G)).to(st__G__optr.dtype.element_ty), mask=_ok)
-
 
 
 @triton.jit
@@ -249,7 +245,6 @@ def _discounted_returns_lookback_kernel(
     returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
     st__G__orow = _r1 * st__G__os1 + _r2 * st__G__os2  # [BN] int64 row offsets
 
-
     G__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -259,7 +254,6 @@ def _discounted_returns_lookback_kernel(
     _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
     _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
     is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-
     if HAS_bootstrap_values:
         bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
         bootstrap_values = bootstrap_values__raw.to(ACC)
@@ -279,7 +273,6 @@ def _discounted_returns_lookback_kernel(
         truncateds = truncateds__raw.to(ACC)
     else:
         truncateds = _zero + 0.0
-
     # scan G: G_t = alpha_t + beta_t * G_{t+1}
     _e1 = tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds))
     _alpha = tl.where(_ok, _zero + (rewards + _e1*bootstrap_values*gamma__t*(1.0 - terminateds)), 0.0)
@@ -297,7 +290,6 @@ def _discounted_returns_lookback_kernel(
         tl.store(returns__optr + returns__orow[:, None] + _t[None, :] * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok)
     if STORE_st__G:
         tl.store(st__G__optr + st__G__orow[:, None] + _t[None, :] * st__G__ost, (_zero + (G)).to(st__G__optr.dtype.element_ty), mask=_ok)
-
 
 
 def _launch(_call, _cfg):

@@ -116,7 +116,6 @@ def _discounted_returns_grad_chunked_kernel(
     d__bootstrap_values__orow = _r1 * d__bootstrap_values__os1 + _r2 * d__bootstrap_values__os2  # [BN] int64 row offsets
     d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
 
-
     g__G__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -134,7 +133,6 @@ def _discounted_returns_grad_chunked_kernel(
         is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
         is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
-
         if HAS_bootstrap_values:
             bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
             bootstrap_values = bootstrap_values__raw.to(ACC)
@@ -163,14 +161,12 @@ def _discounted_returns_grad_chunked_kernel(
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             st__G__next__raw = tl.load(st__G__ptr + st__G__row[:, None] + _te[None, :] * st__G__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-
         st__G = st__G__raw.to(ACC)
         if SHIFT_G == 1:
             st__G__next = st__G__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(st__G__raw, (_M, SHIFT_G)), tl.reshape(st__G__next__raw, (_M,)), _M, SHIFT_G)
             st__G__next = tl.where((_t == T - 1)[None, :], st__G, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
         # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
@@ -179,14 +175,12 @@ def _discounted_returns_grad_chunked_kernel(
         else:
             _te = _g - 1  # [BT / G] the step before each group
             terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
         terminateds = terminateds__raw.to(ACC)
         if SHIFT_G == 1:
             terminateds__prev = terminateds__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(terminateds__prev__raw, (_M,)), _M, SHIFT_G)
             terminateds__prev = tl.where((_t == 0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
         if HAS_truncateds:
             # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
             # steps per thread, and one strided load per group gives the step beyond the group
@@ -196,18 +190,15 @@ def _discounted_returns_grad_chunked_kernel(
             else:
                 _te = _g - 1  # [BT / G] the step before each group
                 truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
             truncateds = truncateds__raw.to(ACC)
             if SHIFT_G == 1:
                 truncateds__prev = truncateds__prev__raw.to(ACC)
             else:
                 _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(truncateds__prev__raw, (_M,)), _M, SHIFT_G)
                 truncateds__prev = tl.where((_t == 0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
         else:
             truncateds = _zero + 0.0
             truncateds__prev = _zero + 0.0
-
         # scan g__G: g__G_t = alpha_t + beta_t * g__G_{t-1}
         _alpha = tl.where(_ok, _zero + (gy__returns), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*(1.0 - tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev))))), 1.0)  # identity past the window end
@@ -222,7 +213,6 @@ def _discounted_returns_grad_chunked_kernel(
             tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e2*gamma__t)).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__gamma:
             tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e2*bootstrap_values + g__G*(1.0 - _e1)*tl.where((is_last != 0), 0.0, st__G__next))).to(d__gamma__optr.dtype.element_ty), mask=_ok)
-
 
 
 @triton.jit
@@ -372,7 +362,6 @@ def _discounted_returns_grad_lookback_kernel(
     d__bootstrap_values__orow = _r1 * d__bootstrap_values__os1 + _r2 * d__bootstrap_values__os2  # [BN] int64 row offsets
     d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
 
-
     g__G__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -389,7 +378,6 @@ def _discounted_returns_grad_lookback_kernel(
     is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
     is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
     is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
-
     if HAS_bootstrap_values:
         bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
         bootstrap_values = bootstrap_values__raw.to(ACC)
@@ -418,14 +406,12 @@ def _discounted_returns_grad_lookback_kernel(
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         st__G__next__raw = tl.load(st__G__ptr + st__G__row[:, None] + _te[None, :] * st__G__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-
     st__G = st__G__raw.to(ACC)
     if SHIFT_G == 1:
         st__G__next = st__G__next__raw.to(ACC)
     else:
         _s = _shift_next(tl.reshape(st__G__raw, (_M, SHIFT_G)), tl.reshape(st__G__next__raw, (_M,)), _M, SHIFT_G)
         st__G__next = tl.where((_t == T - 1)[None, :], st__G, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
     # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
@@ -434,14 +420,12 @@ def _discounted_returns_grad_lookback_kernel(
     else:
         _te = _g - 1  # [BT / G] the step before each group
         terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
     terminateds = terminateds__raw.to(ACC)
     if SHIFT_G == 1:
         terminateds__prev = terminateds__prev__raw.to(ACC)
     else:
         _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(terminateds__prev__raw, (_M,)), _M, SHIFT_G)
         terminateds__prev = tl.where((_t == 0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
     if HAS_truncateds:
         # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
@@ -451,18 +435,15 @@ def _discounted_returns_grad_lookback_kernel(
         else:
             _te = _g - 1  # [BT / G] the step before each group
             truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
         truncateds = truncateds__raw.to(ACC)
         if SHIFT_G == 1:
             truncateds__prev = truncateds__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(truncateds__prev__raw, (_M,)), _M, SHIFT_G)
             truncateds__prev = tl.where((_t == 0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
     else:
         truncateds = _zero + 0.0
         truncateds__prev = _zero + 0.0
-
     # scan g__G: g__G_t = alpha_t + beta_t * g__G_{t-1}
     _alpha = tl.where(_ok, _zero + (gy__returns), 0.0)
     _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*(1.0 - tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev))))), 1.0)  # identity past the window end
@@ -483,7 +464,6 @@ def _discounted_returns_grad_lookback_kernel(
         tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e2*gamma__t)).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
     if STORE_d__gamma:
         tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e2*bootstrap_values + g__G*(1.0 - _e1)*tl.where((is_last != 0), 0.0, st__G__next))).to(d__gamma__optr.dtype.element_ty), mask=_ok)
-
 
 
 def _launch(_call, _cfg):

@@ -99,12 +99,10 @@ def _eligibility_traces_chunked_kernel(
     lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
     traces__orow = _r1 * traces__os1 + _r2 * traces__os2  # [BN] int64 row offsets
     st__z__orow = _r1 * st__z__os1 + _r2 * st__z__os2  # [BN] int64 row offsets
-
     if HAS_seed_values:
         seed_values = tl.load(seed_values__ptr + seed_values__row, mask=_row_ok, other=0).to(ACC)
     else:
         seed_values = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-
     z__carry = tl.zeros([BLOCK_N], dtype=ACC) + seed_values
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -119,7 +117,6 @@ def _eligibility_traces_chunked_kernel(
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-
         # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
@@ -128,14 +125,12 @@ def _eligibility_traces_chunked_kernel(
         else:
             _te = _g - 1  # [BT / G] the step before each group
             dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
         dones = dones__raw.to(ACC)
         if SHIFT_G == 1:
             dones__prev = dones__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
             dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
         if gamma__TENSOR:
             gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
             gamma__t = gamma__t__raw.to(ACC)
@@ -148,7 +143,6 @@ def _eligibility_traces_chunked_kernel(
             lambda___t = lambda___t__raw.to(ACC)
         else:
             lambda___t = _zero + lambda_
-
         # scan z: z_t = alpha_t + beta_t * z_{t-1}
         _alpha = tl.where(_ok, _zero + (gradients), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev))), 1.0)  # identity past the window end
@@ -159,7 +153,6 @@ def _eligibility_traces_chunked_kernel(
             tl.store(traces__optr + traces__orow[:, None] + _t[None, :] * traces__ost, (_zero + (z)).to(traces__optr.dtype.element_ty), mask=_ok)
         if STORE_st__z:
             tl.store(st__z__optr + st__z__orow[:, None] + _t[None, :] * st__z__ost, (_zero + (z)).to(st__z__optr.dtype.element_ty), mask=_ok)
-
 
 
 @triton.jit
@@ -292,12 +285,10 @@ def _eligibility_traces_lookback_kernel(
     lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
     traces__orow = _r1 * traces__os1 + _r2 * traces__os2  # [BN] int64 row offsets
     st__z__orow = _r1 * st__z__os1 + _r2 * st__z__os2  # [BN] int64 row offsets
-
     if HAS_seed_values:
         seed_values = tl.load(seed_values__ptr + seed_values__row, mask=_row_ok, other=0).to(ACC)
     else:
         seed_values = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-
     z__carry = tl.zeros([BLOCK_N], dtype=ACC) + seed_values
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -311,7 +302,6 @@ def _eligibility_traces_lookback_kernel(
     _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_prev = tl.maximum(_t - 1, 0)
     is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-
     # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
@@ -320,14 +310,12 @@ def _eligibility_traces_lookback_kernel(
     else:
         _te = _g - 1  # [BT / G] the step before each group
         dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
     dones = dones__raw.to(ACC)
     if SHIFT_G == 1:
         dones__prev = dones__prev__raw.to(ACC)
     else:
         _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
         dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
     if gamma__TENSOR:
         gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
         gamma__t = gamma__t__raw.to(ACC)
@@ -340,7 +328,6 @@ def _eligibility_traces_lookback_kernel(
         lambda___t = lambda___t__raw.to(ACC)
     else:
         lambda___t = _zero + lambda_
-
     # scan z: z_t = alpha_t + beta_t * z_{t-1}
     _alpha = tl.where(_ok, _zero + (gradients), 0.0)
     _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev))), 1.0)  # identity past the window end
@@ -357,7 +344,6 @@ def _eligibility_traces_lookback_kernel(
         tl.store(traces__optr + traces__orow[:, None] + _t[None, :] * traces__ost, (_zero + (z)).to(traces__optr.dtype.element_ty), mask=_ok)
     if STORE_st__z:
         tl.store(st__z__optr + st__z__orow[:, None] + _t[None, :] * st__z__ost, (_zero + (z)).to(st__z__optr.dtype.element_ty), mask=_ok)
-
 
 
 def _launch(_call, _cfg):

@@ -122,12 +122,10 @@ def _eligibility_traces_grad_chunked_kernel(
     d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
     d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
     d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
-
     if HAS_seed_values:
         seed_values = tl.load(seed_values__ptr + seed_values__row, mask=_row_ok, other=0).to(ACC)
     else:
         seed_values = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-
     g__z__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -145,7 +143,6 @@ def _eligibility_traces_grad_chunked_kernel(
         is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
         is_first__next = tl.where(_t + 1 == 0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-
         # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
@@ -154,14 +151,12 @@ def _eligibility_traces_grad_chunked_kernel(
         else:
             _te = _g - 1  # [BT / G] the step before each group
             dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
         dones = dones__raw.to(ACC)
         if SHIFT_G == 1:
             dones__prev = dones__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
             dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
         if gamma__TENSOR:
             gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
             gamma__t = gamma__t__raw.to(ACC)
@@ -195,15 +190,12 @@ def _eligibility_traces_grad_chunked_kernel(
         else:
             _te = _g - 1  # [BT / G] the step before each group
             st__z__prev__raw = tl.load(st__z__ptr + st__z__row[:, None] + _te[None, :] * st__z__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
         st__z = st__z__raw.to(ACC)
         if SHIFT_G == 1:
             st__z__prev = st__z__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(st__z__raw, (_M, SHIFT_G)), tl.reshape(st__z__prev__raw, (_M,)), _M, SHIFT_G)
             st__z__prev = tl.where((_t == 0)[None, :], st__z, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
-
         # scan g__z: g__z_t = alpha_t + beta_t * g__z_{t+1}
         _alpha = tl.where(_ok, _zero + (gy__traces), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, gamma__next__t*lambda___next__t*(1.0 - tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end
@@ -221,7 +213,6 @@ def _eligibility_traces_grad_chunked_kernel(
             tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e2*_e3)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
         if STORE_d__lambda_:
             tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e1*_e3*g__z*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
-
 
 
 @triton.jit
@@ -377,12 +368,10 @@ def _eligibility_traces_grad_lookback_kernel(
     d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
     d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
     d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
-
     if HAS_seed_values:
         seed_values = tl.load(seed_values__ptr + seed_values__row, mask=_row_ok, other=0).to(ACC)
     else:
         seed_values = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-
     g__z__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -399,7 +388,6 @@ def _eligibility_traces_grad_lookback_kernel(
     is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
     is_first__next = tl.where(_t + 1 == 0, 1.0, 0.0).to(ACC)[None, :]
     is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-
     # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
@@ -408,14 +396,12 @@ def _eligibility_traces_grad_lookback_kernel(
     else:
         _te = _g - 1  # [BT / G] the step before each group
         dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
     dones = dones__raw.to(ACC)
     if SHIFT_G == 1:
         dones__prev = dones__prev__raw.to(ACC)
     else:
         _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
         dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
     if gamma__TENSOR:
         gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
         gamma__t = gamma__t__raw.to(ACC)
@@ -449,15 +435,12 @@ def _eligibility_traces_grad_lookback_kernel(
     else:
         _te = _g - 1  # [BT / G] the step before each group
         st__z__prev__raw = tl.load(st__z__ptr + st__z__row[:, None] + _te[None, :] * st__z__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
     st__z = st__z__raw.to(ACC)
     if SHIFT_G == 1:
         st__z__prev = st__z__prev__raw.to(ACC)
     else:
         _s = _shift_prev(tl.reshape(st__z__raw, (_M, SHIFT_G)), tl.reshape(st__z__prev__raw, (_M,)), _M, SHIFT_G)
         st__z__prev = tl.where((_t == 0)[None, :], st__z, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
-
     # scan g__z: g__z_t = alpha_t + beta_t * g__z_{t+1}
     _alpha = tl.where(_ok, _zero + (gy__traces), 0.0)
     _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, gamma__next__t*lambda___next__t*(1.0 - tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end
@@ -481,7 +464,6 @@ def _eligibility_traces_grad_lookback_kernel(
         tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e2*_e3)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
     if STORE_d__lambda_:
         tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e1*_e3*g__z*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
-
 
 
 def _launch(_call, _cfg):

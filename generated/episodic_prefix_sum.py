@@ -92,12 +92,10 @@ def _episodic_prefix_sum_chunked_kernel(
     boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2  # [BN] int64 row offsets
     sums__orow = _r1 * sums__os1 + _r2 * sums__os2  # [BN] int64 row offsets
     st__C__orow = _r1 * st__C__os1 + _r2 * st__C__os2  # [BN] int64 row offsets
-
     if HAS_seed_values:
         seed_values = tl.load(seed_values__ptr + seed_values__row, mask=_row_ok, other=0).to(ACC)
     else:
         seed_values = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-
     C__carry = tl.zeros([BLOCK_N], dtype=ACC) + seed_values
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -112,7 +110,6 @@ def _episodic_prefix_sum_chunked_kernel(
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-
         if boundary__TENSOR:
             boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1)
             boundary__t = boundary__t__raw.to(ACC)
@@ -126,17 +123,14 @@ def _episodic_prefix_sum_chunked_kernel(
         else:
             _te = _g - 1  # [BT / G] the step before each group
             dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
         dones = dones__raw.to(ACC)
         if SHIFT_G == 1:
             dones__prev = dones__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
             dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
         inputs__raw = tl.load(inputs__ptr + inputs__row[:, None] + _t[None, :] * inputs__st, mask=_ok, other=1)
         inputs = inputs__raw.to(ACC)
-
         # scan C: C_t = alpha_t + beta_t * C_{t-1}
         _alpha = tl.where(_ok, _zero + (inputs), 0.0)
         _beta = tl.where(_ok, _zero + (1.0 - tl.where((boundary__t != 0), dones, tl.where((is_first != 0), 0.0, dones__prev))), 1.0)  # identity past the window end
@@ -147,7 +141,6 @@ def _episodic_prefix_sum_chunked_kernel(
             tl.store(sums__optr + sums__orow[:, None] + _t[None, :] * sums__ost, (_zero + (C)).to(sums__optr.dtype.element_ty), mask=_ok)
         if STORE_st__C:
             tl.store(st__C__optr + st__C__orow[:, None] + _t[None, :] * st__C__ost, (_zero + (C)).to(st__C__optr.dtype.element_ty), mask=_ok)
-
 
 
 @triton.jit
@@ -273,12 +266,10 @@ def _episodic_prefix_sum_lookback_kernel(
     boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2  # [BN] int64 row offsets
     sums__orow = _r1 * sums__os1 + _r2 * sums__os2  # [BN] int64 row offsets
     st__C__orow = _r1 * st__C__os1 + _r2 * st__C__os2  # [BN] int64 row offsets
-
     if HAS_seed_values:
         seed_values = tl.load(seed_values__ptr + seed_values__row, mask=_row_ok, other=0).to(ACC)
     else:
         seed_values = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-
     C__carry = tl.zeros([BLOCK_N], dtype=ACC) + seed_values
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -292,7 +283,6 @@ def _episodic_prefix_sum_lookback_kernel(
     _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_prev = tl.maximum(_t - 1, 0)
     is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-
     if boundary__TENSOR:
         boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1)
         boundary__t = boundary__t__raw.to(ACC)
@@ -306,17 +296,14 @@ def _episodic_prefix_sum_lookback_kernel(
     else:
         _te = _g - 1  # [BT / G] the step before each group
         dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
     dones = dones__raw.to(ACC)
     if SHIFT_G == 1:
         dones__prev = dones__prev__raw.to(ACC)
     else:
         _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
         dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
     inputs__raw = tl.load(inputs__ptr + inputs__row[:, None] + _t[None, :] * inputs__st, mask=_ok, other=1)
     inputs = inputs__raw.to(ACC)
-
     # scan C: C_t = alpha_t + beta_t * C_{t-1}
     _alpha = tl.where(_ok, _zero + (inputs), 0.0)
     _beta = tl.where(_ok, _zero + (1.0 - tl.where((boundary__t != 0), dones, tl.where((is_first != 0), 0.0, dones__prev))), 1.0)  # identity past the window end
@@ -333,7 +320,6 @@ def _episodic_prefix_sum_lookback_kernel(
         tl.store(sums__optr + sums__orow[:, None] + _t[None, :] * sums__ost, (_zero + (C)).to(sums__optr.dtype.element_ty), mask=_ok)
     if STORE_st__C:
         tl.store(st__C__optr + st__C__orow[:, None] + _t[None, :] * st__C__ost, (_zero + (C)).to(st__C__optr.dtype.element_ty), mask=_ok)
-
 
 
 def _launch(_call, _cfg):

@@ -110,7 +110,6 @@ def _episodic_prefix_sum_grad_chunked_kernel(
     d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
     d__boundary__orow = _r1 * d__boundary__os1 + _r2 * d__boundary__os2  # [BN] int64 row offsets
 
-
     g__C__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -128,7 +127,6 @@ def _episodic_prefix_sum_grad_chunked_kernel(
         is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
         is_first__next = tl.where(_t + 1 == 0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-
         if boundary__TENSOR:
             boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1)
             boundary__t = boundary__t__raw.to(ACC)
@@ -152,7 +150,6 @@ def _episodic_prefix_sum_grad_chunked_kernel(
         else:
             _te = _g - 1  # [BT / G] the step before each group
             dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
         dones = dones__raw.to(ACC)
         if SHIFT_G == 1:
             dones__next = dones__next__raw.to(ACC)
@@ -164,13 +161,11 @@ def _episodic_prefix_sum_grad_chunked_kernel(
         else:
             _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
             dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
         if HAS_gy__sums:
             gy__sums__raw = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1)
             gy__sums = gy__sums__raw.to(ACC)
         else:
             gy__sums = _zero + 0.0
-
         # scan g__C: g__C_t = alpha_t + beta_t * g__C_{t+1}
         _alpha = tl.where(_ok, _zero + (gy__sums), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, 1.0 - tl.where((boundary__next__t != 0), dones__next, tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end
@@ -183,7 +178,6 @@ def _episodic_prefix_sum_grad_chunked_kernel(
             tl.store(d__seed_values__optr + d__seed_values__orow[:, None] + _t[None, :] * d__seed_values__ost, (_zero + (tl.where((is_first != 0), g__C*(1.0 - tl.where((boundary__t != 0), dones, tl.where((is_first != 0), 0.0, dones__prev))), 0.0))).to(d__seed_values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__boundary:
             tl.store(d__boundary__optr + d__boundary__orow[:, None] + _t[None, :] * d__boundary__ost, (_zero + (0.0)).to(d__boundary__optr.dtype.element_ty), mask=_ok)
-
 
 
 @triton.jit
@@ -327,7 +321,6 @@ def _episodic_prefix_sum_grad_lookback_kernel(
     d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
     d__boundary__orow = _r1 * d__boundary__os1 + _r2 * d__boundary__os2  # [BN] int64 row offsets
 
-
     g__C__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -344,7 +337,6 @@ def _episodic_prefix_sum_grad_lookback_kernel(
     is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
     is_first__next = tl.where(_t + 1 == 0, 1.0, 0.0).to(ACC)[None, :]
     is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-
     if boundary__TENSOR:
         boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1)
         boundary__t = boundary__t__raw.to(ACC)
@@ -368,7 +360,6 @@ def _episodic_prefix_sum_grad_lookback_kernel(
     else:
         _te = _g - 1  # [BT / G] the step before each group
         dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
     dones = dones__raw.to(ACC)
     if SHIFT_G == 1:
         dones__next = dones__next__raw.to(ACC)
@@ -380,13 +371,11 @@ def _episodic_prefix_sum_grad_lookback_kernel(
     else:
         _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
         dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
     if HAS_gy__sums:
         gy__sums__raw = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1)
         gy__sums = gy__sums__raw.to(ACC)
     else:
         gy__sums = _zero + 0.0
-
     # scan g__C: g__C_t = alpha_t + beta_t * g__C_{t+1}
     _alpha = tl.where(_ok, _zero + (gy__sums), 0.0)
     _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, 1.0 - tl.where((boundary__next__t != 0), dones__next, tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end
@@ -405,7 +394,6 @@ def _episodic_prefix_sum_grad_lookback_kernel(
         tl.store(d__seed_values__optr + d__seed_values__orow[:, None] + _t[None, :] * d__seed_values__ost, (_zero + (tl.where((is_first != 0), g__C*(1.0 - tl.where((boundary__t != 0), dones, tl.where((is_first != 0), 0.0, dones__prev))), 0.0))).to(d__seed_values__optr.dtype.element_ty), mask=_ok)
     if STORE_d__boundary:
         tl.store(d__boundary__optr + d__boundary__orow[:, None] + _t[None, :] * d__boundary__ost, (_zero + (0.0)).to(d__boundary__optr.dtype.element_ty), mask=_ok)
-
 
 
 def _launch(_call, _cfg):

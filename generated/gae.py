@@ -122,12 +122,10 @@ def _gae_chunked_kernel(
     advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
     returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
     st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
-
     if HAS_last_value:
         last_value = tl.load(last_value__ptr + last_value__row, mask=_row_ok, other=0).to(ACC)
     else:
         last_value = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -142,7 +140,6 @@ def _gae_chunked_kernel(
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-
         if HAS_bootstrap_values:
             bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
             bootstrap_values = bootstrap_values__raw.to(ACC)
@@ -175,15 +172,12 @@ def _gae_chunked_kernel(
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             values__next__raw = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-
         values = values__raw.to(ACC)
         if SHIFT_G == 1:
             values__next = values__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
             values__next = tl.where((_t == T - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
-
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _e1 = tl.maximum(terminateds, truncateds)
         _alpha = tl.where(_ok, _zero + (rewards - values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next))), 0.0)
@@ -197,7 +191,6 @@ def _gae_chunked_kernel(
             tl.store(returns__optr + returns__orow[:, None] + _t[None, :] * returns__ost, (_zero + (A + values)).to(returns__optr.dtype.element_ty), mask=_ok)
         if STORE_st__A:
             tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
-
 
 
 @triton.jit
@@ -353,12 +346,10 @@ def _gae_lookback_kernel(
     advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
     returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
     st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
-
     if HAS_last_value:
         last_value = tl.load(last_value__ptr + last_value__row, mask=_row_ok, other=0).to(ACC)
     else:
         last_value = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -372,7 +363,6 @@ def _gae_lookback_kernel(
     _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-
     if HAS_bootstrap_values:
         bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
         bootstrap_values = bootstrap_values__raw.to(ACC)
@@ -405,15 +395,12 @@ def _gae_lookback_kernel(
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         values__next__raw = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-
     values = values__raw.to(ACC)
     if SHIFT_G == 1:
         values__next = values__next__raw.to(ACC)
     else:
         _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
         values__next = tl.where((_t == T - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
-
     # scan A: A_t = alpha_t + beta_t * A_{t+1}
     _e1 = tl.maximum(terminateds, truncateds)
     _alpha = tl.where(_ok, _zero + (rewards - values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next))), 0.0)
@@ -433,7 +420,6 @@ def _gae_lookback_kernel(
         tl.store(returns__optr + returns__orow[:, None] + _t[None, :] * returns__ost, (_zero + (A + values)).to(returns__optr.dtype.element_ty), mask=_ok)
     if STORE_st__A:
         tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
-
 
 
 def _launch(_call, _cfg):

@@ -165,12 +165,10 @@ def _gae_grad_chunked_kernel(
     d__last_value__orow = _r1 * d__last_value__os1 + _r2 * d__last_value__os2  # [BN] int64 row offsets
     d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
     d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
-
     if HAS_last_value:
         last_value = tl.load(last_value__ptr + last_value__row, mask=_row_ok, other=0).to(ACC)
     else:
         last_value = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-
     g__A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -188,7 +186,6 @@ def _gae_grad_chunked_kernel(
         is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
         is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
-
         if HAS_bootstrap_values:
             bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
             bootstrap_values = bootstrap_values__raw.to(ACC)
@@ -232,14 +229,12 @@ def _gae_grad_chunked_kernel(
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-
         st__A = st__A__raw.to(ACC)
         if SHIFT_G == 1:
             st__A__next = st__A__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(st__A__next__raw, (_M,)), _M, SHIFT_G)
             st__A__next = tl.where((_t == T - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
         # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
@@ -248,14 +243,12 @@ def _gae_grad_chunked_kernel(
         else:
             _te = _g - 1  # [BT / G] the step before each group
             terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
         terminateds = terminateds__raw.to(ACC)
         if SHIFT_G == 1:
             terminateds__prev = terminateds__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(terminateds__prev__raw, (_M,)), _M, SHIFT_G)
             terminateds__prev = tl.where((_t == 0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
         if HAS_truncateds:
             # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
             # steps per thread, and one strided load per group gives the step beyond the group
@@ -265,14 +258,12 @@ def _gae_grad_chunked_kernel(
             else:
                 _te = _g - 1  # [BT / G] the step before each group
                 truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
             truncateds = truncateds__raw.to(ACC)
             if SHIFT_G == 1:
                 truncateds__prev = truncateds__prev__raw.to(ACC)
             else:
                 _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(truncateds__prev__raw, (_M,)), _M, SHIFT_G)
                 truncateds__prev = tl.where((_t == 0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
         else:
             truncateds = _zero + 0.0
             truncateds__prev = _zero + 0.0
@@ -284,15 +275,12 @@ def _gae_grad_chunked_kernel(
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             values__next__raw = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-
         values = values__raw.to(ACC)
         if SHIFT_G == 1:
             values__next = values__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
             values__next = tl.where((_t == T - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
-
         # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
         _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*lambda___prev__t*(1.0 - tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)))), 1.0)  # identity past the window end
@@ -319,7 +307,6 @@ def _gae_grad_chunked_kernel(
             tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e4*tl.where((_e3 != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next)) + _e6*lambda___t)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
         if STORE_d__lambda_:
             tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e6*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
-
 
 
 @triton.jit
@@ -510,12 +497,10 @@ def _gae_grad_lookback_kernel(
     d__last_value__orow = _r1 * d__last_value__os1 + _r2 * d__last_value__os2  # [BN] int64 row offsets
     d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
     d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
-
     if HAS_last_value:
         last_value = tl.load(last_value__ptr + last_value__row, mask=_row_ok, other=0).to(ACC)
     else:
         last_value = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-
     g__A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -532,7 +517,6 @@ def _gae_grad_lookback_kernel(
     is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
     is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
     is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
-
     if HAS_bootstrap_values:
         bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
         bootstrap_values = bootstrap_values__raw.to(ACC)
@@ -576,14 +560,12 @@ def _gae_grad_lookback_kernel(
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-
     st__A = st__A__raw.to(ACC)
     if SHIFT_G == 1:
         st__A__next = st__A__next__raw.to(ACC)
     else:
         _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(st__A__next__raw, (_M,)), _M, SHIFT_G)
         st__A__next = tl.where((_t == T - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
     # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
@@ -592,14 +574,12 @@ def _gae_grad_lookback_kernel(
     else:
         _te = _g - 1  # [BT / G] the step before each group
         terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
     terminateds = terminateds__raw.to(ACC)
     if SHIFT_G == 1:
         terminateds__prev = terminateds__prev__raw.to(ACC)
     else:
         _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(terminateds__prev__raw, (_M,)), _M, SHIFT_G)
         terminateds__prev = tl.where((_t == 0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
     if HAS_truncateds:
         # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
@@ -609,14 +589,12 @@ def _gae_grad_lookback_kernel(
         else:
             _te = _g - 1  # [BT / G] the step before each group
             truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
         truncateds = truncateds__raw.to(ACC)
         if SHIFT_G == 1:
             truncateds__prev = truncateds__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(truncateds__prev__raw, (_M,)), _M, SHIFT_G)
             truncateds__prev = tl.where((_t == 0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
     else:
         truncateds = _zero + 0.0
         truncateds__prev = _zero + 0.0
@@ -628,15 +606,12 @@ def _gae_grad_lookback_kernel(
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         values__next__raw = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-
     values = values__raw.to(ACC)
     if SHIFT_G == 1:
         values__next = values__next__raw.to(ACC)
     else:
         _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
         values__next = tl.where((_t == T - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
-
     # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
     _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
     _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*lambda___prev__t*(1.0 - tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)))), 1.0)  # identity past the window end
@@ -669,7 +644,6 @@ def _gae_grad_lookback_kernel(
         tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e4*tl.where((_e3 != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next)) + _e6*lambda___t)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
     if STORE_d__lambda_:
         tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e6*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
-
 
 
 def _launch(_call, _cfg):

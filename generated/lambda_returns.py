@@ -86,7 +86,6 @@ def _lambda_returns_chunked_kernel(
     returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
     st__G__orow = _r1 * st__G__os1 + _r2 * st__G__os2  # [BN] int64 row offsets
 
-
     G__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -97,7 +96,6 @@ def _lambda_returns_chunked_kernel(
         _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
         _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-
         if HAS_bootstrap_values:
             bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
             bootstrap_values = bootstrap_values__raw.to(ACC)
@@ -124,7 +122,6 @@ def _lambda_returns_chunked_kernel(
             truncateds = truncateds__raw.to(ACC)
         else:
             truncateds = _zero + 0.0
-
         # scan G: G_t = alpha_t + beta_t * G_{t+1}
         _e1 = lambda___t*(1.0 - tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds)))
         _alpha = tl.where(_ok, _zero + (rewards + gamma__t*(1.0 - _e1)*(1.0 - terminateds)*tl.where((HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values)), 0.0)
@@ -136,7 +133,6 @@ def _lambda_returns_chunked_kernel(
             tl.store(returns__optr + returns__orow[:, None] + _t[None, :] * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok)
         if STORE_st__G:
             tl.store(st__G__optr + st__G__orow[:, None] + _t[None, :] * st__G__ost, (_zero + (G)).to(st__G__optr.dtype.element_ty), mask=_ok)
-
 
 
 @triton.jit
@@ -280,7 +276,6 @@ def _lambda_returns_lookback_kernel(
     returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
     st__G__orow = _r1 * st__G__os1 + _r2 * st__G__os2  # [BN] int64 row offsets
 
-
     G__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -290,7 +285,6 @@ def _lambda_returns_lookback_kernel(
     _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
     _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
     is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-
     if HAS_bootstrap_values:
         bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
         bootstrap_values = bootstrap_values__raw.to(ACC)
@@ -317,7 +311,6 @@ def _lambda_returns_lookback_kernel(
         truncateds = truncateds__raw.to(ACC)
     else:
         truncateds = _zero + 0.0
-
     # scan G: G_t = alpha_t + beta_t * G_{t+1}
     _e1 = lambda___t*(1.0 - tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds)))
     _alpha = tl.where(_ok, _zero + (rewards + gamma__t*(1.0 - _e1)*(1.0 - terminateds)*tl.where((HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values)), 0.0)
@@ -335,7 +328,6 @@ def _lambda_returns_lookback_kernel(
         tl.store(returns__optr + returns__orow[:, None] + _t[None, :] * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok)
     if STORE_st__G:
         tl.store(st__G__optr + st__G__orow[:, None] + _t[None, :] * st__G__ost, (_zero + (G)).to(st__G__optr.dtype.element_ty), mask=_ok)
-
 
 
 def _launch(_call, _cfg):

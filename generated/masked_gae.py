@@ -94,7 +94,6 @@ def _masked_gae_chunked_kernel(
     st__nv__orow = _r1 * st__nv__os1 + _r2 * st__nv__os2  # [BN] int64 row offsets
     st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
 
-
     nv__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
@@ -106,7 +105,6 @@ def _masked_gae_chunked_kernel(
         _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
         _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-
         if gamma__TENSOR:
             gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
             gamma__t = gamma__t__raw.to(ACC)
@@ -123,7 +121,6 @@ def _masked_gae_chunked_kernel(
         token_level_rewards = token_level_rewards__raw.to(ACC)
         values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1)
         values = values__raw.to(ACC)
-
         # scan nv: nv_t = alpha_t + beta_t * nv_{t+1}
         _alpha = tl.where(_ok, _zero + (response_mask*values), 0.0)
         _beta = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)  # identity past the window end
@@ -146,7 +143,6 @@ def _masked_gae_chunked_kernel(
             tl.store(st__nv__optr + st__nv__orow[:, None] + _t[None, :] * st__nv__ost, (_zero + (nv)).to(st__nv__optr.dtype.element_ty), mask=_ok)
         if STORE_st__A:
             tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
-
 
 
 @triton.jit
@@ -290,7 +286,6 @@ def _masked_gae_lookback_kernel(
     st__nv__orow = _r1 * st__nv__os1 + _r2 * st__nv__os2  # [BN] int64 row offsets
     st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
 
-
     nv__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
@@ -301,7 +296,6 @@ def _masked_gae_lookback_kernel(
     _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
     _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
     is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-
     if gamma__TENSOR:
         gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
         gamma__t = gamma__t__raw.to(ACC)
@@ -318,7 +312,6 @@ def _masked_gae_lookback_kernel(
     token_level_rewards = token_level_rewards__raw.to(ACC)
     values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1)
     values = values__raw.to(ACC)
-
     # scan nv: nv_t = alpha_t + beta_t * nv_{t+1}
     _alpha = tl.where(_ok, _zero + (response_mask*values), 0.0)
     _beta = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)  # identity past the window end
@@ -353,7 +346,6 @@ def _masked_gae_lookback_kernel(
         tl.store(st__nv__optr + st__nv__orow[:, None] + _t[None, :] * st__nv__ost, (_zero + (nv)).to(st__nv__optr.dtype.element_ty), mask=_ok)
     if STORE_st__A:
         tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
-
 
 
 def _launch(_call, _cfg):

@@ -141,7 +141,6 @@ def _masked_gae_grad_chunked_kernel(
     d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
     d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
 
-
     g__A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     g__nv__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
@@ -160,7 +159,6 @@ def _masked_gae_grad_chunked_kernel(
         is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
         is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
-
         if gamma__TENSOR:
             gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
             gamma__t = gamma__t__raw.to(ACC)
@@ -199,14 +197,12 @@ def _masked_gae_grad_chunked_kernel(
         else:
             _te = _g - 1  # [BT / G] the step before each group
             response_mask__prev__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _te[None, :] * response_mask__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
         response_mask = response_mask__raw.to(ACC)
         if SHIFT_G == 1:
             response_mask__prev = response_mask__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(response_mask__raw, (_M, SHIFT_G)), tl.reshape(response_mask__prev__raw, (_M,)), _M, SHIFT_G)
             response_mask__prev = tl.where((_t == 0)[None, :], response_mask, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
         # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
@@ -215,14 +211,12 @@ def _masked_gae_grad_chunked_kernel(
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-
         st__A = st__A__raw.to(ACC)
         if SHIFT_G == 1:
             st__A__next = st__A__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(st__A__next__raw, (_M,)), _M, SHIFT_G)
             st__A__next = tl.where((_t == T - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
         # st__nv with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         st__nv__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t[None, :] * st__nv__st, mask=_ok, other=1)
@@ -231,15 +225,12 @@ def _masked_gae_grad_chunked_kernel(
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             st__nv__next__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _te[None, :] * st__nv__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-
         st__nv = st__nv__raw.to(ACC)
         if SHIFT_G == 1:
             st__nv__next = st__nv__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(st__nv__raw, (_M, SHIFT_G)), tl.reshape(st__nv__next__raw, (_M,)), _M, SHIFT_G)
             st__nv__next = tl.where((_t == T - 1)[None, :], st__nv, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
-
         # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
         _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev + gamma__prev__t*lambda___prev__t*response_mask__prev)), 1.0)  # identity past the window end
@@ -264,7 +255,6 @@ def _masked_gae_grad_chunked_kernel(
             tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e1*tl.where((is_last != 0), 0.0, st__nv__next) + _e2*lambda___t)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
         if STORE_d__lambda_:
             tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e2*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
-
 
 
 @triton.jit
@@ -431,7 +421,6 @@ def _masked_gae_grad_lookback_kernel(
     d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
     d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
 
-
     g__A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     g__nv__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
@@ -449,7 +438,6 @@ def _masked_gae_grad_lookback_kernel(
     is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
     is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
     is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
-
     if gamma__TENSOR:
         gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
         gamma__t = gamma__t__raw.to(ACC)
@@ -488,14 +476,12 @@ def _masked_gae_grad_lookback_kernel(
     else:
         _te = _g - 1  # [BT / G] the step before each group
         response_mask__prev__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _te[None, :] * response_mask__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
     response_mask = response_mask__raw.to(ACC)
     if SHIFT_G == 1:
         response_mask__prev = response_mask__prev__raw.to(ACC)
     else:
         _s = _shift_prev(tl.reshape(response_mask__raw, (_M, SHIFT_G)), tl.reshape(response_mask__prev__raw, (_M,)), _M, SHIFT_G)
         response_mask__prev = tl.where((_t == 0)[None, :], response_mask, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
     # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
@@ -504,14 +490,12 @@ def _masked_gae_grad_lookback_kernel(
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-
     st__A = st__A__raw.to(ACC)
     if SHIFT_G == 1:
         st__A__next = st__A__next__raw.to(ACC)
     else:
         _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(st__A__next__raw, (_M,)), _M, SHIFT_G)
         st__A__next = tl.where((_t == T - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
     # st__nv with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     st__nv__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t[None, :] * st__nv__st, mask=_ok, other=1)
@@ -520,15 +504,12 @@ def _masked_gae_grad_lookback_kernel(
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         st__nv__next__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _te[None, :] * st__nv__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-
     st__nv = st__nv__raw.to(ACC)
     if SHIFT_G == 1:
         st__nv__next = st__nv__next__raw.to(ACC)
     else:
         _s = _shift_next(tl.reshape(st__nv__raw, (_M, SHIFT_G)), tl.reshape(st__nv__next__raw, (_M,)), _M, SHIFT_G)
         st__nv__next = tl.where((_t == T - 1)[None, :], st__nv, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
-
     # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
     _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
     _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev + gamma__prev__t*lambda___prev__t*response_mask__prev)), 1.0)  # identity past the window end
@@ -565,7 +546,6 @@ def _masked_gae_grad_lookback_kernel(
         tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e1*tl.where((is_last != 0), 0.0, st__nv__next) + _e2*lambda___t)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
     if STORE_d__lambda_:
         tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e2*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
-
 
 
 def _launch(_call, _cfg):

@@ -162,7 +162,6 @@ def _retrace_chunked_kernel(
     advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
     st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
 
-
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -177,7 +176,6 @@ def _retrace_chunked_kernel(
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-
         # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         action_probs_behavior__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1)
@@ -186,14 +184,12 @@ def _retrace_chunked_kernel(
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             action_probs_behavior__next__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _te[None, :] * action_probs_behavior__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-
         action_probs_behavior = action_probs_behavior__raw.to(ACC)
         if SHIFT_G == 1:
             action_probs_behavior__next = action_probs_behavior__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(action_probs_behavior__raw, (_M, SHIFT_G)), tl.reshape(action_probs_behavior__next__raw, (_M,)), _M, SHIFT_G)
             action_probs_behavior__next = tl.where((_t == T - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
         # actions with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         actions__raw = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1)
@@ -202,14 +198,12 @@ def _retrace_chunked_kernel(
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             actions__next__raw = tl.load(actions__ptr + actions__row[:, None] + _te[None, :] * actions__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-
         actions = actions__raw
         if SHIFT_G == 1:
             actions__next = actions__next__raw
         else:
             _s = _shift_next(tl.reshape(actions__raw, (_M, SHIFT_G)), tl.reshape(actions__next__raw, (_M,)), _M, SHIFT_G)
             actions__next = tl.where((_t == T - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
-
         if c_bar__TENSOR:
             c_bar__next__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1)
             c_bar__next__t = c_bar__next__t__raw.to(ACC)
@@ -233,14 +227,12 @@ def _retrace_chunked_kernel(
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             q_values__next__raw = tl.load(q_values__ptr + q_values__row[:, None] + _te[None, :] * q_values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-
         q_values = q_values__raw.to(ACC)
         if SHIFT_G == 1:
             q_values__next = q_values__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(q_values__raw, (_M, SHIFT_G)), tl.reshape(q_values__next__raw, (_M,)), _M, SHIFT_G)
             q_values__next = tl.where((_t == T - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
         rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
         rewards = rewards__raw.to(ACC)
         if rho_bar__TENSOR:
@@ -255,7 +247,6 @@ def _retrace_chunked_kernel(
             truncateds = truncateds__raw.to(ACC)
         else:
             truncateds = _zero + 0.0
-
         _gi = actions__next.to(tl.int64)
         _gok = (_gi >= 0) & (_gi < K)
         _gather0 = tl.load(action_probs_target__ptr + action_probs_target__row[:, None] + _t_next[None, :] * action_probs_target__st + _gi * action_probs_target__sk, mask=_ok & _gok, other=0).to(ACC)
@@ -291,7 +282,6 @@ def _retrace_chunked_kernel(
             tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + ((rewards - q_values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds)) != 0), _sum0, tl.where((is_last != 0), 0.0, A__next) + tl.where((is_last != 0), 0.0, q_values__next)))*tl.minimum(rho_bar__t, _gather1/action_probs_behavior))).to(advantages__optr.dtype.element_ty), mask=_ok)
         if STORE_st__A:
             tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
-
 
 
 @triton.jit
@@ -479,7 +469,6 @@ def _retrace_lookback_kernel(
     advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
     st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
 
-
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -493,7 +482,6 @@ def _retrace_lookback_kernel(
     _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-
     # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     action_probs_behavior__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1)
@@ -502,14 +490,12 @@ def _retrace_lookback_kernel(
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         action_probs_behavior__next__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _te[None, :] * action_probs_behavior__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-
     action_probs_behavior = action_probs_behavior__raw.to(ACC)
     if SHIFT_G == 1:
         action_probs_behavior__next = action_probs_behavior__next__raw.to(ACC)
     else:
         _s = _shift_next(tl.reshape(action_probs_behavior__raw, (_M, SHIFT_G)), tl.reshape(action_probs_behavior__next__raw, (_M,)), _M, SHIFT_G)
         action_probs_behavior__next = tl.where((_t == T - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
     # actions with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     actions__raw = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1)
@@ -518,14 +504,12 @@ def _retrace_lookback_kernel(
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         actions__next__raw = tl.load(actions__ptr + actions__row[:, None] + _te[None, :] * actions__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-
     actions = actions__raw
     if SHIFT_G == 1:
         actions__next = actions__next__raw
     else:
         _s = _shift_next(tl.reshape(actions__raw, (_M, SHIFT_G)), tl.reshape(actions__next__raw, (_M,)), _M, SHIFT_G)
         actions__next = tl.where((_t == T - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
-
     if c_bar__TENSOR:
         c_bar__next__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1)
         c_bar__next__t = c_bar__next__t__raw.to(ACC)
@@ -549,14 +533,12 @@ def _retrace_lookback_kernel(
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         q_values__next__raw = tl.load(q_values__ptr + q_values__row[:, None] + _te[None, :] * q_values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-
     q_values = q_values__raw.to(ACC)
     if SHIFT_G == 1:
         q_values__next = q_values__next__raw.to(ACC)
     else:
         _s = _shift_next(tl.reshape(q_values__raw, (_M, SHIFT_G)), tl.reshape(q_values__next__raw, (_M,)), _M, SHIFT_G)
         q_values__next = tl.where((_t == T - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
     rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
     rewards = rewards__raw.to(ACC)
     if rho_bar__TENSOR:
@@ -571,7 +553,6 @@ def _retrace_lookback_kernel(
         truncateds = truncateds__raw.to(ACC)
     else:
         truncateds = _zero + 0.0
-
     _gi = actions__next.to(tl.int64)
     _gok = (_gi >= 0) & (_gi < K)
     _gather0 = tl.load(action_probs_target__ptr + action_probs_target__row[:, None] + _t_next[None, :] * action_probs_target__st + _gi * action_probs_target__sk, mask=_ok & _gok, other=0).to(ACC)
@@ -613,7 +594,6 @@ def _retrace_lookback_kernel(
         tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + ((rewards - q_values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds)) != 0), _sum0, tl.where((is_last != 0), 0.0, A__next) + tl.where((is_last != 0), 0.0, q_values__next)))*tl.minimum(rho_bar__t, _gather1/action_probs_behavior))).to(advantages__optr.dtype.element_ty), mask=_ok)
     if STORE_st__A:
         tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
-
 
 
 def _launch(_call, _cfg):

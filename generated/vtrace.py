@@ -161,12 +161,10 @@ def _vtrace_chunked_kernel(
     targets__orow = _r1 * targets__os1 + _r2 * targets__os2  # [BN] int64 row offsets
     pg_advantages__orow = _r1 * pg_advantages__os1 + _r2 * pg_advantages__os2  # [BN] int64 row offsets
     st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
-
     if HAS_last_value:
         last_value = tl.load(last_value__ptr + last_value__row, mask=_row_ok, other=0).to(ACC)
     else:
         last_value = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -181,7 +179,6 @@ def _vtrace_chunked_kernel(
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-
         if HAS_bootstrap_values:
             bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
             bootstrap_values = bootstrap_values__raw.to(ACC)
@@ -233,15 +230,12 @@ def _vtrace_chunked_kernel(
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             values__next__raw = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-
         values = values__raw.to(ACC)
         if SHIFT_G == 1:
             values__next = values__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
             values__next = tl.where((_t == T - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
-
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _e1 = tl.maximum(terminateds, truncateds)
         _e2 = tl.exp(log_pi_target - log_pi_behavior)
@@ -261,7 +255,6 @@ def _vtrace_chunked_kernel(
             tl.store(pg_advantages__optr + pg_advantages__orow[:, None] + _t[None, :] * pg_advantages__ost, (_zero + ((rewards - values + gamma__t*(1.0 - terminateds)*(lambda___t*tl.where((_e3 != 0), _e4, _e5 + tl.where((is_last != 0), 0.0, A__next)) + (1.0 - lambda___t)*tl.where((_e3 != 0), _e4, _e5)))*tl.minimum(pg_rho_bar__t, tl.exp(log_pi_target - log_pi_behavior)))).to(pg_advantages__optr.dtype.element_ty), mask=_ok)
         if STORE_st__A:
             tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
-
 
 
 @triton.jit
@@ -448,12 +441,10 @@ def _vtrace_lookback_kernel(
     targets__orow = _r1 * targets__os1 + _r2 * targets__os2  # [BN] int64 row offsets
     pg_advantages__orow = _r1 * pg_advantages__os1 + _r2 * pg_advantages__os2  # [BN] int64 row offsets
     st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
-
     if HAS_last_value:
         last_value = tl.load(last_value__ptr + last_value__row, mask=_row_ok, other=0).to(ACC)
     else:
         last_value = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -467,7 +458,6 @@ def _vtrace_lookback_kernel(
     _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-
     if HAS_bootstrap_values:
         bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
         bootstrap_values = bootstrap_values__raw.to(ACC)
@@ -519,15 +509,12 @@ def _vtrace_lookback_kernel(
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         values__next__raw = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-
     values = values__raw.to(ACC)
     if SHIFT_G == 1:
         values__next = values__next__raw.to(ACC)
     else:
         _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
         values__next = tl.where((_t == T - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
-
     # scan A: A_t = alpha_t + beta_t * A_{t+1}
     _e1 = tl.maximum(terminateds, truncateds)
     _e2 = tl.exp(log_pi_target - log_pi_behavior)
@@ -553,7 +540,6 @@ def _vtrace_lookback_kernel(
         tl.store(pg_advantages__optr + pg_advantages__orow[:, None] + _t[None, :] * pg_advantages__ost, (_zero + ((rewards - values + gamma__t*(1.0 - terminateds)*(lambda___t*tl.where((_e3 != 0), _e4, _e5 + tl.where((is_last != 0), 0.0, A__next)) + (1.0 - lambda___t)*tl.where((_e3 != 0), _e4, _e5)))*tl.minimum(pg_rho_bar__t, tl.exp(log_pi_target - log_pi_behavior)))).to(pg_advantages__optr.dtype.element_ty), mask=_ok)
     if STORE_st__A:
         tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
-
 
 
 def _launch(_call, _cfg):

@@ -226,12 +226,10 @@ def _vtrace_grad_chunked_kernel(
     d__c_bar__orow = _r1 * d__c_bar__os1 + _r2 * d__c_bar__os2  # [BN] int64 row offsets
     d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
     d__pg_rho_bar__orow = _r1 * d__pg_rho_bar__os1 + _r2 * d__pg_rho_bar__os2  # [BN] int64 row offsets
-
     if HAS_last_value:
         last_value = tl.load(last_value__ptr + last_value__row, mask=_row_ok, other=0).to(ACC)
     else:
         last_value = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-
     g__A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -249,7 +247,6 @@ def _vtrace_grad_chunked_kernel(
         is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
         is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
-
         if HAS_bootstrap_values:
             bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
             bootstrap_values = bootstrap_values__raw.to(ACC)
@@ -284,14 +281,12 @@ def _vtrace_grad_chunked_kernel(
             else:
                 _te = _g - 1  # [BT / G] the step before each group
                 gy__pg_advantages__prev__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _te[None, :] * gy__pg_advantages__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
             gy__pg_advantages = gy__pg_advantages__raw.to(ACC)
             if SHIFT_G == 1:
                 gy__pg_advantages__prev = gy__pg_advantages__prev__raw.to(ACC)
             else:
                 _s = _shift_prev(tl.reshape(gy__pg_advantages__raw, (_M, SHIFT_G)), tl.reshape(gy__pg_advantages__prev__raw, (_M,)), _M, SHIFT_G)
                 gy__pg_advantages__prev = tl.where((_t == 0)[None, :], gy__pg_advantages, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
         else:
             gy__pg_advantages = _zero + 0.0
             gy__pg_advantages__prev = _zero + 0.0
@@ -318,14 +313,12 @@ def _vtrace_grad_chunked_kernel(
         else:
             _te = _g - 1  # [BT / G] the step before each group
             log_pi_behavior__prev__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _te[None, :] * log_pi_behavior__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
         log_pi_behavior = log_pi_behavior__raw.to(ACC)
         if SHIFT_G == 1:
             log_pi_behavior__prev = log_pi_behavior__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(log_pi_behavior__raw, (_M, SHIFT_G)), tl.reshape(log_pi_behavior__prev__raw, (_M,)), _M, SHIFT_G)
             log_pi_behavior__prev = tl.where((_t == 0)[None, :], log_pi_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
         # log_pi_target with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         log_pi_target__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1)
@@ -334,14 +327,12 @@ def _vtrace_grad_chunked_kernel(
         else:
             _te = _g - 1  # [BT / G] the step before each group
             log_pi_target__prev__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _te[None, :] * log_pi_target__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
         log_pi_target = log_pi_target__raw.to(ACC)
         if SHIFT_G == 1:
             log_pi_target__prev = log_pi_target__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(log_pi_target__raw, (_M, SHIFT_G)), tl.reshape(log_pi_target__prev__raw, (_M,)), _M, SHIFT_G)
             log_pi_target__prev = tl.where((_t == 0)[None, :], log_pi_target, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
         if pg_rho_bar__TENSOR:
             pg_rho_bar__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1)
             pg_rho_bar__t = pg_rho_bar__t__raw.to(ACC)
@@ -372,14 +363,12 @@ def _vtrace_grad_chunked_kernel(
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-
         st__A = st__A__raw.to(ACC)
         if SHIFT_G == 1:
             st__A__next = st__A__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(st__A__next__raw, (_M,)), _M, SHIFT_G)
             st__A__next = tl.where((_t == T - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
         # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
@@ -388,14 +377,12 @@ def _vtrace_grad_chunked_kernel(
         else:
             _te = _g - 1  # [BT / G] the step before each group
             terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
         terminateds = terminateds__raw.to(ACC)
         if SHIFT_G == 1:
             terminateds__prev = terminateds__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(terminateds__prev__raw, (_M,)), _M, SHIFT_G)
             terminateds__prev = tl.where((_t == 0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
         if HAS_truncateds:
             # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
             # steps per thread, and one strided load per group gives the step beyond the group
@@ -405,14 +392,12 @@ def _vtrace_grad_chunked_kernel(
             else:
                 _te = _g - 1  # [BT / G] the step before each group
                 truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
             truncateds = truncateds__raw.to(ACC)
             if SHIFT_G == 1:
                 truncateds__prev = truncateds__prev__raw.to(ACC)
             else:
                 _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(truncateds__prev__raw, (_M,)), _M, SHIFT_G)
                 truncateds__prev = tl.where((_t == 0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
         else:
             truncateds = _zero + 0.0
             truncateds__prev = _zero + 0.0
@@ -424,15 +409,12 @@ def _vtrace_grad_chunked_kernel(
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             values__next__raw = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-
         values = values__raw.to(ACC)
         if SHIFT_G == 1:
             values__next = values__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
             values__next = tl.where((_t == T - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
-
         # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
         _e1 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
         _e2 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
@@ -499,7 +481,6 @@ def _vtrace_grad_chunked_kernel(
             tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e33*(_e16 - _e10) + _e36*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
         if STORE_d__pg_rho_bar:
             tl.store(d__pg_rho_bar__optr + d__pg_rho_bar__orow[:, None] + _t[None, :] * d__pg_rho_bar__ost, (_zero + (_e19*tl.where((_e15 != 0), 1.0, 0.0))).to(d__pg_rho_bar__optr.dtype.element_ty), mask=_ok)
-
 
 
 @triton.jit
@@ -751,12 +732,10 @@ def _vtrace_grad_lookback_kernel(
     d__c_bar__orow = _r1 * d__c_bar__os1 + _r2 * d__c_bar__os2  # [BN] int64 row offsets
     d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
     d__pg_rho_bar__orow = _r1 * d__pg_rho_bar__os1 + _r2 * d__pg_rho_bar__os2  # [BN] int64 row offsets
-
     if HAS_last_value:
         last_value = tl.load(last_value__ptr + last_value__row, mask=_row_ok, other=0).to(ACC)
     else:
         last_value = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-
     g__A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -773,7 +752,6 @@ def _vtrace_grad_lookback_kernel(
     is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
     is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
     is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
-
     if HAS_bootstrap_values:
         bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
         bootstrap_values = bootstrap_values__raw.to(ACC)
@@ -808,14 +786,12 @@ def _vtrace_grad_lookback_kernel(
         else:
             _te = _g - 1  # [BT / G] the step before each group
             gy__pg_advantages__prev__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _te[None, :] * gy__pg_advantages__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
         gy__pg_advantages = gy__pg_advantages__raw.to(ACC)
         if SHIFT_G == 1:
             gy__pg_advantages__prev = gy__pg_advantages__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(gy__pg_advantages__raw, (_M, SHIFT_G)), tl.reshape(gy__pg_advantages__prev__raw, (_M,)), _M, SHIFT_G)
             gy__pg_advantages__prev = tl.where((_t == 0)[None, :], gy__pg_advantages, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
     else:
         gy__pg_advantages = _zero + 0.0
         gy__pg_advantages__prev = _zero + 0.0
@@ -842,14 +818,12 @@ def _vtrace_grad_lookback_kernel(
     else:
         _te = _g - 1  # [BT / G] the step before each group
         log_pi_behavior__prev__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _te[None, :] * log_pi_behavior__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
     log_pi_behavior = log_pi_behavior__raw.to(ACC)
     if SHIFT_G == 1:
         log_pi_behavior__prev = log_pi_behavior__prev__raw.to(ACC)
     else:
         _s = _shift_prev(tl.reshape(log_pi_behavior__raw, (_M, SHIFT_G)), tl.reshape(log_pi_behavior__prev__raw, (_M,)), _M, SHIFT_G)
         log_pi_behavior__prev = tl.where((_t == 0)[None, :], log_pi_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
     # log_pi_target with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     log_pi_target__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1)
@@ -858,14 +832,12 @@ def _vtrace_grad_lookback_kernel(
     else:
         _te = _g - 1  # [BT / G] the step before each group
         log_pi_target__prev__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _te[None, :] * log_pi_target__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
     log_pi_target = log_pi_target__raw.to(ACC)
     if SHIFT_G == 1:
         log_pi_target__prev = log_pi_target__prev__raw.to(ACC)
     else:
         _s = _shift_prev(tl.reshape(log_pi_target__raw, (_M, SHIFT_G)), tl.reshape(log_pi_target__prev__raw, (_M,)), _M, SHIFT_G)
         log_pi_target__prev = tl.where((_t == 0)[None, :], log_pi_target, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
     if pg_rho_bar__TENSOR:
         pg_rho_bar__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1)
         pg_rho_bar__t = pg_rho_bar__t__raw.to(ACC)
@@ -896,14 +868,12 @@ def _vtrace_grad_lookback_kernel(
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-
     st__A = st__A__raw.to(ACC)
     if SHIFT_G == 1:
         st__A__next = st__A__next__raw.to(ACC)
     else:
         _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(st__A__next__raw, (_M,)), _M, SHIFT_G)
         st__A__next = tl.where((_t == T - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
     # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
@@ -912,14 +882,12 @@ def _vtrace_grad_lookback_kernel(
     else:
         _te = _g - 1  # [BT / G] the step before each group
         terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
     terminateds = terminateds__raw.to(ACC)
     if SHIFT_G == 1:
         terminateds__prev = terminateds__prev__raw.to(ACC)
     else:
         _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(terminateds__prev__raw, (_M,)), _M, SHIFT_G)
         terminateds__prev = tl.where((_t == 0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
     if HAS_truncateds:
         # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
@@ -929,14 +897,12 @@ def _vtrace_grad_lookback_kernel(
         else:
             _te = _g - 1  # [BT / G] the step before each group
             truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-
         truncateds = truncateds__raw.to(ACC)
         if SHIFT_G == 1:
             truncateds__prev = truncateds__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(truncateds__prev__raw, (_M,)), _M, SHIFT_G)
             truncateds__prev = tl.where((_t == 0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
     else:
         truncateds = _zero + 0.0
         truncateds__prev = _zero + 0.0
@@ -948,15 +914,12 @@ def _vtrace_grad_lookback_kernel(
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         values__next__raw = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-
     values = values__raw.to(ACC)
     if SHIFT_G == 1:
         values__next = values__next__raw.to(ACC)
     else:
         _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
         values__next = tl.where((_t == T - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-
-
     # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
     _e1 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
     _e2 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
@@ -1029,7 +992,6 @@ def _vtrace_grad_lookback_kernel(
         tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e33*(_e16 - _e10) + _e36*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
     if STORE_d__pg_rho_bar:
         tl.store(d__pg_rho_bar__optr + d__pg_rho_bar__orow[:, None] + _t[None, :] * d__pg_rho_bar__ost, (_zero + (_e19*tl.where((_e15 != 0), 1.0, 0.0))).to(d__pg_rho_bar__optr.dtype.element_ty), mask=_ok)
-
 
 
 def _launch(_call, _cfg):
