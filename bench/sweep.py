@@ -36,6 +36,9 @@ ALGOS = ["gae", "vtrace", "retrace", "lambda_returns", "discounted_returns", "el
 SHAPES = ["16384x1024", "4096x128", "32768x16", "256x8192", "64x65536", "1x1048576"]
 
 
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
 def candidates(N: int, T: int, K: int, quick: bool = False, tiles=None) -> list[Config]:
     """Stream tiles of 1024 and 2048 elements (K included) with chunks from T/4 to T (at most
     1024), 4 or 8 warps; for long rows also the look-back family with 1024-4096 steps per program.
@@ -89,6 +92,8 @@ def main() -> None:
     ap.add_argument("--compile-only", action="store_true")
     ap.add_argument("--quick", action="store_true", help="fewer candidates (see candidates())")
     ap.add_argument("--tiles", default="", help="stream tile sizes in elements, e.g. 256,512,1024")
+    ap.add_argument("--dtype", default="fp32", choices=sorted(DTYPES),
+                    help="floating inputs and outputs (flags stay bool, actions int64)")
     ap.add_argument("--part", default="0/1", help="i/n: this process takes every n-th case")
     ap.add_argument("--time-budget", type=float, default=1e9)
     args = ap.parse_args()
@@ -110,12 +115,12 @@ def main() -> None:
         algo, fn = fns[name]
         N, T = map(int, shape.split("x"))
         K = 8 if algo == "retrace" else 1
-        kw = make_inputs(algo, N, T, seed=i, device="cuda", A=8)
+        kw = make_inputs(algo, N, T, seed=i, device="cuda", A=8, dtype=DTYPES[args.dtype])
         kw64 = {k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v
                 for k, v in kw.items()}
         oracle = as_tuple(fn(**kw64, backend="torch"))
         nbytes = sum(v.numel() * v.element_size() for v in kw.values() if torch.is_tensor(v))
-        nbytes += sum(o.numel() * 4 for o in oracle)
+        nbytes += sum(o.numel() * DTYPES[args.dtype].itemsize for o in oracle)
         floor_us = nbytes / (bw * 1e3) if bw else None
         sg_config.OVERRIDE = None
         runtime._PLANS.clear()
@@ -148,7 +153,7 @@ def main() -> None:
         sg_config.OVERRIDE = None
         runtime._PLANS.clear()
         (args.out / f"sweep{'' if parts == 1 else part}.json").write_text(
-            json.dumps(dict(bandwidth_gbs=bw, gpu=torch.cuda.get_device_name(),
+            json.dumps(dict(bandwidth_gbs=bw, dtype=args.dtype, gpu=torch.cuda.get_device_name(),
                             torch=torch.__version__, rows=rows), indent=1))
     if args.compile_only:
         return
