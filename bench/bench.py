@@ -160,6 +160,9 @@ def parse_args(argv=None):
     p.add_argument("--compile-warm-part", default=None, help=argparse.SUPPRESS)  # i/n: a child of the above
     p.add_argument("--compile-backend", default=None, help="torch.compile backend (default inductor)")
     p.add_argument("--no-loop", action="store_true", help="skip the per-step loop baseline")
+    p.add_argument("--layout", default="rows", choices=["rows", "time-major"],
+                   help="storage of the [N, T] inputs: rows (time contiguous, default) or time-major "
+                        "([T, N] memory, the same logical values; scangen's time-major tiles)")
     p.add_argument("--graph", action="store_true",
                    help="also time scangen's calls captured in a CUDA graph (device time without the "
                         "host; no L2 flush between replays): a table of its own in bench.md")
@@ -383,7 +386,11 @@ def build_inputs(master, N, T, dtype, args):
                 shift = (j * 7919 + 31 * j * j) % T if T > 1 else 0
                 parts.append(torch.roll(x, shifts=shift, dims=1) if x.dim() >= 2 else x)
             x = torch.cat(parts, 0)[:N]
-        out[k] = x.contiguous()
+        x = x.contiguous()
+        if args.layout == "time-major" and x.dim() >= 2:
+            # the same logical [N, T(, K)] values stored time-major: rows adjacent in memory
+            x = x.transpose(0, 1).contiguous().transpose(0, 1)
+        out[k] = x
     return out
 
 
@@ -941,7 +948,8 @@ def render_md(meta, floors, records, args):
            f"scangen {meta['scangen']} ({meta.get('git') or 'no git'}); {meta['date']}",
            f"- Floors: {floors_line(floors)}",
            f"- Method: scangen backend={args.backend!r}; do_bench(warmup={args.warmup_ms:g} ms, rep={args.rep_ms:g} ms, "
-           f"median); input sets rotated up to {args.rotate_mb:g} MB; torch.compile(backend={args.compile_backend!r}, "
+           f"median); inputs stored {args.layout}; input sets rotated up to {args.rotate_mb:g} MB; "
+           f"torch.compile(backend={args.compile_backend!r}, "
            "dynamic=False, fullgraph=True), mode default; loop baseline host-timed. See bench/README.md.",
            f"- Elapsed {meta.get('elapsed_s', 0):.0f} s (torch.compile compile time {meta.get('compile_s', 0):.0f} s)"
            + (f"; **stopped early: {meta['fatal']}**" if meta.get("fatal") else ""), ""]
