@@ -120,6 +120,7 @@ def _assigns(block: Block, printer, table, name):
 
 
 def _triton_context(plan: Plan, sy: _Symbols) -> NS:
+    _check_options()
     ir = plan.ir
     rev = ir.reverse
     tile = sy.table(sy.triton_tile, [s for sp in plan.sums for s, _ in sp.block.assigns])
@@ -254,19 +255,28 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
               uses_shifted_state=any(s.shifted for s in plan.scans),
               shift_mode=OPTIONS["shift"],
               gather_next="next" in gather_shifts, gather_prev="prev" in gather_shifts,
-              split_loads=bool(split_loads), prefetch=_prefetch(),
+              split_loads=bool(split_loads), prefetch=OPTIONS["prefetch"] == "on",
               chunk_index="_n_chunks - 1 - _c" if rev else "_c", reverse=str(rev),
               step="+1" if rev else "-1", carry_col="0" if rev else "BLOCK_T - 1",
               edge_col="BLOCK_T - 1" if rev else "0",
               launch_ptrs=launch_ptrs, launch_ints=launch_ints, launch_constexprs=launch_cx)
 
 
-def _prefetch() -> bool:
-    if OPTIONS["prefetch"] not in ("on", "off"):
-        raise ValueError(f"render.OPTIONS['prefetch'] must be 'on' or 'off', got {OPTIONS['prefetch']!r}")
+_CHOICES = {"shift": ("scan", "gather"), "input_shift": ("split", "load", "gather"),
+            "prefetch": ("off", "on")}
+
+
+def _check_options() -> None:
+    """Every template option has a known value (a misspelt one would silently render the
+    default)."""
+    for key, value in OPTIONS.items():
+        if key not in _CHOICES or value not in _CHOICES[key]:
+            raise ValueError(f"render.OPTIONS[{key!r}] = {value!r}: expected one of "
+                             f"{', '.join(_CHOICES.get(key, ()))}" if key in _CHOICES else
+                             f"render.OPTIONS has no option {key!r} (options: "
+                             f"{', '.join(_CHOICES)})")
     if OPTIONS["prefetch"] == "on" and OPTIONS["input_shift"] == "gather":
         raise ValueError("render.OPTIONS: prefetch='on' needs input_shift 'split' or 'load'")
-    return OPTIONS["prefetch"] == "on"
 
 
 def _torch_context(plan: Plan, sy: _Symbols) -> NS:

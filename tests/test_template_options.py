@@ -89,6 +89,16 @@ def test_prefetch_strides_over_tiles(name, group, cache):
            mock.patch.object(runtime, "shift_group", lambda c, cfg: group), family="stream")
 
 
+@pytest.mark.parametrize("options,message", [
+    ({"input_shift": "splt"}, r"OPTIONS\['input_shift'\] = 'splt': expected one of split, load"),
+    ({"prefetch": "yes"}, r"OPTIONS\['prefetch'\] = 'yes': expected one of off, on"),
+    ({"unroll": "on"}, r"OPTIONS has no option 'unroll'"),
+])
+def test_misspelt_options_are_refused(options, message):
+    with mock.patch.dict(render.OPTIONS, options), pytest.raises(ValueError, match=message):
+        scangen.pipeline.generate(spec_dir() / "gae.yaml")
+
+
 def test_prefetch_rejects_gather_loads():
     with mock.patch.dict(render.OPTIONS, {"prefetch": "on", "input_shift": "gather"}), \
             pytest.raises(ValueError, match="prefetch='on' needs input_shift"):
