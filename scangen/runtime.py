@@ -116,7 +116,6 @@ class Call:
         self.acc = torch.float64 if self.out_dtype == torch.float64 else torch.float32
         self.pstrides, self.ptargets = {}, {}
         raw = {p.name: self._param(p, values) for p in op.params}
-        self.default_params = {n: v for n, v in raw.items() if not isinstance(v, torch.Tensor)}
         self.params = {n: self._scalar(v) for n, v in raw.items()}
         self.requested = self._requested(outputs)
 
@@ -272,10 +271,30 @@ class Call:
         dims = list(zip(out.shape, out.stride()))
         return (_merge(dims[:self.td]), _merge(dims[self.td + 1:]), dims[self.td][1])
 
-    def template(self) -> "Call":
-        """A copy without this call's tensors, to re-bind arguments of the same signature."""
+    def template(self, values: dict) -> "Call":
+        """A copy without this call's tensors, to re-bind arguments of the same signature.
+
+        What bind() repeats per call is worked out here, once, from this first call's
+        ``values``: the input names (copied ones are made contiguous again) and, per param,
+        where its value comes from. The signature fixes which arguments are None, floats or
+        tensors, so the same sources hold for every call of the plan."""
         t = self._clone()
         t.tensors, t.params, t.outs = {}, {}, {}
+        t.bind_names = tuple(self.strides)
+        t.bind_plain = not (self.copied & set(self.strides))
+        specs = []
+        for p in self.op.params:
+            # a param left out may default to another param's value (V-trace's pg_rho_bar
+            # takes rho_bar's): then it follows that param, call by call
+            alias = p.default if isinstance(p.default, str) and not p.choices else None
+            source = p.name if values[p.name] is not None or alias is None else alias
+            if p.name in self.ptargets:
+                specs.append((p.name, 2, source))  # a tensor, expanded to its target
+            elif values[source] is None or p.choices:
+                specs.append((p.name, 0, self.params[p.name]))  # fixed by the signature
+            else:
+                specs.append((p.name, 1, source))  # a float of this call
+        t.bind_params = tuple(specs)
         return t
 
     def _clone(self) -> "Call":
@@ -288,20 +307,21 @@ class Call:
         """This plan applied to new arguments with the same shapes, strides, dtypes, devices
         and param types (see :func:`_signature`): no checks or stride work is repeated."""
         c = self._clone()
-        c.tensors = {}
-        for n in self.strides:
-            t = values[n]
-            c.tensors[n] = t.contiguous() if n in self.copied else t
-        c.params = {}
-        for p in self.op.params:
-            v = values[p.name]
-            if p.name in self.ptargets:
-                v = v.expand(self.ptargets[p.name])
-                c.params[p.name] = v.contiguous() if p.name in self.copied else v
-            elif v is None or p.choices:
-                c.params[p.name] = self._scalar(self.default_params[p.name])
-            else:
-                c.params[p.name] = self._scalar(float(v))
+        if self.bind_plain:
+            c.tensors = {n: values[n] for n in self.bind_names}
+        else:
+            c.tensors = {n: values[n].contiguous() if n in self.copied else values[n]
+                         for n in self.bind_names}
+        c.params = params = {}
+        f64 = self.acc == torch.float64
+        for name, kind, arg in self.bind_params:
+            if kind == 0:  # fixed by the signature (converted once)
+                params[name] = arg
+            elif kind == 1:  # a float of this call, given or taken from another param
+                params[name] = self._scalar(float(values[arg])) if f64 else float(values[arg])
+            else:  # a tensor, expanded to its target
+                v = values[arg].expand(self.ptargets[name])
+                params[name] = v.contiguous() if name in self.copied else v
         c.allocate()
         return c
 
@@ -392,7 +412,7 @@ def _call(op, values, key, time_dim, outputs, backend):
             c.backend = select_backend(op.function, backend, c.device)
             c.config = choose_config(c) if c.backend == "triton" else None
         if key is not None and len(_PLANS) < _MAX_PLANS:
-            _PLANS[key] = c.template()
+            _PLANS[key] = c.template(values)
     if c.empty:
         return c.result()
     if c.backend == "triton":

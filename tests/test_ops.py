@@ -311,3 +311,19 @@ def test_retrace_action_counts(actions):
     t * BLOCK_K + k, runtime.k_dense), strided loads otherwise; both against the reference."""
     inputs = make_inputs("retrace", 5, 37, seed=13, A=actions)
     _check("compute_retrace", inputs, "triton", outputs=("targets", "advantages"))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("as_tensor", [False, True])
+def test_reused_plan_follows_a_param_default_that_names_another(backend, as_tensor):
+    """V-trace's pg_rho_bar defaults to rho_bar. Calls with the same signature reuse one plan;
+    each must take pg_rho_bar from its own rho_bar (a plan once kept the first call's)."""
+    inputs = make_inputs("vtrace", 3, 20, seed=14)
+    inputs = {k: v for k, v in inputs.items() if k not in ("rho_bar", "pg_rho_bar")}
+    outs = ("targets", "pg_advantages")
+    for rho_bar in (1.0, 0.3, 0.6):
+        rb = torch.full((3, 1), rho_bar, dtype=torch.float32) if as_tensor else rho_bar
+        ref = reference.compute_vtrace(**inputs, rho_bar=rb, pg_rho_bar=rb)
+        got = _run("compute_vtrace", dict(inputs, rho_bar=rb), backend, outputs=outs)
+        for g, e in zip(got, ref):
+            assert_close(g, e, dtype=g.dtype, name=f"vtrace rho_bar={rho_bar} ({backend})")
