@@ -327,3 +327,33 @@ def test_reused_plan_follows_a_param_default_that_names_another(backend, as_tens
         got = _run("compute_vtrace", dict(inputs, rho_bar=rb), backend, outputs=outs)
         for g, e in zip(got, ref):
             assert_close(g, e, dtype=g.dtype, name=f"vtrace rho_bar={rho_bar} ({backend})")
+
+
+_BUILTINS = ["gae", "vtrace", "retrace", "lambda_returns", "discounted_returns",
+             "eligibility_traces", "episodic_prefix_sum", "masked_gae"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", _BUILTINS)
+def test_reused_plan_takes_every_float_param_of_the_call(name, backend):
+    """Every float param of every built-in, changed between two calls of one signature: the
+    second call (a reused plan) must give what a fresh plan gives."""
+    fn = getattr(scangen, f"compute_{name}")
+    op = fn.__globals__["OP"]
+    inputs = make_inputs(name, 3, 20, seed=15)
+    floats = [p.name for p in op.params if not p.choices]
+    # params that default to another param are left out unless they are the one changed, so
+    # that they follow the param they name (V-trace's pg_rho_bar follows rho_bar)
+    aliases = {p.name for p in op.params if isinstance(p.default, str) and not p.choices}
+    base = {k: v for k, v in inputs.items() if k not in floats}
+    dev = {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in base.items()}
+    for p in floats:
+        first = dict(dev, **{q: 0.9 for q in floats if q not in aliases or q == p})
+        second = dict(first, **{p: 0.5})
+        fn(**first, backend=backend)  # makes the plan
+        reused = fn(**second, backend=backend)
+        runtime._PLANS.clear()
+        fresh = fn(**second, backend=backend)
+        for r, f in zip(reused if isinstance(reused, tuple) else (reused,),
+                        fresh if isinstance(fresh, tuple) else (fresh,)):
+            assert torch.equal(r, f), f"{name}: {p} changed between calls of one plan ({backend})"
