@@ -468,9 +468,15 @@ def shift_group(c: Call, cfg) -> int:
     # its launcher specialised as multiples of 16 (else every load is scalar: one step a thread)
     if any(t.data_ptr() % 16 or st[0] % 16 or st[1] % 16 for t, st in nt):
         return 1
-    vec = 16 // min(t.element_size() for t, _ in nt)
-    per_thread = cfg.block_n * cfg.block_t // (32 * cfg.num_warps)
-    return max(1, min(vec, per_thread, cfg.block_t))
+    return layout_steps(min(t.element_size() for t, _ in nt), cfg.block_n, cfg.block_t,
+                        cfg.num_warps)
+
+
+def layout_steps(itemsize: int, block_n: int, block_t: int, num_warps: int) -> int:
+    """Consecutive steps a thread holds of a ``[block_n, block_t]`` tile in Triton's coalesced
+    layout when the narrowest tensor has ``itemsize`` bytes: one 16-byte vector of it, capped by
+    the tile's elements per thread and by the chunk."""
+    return max(1, min(16 // itemsize, block_n * block_t // (32 * num_warps), block_t))
 
 
 def k_dense(c: Call, cfg) -> bool:

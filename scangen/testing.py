@@ -263,11 +263,12 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
         else:
             sig[n] = "i32"
     if "SHIFT_G" in [p.name for p in kernel.params]:  # as runtime.shift_group would choose
+        from .runtime import layout_steps
         i = [p.name for p in kernel.params].index("SHIFT_G")
         nt = [sig[p.name] for p in kernel.params if p.name.endswith("ptr") and p.name in sig
               and sig[p.name].startswith("*")]
-        vec = 16 // min({"*i8": 1, "*i64": 8, "*fp64": 8}.get(t, 4) for t in nt)
-        consts[(i,)] = max(1, min(vec, block_n * block_t // (32 * num_warps))) if contiguous else 1
+        size = min({"*i8": 1, "*i64": 8, "*fp64": 8}.get(t, 4) for t in nt)
+        consts[(i,)] = layout_steps(size, block_n, block_t, num_warps) if contiguous else 1
     src = ASTSource(fn=kernel, signature=sig, constexprs=consts, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=num_warps))
 
