@@ -117,6 +117,163 @@ def _discounted_returns_chunked_kernel(
 
 
 @triton.jit
+def _discounted_returns_persist_kernel(
+    rewards__ptr,
+    terminateds__ptr,
+    truncateds__ptr,
+    bootstrap_values__ptr,
+    gamma,
+    gamma__ptr,
+    returns__optr,
+    st__G__optr,
+    rewards__s1,
+    rewards__s2,
+    rewards__st,
+    terminateds__s1,
+    terminateds__s2,
+    terminateds__st,
+    truncateds__s1,
+    truncateds__s2,
+    truncateds__st,
+    bootstrap_values__s1,
+    bootstrap_values__s2,
+    bootstrap_values__st,
+    gamma__s1,
+    gamma__s2,
+    gamma__st,
+    returns__os1,
+    returns__os2,
+    returns__ost,
+    st__G__os1,
+    st__G__os2,
+    st__G__ost,
+    R1, R2, T, K,
+    HAS_truncateds: tl.constexpr,
+    HAS_bootstrap_values: tl.constexpr,
+    gamma__TENSOR: tl.constexpr,
+    STORE_returns: tl.constexpr,
+    STORE_st__G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+):
+    # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
+    # through time in chunks of BLOCK_T steps (reverse in time), one item (tile, chunk)
+    # per iteration. Each iteration first issues the loads of the next item, then scans this
+    # one, so a program always has a tile of loads in flight (the "persist" family).
+    _pid = tl.program_id(0)
+    _P = tl.num_programs(0)
+    _cols = tl.arange(0, BLOCK_T)
+    _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _n_chunks = tl.cdiv(T, BLOCK_T)
+    _n_items = tl.cdiv(tl.cdiv(R1 * R2, BLOCK_N) - _pid, _P) * _n_chunks
+    G__carry = tl.zeros([BLOCK_N], dtype=ACC)
+    _tile = _pid + ((0) // _n_chunks) * _P  # the item's row tile
+    _c = (0) % _n_chunks
+    _chunk = _n_chunks - 1 - _c
+    _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    _row_ok = _rows < R1 * R2
+    _r1 = (_rows // R2).to(tl.int64)
+    _r2 = (_rows % R2).to(tl.int64)
+    rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
+    terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
+    truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
+    bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+    returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
+    st__G__orow = _r1 * st__G__os1 + _r2 * st__G__os2  # [BN] int64 row offsets
+    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    if HAS_bootstrap_values:
+        bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
+    if gamma__TENSOR:
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+    rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
+    terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
+    if HAS_truncateds:
+        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
+    for _i in range(0, _n_items):
+        # the next item's raw tiles (masked off past the program's last item)
+        _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
+        _c = (_i + 1) % _n_chunks
+        _chunk = _n_chunks - 1 - _c
+        _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        _row_ok = _rows < R1 * R2
+        _r1 = (_rows // R2).to(tl.int64)
+        _r2 = (_rows % R2).to(tl.int64)
+        rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
+        terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
+        truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
+        bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
+        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+        returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
+        st__G__orow = _r1 * st__G__os1 + _r2 * st__G__os2  # [BN] int64 row offsets
+        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        if HAS_bootstrap_values:
+            bootstrap_values__raw__nx = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
+        if gamma__TENSOR:
+            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+        rewards__raw__nx = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
+        terminateds__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
+        if HAS_truncateds:
+            truncateds__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
+        # this item: the tiles loaded one iteration ago
+        _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
+        _c = (_i) % _n_chunks
+        _chunk = _n_chunks - 1 - _c
+        _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        _row_ok = _rows < R1 * R2
+        _r1 = (_rows // R2).to(tl.int64)
+        _r2 = (_rows % R2).to(tl.int64)
+        rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
+        terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
+        truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
+        bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
+        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+        returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
+        st__G__orow = _r1 * st__G__os1 + _r2 * st__G__os2  # [BN] int64 row offsets
+        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+
+        G__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, G__carry)
+        if HAS_bootstrap_values:
+            bootstrap_values = bootstrap_values__raw.to(ACC)
+        else:
+            bootstrap_values = _zero + 0.0
+        if gamma__TENSOR:
+            gamma__t = gamma__t__raw.to(ACC)
+        else:
+            gamma__t = _zero + gamma
+        rewards = rewards__raw.to(ACC)
+        terminateds = terminateds__raw.to(ACC)
+        if HAS_truncateds:
+            truncateds = truncateds__raw.to(ACC)
+        else:
+            truncateds = _zero + 0.0
+        # scan G: G_t = alpha_t + beta_t * G_{t+1}
+        _e1 = tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds))
+        _alpha = tl.where(_ok, _zero + (rewards + _e1*bootstrap_values*gamma__t*(1.0 - terminateds)), 0.0)
+        _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - _e1)), 1.0)  # identity past the window end
+        _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=True)
+        G = _a + _b * G__carry[:, None]
+        G__carry = tl.sum(tl.where(_cols[None, :] == 0, G, 0.0), axis=1)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow[:, None] + _t[None, :] * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok)
+        if STORE_st__G:
+            tl.store(st__G__optr + st__G__orow[:, None] + _t[None, :] * st__G__ost, (_zero + (G)).to(st__G__optr.dtype.element_ty), mask=_ok)
+        if HAS_bootstrap_values:
+            bootstrap_values__raw = bootstrap_values__raw__nx
+        if gamma__TENSOR:
+            gamma__t__raw = gamma__t__raw__nx
+        rewards__raw = rewards__raw__nx
+        terminateds__raw = terminateds__raw__nx
+        if HAS_truncateds:
+            truncateds__raw = truncateds__raw__nx
+
+
+@triton.jit
 def _lb_written(x, ACC: tl.constexpr):
     # The look-back workspace starts as all-one bits (a NaN no arithmetic produces); a word that
     # differs has been written, and each word is written once, so reading it needs no flag.
@@ -332,6 +489,9 @@ def _launch(_call, _cfg):
         _ws = _rt.lookback_workspace(_call, _cfg, 1)
         _grid = (_call.R1 * _call.R2 * -(-_call.T // _cfg.block_t),)
         _rt.launch(_call, _discounted_returns_lookback_kernel, _grid, (*_ptrs, _ws, *_k["ints"]), _meta, _cfg)
+    elif _cfg.family == "persist":
+        _grid = (min(-(-(_call.R1 * _call.R2) // _cfg.block_n), _rt.persistent_programs(_call)),)
+        _rt.launch(_call, _discounted_returns_persist_kernel, _grid, (*_ptrs, *_k["ints"]), _meta, _cfg)
     else:
         _grid = (-(-(_call.R1 * _call.R2) // _cfg.block_n),)  # ceil; triton.cdiv is slow on the host
         _rt.launch(_call, _discounted_returns_chunked_kernel, _grid, (*_ptrs, *_k["ints"]), _meta, _cfg)

@@ -216,6 +216,288 @@ def _discounted_returns_grad_chunked_kernel(
 
 
 @triton.jit
+def _discounted_returns_grad_persist_kernel(
+    rewards__ptr,
+    terminateds__ptr,
+    truncateds__ptr,
+    bootstrap_values__ptr,
+    st__G__ptr,
+    gy__returns__ptr,
+    gamma,
+    gamma__ptr,
+    d__rewards__optr,
+    d__bootstrap_values__optr,
+    d__gamma__optr,
+    rewards__s1,
+    rewards__s2,
+    rewards__st,
+    terminateds__s1,
+    terminateds__s2,
+    terminateds__st,
+    truncateds__s1,
+    truncateds__s2,
+    truncateds__st,
+    bootstrap_values__s1,
+    bootstrap_values__s2,
+    bootstrap_values__st,
+    st__G__s1,
+    st__G__s2,
+    st__G__st,
+    gy__returns__s1,
+    gy__returns__s2,
+    gy__returns__st,
+    gamma__s1,
+    gamma__s2,
+    gamma__st,
+    d__rewards__os1,
+    d__rewards__os2,
+    d__rewards__ost,
+    d__bootstrap_values__os1,
+    d__bootstrap_values__os2,
+    d__bootstrap_values__ost,
+    d__gamma__os1,
+    d__gamma__os2,
+    d__gamma__ost,
+    R1, R2, T, K,
+    HAS_truncateds: tl.constexpr,
+    HAS_bootstrap_values: tl.constexpr,
+    HAS_gy__returns: tl.constexpr,
+    gamma__TENSOR: tl.constexpr,
+    STORE_d__rewards: tl.constexpr,
+    STORE_d__bootstrap_values: tl.constexpr,
+    STORE_d__gamma: tl.constexpr,
+    SHIFT_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+):
+    # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
+    # through time in chunks of BLOCK_T steps (forward in time), one item (tile, chunk)
+    # per iteration. Each iteration first issues the loads of the next item, then scans this
+    # one, so a program always has a tile of loads in flight (the "persist" family).
+    _pid = tl.program_id(0)
+    _P = tl.num_programs(0)
+    _cols = tl.arange(0, BLOCK_T)
+    _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
+    _n_chunks = tl.cdiv(T, BLOCK_T)
+    _n_items = tl.cdiv(tl.cdiv(R1 * R2, BLOCK_N) - _pid, _P) * _n_chunks
+    g__G__carry = tl.zeros([BLOCK_N], dtype=ACC)
+    _tile = _pid + ((0) // _n_chunks) * _P  # the item's row tile
+    _c = (0) % _n_chunks
+    _chunk = _c
+    _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    _row_ok = _rows < R1 * R2
+    _r1 = (_rows // R2).to(tl.int64)
+    _r2 = (_rows % R2).to(tl.int64)
+    rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
+    terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
+    truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
+    bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
+    st__G__row = _r1 * st__G__s1 + _r2 * st__G__s2  # [BN] int64 row offsets
+    gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2  # [BN] int64 row offsets
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+    d__rewards__orow = _r1 * d__rewards__os1 + _r2 * d__rewards__os2  # [BN] int64 row offsets
+    d__bootstrap_values__orow = _r1 * d__bootstrap_values__os1 + _r2 * d__bootstrap_values__os2  # [BN] int64 row offsets
+    d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
+    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+    _t_next = tl.minimum(_t + 1, T - 1)
+    _t_prev = tl.maximum(_t - 1, 0)
+    is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    if HAS_bootstrap_values:
+        bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
+    if gamma__TENSOR:
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+    if gamma__TENSOR:
+        gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
+    if HAS_gy__returns:
+        gy__returns__raw = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1)
+    # st__G with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    st__G__raw = tl.load(st__G__ptr + st__G__row[:, None] + _t[None, :] * st__G__st, mask=_ok, other=1)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        st__G__next__raw = tl.load(st__G__ptr + st__G__row[:, None] + _t_next[None, :] * st__G__st, mask=_ok, other=1)
+    else:
+        _te = _g + SHIFT_G  # [BT / G] the step after each group
+        st__G__next__raw = tl.load(st__G__ptr + st__G__row[:, None] + _te[None, :] * st__G__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+    # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1)
+    else:
+        _te = _g - 1  # [BT / G] the step before each group
+        terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+    if HAS_truncateds:
+        # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1)
+        else:
+            _te = _g - 1  # [BT / G] the step before each group
+            truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+    for _i in range(0, _n_items):
+        # the next item's raw tiles (masked off past the program's last item)
+        _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
+        _c = (_i + 1) % _n_chunks
+        _chunk = _c
+        _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        _row_ok = _rows < R1 * R2
+        _r1 = (_rows // R2).to(tl.int64)
+        _r2 = (_rows % R2).to(tl.int64)
+        rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
+        terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
+        truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
+        bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
+        st__G__row = _r1 * st__G__s1 + _r2 * st__G__s2  # [BN] int64 row offsets
+        gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2  # [BN] int64 row offsets
+        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+        d__rewards__orow = _r1 * d__rewards__os1 + _r2 * d__rewards__os2  # [BN] int64 row offsets
+        d__bootstrap_values__orow = _r1 * d__bootstrap_values__os1 + _r2 * d__bootstrap_values__os2  # [BN] int64 row offsets
+        d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
+        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _t_next = tl.minimum(_t + 1, T - 1)
+        _t_prev = tl.maximum(_t - 1, 0)
+        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        if HAS_bootstrap_values:
+            bootstrap_values__raw__nx = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
+        if gamma__TENSOR:
+            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+        if gamma__TENSOR:
+            gamma__prev__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
+        if HAS_gy__returns:
+            gy__returns__raw__nx = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1)
+        # st__G with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        st__G__raw__nx = tl.load(st__G__ptr + st__G__row[:, None] + _t[None, :] * st__G__st, mask=_ok, other=1)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            st__G__next__raw__nx = tl.load(st__G__ptr + st__G__row[:, None] + _t_next[None, :] * st__G__st, mask=_ok, other=1)
+        else:
+            _te = _g + SHIFT_G  # [BT / G] the step after each group
+            st__G__next__raw__nx = tl.load(st__G__ptr + st__G__row[:, None] + _te[None, :] * st__G__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+        # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        terminateds__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            terminateds__prev__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1)
+        else:
+            _te = _g - 1  # [BT / G] the step before each group
+            terminateds__prev__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        if HAS_truncateds:
+            # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+            # steps per thread, and one strided load per group gives the step beyond the group
+            truncateds__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
+            if SHIFT_G == 1:  # one step per thread: the plain shifted load
+                truncateds__prev__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1)
+            else:
+                _te = _g - 1  # [BT / G] the step before each group
+                truncateds__prev__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        # this item: the tiles loaded one iteration ago
+        _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
+        _c = (_i) % _n_chunks
+        _chunk = _c
+        _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        _row_ok = _rows < R1 * R2
+        _r1 = (_rows // R2).to(tl.int64)
+        _r2 = (_rows % R2).to(tl.int64)
+        rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
+        terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
+        truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
+        bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
+        st__G__row = _r1 * st__G__s1 + _r2 * st__G__s2  # [BN] int64 row offsets
+        gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2  # [BN] int64 row offsets
+        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+        d__rewards__orow = _r1 * d__rewards__os1 + _r2 * d__rewards__os2  # [BN] int64 row offsets
+        d__bootstrap_values__orow = _r1 * d__bootstrap_values__os1 + _r2 * d__bootstrap_values__os2  # [BN] int64 row offsets
+        d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
+        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _t_next = tl.minimum(_t + 1, T - 1)
+        _t_prev = tl.maximum(_t - 1, 0)
+        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+
+        g__G__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, g__G__carry)
+        if HAS_bootstrap_values:
+            bootstrap_values = bootstrap_values__raw.to(ACC)
+        else:
+            bootstrap_values = _zero + 0.0
+        if gamma__TENSOR:
+            gamma__t = gamma__t__raw.to(ACC)
+        else:
+            gamma__t = _zero + gamma
+        if gamma__TENSOR:
+            gamma__prev__t = gamma__prev__t__raw.to(ACC)
+        else:
+            gamma__prev__t = _zero + gamma
+        if HAS_gy__returns:
+            gy__returns = gy__returns__raw.to(ACC)
+        else:
+            gy__returns = _zero + 0.0
+        st__G = st__G__raw.to(ACC)
+        if SHIFT_G == 1:
+            st__G__next = st__G__next__raw.to(ACC)
+        else:
+            _s = _shift_next(tl.reshape(st__G__raw, (_M, SHIFT_G)), tl.reshape(st__G__next__raw, (_M,)), _M, SHIFT_G)
+            st__G__next = tl.where((_t == T - 1)[None, :], st__G, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        terminateds = terminateds__raw.to(ACC)
+        if SHIFT_G == 1:
+            terminateds__prev = terminateds__prev__raw.to(ACC)
+        else:
+            _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(terminateds__prev__raw, (_M,)), _M, SHIFT_G)
+            terminateds__prev = tl.where((_t == 0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        if HAS_truncateds:
+            truncateds = truncateds__raw.to(ACC)
+            if SHIFT_G == 1:
+                truncateds__prev = truncateds__prev__raw.to(ACC)
+            else:
+                _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(truncateds__prev__raw, (_M,)), _M, SHIFT_G)
+                truncateds__prev = tl.where((_t == 0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        else:
+            truncateds = _zero + 0.0
+            truncateds__prev = _zero + 0.0
+        # scan g__G: g__G_t = alpha_t + beta_t * g__G_{t-1}
+        _alpha = tl.where(_ok, _zero + (gy__returns), 0.0)
+        _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*(1.0 - tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev))))), 1.0)  # identity past the window end
+        _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
+        g__G = _a + _b * g__G__carry[:, None]
+        g__G__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__G, 0.0), axis=1)
+        _e1 = tl.where((is_last != 0), 1.0, tl.where((terminateds >= truncateds), terminateds, truncateds))
+        _e2 = _e1*g__G*(1.0 - terminateds)
+        if STORE_d__rewards:
+            tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (g__G)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
+        if STORE_d__bootstrap_values:
+            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e2*gamma__t)).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
+        if STORE_d__gamma:
+            tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e2*bootstrap_values + g__G*(1.0 - _e1)*tl.where((is_last != 0), 0.0, st__G__next))).to(d__gamma__optr.dtype.element_ty), mask=_ok)
+        if HAS_bootstrap_values:
+            bootstrap_values__raw = bootstrap_values__raw__nx
+        if gamma__TENSOR:
+            gamma__t__raw = gamma__t__raw__nx
+        if gamma__TENSOR:
+            gamma__prev__t__raw = gamma__prev__t__raw__nx
+        if HAS_gy__returns:
+            gy__returns__raw = gy__returns__raw__nx
+        st__G__raw = st__G__raw__nx
+        st__G__next__raw = st__G__next__raw__nx
+        terminateds__raw = terminateds__raw__nx
+        terminateds__prev__raw = terminateds__prev__raw__nx
+        if HAS_truncateds:
+            truncateds__raw = truncateds__raw__nx
+            truncateds__prev__raw = truncateds__prev__raw__nx
+
+
+@triton.jit
 def _lb_written(x, ACC: tl.constexpr):
     # The look-back workspace starts as all-one bits (a NaN no arithmetic produces); a word that
     # differs has been written, and each word is written once, so reading it needs no flag.
@@ -515,6 +797,9 @@ def _launch(_call, _cfg):
         _ws = _rt.lookback_workspace(_call, _cfg, 1)
         _grid = (_call.R1 * _call.R2 * -(-_call.T // _cfg.block_t),)
         _rt.launch(_call, _discounted_returns_grad_lookback_kernel, _grid, (*_ptrs, _ws, *_k["ints"]), _meta, _cfg)
+    elif _cfg.family == "persist":
+        _grid = (min(-(-(_call.R1 * _call.R2) // _cfg.block_n), _rt.persistent_programs(_call)),)
+        _rt.launch(_call, _discounted_returns_grad_persist_kernel, _grid, (*_ptrs, *_k["ints"]), _meta, _cfg)
     else:
         _grid = (-(-(_call.R1 * _call.R2) // _cfg.block_n),)  # ceil; triton.cdiv is slow on the host
         _rt.launch(_call, _discounted_returns_grad_chunked_kernel, _grid, (*_ptrs, *_k["ints"]), _meta, _cfg)

@@ -156,6 +156,185 @@ def _eligibility_traces_chunked_kernel(
 
 
 @triton.jit
+def _eligibility_traces_persist_kernel(
+    gradients__ptr,
+    dones__ptr,
+    seed_values__ptr,
+    gamma,
+    gamma__ptr,
+    lambda_,
+    lambda___ptr,
+    traces__optr,
+    st__z__optr,
+    gradients__s1,
+    gradients__s2,
+    gradients__st,
+    dones__s1,
+    dones__s2,
+    dones__st,
+    seed_values__s1,
+    seed_values__s2,
+    seed_values__st,
+    gamma__s1,
+    gamma__s2,
+    gamma__st,
+    lambda___s1,
+    lambda___s2,
+    lambda___st,
+    traces__os1,
+    traces__os2,
+    traces__ost,
+    st__z__os1,
+    st__z__os2,
+    st__z__ost,
+    R1, R2, T, K,
+    HAS_seed_values: tl.constexpr,
+    gamma__TENSOR: tl.constexpr,
+    lambda___TENSOR: tl.constexpr,
+    STORE_traces: tl.constexpr,
+    STORE_st__z: tl.constexpr,
+    SHIFT_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+):
+    # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
+    # through time in chunks of BLOCK_T steps (forward in time), one item (tile, chunk)
+    # per iteration. Each iteration first issues the loads of the next item, then scans this
+    # one, so a program always has a tile of loads in flight (the "persist" family).
+    _pid = tl.program_id(0)
+    _P = tl.num_programs(0)
+    _cols = tl.arange(0, BLOCK_T)
+    _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
+    _n_chunks = tl.cdiv(T, BLOCK_T)
+    _n_items = tl.cdiv(tl.cdiv(R1 * R2, BLOCK_N) - _pid, _P) * _n_chunks
+    z__carry = tl.zeros([BLOCK_N], dtype=ACC)
+    _tile = _pid + ((0) // _n_chunks) * _P  # the item's row tile
+    _c = (0) % _n_chunks
+    _chunk = _c
+    _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    _row_ok = _rows < R1 * R2
+    _r1 = (_rows // R2).to(tl.int64)
+    _r2 = (_rows % R2).to(tl.int64)
+    gradients__row = _r1 * gradients__s1 + _r2 * gradients__s2  # [BN] int64 row offsets
+    dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
+    seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+    traces__orow = _r1 * traces__os1 + _r2 * traces__os2  # [BN] int64 row offsets
+    st__z__orow = _r1 * st__z__os1 + _r2 * st__z__os2  # [BN] int64 row offsets
+    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+    _t_prev = tl.maximum(_t - 1, 0)
+    is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+    # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1)
+    else:
+        _te = _g - 1  # [BT / G] the step before each group
+        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+    if gamma__TENSOR:
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+    gradients__raw = tl.load(gradients__ptr + gradients__row[:, None] + _t[None, :] * gradients__st, mask=_ok, other=1)
+    if lambda___TENSOR:
+        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+    for _i in range(0, _n_items):
+        # the next item's raw tiles (masked off past the program's last item)
+        _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
+        _c = (_i + 1) % _n_chunks
+        _chunk = _c
+        _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        _row_ok = _rows < R1 * R2
+        _r1 = (_rows // R2).to(tl.int64)
+        _r2 = (_rows % R2).to(tl.int64)
+        gradients__row = _r1 * gradients__s1 + _r2 * gradients__s2  # [BN] int64 row offsets
+        dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
+        seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
+        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+        traces__orow = _r1 * traces__os1 + _r2 * traces__os2  # [BN] int64 row offsets
+        st__z__orow = _r1 * st__z__os1 + _r2 * st__z__os2  # [BN] int64 row offsets
+        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _t_prev = tl.maximum(_t - 1, 0)
+        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+        # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        dones__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            dones__prev__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1)
+        else:
+            _te = _g - 1  # [BT / G] the step before each group
+            dones__prev__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        if gamma__TENSOR:
+            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+        gradients__raw__nx = tl.load(gradients__ptr + gradients__row[:, None] + _t[None, :] * gradients__st, mask=_ok, other=1)
+        if lambda___TENSOR:
+            lambda___t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+        # this item: the tiles loaded one iteration ago
+        _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
+        _c = (_i) % _n_chunks
+        _chunk = _c
+        _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        _row_ok = _rows < R1 * R2
+        _r1 = (_rows // R2).to(tl.int64)
+        _r2 = (_rows % R2).to(tl.int64)
+        gradients__row = _r1 * gradients__s1 + _r2 * gradients__s2  # [BN] int64 row offsets
+        dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
+        seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
+        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+        traces__orow = _r1 * traces__os1 + _r2 * traces__os2  # [BN] int64 row offsets
+        st__z__orow = _r1 * st__z__os1 + _r2 * st__z__os2  # [BN] int64 row offsets
+        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _t_prev = tl.maximum(_t - 1, 0)
+        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+        if HAS_seed_values:
+            seed_values = tl.load(seed_values__ptr + seed_values__row, mask=_row_ok, other=0).to(ACC)
+        else:
+            seed_values = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
+        z__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + seed_values, z__carry)
+        dones = dones__raw.to(ACC)
+        if SHIFT_G == 1:
+            dones__prev = dones__prev__raw.to(ACC)
+        else:
+            _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
+            dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        if gamma__TENSOR:
+            gamma__t = gamma__t__raw.to(ACC)
+        else:
+            gamma__t = _zero + gamma
+        gradients = gradients__raw.to(ACC)
+        if lambda___TENSOR:
+            lambda___t = lambda___t__raw.to(ACC)
+        else:
+            lambda___t = _zero + lambda_
+        # scan z: z_t = alpha_t + beta_t * z_{t-1}
+        _alpha = tl.where(_ok, _zero + (gradients), 0.0)
+        _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev))), 1.0)  # identity past the window end
+        _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
+        z = _a + _b * z__carry[:, None]
+        z__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, z, 0.0), axis=1)
+        if STORE_traces:
+            tl.store(traces__optr + traces__orow[:, None] + _t[None, :] * traces__ost, (_zero + (z)).to(traces__optr.dtype.element_ty), mask=_ok)
+        if STORE_st__z:
+            tl.store(st__z__optr + st__z__orow[:, None] + _t[None, :] * st__z__ost, (_zero + (z)).to(st__z__optr.dtype.element_ty), mask=_ok)
+        dones__raw = dones__raw__nx
+        dones__prev__raw = dones__prev__raw__nx
+        if gamma__TENSOR:
+            gamma__t__raw = gamma__t__raw__nx
+        gradients__raw = gradients__raw__nx
+        if lambda___TENSOR:
+            lambda___t__raw = lambda___t__raw__nx
+
+
+@triton.jit
 def _lb_written(x, ACC: tl.constexpr):
     # The look-back workspace starts as all-one bits (a NaN no arithmetic produces); a word that
     # differs has been written, and each word is written once, so reading it needs no flag.
@@ -386,6 +565,9 @@ def _launch(_call, _cfg):
         _ws = _rt.lookback_workspace(_call, _cfg, 1)
         _grid = (_call.R1 * _call.R2 * -(-_call.T // _cfg.block_t),)
         _rt.launch(_call, _eligibility_traces_lookback_kernel, _grid, (*_ptrs, _ws, *_k["ints"]), _meta, _cfg)
+    elif _cfg.family == "persist":
+        _grid = (min(-(-(_call.R1 * _call.R2) // _cfg.block_n), _rt.persistent_programs(_call)),)
+        _rt.launch(_call, _eligibility_traces_persist_kernel, _grid, (*_ptrs, *_k["ints"]), _meta, _cfg)
     else:
         _grid = (-(-(_call.R1 * _call.R2) // _cfg.block_n),)  # ceil; triton.cdiv is slow on the host
         _rt.launch(_call, _eligibility_traces_chunked_kernel, _grid, (*_ptrs, *_k["ints"]), _meta, _cfg)

@@ -144,6 +144,166 @@ def _episodic_prefix_sum_chunked_kernel(
 
 
 @triton.jit
+def _episodic_prefix_sum_persist_kernel(
+    inputs__ptr,
+    dones__ptr,
+    seed_values__ptr,
+    boundary,
+    boundary__ptr,
+    sums__optr,
+    st__C__optr,
+    inputs__s1,
+    inputs__s2,
+    inputs__st,
+    dones__s1,
+    dones__s2,
+    dones__st,
+    seed_values__s1,
+    seed_values__s2,
+    seed_values__st,
+    boundary__s1,
+    boundary__s2,
+    boundary__st,
+    sums__os1,
+    sums__os2,
+    sums__ost,
+    st__C__os1,
+    st__C__os2,
+    st__C__ost,
+    R1, R2, T, K,
+    HAS_seed_values: tl.constexpr,
+    boundary__TENSOR: tl.constexpr,
+    STORE_sums: tl.constexpr,
+    STORE_st__C: tl.constexpr,
+    SHIFT_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+):
+    # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
+    # through time in chunks of BLOCK_T steps (forward in time), one item (tile, chunk)
+    # per iteration. Each iteration first issues the loads of the next item, then scans this
+    # one, so a program always has a tile of loads in flight (the "persist" family).
+    _pid = tl.program_id(0)
+    _P = tl.num_programs(0)
+    _cols = tl.arange(0, BLOCK_T)
+    _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
+    _n_chunks = tl.cdiv(T, BLOCK_T)
+    _n_items = tl.cdiv(tl.cdiv(R1 * R2, BLOCK_N) - _pid, _P) * _n_chunks
+    C__carry = tl.zeros([BLOCK_N], dtype=ACC)
+    _tile = _pid + ((0) // _n_chunks) * _P  # the item's row tile
+    _c = (0) % _n_chunks
+    _chunk = _c
+    _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    _row_ok = _rows < R1 * R2
+    _r1 = (_rows // R2).to(tl.int64)
+    _r2 = (_rows % R2).to(tl.int64)
+    inputs__row = _r1 * inputs__s1 + _r2 * inputs__s2  # [BN] int64 row offsets
+    dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
+    seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
+    boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2  # [BN] int64 row offsets
+    sums__orow = _r1 * sums__os1 + _r2 * sums__os2  # [BN] int64 row offsets
+    st__C__orow = _r1 * st__C__os1 + _r2 * st__C__os2  # [BN] int64 row offsets
+    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+    _t_prev = tl.maximum(_t - 1, 0)
+    is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+    if boundary__TENSOR:
+        boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1)
+    # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1)
+    else:
+        _te = _g - 1  # [BT / G] the step before each group
+        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+    inputs__raw = tl.load(inputs__ptr + inputs__row[:, None] + _t[None, :] * inputs__st, mask=_ok, other=1)
+    for _i in range(0, _n_items):
+        # the next item's raw tiles (masked off past the program's last item)
+        _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
+        _c = (_i + 1) % _n_chunks
+        _chunk = _c
+        _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        _row_ok = _rows < R1 * R2
+        _r1 = (_rows // R2).to(tl.int64)
+        _r2 = (_rows % R2).to(tl.int64)
+        inputs__row = _r1 * inputs__s1 + _r2 * inputs__s2  # [BN] int64 row offsets
+        dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
+        seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
+        boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2  # [BN] int64 row offsets
+        sums__orow = _r1 * sums__os1 + _r2 * sums__os2  # [BN] int64 row offsets
+        st__C__orow = _r1 * st__C__os1 + _r2 * st__C__os2  # [BN] int64 row offsets
+        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _t_prev = tl.maximum(_t - 1, 0)
+        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+        if boundary__TENSOR:
+            boundary__t__raw__nx = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1)
+        # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        dones__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            dones__prev__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1)
+        else:
+            _te = _g - 1  # [BT / G] the step before each group
+            dones__prev__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        inputs__raw__nx = tl.load(inputs__ptr + inputs__row[:, None] + _t[None, :] * inputs__st, mask=_ok, other=1)
+        # this item: the tiles loaded one iteration ago
+        _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
+        _c = (_i) % _n_chunks
+        _chunk = _c
+        _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        _row_ok = _rows < R1 * R2
+        _r1 = (_rows // R2).to(tl.int64)
+        _r2 = (_rows % R2).to(tl.int64)
+        inputs__row = _r1 * inputs__s1 + _r2 * inputs__s2  # [BN] int64 row offsets
+        dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
+        seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
+        boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2  # [BN] int64 row offsets
+        sums__orow = _r1 * sums__os1 + _r2 * sums__os2  # [BN] int64 row offsets
+        st__C__orow = _r1 * st__C__os1 + _r2 * st__C__os2  # [BN] int64 row offsets
+        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _t_prev = tl.maximum(_t - 1, 0)
+        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+        if HAS_seed_values:
+            seed_values = tl.load(seed_values__ptr + seed_values__row, mask=_row_ok, other=0).to(ACC)
+        else:
+            seed_values = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
+        C__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + seed_values, C__carry)
+        if boundary__TENSOR:
+            boundary__t = boundary__t__raw.to(ACC)
+        else:
+            boundary__t = _zero + boundary
+        dones = dones__raw.to(ACC)
+        if SHIFT_G == 1:
+            dones__prev = dones__prev__raw.to(ACC)
+        else:
+            _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
+            dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        inputs = inputs__raw.to(ACC)
+        # scan C: C_t = alpha_t + beta_t * C_{t-1}
+        _alpha = tl.where(_ok, _zero + (inputs), 0.0)
+        _beta = tl.where(_ok, _zero + (1.0 - tl.where((boundary__t != 0), dones, tl.where((is_first != 0), 0.0, dones__prev))), 1.0)  # identity past the window end
+        _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
+        C = _a + _b * C__carry[:, None]
+        C__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, C, 0.0), axis=1)
+        if STORE_sums:
+            tl.store(sums__optr + sums__orow[:, None] + _t[None, :] * sums__ost, (_zero + (C)).to(sums__optr.dtype.element_ty), mask=_ok)
+        if STORE_st__C:
+            tl.store(st__C__optr + st__C__orow[:, None] + _t[None, :] * st__C__ost, (_zero + (C)).to(st__C__optr.dtype.element_ty), mask=_ok)
+        if boundary__TENSOR:
+            boundary__t__raw = boundary__t__raw__nx
+        dones__raw = dones__raw__nx
+        dones__prev__raw = dones__prev__raw__nx
+        inputs__raw = inputs__raw__nx
+
+
+@triton.jit
 def _lb_written(x, ACC: tl.constexpr):
     # The look-back workspace starts as all-one bits (a NaN no arithmetic produces); a word that
     # differs has been written, and each word is written once, so reading it needs no flag.
@@ -360,6 +520,9 @@ def _launch(_call, _cfg):
         _ws = _rt.lookback_workspace(_call, _cfg, 1)
         _grid = (_call.R1 * _call.R2 * -(-_call.T // _cfg.block_t),)
         _rt.launch(_call, _episodic_prefix_sum_lookback_kernel, _grid, (*_ptrs, _ws, *_k["ints"]), _meta, _cfg)
+    elif _cfg.family == "persist":
+        _grid = (min(-(-(_call.R1 * _call.R2) // _cfg.block_n), _rt.persistent_programs(_call)),)
+        _rt.launch(_call, _episodic_prefix_sum_persist_kernel, _grid, (*_ptrs, *_k["ints"]), _meta, _cfg)
     else:
         _grid = (-(-(_call.R1 * _call.R2) // _cfg.block_n),)  # ceil; triton.cdiv is slow on the host
         _rt.launch(_call, _episodic_prefix_sum_chunked_kernel, _grid, (*_ptrs, *_k["ints"]), _meta, _cfg)

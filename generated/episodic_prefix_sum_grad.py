@@ -181,6 +181,229 @@ def _episodic_prefix_sum_grad_chunked_kernel(
 
 
 @triton.jit
+def _episodic_prefix_sum_grad_persist_kernel(
+    inputs__ptr,
+    dones__ptr,
+    seed_values__ptr,
+    st__C__ptr,
+    gy__sums__ptr,
+    boundary,
+    boundary__ptr,
+    d__inputs__optr,
+    d__seed_values__optr,
+    d__boundary__optr,
+    inputs__s1,
+    inputs__s2,
+    inputs__st,
+    dones__s1,
+    dones__s2,
+    dones__st,
+    seed_values__s1,
+    seed_values__s2,
+    seed_values__st,
+    st__C__s1,
+    st__C__s2,
+    st__C__st,
+    gy__sums__s1,
+    gy__sums__s2,
+    gy__sums__st,
+    boundary__s1,
+    boundary__s2,
+    boundary__st,
+    d__inputs__os1,
+    d__inputs__os2,
+    d__inputs__ost,
+    d__seed_values__os1,
+    d__seed_values__os2,
+    d__seed_values__ost,
+    d__boundary__os1,
+    d__boundary__os2,
+    d__boundary__ost,
+    R1, R2, T, K,
+    HAS_seed_values: tl.constexpr,
+    HAS_gy__sums: tl.constexpr,
+    boundary__TENSOR: tl.constexpr,
+    STORE_d__inputs: tl.constexpr,
+    STORE_d__seed_values: tl.constexpr,
+    STORE_d__boundary: tl.constexpr,
+    SHIFT_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+):
+    # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
+    # through time in chunks of BLOCK_T steps (reverse in time), one item (tile, chunk)
+    # per iteration. Each iteration first issues the loads of the next item, then scans this
+    # one, so a program always has a tile of loads in flight (the "persist" family).
+    _pid = tl.program_id(0)
+    _P = tl.num_programs(0)
+    _cols = tl.arange(0, BLOCK_T)
+    _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
+    _n_chunks = tl.cdiv(T, BLOCK_T)
+    _n_items = tl.cdiv(tl.cdiv(R1 * R2, BLOCK_N) - _pid, _P) * _n_chunks
+    g__C__carry = tl.zeros([BLOCK_N], dtype=ACC)
+    _tile = _pid + ((0) // _n_chunks) * _P  # the item's row tile
+    _c = (0) % _n_chunks
+    _chunk = _n_chunks - 1 - _c
+    _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    _row_ok = _rows < R1 * R2
+    _r1 = (_rows // R2).to(tl.int64)
+    _r2 = (_rows % R2).to(tl.int64)
+    inputs__row = _r1 * inputs__s1 + _r2 * inputs__s2  # [BN] int64 row offsets
+    dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
+    seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
+    st__C__row = _r1 * st__C__s1 + _r2 * st__C__s2  # [BN] int64 row offsets
+    gy__sums__row = _r1 * gy__sums__s1 + _r2 * gy__sums__s2  # [BN] int64 row offsets
+    boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2  # [BN] int64 row offsets
+    d__inputs__orow = _r1 * d__inputs__os1 + _r2 * d__inputs__os2  # [BN] int64 row offsets
+    d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
+    d__boundary__orow = _r1 * d__boundary__os1 + _r2 * d__boundary__os2  # [BN] int64 row offsets
+    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+    _t_next = tl.minimum(_t + 1, T - 1)
+    _t_prev = tl.maximum(_t - 1, 0)
+    is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+    is_first__next = tl.where(_t + 1 == 0, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    if boundary__TENSOR:
+        boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1)
+    if boundary__TENSOR:
+        boundary__next__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t_next[None, :] * boundary__st, mask=_ok, other=1)
+    # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        dones__next__raw = tl.load(dones__ptr + dones__row[:, None] + _t_next[None, :] * dones__st, mask=_ok, other=1)
+    else:
+        _te = _g + SHIFT_G  # [BT / G] the step after each group
+        dones__next__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1)
+    else:
+        _te = _g - 1  # [BT / G] the step before each group
+        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+    if HAS_gy__sums:
+        gy__sums__raw = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1)
+    for _i in range(0, _n_items):
+        # the next item's raw tiles (masked off past the program's last item)
+        _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
+        _c = (_i + 1) % _n_chunks
+        _chunk = _n_chunks - 1 - _c
+        _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        _row_ok = _rows < R1 * R2
+        _r1 = (_rows // R2).to(tl.int64)
+        _r2 = (_rows % R2).to(tl.int64)
+        inputs__row = _r1 * inputs__s1 + _r2 * inputs__s2  # [BN] int64 row offsets
+        dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
+        seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
+        st__C__row = _r1 * st__C__s1 + _r2 * st__C__s2  # [BN] int64 row offsets
+        gy__sums__row = _r1 * gy__sums__s1 + _r2 * gy__sums__s2  # [BN] int64 row offsets
+        boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2  # [BN] int64 row offsets
+        d__inputs__orow = _r1 * d__inputs__os1 + _r2 * d__inputs__os2  # [BN] int64 row offsets
+        d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
+        d__boundary__orow = _r1 * d__boundary__os1 + _r2 * d__boundary__os2  # [BN] int64 row offsets
+        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _t_next = tl.minimum(_t + 1, T - 1)
+        _t_prev = tl.maximum(_t - 1, 0)
+        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+        is_first__next = tl.where(_t + 1 == 0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        if boundary__TENSOR:
+            boundary__t__raw__nx = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1)
+        if boundary__TENSOR:
+            boundary__next__t__raw__nx = tl.load(boundary__ptr + boundary__row[:, None] + _t_next[None, :] * boundary__st, mask=_ok, other=1)
+        # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        dones__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            dones__next__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t_next[None, :] * dones__st, mask=_ok, other=1)
+        else:
+            _te = _g + SHIFT_G  # [BT / G] the step after each group
+            dones__next__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            dones__prev__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1)
+        else:
+            _te = _g - 1  # [BT / G] the step before each group
+            dones__prev__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        if HAS_gy__sums:
+            gy__sums__raw__nx = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1)
+        # this item: the tiles loaded one iteration ago
+        _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
+        _c = (_i) % _n_chunks
+        _chunk = _n_chunks - 1 - _c
+        _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        _row_ok = _rows < R1 * R2
+        _r1 = (_rows // R2).to(tl.int64)
+        _r2 = (_rows % R2).to(tl.int64)
+        inputs__row = _r1 * inputs__s1 + _r2 * inputs__s2  # [BN] int64 row offsets
+        dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
+        seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
+        st__C__row = _r1 * st__C__s1 + _r2 * st__C__s2  # [BN] int64 row offsets
+        gy__sums__row = _r1 * gy__sums__s1 + _r2 * gy__sums__s2  # [BN] int64 row offsets
+        boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2  # [BN] int64 row offsets
+        d__inputs__orow = _r1 * d__inputs__os1 + _r2 * d__inputs__os2  # [BN] int64 row offsets
+        d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
+        d__boundary__orow = _r1 * d__boundary__os1 + _r2 * d__boundary__os2  # [BN] int64 row offsets
+        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _t_next = tl.minimum(_t + 1, T - 1)
+        _t_prev = tl.maximum(_t - 1, 0)
+        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+        is_first__next = tl.where(_t + 1 == 0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+
+        g__C__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, g__C__carry)
+        if boundary__TENSOR:
+            boundary__t = boundary__t__raw.to(ACC)
+        else:
+            boundary__t = _zero + boundary
+        if boundary__TENSOR:
+            boundary__next__t = boundary__next__t__raw.to(ACC)
+        else:
+            boundary__next__t = _zero + boundary
+        dones = dones__raw.to(ACC)
+        if SHIFT_G == 1:
+            dones__next = dones__next__raw.to(ACC)
+        else:
+            _s = _shift_next(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__next__raw, (_M,)), _M, SHIFT_G)
+            dones__next = tl.where((_t == T - 1)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        if SHIFT_G == 1:
+            dones__prev = dones__prev__raw.to(ACC)
+        else:
+            _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
+            dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        if HAS_gy__sums:
+            gy__sums = gy__sums__raw.to(ACC)
+        else:
+            gy__sums = _zero + 0.0
+        # scan g__C: g__C_t = alpha_t + beta_t * g__C_{t+1}
+        _alpha = tl.where(_ok, _zero + (gy__sums), 0.0)
+        _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, 1.0 - tl.where((boundary__next__t != 0), dones__next, tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end
+        _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=True)
+        g__C = _a + _b * g__C__carry[:, None]
+        g__C__carry = tl.sum(tl.where(_cols[None, :] == 0, g__C, 0.0), axis=1)
+        if STORE_d__inputs:
+            tl.store(d__inputs__optr + d__inputs__orow[:, None] + _t[None, :] * d__inputs__ost, (_zero + (g__C)).to(d__inputs__optr.dtype.element_ty), mask=_ok)
+        if STORE_d__seed_values:
+            tl.store(d__seed_values__optr + d__seed_values__orow[:, None] + _t[None, :] * d__seed_values__ost, (_zero + (tl.where((is_first != 0), g__C*(1.0 - tl.where((boundary__t != 0), dones, tl.where((is_first != 0), 0.0, dones__prev))), 0.0))).to(d__seed_values__optr.dtype.element_ty), mask=_ok)
+        if STORE_d__boundary:
+            tl.store(d__boundary__optr + d__boundary__orow[:, None] + _t[None, :] * d__boundary__ost, (_zero + (0.0)).to(d__boundary__optr.dtype.element_ty), mask=_ok)
+        if boundary__TENSOR:
+            boundary__t__raw = boundary__t__raw__nx
+        if boundary__TENSOR:
+            boundary__next__t__raw = boundary__next__t__raw__nx
+        dones__raw = dones__raw__nx
+        dones__next__raw = dones__next__raw__nx
+        dones__prev__raw = dones__prev__raw__nx
+        if HAS_gy__sums:
+            gy__sums__raw = gy__sums__raw__nx
+
+
+@triton.jit
 def _lb_written(x, ACC: tl.constexpr):
     # The look-back workspace starts as all-one bits (a NaN no arithmetic produces); a word that
     # differs has been written, and each word is written once, so reading it needs no flag.
@@ -442,6 +665,9 @@ def _launch(_call, _cfg):
         _ws = _rt.lookback_workspace(_call, _cfg, 1)
         _grid = (_call.R1 * _call.R2 * -(-_call.T // _cfg.block_t),)
         _rt.launch(_call, _episodic_prefix_sum_grad_lookback_kernel, _grid, (*_ptrs, _ws, *_k["ints"]), _meta, _cfg)
+    elif _cfg.family == "persist":
+        _grid = (min(-(-(_call.R1 * _call.R2) // _cfg.block_n), _rt.persistent_programs(_call)),)
+        _rt.launch(_call, _episodic_prefix_sum_grad_persist_kernel, _grid, (*_ptrs, *_k["ints"]), _meta, _cfg)
     else:
         _grid = (-(-(_call.R1 * _call.R2) // _cfg.block_n),)  # ceil; triton.cdiv is slow on the host
         _rt.launch(_call, _episodic_prefix_sum_grad_chunked_kernel, _grid, (*_ptrs, *_k["ints"]), _meta, _cfg)

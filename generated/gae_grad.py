@@ -310,6 +310,413 @@ def _gae_grad_chunked_kernel(
 
 
 @triton.jit
+def _gae_grad_persist_kernel(
+    rewards__ptr,
+    values__ptr,
+    terminateds__ptr,
+    truncateds__ptr,
+    bootstrap_values__ptr,
+    last_value__ptr,
+    st__A__ptr,
+    gy__advantages__ptr,
+    gy__returns__ptr,
+    gamma,
+    gamma__ptr,
+    lambda_,
+    lambda___ptr,
+    d__rewards__optr,
+    d__values__optr,
+    d__bootstrap_values__optr,
+    d__last_value__optr,
+    d__gamma__optr,
+    d__lambda___optr,
+    rewards__s1,
+    rewards__s2,
+    rewards__st,
+    values__s1,
+    values__s2,
+    values__st,
+    terminateds__s1,
+    terminateds__s2,
+    terminateds__st,
+    truncateds__s1,
+    truncateds__s2,
+    truncateds__st,
+    bootstrap_values__s1,
+    bootstrap_values__s2,
+    bootstrap_values__st,
+    last_value__s1,
+    last_value__s2,
+    last_value__st,
+    st__A__s1,
+    st__A__s2,
+    st__A__st,
+    gy__advantages__s1,
+    gy__advantages__s2,
+    gy__advantages__st,
+    gy__returns__s1,
+    gy__returns__s2,
+    gy__returns__st,
+    gamma__s1,
+    gamma__s2,
+    gamma__st,
+    lambda___s1,
+    lambda___s2,
+    lambda___st,
+    d__rewards__os1,
+    d__rewards__os2,
+    d__rewards__ost,
+    d__values__os1,
+    d__values__os2,
+    d__values__ost,
+    d__bootstrap_values__os1,
+    d__bootstrap_values__os2,
+    d__bootstrap_values__ost,
+    d__last_value__os1,
+    d__last_value__os2,
+    d__last_value__ost,
+    d__gamma__os1,
+    d__gamma__os2,
+    d__gamma__ost,
+    d__lambda___os1,
+    d__lambda___os2,
+    d__lambda___ost,
+    R1, R2, T, K,
+    HAS_truncateds: tl.constexpr,
+    HAS_bootstrap_values: tl.constexpr,
+    HAS_last_value: tl.constexpr,
+    HAS_gy__advantages: tl.constexpr,
+    HAS_gy__returns: tl.constexpr,
+    gamma__TENSOR: tl.constexpr,
+    lambda___TENSOR: tl.constexpr,
+    STORE_d__rewards: tl.constexpr,
+    STORE_d__values: tl.constexpr,
+    STORE_d__bootstrap_values: tl.constexpr,
+    STORE_d__last_value: tl.constexpr,
+    STORE_d__gamma: tl.constexpr,
+    STORE_d__lambda_: tl.constexpr,
+    SHIFT_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+):
+    # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
+    # through time in chunks of BLOCK_T steps (forward in time), one item (tile, chunk)
+    # per iteration. Each iteration first issues the loads of the next item, then scans this
+    # one, so a program always has a tile of loads in flight (the "persist" family).
+    _pid = tl.program_id(0)
+    _P = tl.num_programs(0)
+    _cols = tl.arange(0, BLOCK_T)
+    _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
+    _n_chunks = tl.cdiv(T, BLOCK_T)
+    _n_items = tl.cdiv(tl.cdiv(R1 * R2, BLOCK_N) - _pid, _P) * _n_chunks
+    g__A__carry = tl.zeros([BLOCK_N], dtype=ACC)
+    _tile = _pid + ((0) // _n_chunks) * _P  # the item's row tile
+    _c = (0) % _n_chunks
+    _chunk = _c
+    _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    _row_ok = _rows < R1 * R2
+    _r1 = (_rows // R2).to(tl.int64)
+    _r2 = (_rows % R2).to(tl.int64)
+    rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
+    values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
+    terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
+    truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
+    bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
+    last_value__row = _r1 * last_value__s1 + _r2 * last_value__s2  # [BN] int64 row offsets
+    st__A__row = _r1 * st__A__s1 + _r2 * st__A__s2  # [BN] int64 row offsets
+    gy__advantages__row = _r1 * gy__advantages__s1 + _r2 * gy__advantages__s2  # [BN] int64 row offsets
+    gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2  # [BN] int64 row offsets
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+    d__rewards__orow = _r1 * d__rewards__os1 + _r2 * d__rewards__os2  # [BN] int64 row offsets
+    d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2  # [BN] int64 row offsets
+    d__bootstrap_values__orow = _r1 * d__bootstrap_values__os1 + _r2 * d__bootstrap_values__os2  # [BN] int64 row offsets
+    d__last_value__orow = _r1 * d__last_value__os1 + _r2 * d__last_value__os2  # [BN] int64 row offsets
+    d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
+    d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
+    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+    _t_next = tl.minimum(_t + 1, T - 1)
+    _t_prev = tl.maximum(_t - 1, 0)
+    is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    if HAS_bootstrap_values:
+        bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
+    if gamma__TENSOR:
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+    if gamma__TENSOR:
+        gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
+    if HAS_gy__advantages:
+        gy__advantages__raw = tl.load(gy__advantages__ptr + gy__advantages__row[:, None] + _t[None, :] * gy__advantages__st, mask=_ok, other=1)
+    if HAS_gy__returns:
+        gy__returns__raw = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1)
+    if lambda___TENSOR:
+        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+    if lambda___TENSOR:
+        lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
+    # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1)
+    else:
+        _te = _g + SHIFT_G  # [BT / G] the step after each group
+        st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+    # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1)
+    else:
+        _te = _g - 1  # [BT / G] the step before each group
+        terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+    if HAS_truncateds:
+        # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1)
+        else:
+            _te = _g - 1  # [BT / G] the step before each group
+            truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+    # values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        values__next__raw = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1)
+    else:
+        _te = _g + SHIFT_G  # [BT / G] the step after each group
+        values__next__raw = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+    for _i in range(0, _n_items):
+        # the next item's raw tiles (masked off past the program's last item)
+        _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
+        _c = (_i + 1) % _n_chunks
+        _chunk = _c
+        _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        _row_ok = _rows < R1 * R2
+        _r1 = (_rows // R2).to(tl.int64)
+        _r2 = (_rows % R2).to(tl.int64)
+        rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
+        values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
+        terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
+        truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
+        bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
+        last_value__row = _r1 * last_value__s1 + _r2 * last_value__s2  # [BN] int64 row offsets
+        st__A__row = _r1 * st__A__s1 + _r2 * st__A__s2  # [BN] int64 row offsets
+        gy__advantages__row = _r1 * gy__advantages__s1 + _r2 * gy__advantages__s2  # [BN] int64 row offsets
+        gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2  # [BN] int64 row offsets
+        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+        d__rewards__orow = _r1 * d__rewards__os1 + _r2 * d__rewards__os2  # [BN] int64 row offsets
+        d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2  # [BN] int64 row offsets
+        d__bootstrap_values__orow = _r1 * d__bootstrap_values__os1 + _r2 * d__bootstrap_values__os2  # [BN] int64 row offsets
+        d__last_value__orow = _r1 * d__last_value__os1 + _r2 * d__last_value__os2  # [BN] int64 row offsets
+        d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
+        d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
+        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _t_next = tl.minimum(_t + 1, T - 1)
+        _t_prev = tl.maximum(_t - 1, 0)
+        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        if HAS_bootstrap_values:
+            bootstrap_values__raw__nx = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
+        if gamma__TENSOR:
+            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+        if gamma__TENSOR:
+            gamma__prev__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
+        if HAS_gy__advantages:
+            gy__advantages__raw__nx = tl.load(gy__advantages__ptr + gy__advantages__row[:, None] + _t[None, :] * gy__advantages__st, mask=_ok, other=1)
+        if HAS_gy__returns:
+            gy__returns__raw__nx = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1)
+        if lambda___TENSOR:
+            lambda___t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+        if lambda___TENSOR:
+            lambda___prev__t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
+        # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        st__A__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            st__A__next__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1)
+        else:
+            _te = _g + SHIFT_G  # [BT / G] the step after each group
+            st__A__next__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+        # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        terminateds__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            terminateds__prev__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1)
+        else:
+            _te = _g - 1  # [BT / G] the step before each group
+            terminateds__prev__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        if HAS_truncateds:
+            # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+            # steps per thread, and one strided load per group gives the step beyond the group
+            truncateds__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
+            if SHIFT_G == 1:  # one step per thread: the plain shifted load
+                truncateds__prev__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1)
+            else:
+                _te = _g - 1  # [BT / G] the step before each group
+                truncateds__prev__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        # values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        values__raw__nx = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            values__next__raw__nx = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1)
+        else:
+            _te = _g + SHIFT_G  # [BT / G] the step after each group
+            values__next__raw__nx = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+        # this item: the tiles loaded one iteration ago
+        _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
+        _c = (_i) % _n_chunks
+        _chunk = _c
+        _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        _row_ok = _rows < R1 * R2
+        _r1 = (_rows // R2).to(tl.int64)
+        _r2 = (_rows % R2).to(tl.int64)
+        rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
+        values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
+        terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
+        truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
+        bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
+        last_value__row = _r1 * last_value__s1 + _r2 * last_value__s2  # [BN] int64 row offsets
+        st__A__row = _r1 * st__A__s1 + _r2 * st__A__s2  # [BN] int64 row offsets
+        gy__advantages__row = _r1 * gy__advantages__s1 + _r2 * gy__advantages__s2  # [BN] int64 row offsets
+        gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2  # [BN] int64 row offsets
+        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+        d__rewards__orow = _r1 * d__rewards__os1 + _r2 * d__rewards__os2  # [BN] int64 row offsets
+        d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2  # [BN] int64 row offsets
+        d__bootstrap_values__orow = _r1 * d__bootstrap_values__os1 + _r2 * d__bootstrap_values__os2  # [BN] int64 row offsets
+        d__last_value__orow = _r1 * d__last_value__os1 + _r2 * d__last_value__os2  # [BN] int64 row offsets
+        d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
+        d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
+        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _t_next = tl.minimum(_t + 1, T - 1)
+        _t_prev = tl.maximum(_t - 1, 0)
+        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        if HAS_last_value:
+            last_value = tl.load(last_value__ptr + last_value__row, mask=_row_ok, other=0).to(ACC)
+        else:
+            last_value = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
+        g__A__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, g__A__carry)
+        if HAS_bootstrap_values:
+            bootstrap_values = bootstrap_values__raw.to(ACC)
+        else:
+            bootstrap_values = _zero + 0.0
+        if gamma__TENSOR:
+            gamma__t = gamma__t__raw.to(ACC)
+        else:
+            gamma__t = _zero + gamma
+        if gamma__TENSOR:
+            gamma__prev__t = gamma__prev__t__raw.to(ACC)
+        else:
+            gamma__prev__t = _zero + gamma
+        if HAS_gy__advantages:
+            gy__advantages = gy__advantages__raw.to(ACC)
+        else:
+            gy__advantages = _zero + 0.0
+        if HAS_gy__returns:
+            gy__returns = gy__returns__raw.to(ACC)
+        else:
+            gy__returns = _zero + 0.0
+        if lambda___TENSOR:
+            lambda___t = lambda___t__raw.to(ACC)
+        else:
+            lambda___t = _zero + lambda_
+        if lambda___TENSOR:
+            lambda___prev__t = lambda___prev__t__raw.to(ACC)
+        else:
+            lambda___prev__t = _zero + lambda_
+        st__A = st__A__raw.to(ACC)
+        if SHIFT_G == 1:
+            st__A__next = st__A__next__raw.to(ACC)
+        else:
+            _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(st__A__next__raw, (_M,)), _M, SHIFT_G)
+            st__A__next = tl.where((_t == T - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        terminateds = terminateds__raw.to(ACC)
+        if SHIFT_G == 1:
+            terminateds__prev = terminateds__prev__raw.to(ACC)
+        else:
+            _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(terminateds__prev__raw, (_M,)), _M, SHIFT_G)
+            terminateds__prev = tl.where((_t == 0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        if HAS_truncateds:
+            truncateds = truncateds__raw.to(ACC)
+            if SHIFT_G == 1:
+                truncateds__prev = truncateds__prev__raw.to(ACC)
+            else:
+                _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(truncateds__prev__raw, (_M,)), _M, SHIFT_G)
+                truncateds__prev = tl.where((_t == 0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        else:
+            truncateds = _zero + 0.0
+            truncateds__prev = _zero + 0.0
+        values = values__raw.to(ACC)
+        if SHIFT_G == 1:
+            values__next = values__next__raw.to(ACC)
+        else:
+            _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
+            values__next = tl.where((_t == T - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
+        _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
+        _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*lambda___prev__t*(1.0 - tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)))), 1.0)  # identity past the window end
+        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl,
+                                               reverse=False)
+        g__A = _a + _b * g__A__carry[:, None]
+        g__A__prev = _ea + _eb * g__A__carry[:, None]  # the state one step nearer the carry
+        g__A__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__A, 0.0), axis=1)
+        _e1 = tl.where((is_last != 0), 1.0, 0.0)
+        _e2 = tl.where((terminateds >= truncateds), terminateds, truncateds)
+        _e3 = tl.where((is_last != 0), 1.0, _e2)
+        _e4 = g__A*(1.0 - terminateds)
+        _e5 = _e4*gamma__t*tl.where((_e3 != 0), 1.0, 0.0)
+        _e6 = g__A*(1.0 - _e2)*tl.where((is_last != 0), 0.0, st__A__next)
+        if STORE_d__rewards:
+            tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (g__A)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
+        if STORE_d__values:
+            tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__returns - g__A + tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*(1.0 - terminateds__prev)*tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0), 0.0, 1.0)))).to(d__values__optr.dtype.element_ty), mask=_ok)
+        if STORE_d__bootstrap_values:
+            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e5*(_e1 + tl.where((is_last != 0), 0.0, 1.0)))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
+        if STORE_d__last_value:
+            tl.store(d__last_value__optr + d__last_value__orow[:, None] + _t[None, :] * d__last_value__ost, (_zero + (_e1*_e5)).to(d__last_value__optr.dtype.element_ty), mask=_ok)
+        if STORE_d__gamma:
+            tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e4*tl.where((_e3 != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next)) + _e6*lambda___t)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
+        if STORE_d__lambda_:
+            tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e6*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
+        if HAS_bootstrap_values:
+            bootstrap_values__raw = bootstrap_values__raw__nx
+        if gamma__TENSOR:
+            gamma__t__raw = gamma__t__raw__nx
+        if gamma__TENSOR:
+            gamma__prev__t__raw = gamma__prev__t__raw__nx
+        if HAS_gy__advantages:
+            gy__advantages__raw = gy__advantages__raw__nx
+        if HAS_gy__returns:
+            gy__returns__raw = gy__returns__raw__nx
+        if lambda___TENSOR:
+            lambda___t__raw = lambda___t__raw__nx
+        if lambda___TENSOR:
+            lambda___prev__t__raw = lambda___prev__t__raw__nx
+        st__A__raw = st__A__raw__nx
+        st__A__next__raw = st__A__next__raw__nx
+        terminateds__raw = terminateds__raw__nx
+        terminateds__prev__raw = terminateds__prev__raw__nx
+        if HAS_truncateds:
+            truncateds__raw = truncateds__raw__nx
+            truncateds__prev__raw = truncateds__prev__raw__nx
+        values__raw = values__raw__nx
+        values__next__raw = values__next__raw__nx
+
+
+@triton.jit
 def _lb_written(x, ACC: tl.constexpr):
     # The look-back workspace starts as all-one bits (a NaN no arithmetic produces); a word that
     # differs has been written, and each word is written once, so reading it needs no flag.
@@ -714,6 +1121,9 @@ def _launch(_call, _cfg):
         _ws = _rt.lookback_workspace(_call, _cfg, 1)
         _grid = (_call.R1 * _call.R2 * -(-_call.T // _cfg.block_t),)
         _rt.launch(_call, _gae_grad_lookback_kernel, _grid, (*_ptrs, _ws, *_k["ints"]), _meta, _cfg)
+    elif _cfg.family == "persist":
+        _grid = (min(-(-(_call.R1 * _call.R2) // _cfg.block_n), _rt.persistent_programs(_call)),)
+        _rt.launch(_call, _gae_grad_persist_kernel, _grid, (*_ptrs, *_k["ints"]), _meta, _cfg)
     else:
         _grid = (-(-(_call.R1 * _call.R2) // _cfg.block_n),)  # ceil; triton.cdiv is slow on the host
         _rt.launch(_call, _gae_grad_chunked_kernel, _grid, (*_ptrs, *_k["ints"]), _meta, _cfg)

@@ -146,6 +146,186 @@ def _masked_gae_chunked_kernel(
 
 
 @triton.jit
+def _masked_gae_persist_kernel(
+    token_level_rewards__ptr,
+    values__ptr,
+    response_mask__ptr,
+    gamma,
+    gamma__ptr,
+    lambda_,
+    lambda___ptr,
+    advantages__optr,
+    returns__optr,
+    st__nv__optr,
+    st__A__optr,
+    token_level_rewards__s1,
+    token_level_rewards__s2,
+    token_level_rewards__st,
+    values__s1,
+    values__s2,
+    values__st,
+    response_mask__s1,
+    response_mask__s2,
+    response_mask__st,
+    gamma__s1,
+    gamma__s2,
+    gamma__st,
+    lambda___s1,
+    lambda___s2,
+    lambda___st,
+    advantages__os1,
+    advantages__os2,
+    advantages__ost,
+    returns__os1,
+    returns__os2,
+    returns__ost,
+    st__nv__os1,
+    st__nv__os2,
+    st__nv__ost,
+    st__A__os1,
+    st__A__os2,
+    st__A__ost,
+    R1, R2, T, K,
+    gamma__TENSOR: tl.constexpr,
+    lambda___TENSOR: tl.constexpr,
+    STORE_advantages: tl.constexpr,
+    STORE_returns: tl.constexpr,
+    STORE_st__nv: tl.constexpr,
+    STORE_st__A: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+):
+    # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
+    # through time in chunks of BLOCK_T steps (reverse in time), one item (tile, chunk)
+    # per iteration. Each iteration first issues the loads of the next item, then scans this
+    # one, so a program always has a tile of loads in flight (the "persist" family).
+    _pid = tl.program_id(0)
+    _P = tl.num_programs(0)
+    _cols = tl.arange(0, BLOCK_T)
+    _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _n_chunks = tl.cdiv(T, BLOCK_T)
+    _n_items = tl.cdiv(tl.cdiv(R1 * R2, BLOCK_N) - _pid, _P) * _n_chunks
+    nv__carry = tl.zeros([BLOCK_N], dtype=ACC)
+    A__carry = tl.zeros([BLOCK_N], dtype=ACC)
+    _tile = _pid + ((0) // _n_chunks) * _P  # the item's row tile
+    _c = (0) % _n_chunks
+    _chunk = _n_chunks - 1 - _c
+    _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    _row_ok = _rows < R1 * R2
+    _r1 = (_rows // R2).to(tl.int64)
+    _r2 = (_rows % R2).to(tl.int64)
+    token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2  # [BN] int64 row offsets
+    values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
+    response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2  # [BN] int64 row offsets
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+    advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
+    returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
+    st__nv__orow = _r1 * st__nv__os1 + _r2 * st__nv__os2  # [BN] int64 row offsets
+    st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
+    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    if gamma__TENSOR:
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+    if lambda___TENSOR:
+        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+    response_mask__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1)
+    token_level_rewards__raw = tl.load(token_level_rewards__ptr + token_level_rewards__row[:, None] + _t[None, :] * token_level_rewards__st, mask=_ok, other=1)
+    values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1)
+    for _i in range(0, _n_items):
+        # the next item's raw tiles (masked off past the program's last item)
+        _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
+        _c = (_i + 1) % _n_chunks
+        _chunk = _n_chunks - 1 - _c
+        _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        _row_ok = _rows < R1 * R2
+        _r1 = (_rows // R2).to(tl.int64)
+        _r2 = (_rows % R2).to(tl.int64)
+        token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2  # [BN] int64 row offsets
+        values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
+        response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2  # [BN] int64 row offsets
+        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+        advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
+        returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
+        st__nv__orow = _r1 * st__nv__os1 + _r2 * st__nv__os2  # [BN] int64 row offsets
+        st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
+        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        if gamma__TENSOR:
+            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+        if lambda___TENSOR:
+            lambda___t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+        response_mask__raw__nx = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1)
+        token_level_rewards__raw__nx = tl.load(token_level_rewards__ptr + token_level_rewards__row[:, None] + _t[None, :] * token_level_rewards__st, mask=_ok, other=1)
+        values__raw__nx = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1)
+        # this item: the tiles loaded one iteration ago
+        _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
+        _c = (_i) % _n_chunks
+        _chunk = _n_chunks - 1 - _c
+        _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        _row_ok = _rows < R1 * R2
+        _r1 = (_rows // R2).to(tl.int64)
+        _r2 = (_rows % R2).to(tl.int64)
+        token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2  # [BN] int64 row offsets
+        values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
+        response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2  # [BN] int64 row offsets
+        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+        advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
+        returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
+        st__nv__orow = _r1 * st__nv__os1 + _r2 * st__nv__os2  # [BN] int64 row offsets
+        st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
+        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+
+        nv__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, nv__carry)
+        A__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, A__carry)
+        if gamma__TENSOR:
+            gamma__t = gamma__t__raw.to(ACC)
+        else:
+            gamma__t = _zero + gamma
+        if lambda___TENSOR:
+            lambda___t = lambda___t__raw.to(ACC)
+        else:
+            lambda___t = _zero + lambda_
+        response_mask = response_mask__raw.to(ACC)
+        token_level_rewards = token_level_rewards__raw.to(ACC)
+        values = values__raw.to(ACC)
+        # scan nv: nv_t = alpha_t + beta_t * nv_{t+1}
+        _alpha = tl.where(_ok, _zero + (response_mask*values), 0.0)
+        _beta = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)  # identity past the window end
+        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl,
+                                               reverse=True)
+        nv = _a + _b * nv__carry[:, None]
+        nv__next = _ea + _eb * nv__carry[:, None]  # the state one step nearer the carry
+        nv__carry = tl.sum(tl.where(_cols[None, :] == 0, nv, 0.0), axis=1)
+        # scan A: A_t = alpha_t + beta_t * A_{t+1}
+        _alpha = tl.where(_ok, _zero + (response_mask*(token_level_rewards - values + gamma__t*tl.where((is_last != 0), 0.0, nv__next))), 0.0)
+        _beta = tl.where(_ok, _zero + (1.0 - response_mask + gamma__t*lambda___t*response_mask), 1.0)  # identity past the window end
+        _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=True)
+        A = _a + _b * A__carry[:, None]
+        A__carry = tl.sum(tl.where(_cols[None, :] == 0, A, 0.0), axis=1)
+        if STORE_advantages:
+            tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow[:, None] + _t[None, :] * returns__ost, (_zero + (A + values)).to(returns__optr.dtype.element_ty), mask=_ok)
+        if STORE_st__nv:
+            tl.store(st__nv__optr + st__nv__orow[:, None] + _t[None, :] * st__nv__ost, (_zero + (nv)).to(st__nv__optr.dtype.element_ty), mask=_ok)
+        if STORE_st__A:
+            tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
+        if gamma__TENSOR:
+            gamma__t__raw = gamma__t__raw__nx
+        if lambda___TENSOR:
+            lambda___t__raw = lambda___t__raw__nx
+        response_mask__raw = response_mask__raw__nx
+        token_level_rewards__raw = token_level_rewards__raw__nx
+        values__raw = values__raw__nx
+
+
+@triton.jit
 def _lb_written(x, ACC: tl.constexpr):
     # The look-back workspace starts as all-one bits (a NaN no arithmetic produces); a word that
     # differs has been written, and each word is written once, so reading it needs no flag.
@@ -392,6 +572,9 @@ def _launch(_call, _cfg):
         _ws = _rt.lookback_workspace(_call, _cfg, 2)
         _grid = (_call.R1 * _call.R2 * -(-_call.T // _cfg.block_t),)
         _rt.launch(_call, _masked_gae_lookback_kernel, _grid, (*_ptrs, _ws, *_k["ints"]), _meta, _cfg)
+    elif _cfg.family == "persist":
+        _grid = (min(-(-(_call.R1 * _call.R2) // _cfg.block_n), _rt.persistent_programs(_call)),)
+        _rt.launch(_call, _masked_gae_persist_kernel, _grid, (*_ptrs, *_k["ints"]), _meta, _cfg)
     else:
         _grid = (-(-(_call.R1 * _call.R2) // _cfg.block_n),)  # ceil; triton.cdiv is slow on the host
         _rt.launch(_call, _masked_gae_chunked_kernel, _grid, (*_ptrs, *_k["ints"]), _meta, _cfg)

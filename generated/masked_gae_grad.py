@@ -258,6 +258,336 @@ def _masked_gae_grad_chunked_kernel(
 
 
 @triton.jit
+def _masked_gae_grad_persist_kernel(
+    token_level_rewards__ptr,
+    values__ptr,
+    response_mask__ptr,
+    st__nv__ptr,
+    st__A__ptr,
+    gy__advantages__ptr,
+    gy__returns__ptr,
+    gamma,
+    gamma__ptr,
+    lambda_,
+    lambda___ptr,
+    d__token_level_rewards__optr,
+    d__values__optr,
+    d__gamma__optr,
+    d__lambda___optr,
+    token_level_rewards__s1,
+    token_level_rewards__s2,
+    token_level_rewards__st,
+    values__s1,
+    values__s2,
+    values__st,
+    response_mask__s1,
+    response_mask__s2,
+    response_mask__st,
+    st__nv__s1,
+    st__nv__s2,
+    st__nv__st,
+    st__A__s1,
+    st__A__s2,
+    st__A__st,
+    gy__advantages__s1,
+    gy__advantages__s2,
+    gy__advantages__st,
+    gy__returns__s1,
+    gy__returns__s2,
+    gy__returns__st,
+    gamma__s1,
+    gamma__s2,
+    gamma__st,
+    lambda___s1,
+    lambda___s2,
+    lambda___st,
+    d__token_level_rewards__os1,
+    d__token_level_rewards__os2,
+    d__token_level_rewards__ost,
+    d__values__os1,
+    d__values__os2,
+    d__values__ost,
+    d__gamma__os1,
+    d__gamma__os2,
+    d__gamma__ost,
+    d__lambda___os1,
+    d__lambda___os2,
+    d__lambda___ost,
+    R1, R2, T, K,
+    HAS_gy__advantages: tl.constexpr,
+    HAS_gy__returns: tl.constexpr,
+    gamma__TENSOR: tl.constexpr,
+    lambda___TENSOR: tl.constexpr,
+    STORE_d__token_level_rewards: tl.constexpr,
+    STORE_d__values: tl.constexpr,
+    STORE_d__gamma: tl.constexpr,
+    STORE_d__lambda_: tl.constexpr,
+    SHIFT_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+):
+    # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
+    # through time in chunks of BLOCK_T steps (forward in time), one item (tile, chunk)
+    # per iteration. Each iteration first issues the loads of the next item, then scans this
+    # one, so a program always has a tile of loads in flight (the "persist" family).
+    _pid = tl.program_id(0)
+    _P = tl.num_programs(0)
+    _cols = tl.arange(0, BLOCK_T)
+    _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
+    _n_chunks = tl.cdiv(T, BLOCK_T)
+    _n_items = tl.cdiv(tl.cdiv(R1 * R2, BLOCK_N) - _pid, _P) * _n_chunks
+    g__A__carry = tl.zeros([BLOCK_N], dtype=ACC)
+    g__nv__carry = tl.zeros([BLOCK_N], dtype=ACC)
+    _tile = _pid + ((0) // _n_chunks) * _P  # the item's row tile
+    _c = (0) % _n_chunks
+    _chunk = _c
+    _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    _row_ok = _rows < R1 * R2
+    _r1 = (_rows // R2).to(tl.int64)
+    _r2 = (_rows % R2).to(tl.int64)
+    token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2  # [BN] int64 row offsets
+    values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
+    response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2  # [BN] int64 row offsets
+    st__nv__row = _r1 * st__nv__s1 + _r2 * st__nv__s2  # [BN] int64 row offsets
+    st__A__row = _r1 * st__A__s1 + _r2 * st__A__s2  # [BN] int64 row offsets
+    gy__advantages__row = _r1 * gy__advantages__s1 + _r2 * gy__advantages__s2  # [BN] int64 row offsets
+    gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2  # [BN] int64 row offsets
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+    d__token_level_rewards__orow = _r1 * d__token_level_rewards__os1 + _r2 * d__token_level_rewards__os2  # [BN] int64 row offsets
+    d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2  # [BN] int64 row offsets
+    d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
+    d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
+    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+    _t_next = tl.minimum(_t + 1, T - 1)
+    _t_prev = tl.maximum(_t - 1, 0)
+    is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    if gamma__TENSOR:
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+    if gamma__TENSOR:
+        gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
+    if HAS_gy__advantages:
+        gy__advantages__raw = tl.load(gy__advantages__ptr + gy__advantages__row[:, None] + _t[None, :] * gy__advantages__st, mask=_ok, other=1)
+    if HAS_gy__returns:
+        gy__returns__raw = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1)
+    if lambda___TENSOR:
+        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+    if lambda___TENSOR:
+        lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
+    # response_mask with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    response_mask__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        response_mask__prev__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t_prev[None, :] * response_mask__st, mask=_ok, other=1)
+    else:
+        _te = _g - 1  # [BT / G] the step before each group
+        response_mask__prev__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _te[None, :] * response_mask__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+    # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1)
+    else:
+        _te = _g + SHIFT_G  # [BT / G] the step after each group
+        st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+    # st__nv with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    st__nv__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t[None, :] * st__nv__st, mask=_ok, other=1)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        st__nv__next__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t_next[None, :] * st__nv__st, mask=_ok, other=1)
+    else:
+        _te = _g + SHIFT_G  # [BT / G] the step after each group
+        st__nv__next__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _te[None, :] * st__nv__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+    for _i in range(0, _n_items):
+        # the next item's raw tiles (masked off past the program's last item)
+        _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
+        _c = (_i + 1) % _n_chunks
+        _chunk = _c
+        _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        _row_ok = _rows < R1 * R2
+        _r1 = (_rows // R2).to(tl.int64)
+        _r2 = (_rows % R2).to(tl.int64)
+        token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2  # [BN] int64 row offsets
+        values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
+        response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2  # [BN] int64 row offsets
+        st__nv__row = _r1 * st__nv__s1 + _r2 * st__nv__s2  # [BN] int64 row offsets
+        st__A__row = _r1 * st__A__s1 + _r2 * st__A__s2  # [BN] int64 row offsets
+        gy__advantages__row = _r1 * gy__advantages__s1 + _r2 * gy__advantages__s2  # [BN] int64 row offsets
+        gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2  # [BN] int64 row offsets
+        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+        d__token_level_rewards__orow = _r1 * d__token_level_rewards__os1 + _r2 * d__token_level_rewards__os2  # [BN] int64 row offsets
+        d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2  # [BN] int64 row offsets
+        d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
+        d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
+        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _t_next = tl.minimum(_t + 1, T - 1)
+        _t_prev = tl.maximum(_t - 1, 0)
+        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        if gamma__TENSOR:
+            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+        if gamma__TENSOR:
+            gamma__prev__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
+        if HAS_gy__advantages:
+            gy__advantages__raw__nx = tl.load(gy__advantages__ptr + gy__advantages__row[:, None] + _t[None, :] * gy__advantages__st, mask=_ok, other=1)
+        if HAS_gy__returns:
+            gy__returns__raw__nx = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1)
+        if lambda___TENSOR:
+            lambda___t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+        if lambda___TENSOR:
+            lambda___prev__t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
+        # response_mask with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        response_mask__raw__nx = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            response_mask__prev__raw__nx = tl.load(response_mask__ptr + response_mask__row[:, None] + _t_prev[None, :] * response_mask__st, mask=_ok, other=1)
+        else:
+            _te = _g - 1  # [BT / G] the step before each group
+            response_mask__prev__raw__nx = tl.load(response_mask__ptr + response_mask__row[:, None] + _te[None, :] * response_mask__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        st__A__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            st__A__next__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1)
+        else:
+            _te = _g + SHIFT_G  # [BT / G] the step after each group
+            st__A__next__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+        # st__nv with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        st__nv__raw__nx = tl.load(st__nv__ptr + st__nv__row[:, None] + _t[None, :] * st__nv__st, mask=_ok, other=1)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            st__nv__next__raw__nx = tl.load(st__nv__ptr + st__nv__row[:, None] + _t_next[None, :] * st__nv__st, mask=_ok, other=1)
+        else:
+            _te = _g + SHIFT_G  # [BT / G] the step after each group
+            st__nv__next__raw__nx = tl.load(st__nv__ptr + st__nv__row[:, None] + _te[None, :] * st__nv__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+        # this item: the tiles loaded one iteration ago
+        _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
+        _c = (_i) % _n_chunks
+        _chunk = _c
+        _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        _row_ok = _rows < R1 * R2
+        _r1 = (_rows // R2).to(tl.int64)
+        _r2 = (_rows % R2).to(tl.int64)
+        token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2  # [BN] int64 row offsets
+        values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
+        response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2  # [BN] int64 row offsets
+        st__nv__row = _r1 * st__nv__s1 + _r2 * st__nv__s2  # [BN] int64 row offsets
+        st__A__row = _r1 * st__A__s1 + _r2 * st__A__s2  # [BN] int64 row offsets
+        gy__advantages__row = _r1 * gy__advantages__s1 + _r2 * gy__advantages__s2  # [BN] int64 row offsets
+        gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2  # [BN] int64 row offsets
+        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+        d__token_level_rewards__orow = _r1 * d__token_level_rewards__os1 + _r2 * d__token_level_rewards__os2  # [BN] int64 row offsets
+        d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2  # [BN] int64 row offsets
+        d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
+        d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
+        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _t_next = tl.minimum(_t + 1, T - 1)
+        _t_prev = tl.maximum(_t - 1, 0)
+        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+
+        g__A__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, g__A__carry)
+        g__nv__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, g__nv__carry)
+        if gamma__TENSOR:
+            gamma__t = gamma__t__raw.to(ACC)
+        else:
+            gamma__t = _zero + gamma
+        if gamma__TENSOR:
+            gamma__prev__t = gamma__prev__t__raw.to(ACC)
+        else:
+            gamma__prev__t = _zero + gamma
+        if HAS_gy__advantages:
+            gy__advantages = gy__advantages__raw.to(ACC)
+        else:
+            gy__advantages = _zero + 0.0
+        if HAS_gy__returns:
+            gy__returns = gy__returns__raw.to(ACC)
+        else:
+            gy__returns = _zero + 0.0
+        if lambda___TENSOR:
+            lambda___t = lambda___t__raw.to(ACC)
+        else:
+            lambda___t = _zero + lambda_
+        if lambda___TENSOR:
+            lambda___prev__t = lambda___prev__t__raw.to(ACC)
+        else:
+            lambda___prev__t = _zero + lambda_
+        response_mask = response_mask__raw.to(ACC)
+        if SHIFT_G == 1:
+            response_mask__prev = response_mask__prev__raw.to(ACC)
+        else:
+            _s = _shift_prev(tl.reshape(response_mask__raw, (_M, SHIFT_G)), tl.reshape(response_mask__prev__raw, (_M,)), _M, SHIFT_G)
+            response_mask__prev = tl.where((_t == 0)[None, :], response_mask, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        st__A = st__A__raw.to(ACC)
+        if SHIFT_G == 1:
+            st__A__next = st__A__next__raw.to(ACC)
+        else:
+            _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(st__A__next__raw, (_M,)), _M, SHIFT_G)
+            st__A__next = tl.where((_t == T - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        st__nv = st__nv__raw.to(ACC)
+        if SHIFT_G == 1:
+            st__nv__next = st__nv__next__raw.to(ACC)
+        else:
+            _s = _shift_next(tl.reshape(st__nv__raw, (_M, SHIFT_G)), tl.reshape(st__nv__next__raw, (_M,)), _M, SHIFT_G)
+            st__nv__next = tl.where((_t == T - 1)[None, :], st__nv, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
+        _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
+        _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev + gamma__prev__t*lambda___prev__t*response_mask__prev)), 1.0)  # identity past the window end
+        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl,
+                                               reverse=False)
+        g__A = _a + _b * g__A__carry[:, None]
+        g__A__prev = _ea + _eb * g__A__carry[:, None]  # the state one step nearer the carry
+        g__A__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__A, 0.0), axis=1)
+        # scan g__nv: g__nv_t = alpha_t + beta_t * g__nv_{t-1}
+        _alpha = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*response_mask__prev*tl.where((is_last__prev != 0), 0.0, 1.0))), 0.0)
+        _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev)), 1.0)  # identity past the window end
+        _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
+        g__nv = _a + _b * g__nv__carry[:, None]
+        g__nv__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__nv, 0.0), axis=1)
+        _e1 = g__A*response_mask
+        _e2 = _e1*tl.where((is_last != 0), 0.0, st__A__next)
+        if STORE_d__token_level_rewards:
+            tl.store(d__token_level_rewards__optr + d__token_level_rewards__orow[:, None] + _t[None, :] * d__token_level_rewards__ost, (_zero + (_e1)).to(d__token_level_rewards__optr.dtype.element_ty), mask=_ok)
+        if STORE_d__values:
+            tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__returns - _e1 + g__nv*response_mask)).to(d__values__optr.dtype.element_ty), mask=_ok)
+        if STORE_d__gamma:
+            tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e1*tl.where((is_last != 0), 0.0, st__nv__next) + _e2*lambda___t)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
+        if STORE_d__lambda_:
+            tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e2*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
+        if gamma__TENSOR:
+            gamma__t__raw = gamma__t__raw__nx
+        if gamma__TENSOR:
+            gamma__prev__t__raw = gamma__prev__t__raw__nx
+        if HAS_gy__advantages:
+            gy__advantages__raw = gy__advantages__raw__nx
+        if HAS_gy__returns:
+            gy__returns__raw = gy__returns__raw__nx
+        if lambda___TENSOR:
+            lambda___t__raw = lambda___t__raw__nx
+        if lambda___TENSOR:
+            lambda___prev__t__raw = lambda___prev__t__raw__nx
+        response_mask__raw = response_mask__raw__nx
+        response_mask__prev__raw = response_mask__prev__raw__nx
+        st__A__raw = st__A__raw__nx
+        st__A__next__raw = st__A__next__raw__nx
+        st__nv__raw = st__nv__raw__nx
+        st__nv__next__raw = st__nv__next__raw__nx
+
+
+@triton.jit
 def _lb_written(x, ACC: tl.constexpr):
     # The look-back workspace starts as all-one bits (a NaN no arithmetic produces); a word that
     # differs has been written, and each word is written once, so reading it needs no flag.
@@ -603,6 +933,9 @@ def _launch(_call, _cfg):
         _ws = _rt.lookback_workspace(_call, _cfg, 2)
         _grid = (_call.R1 * _call.R2 * -(-_call.T // _cfg.block_t),)
         _rt.launch(_call, _masked_gae_grad_lookback_kernel, _grid, (*_ptrs, _ws, *_k["ints"]), _meta, _cfg)
+    elif _cfg.family == "persist":
+        _grid = (min(-(-(_call.R1 * _call.R2) // _cfg.block_n), _rt.persistent_programs(_call)),)
+        _rt.launch(_call, _masked_gae_grad_persist_kernel, _grid, (*_ptrs, *_k["ints"]), _meta, _cfg)
     else:
         _grid = (-(-(_call.R1 * _call.R2) // _cfg.block_n),)  # ceil; triton.cdiv is slow on the host
         _rt.launch(_call, _masked_gae_grad_chunked_kernel, _grid, (*_ptrs, *_k["ints"]), _meta, _cfg)

@@ -285,6 +285,361 @@ def _retrace_chunked_kernel(
 
 
 @triton.jit
+def _retrace_persist_kernel(
+    action_probs_target__ptr,
+    action_probs_behavior__ptr,
+    q_values__ptr,
+    next_q_values_all__ptr,
+    actions__ptr,
+    rewards__ptr,
+    terminateds__ptr,
+    truncateds__ptr,
+    next_action_probs_target__ptr,
+    gamma,
+    gamma__ptr,
+    lambda_,
+    lambda___ptr,
+    c_bar,
+    c_bar__ptr,
+    rho_bar,
+    rho_bar__ptr,
+    targets__optr,
+    advantages__optr,
+    st__A__optr,
+    action_probs_target__s1,
+    action_probs_target__s2,
+    action_probs_target__st,
+    action_probs_target__sk,
+    action_probs_behavior__s1,
+    action_probs_behavior__s2,
+    action_probs_behavior__st,
+    q_values__s1,
+    q_values__s2,
+    q_values__st,
+    next_q_values_all__s1,
+    next_q_values_all__s2,
+    next_q_values_all__st,
+    next_q_values_all__sk,
+    actions__s1,
+    actions__s2,
+    actions__st,
+    rewards__s1,
+    rewards__s2,
+    rewards__st,
+    terminateds__s1,
+    terminateds__s2,
+    terminateds__st,
+    truncateds__s1,
+    truncateds__s2,
+    truncateds__st,
+    next_action_probs_target__s1,
+    next_action_probs_target__s2,
+    next_action_probs_target__st,
+    next_action_probs_target__sk,
+    gamma__s1,
+    gamma__s2,
+    gamma__st,
+    lambda___s1,
+    lambda___s2,
+    lambda___st,
+    c_bar__s1,
+    c_bar__s2,
+    c_bar__st,
+    rho_bar__s1,
+    rho_bar__s2,
+    rho_bar__st,
+    targets__os1,
+    targets__os2,
+    targets__ost,
+    advantages__os1,
+    advantages__os2,
+    advantages__ost,
+    st__A__os1,
+    st__A__os2,
+    st__A__ost,
+    R1, R2, T, K,
+    HAS_truncateds: tl.constexpr,
+    gamma__TENSOR: tl.constexpr,
+    lambda___TENSOR: tl.constexpr,
+    c_bar__TENSOR: tl.constexpr,
+    rho_bar__TENSOR: tl.constexpr,
+    STORE_targets: tl.constexpr,
+    STORE_advantages: tl.constexpr,
+    STORE_st__A: tl.constexpr,
+    K_DENSE: tl.constexpr,
+    SHIFT_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+):
+    # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
+    # through time in chunks of BLOCK_T steps (reverse in time), one item (tile, chunk)
+    # per iteration. Each iteration first issues the loads of the next item, then scans this
+    # one, so a program always has a tile of loads in flight (the "persist" family).
+    _pid = tl.program_id(0)
+    _P = tl.num_programs(0)
+    _cols = tl.arange(0, BLOCK_T)
+    _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
+    _n_chunks = tl.cdiv(T, BLOCK_T)
+    _n_items = tl.cdiv(tl.cdiv(R1 * R2, BLOCK_N) - _pid, _P) * _n_chunks
+    A__carry = tl.zeros([BLOCK_N], dtype=ACC)
+    _tile = _pid + ((0) // _n_chunks) * _P  # the item's row tile
+    _c = (0) % _n_chunks
+    _chunk = _n_chunks - 1 - _c
+    _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    _row_ok = _rows < R1 * R2
+    _r1 = (_rows // R2).to(tl.int64)
+    _r2 = (_rows % R2).to(tl.int64)
+    action_probs_target__row = _r1 * action_probs_target__s1 + _r2 * action_probs_target__s2  # [BN] int64 row offsets
+    action_probs_behavior__row = _r1 * action_probs_behavior__s1 + _r2 * action_probs_behavior__s2  # [BN] int64 row offsets
+    q_values__row = _r1 * q_values__s1 + _r2 * q_values__s2  # [BN] int64 row offsets
+    next_q_values_all__row = _r1 * next_q_values_all__s1 + _r2 * next_q_values_all__s2  # [BN] int64 row offsets
+    actions__row = _r1 * actions__s1 + _r2 * actions__s2  # [BN] int64 row offsets
+    rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
+    terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
+    truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
+    next_action_probs_target__row = _r1 * next_action_probs_target__s1 + _r2 * next_action_probs_target__s2  # [BN] int64 row offsets
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+    c_bar__row = _r1 * c_bar__s1 + _r2 * c_bar__s2  # [BN] int64 row offsets
+    rho_bar__row = _r1 * rho_bar__s1 + _r2 * rho_bar__s2  # [BN] int64 row offsets
+    targets__orow = _r1 * targets__os1 + _r2 * targets__os2  # [BN] int64 row offsets
+    advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
+    st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
+    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+    _t_next = tl.minimum(_t + 1, T - 1)
+    is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    action_probs_behavior__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        action_probs_behavior__next__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t_next[None, :] * action_probs_behavior__st, mask=_ok, other=1)
+    else:
+        _te = _g + SHIFT_G  # [BT / G] the step after each group
+        action_probs_behavior__next__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _te[None, :] * action_probs_behavior__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+    # actions with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    actions__raw = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        actions__next__raw = tl.load(actions__ptr + actions__row[:, None] + _t_next[None, :] * actions__st, mask=_ok, other=1)
+    else:
+        _te = _g + SHIFT_G  # [BT / G] the step after each group
+        actions__next__raw = tl.load(actions__ptr + actions__row[:, None] + _te[None, :] * actions__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+    if c_bar__TENSOR:
+        c_bar__next__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1)
+    if gamma__TENSOR:
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+    if lambda___TENSOR:
+        lambda___next__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1)
+    # q_values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    q_values__raw = tl.load(q_values__ptr + q_values__row[:, None] + _t[None, :] * q_values__st, mask=_ok, other=1)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        q_values__next__raw = tl.load(q_values__ptr + q_values__row[:, None] + _t_next[None, :] * q_values__st, mask=_ok, other=1)
+    else:
+        _te = _g + SHIFT_G  # [BT / G] the step after each group
+        q_values__next__raw = tl.load(q_values__ptr + q_values__row[:, None] + _te[None, :] * q_values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+    rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
+    if rho_bar__TENSOR:
+        rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1)
+    terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
+    if HAS_truncateds:
+        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
+    for _i in range(0, _n_items):
+        # the next item's raw tiles (masked off past the program's last item)
+        _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
+        _c = (_i + 1) % _n_chunks
+        _chunk = _n_chunks - 1 - _c
+        _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        _row_ok = _rows < R1 * R2
+        _r1 = (_rows // R2).to(tl.int64)
+        _r2 = (_rows % R2).to(tl.int64)
+        action_probs_target__row = _r1 * action_probs_target__s1 + _r2 * action_probs_target__s2  # [BN] int64 row offsets
+        action_probs_behavior__row = _r1 * action_probs_behavior__s1 + _r2 * action_probs_behavior__s2  # [BN] int64 row offsets
+        q_values__row = _r1 * q_values__s1 + _r2 * q_values__s2  # [BN] int64 row offsets
+        next_q_values_all__row = _r1 * next_q_values_all__s1 + _r2 * next_q_values_all__s2  # [BN] int64 row offsets
+        actions__row = _r1 * actions__s1 + _r2 * actions__s2  # [BN] int64 row offsets
+        rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
+        terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
+        truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
+        next_action_probs_target__row = _r1 * next_action_probs_target__s1 + _r2 * next_action_probs_target__s2  # [BN] int64 row offsets
+        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+        c_bar__row = _r1 * c_bar__s1 + _r2 * c_bar__s2  # [BN] int64 row offsets
+        rho_bar__row = _r1 * rho_bar__s1 + _r2 * rho_bar__s2  # [BN] int64 row offsets
+        targets__orow = _r1 * targets__os1 + _r2 * targets__os2  # [BN] int64 row offsets
+        advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
+        st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
+        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _t_next = tl.minimum(_t + 1, T - 1)
+        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        action_probs_behavior__raw__nx = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            action_probs_behavior__next__raw__nx = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t_next[None, :] * action_probs_behavior__st, mask=_ok, other=1)
+        else:
+            _te = _g + SHIFT_G  # [BT / G] the step after each group
+            action_probs_behavior__next__raw__nx = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _te[None, :] * action_probs_behavior__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+        # actions with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        actions__raw__nx = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            actions__next__raw__nx = tl.load(actions__ptr + actions__row[:, None] + _t_next[None, :] * actions__st, mask=_ok, other=1)
+        else:
+            _te = _g + SHIFT_G  # [BT / G] the step after each group
+            actions__next__raw__nx = tl.load(actions__ptr + actions__row[:, None] + _te[None, :] * actions__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+        if c_bar__TENSOR:
+            c_bar__next__t__raw__nx = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1)
+        if gamma__TENSOR:
+            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+        if lambda___TENSOR:
+            lambda___next__t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1)
+        # q_values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+        # steps per thread, and one strided load per group gives the step beyond the group
+        q_values__raw__nx = tl.load(q_values__ptr + q_values__row[:, None] + _t[None, :] * q_values__st, mask=_ok, other=1)
+        if SHIFT_G == 1:  # one step per thread: the plain shifted load
+            q_values__next__raw__nx = tl.load(q_values__ptr + q_values__row[:, None] + _t_next[None, :] * q_values__st, mask=_ok, other=1)
+        else:
+            _te = _g + SHIFT_G  # [BT / G] the step after each group
+            q_values__next__raw__nx = tl.load(q_values__ptr + q_values__row[:, None] + _te[None, :] * q_values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+        rewards__raw__nx = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
+        if rho_bar__TENSOR:
+            rho_bar__t__raw__nx = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1)
+        terminateds__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
+        if HAS_truncateds:
+            truncateds__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
+        # this item: the tiles loaded one iteration ago
+        _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
+        _c = (_i) % _n_chunks
+        _chunk = _n_chunks - 1 - _c
+        _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        _row_ok = _rows < R1 * R2
+        _r1 = (_rows // R2).to(tl.int64)
+        _r2 = (_rows % R2).to(tl.int64)
+        action_probs_target__row = _r1 * action_probs_target__s1 + _r2 * action_probs_target__s2  # [BN] int64 row offsets
+        action_probs_behavior__row = _r1 * action_probs_behavior__s1 + _r2 * action_probs_behavior__s2  # [BN] int64 row offsets
+        q_values__row = _r1 * q_values__s1 + _r2 * q_values__s2  # [BN] int64 row offsets
+        next_q_values_all__row = _r1 * next_q_values_all__s1 + _r2 * next_q_values_all__s2  # [BN] int64 row offsets
+        actions__row = _r1 * actions__s1 + _r2 * actions__s2  # [BN] int64 row offsets
+        rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
+        terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
+        truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
+        next_action_probs_target__row = _r1 * next_action_probs_target__s1 + _r2 * next_action_probs_target__s2  # [BN] int64 row offsets
+        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+        c_bar__row = _r1 * c_bar__s1 + _r2 * c_bar__s2  # [BN] int64 row offsets
+        rho_bar__row = _r1 * rho_bar__s1 + _r2 * rho_bar__s2  # [BN] int64 row offsets
+        targets__orow = _r1 * targets__os1 + _r2 * targets__os2  # [BN] int64 row offsets
+        advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
+        st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
+        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
+        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _t_next = tl.minimum(_t + 1, T - 1)
+        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+
+        A__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, A__carry)
+        action_probs_behavior = action_probs_behavior__raw.to(ACC)
+        if SHIFT_G == 1:
+            action_probs_behavior__next = action_probs_behavior__next__raw.to(ACC)
+        else:
+            _s = _shift_next(tl.reshape(action_probs_behavior__raw, (_M, SHIFT_G)), tl.reshape(action_probs_behavior__next__raw, (_M,)), _M, SHIFT_G)
+            action_probs_behavior__next = tl.where((_t == T - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        actions = actions__raw
+        if SHIFT_G == 1:
+            actions__next = actions__next__raw
+        else:
+            _s = _shift_next(tl.reshape(actions__raw, (_M, SHIFT_G)), tl.reshape(actions__next__raw, (_M,)), _M, SHIFT_G)
+            actions__next = tl.where((_t == T - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
+        if c_bar__TENSOR:
+            c_bar__next__t = c_bar__next__t__raw.to(ACC)
+        else:
+            c_bar__next__t = _zero + c_bar
+        if gamma__TENSOR:
+            gamma__t = gamma__t__raw.to(ACC)
+        else:
+            gamma__t = _zero + gamma
+        if lambda___TENSOR:
+            lambda___next__t = lambda___next__t__raw.to(ACC)
+        else:
+            lambda___next__t = _zero + lambda_
+        q_values = q_values__raw.to(ACC)
+        if SHIFT_G == 1:
+            q_values__next = q_values__next__raw.to(ACC)
+        else:
+            _s = _shift_next(tl.reshape(q_values__raw, (_M, SHIFT_G)), tl.reshape(q_values__next__raw, (_M,)), _M, SHIFT_G)
+            q_values__next = tl.where((_t == T - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        rewards = rewards__raw.to(ACC)
+        if rho_bar__TENSOR:
+            rho_bar__t = rho_bar__t__raw.to(ACC)
+        else:
+            rho_bar__t = _zero + rho_bar
+        terminateds = terminateds__raw.to(ACC)
+        if HAS_truncateds:
+            truncateds = truncateds__raw.to(ACC)
+        else:
+            truncateds = _zero + 0.0
+        _gi = actions__next.to(tl.int64)
+        _gok = (_gi >= 0) & (_gi < K)
+        _gather0 = tl.load(action_probs_target__ptr + action_probs_target__row[:, None] + _t_next[None, :] * action_probs_target__st + _gi * action_probs_target__sk, mask=_ok & _gok, other=0).to(ACC)
+        _gather0 = tl.where(_gok, _gather0, float("nan"))  # out-of-range index -> NaN
+        _gi = actions.to(tl.int64)
+        _gok = (_gi >= 0) & (_gi < K)
+        _gather1 = tl.load(action_probs_target__ptr + action_probs_target__row[:, None] + _t[None, :] * action_probs_target__st + _gi * action_probs_target__sk, mask=_ok & _gok, other=0).to(ACC)
+        _gather1 = tl.where(_gok, _gather1, float("nan"))  # out-of-range index -> NaN
+        _sum0 = _zero
+        for _k0 in range(0, K, BLOCK_K):
+            _k = (_k0 + tl.arange(0, BLOCK_K)).to(tl.int64)  # [BK]
+            _okk = _ok[:, :, None] & (_k < K)[None, None, :]  # [BN, BT, BK]
+            if K_DENSE:  # K == BLOCK_K and [.., T, K] contiguous: offsets t * BLOCK_K + k keep 16-byte vectors
+                next_action_probs_target__k = tl.load(next_action_probs_target__ptr + next_action_probs_target__row[:, None, None] + (_t[None, :] * BLOCK_K)[:, :, None] + tl.arange(0, BLOCK_K)[None, None, :], mask=_ok[:, :, None], other=0).to(ACC)
+            else:
+                next_action_probs_target__k = tl.load(next_action_probs_target__ptr + (next_action_probs_target__row[:, None] + _t[None, :] * next_action_probs_target__st)[:, :, None] + _k[None, None, :] * next_action_probs_target__sk, mask=_okk, other=0).to(ACC)
+            if K_DENSE:  # K == BLOCK_K and [.., T, K] contiguous: offsets t * BLOCK_K + k keep 16-byte vectors
+                next_q_values_all__k = tl.load(next_q_values_all__ptr + next_q_values_all__row[:, None, None] + (_t[None, :] * BLOCK_K)[:, :, None] + tl.arange(0, BLOCK_K)[None, None, :], mask=_ok[:, :, None], other=0).to(ACC)
+            else:
+                next_q_values_all__k = tl.load(next_q_values_all__ptr + (next_q_values_all__row[:, None] + _t[None, :] * next_q_values_all__st)[:, :, None] + _k[None, None, :] * next_q_values_all__sk, mask=_okk, other=0).to(ACC)
+            _sum0 += tl.sum(tl.where(_okk, next_action_probs_target__k*next_q_values_all__k, 0.0), axis=2)
+        # scan A: A_t = alpha_t + beta_t * A_{t+1}
+        _alpha = tl.where(_ok, _zero + (rewards - q_values + _sum0*gamma__t*(1.0 - terminateds)), 0.0)
+        _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - tl.maximum(terminateds, truncateds))*tl.where((is_last != 0), 0.0, lambda___next__t*tl.minimum(c_bar__next__t, _gather0/action_probs_behavior__next))), 1.0)  # identity past the window end
+        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl,
+                                               reverse=True)
+        A = _a + _b * A__carry[:, None]
+        A__next = _ea + _eb * A__carry[:, None]  # the state one step nearer the carry
+        A__carry = tl.sum(tl.where(_cols[None, :] == 0, A, 0.0), axis=1)
+        if STORE_targets:
+            tl.store(targets__optr + targets__orow[:, None] + _t[None, :] * targets__ost, (_zero + (A + q_values)).to(targets__optr.dtype.element_ty), mask=_ok)
+        if STORE_advantages:
+            tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + ((rewards - q_values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds)) != 0), _sum0, tl.where((is_last != 0), 0.0, A__next) + tl.where((is_last != 0), 0.0, q_values__next)))*tl.minimum(rho_bar__t, _gather1/action_probs_behavior))).to(advantages__optr.dtype.element_ty), mask=_ok)
+        if STORE_st__A:
+            tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
+        action_probs_behavior__raw = action_probs_behavior__raw__nx
+        action_probs_behavior__next__raw = action_probs_behavior__next__raw__nx
+        actions__raw = actions__raw__nx
+        actions__next__raw = actions__next__raw__nx
+        if c_bar__TENSOR:
+            c_bar__next__t__raw = c_bar__next__t__raw__nx
+        if gamma__TENSOR:
+            gamma__t__raw = gamma__t__raw__nx
+        if lambda___TENSOR:
+            lambda___next__t__raw = lambda___next__t__raw__nx
+        q_values__raw = q_values__raw__nx
+        q_values__next__raw = q_values__next__raw__nx
+        rewards__raw = rewards__raw__nx
+        if rho_bar__TENSOR:
+            rho_bar__t__raw = rho_bar__t__raw__nx
+        terminateds__raw = terminateds__raw__nx
+        if HAS_truncateds:
+            truncateds__raw = truncateds__raw__nx
+
+
+@triton.jit
 def _lb_written(x, ACC: tl.constexpr):
     # The look-back workspace starts as all-one bits (a NaN no arithmetic produces); a word that
     # differs has been written, and each word is written once, so reading it needs no flag.
@@ -656,6 +1011,9 @@ def _launch(_call, _cfg):
         _ws = _rt.lookback_workspace(_call, _cfg, 1)
         _grid = (_call.R1 * _call.R2 * -(-_call.T // _cfg.block_t),)
         _rt.launch(_call, _retrace_lookback_kernel, _grid, (*_ptrs, _ws, *_k["ints"]), _meta, _cfg)
+    elif _cfg.family == "persist":
+        _grid = (min(-(-(_call.R1 * _call.R2) // _cfg.block_n), _rt.persistent_programs(_call)),)
+        _rt.launch(_call, _retrace_persist_kernel, _grid, (*_ptrs, *_k["ints"]), _meta, _cfg)
     else:
         _grid = (-(-(_call.R1 * _call.R2) // _cfg.block_n),)  # ceil; triton.cdiv is slow on the host
         _rt.launch(_call, _retrace_chunked_kernel, _grid, (*_ptrs, *_k["ints"]), _meta, _cfg)

@@ -5,11 +5,14 @@ carrying each row's scan state from chunk to chunk ("stream"). Short rows get wi
 (many rows per program); long rows get long chunks and fewer rows per program, shrinking
 ``BLOCK_N`` until the grid has enough programs to fill the GPU. When even one row per program
 leaves the GPU idle and rows are long, time is split across programs too ("lookback": one
-program per (row, chunk), carries passed between programs by a decoupled look-back).
+program per (row, chunk), carries passed between programs by a decoupled look-back). Long
+chunks of calls that move many tensors, and rows too few for two programs per SM, take the
+persistent stream ("persist": a few programs per SM, each loading its next tile while it scans
+the current one).
 Time-major buffers (rows adjacent in memory) get wide row tiles and short chunks instead, so
 each step's loads are coalesced across rows. The numbers behind the constants come from
 bench/sweep.py (bench/NOTES.md); docs/runtime.md states the rule.
-``SCANGEN_FAMILY=stream|lookback`` forces a family (for tests and measurements).
+``SCANGEN_FAMILY=stream|persist|lookback`` forces a family (for tests and measurements).
 """
 from __future__ import annotations
 
@@ -21,7 +24,10 @@ import torch
 from .env import ENV
 
 TILE = 2048          # elements (K included) of one [BLOCK_N, BLOCK_T, BLOCK_K] tile, short chunks
+MIN_TILE = 512       # ... halved down to this while the grid has fewer than SHORT_PROGRAMS_PER_SM
+SHORT_PROGRAMS_PER_SM = 8
 LONG_TILE = 1024     # ... once a chunk holds 512 elements or more: one row per program
+PERSIST_TENSORS = 6  # long chunks moving this many [N, T] tensors (inputs + outputs) persist
 MAX_BLOCK_T = 1024   # longer chunks add scan depth without adding parallelism
 MAX_BLOCK_K = 16     # the trailing axis is streamed in slices of this width
 MIN_ROWS_TIME_MAJOR = 16  # row-tile floor for time-major buffers (coalescing; not yet measured)
@@ -33,7 +39,7 @@ class Config(NamedTuple):
     block_t: int
     block_k: int
     num_warps: int
-    family: str = "stream"   # "stream" | "lookback"
+    family: str = "stream"   # "stream" | "persist" | "lookback"
     num_stages: int = 3      # software-pipelining depth of the chunk loop (Triton's default)
 
 
@@ -52,18 +58,40 @@ def _sm_count(index: int) -> int:
 
 
 LOOKBACK_BLOCK_T = 1024  # steps per program when T is split across programs
+FAMILIES = ("stream", "persist", "lookback")
 
 
-def _family(c, rows: int) -> str:
+def _forced_family() -> str | None:
     forced = ENV["SCANGEN_FAMILY"]
-    if forced:
-        if forced not in ("stream", "lookback"):
-            raise ValueError(f"SCANGEN_FAMILY must be 'stream' or 'lookback', got {forced!r}")
-        return forced
-    if c.device.type != "cuda":
-        return "stream"
-    # Too few rows to fill the GPU with one program per row, and rows long enough to split.
-    if rows < 2 * _sm_count(c.device.index or 0) and c.T >= 2 * LOOKBACK_BLOCK_T:
+    if forced and forced not in FAMILIES:
+        raise ValueError(f"SCANGEN_FAMILY must be one of {', '.join(FAMILIES)}, got {forced!r}")
+    return forced or None
+
+
+def _streams(c) -> int:
+    """The [N, T] tensors a call moves: inputs that vary in time, and outputs."""
+    return sum(1 for n in c.tensors if c.strides[n][2] != 0) + len(c.outs)
+
+
+def _gpu_family(c, rows: int, kk: int, cfg: Config) -> str:
+    """The family of a call on a GPU (``cfg``: the stream tile for its shape).
+
+    - Fewer rows than SMs, and rows of two look-back chunks or more: "lookback".
+    - "persist" where it overlaps loads with the scan better than more resident programs do:
+      long chunks (512 elements or more) of a row-major call with no trailing axis to sum
+      over (those loads are not prefetched), and either fewer rows than two per SM with more
+      than one chunk each (each program streams one row) or PERSIST_TENSORS or more [N, T]
+      tensors to move.
+    - Otherwise fewer rows than two per SM, and long rows: "lookback"; the rest: "stream".
+    H200 measurements behind it: bench/NOTES.md (fourth round)."""
+    sms = _sm_count(c.device.index or 0)
+    long_rows = c.T >= 2 * LOOKBACK_BLOCK_T
+    if rows < sms and long_rows:
+        return "lookback"
+    if (kk == 1 and cfg.block_t >= 512 and not _rows_contiguous(c)
+            and (rows < 2 * sms and c.T > cfg.block_t or _streams(c) >= PERSIST_TENSORS)):
+        return "persist"
+    if rows < 2 * sms and long_rows:
         return "lookback"
     return "stream"
 
@@ -84,10 +112,20 @@ def choose_config(c) -> Config:
     rows = c.R1 * c.R2
     block_k = min(_pow2(c.K), MAX_BLOCK_K)
     kk = block_k if c.K > 1 else 1
-    if _family(c, rows) == "lookback":
+    cfg = _shape_config(c, rows, block_k, kk)
+    family = _forced_family()
+    if family is None:
+        family = _gpu_family(c, rows, kk, cfg) if c.device.type == "cuda" else "stream"
+    if family == "lookback":
         block_t = max(16, min(LOOKBACK_BLOCK_T // kk, _pow2(c.T)))
         return Config(1, block_t, block_k, NUM_WARPS, "lookback")
-    want = 2 * _sm_count(c.device.index or 0) if c.device.type == "cuda" else 1
+    return cfg._replace(family=family)
+
+
+def _shape_config(c, rows: int, block_k: int, kk: int) -> Config:
+    """The tile of the stream families (stream and persist) for this shape and layout."""
+    sms = _sm_count(c.device.index or 0) if c.device.type == "cuda" else 0
+    want = 2 * sms or 1
     if _rows_contiguous(c):
         # Time-major buffers ([T, N], rows adjacent in memory): wide row tiles so that each
         # step's loads are coalesced across rows (at least 16 rows: 64 bytes of fp32), halved
@@ -98,8 +136,15 @@ def choose_config(c) -> Config:
         block_t = max(16, min(_pow2(c.T), MAX_BLOCK_T // kk, TILE // (block_n * kk)))
         return Config(block_n, block_t, block_k, NUM_WARPS, "stream")
     block_t = max(16, min(_pow2(c.T), max(16, MAX_BLOCK_T // kk)))
-    tile = TILE if block_t * kk < 512 else LONG_TILE
-    block_n = max(1, min(tile // (block_t * kk), _pow2(rows)))
+    if block_t * kk < 512:
+        # short chunks: tiles of TILE elements, halved down to MIN_TILE while the grid has
+        # fewer than SHORT_PROGRAMS_PER_SM programs per SM (more programs hide more latency)
+        block_n = max(1, min(TILE // (block_t * kk), _pow2(rows)))
+        while (block_n > 1 and block_n * block_t * kk > MIN_TILE
+               and -(-rows // block_n) < SHORT_PROGRAMS_PER_SM * sms):
+            block_n //= 2
+    else:
+        block_n = max(1, min(LONG_TILE // (block_t * kk), _pow2(rows)))
     while block_n > 1 and -(-rows // block_n) < want:
         block_n //= 2
     return Config(block_n, block_t, block_k, NUM_WARPS, "stream")

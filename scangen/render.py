@@ -28,10 +28,11 @@ TEMPLATE = "module.py.j2"
 # "load" reads x again at t +- 1, an unaligned load that compiles to scalar loads; "gather"
 # shifts the aligned tile with tl.gather. Both are kept for measurement (bench/sweep.py
 # --variants input_shift=load).
-# "prefetch": "on" makes the stream family persistent (runtime.persistent_programs programs,
-# each striding over row tiles) and loads the next chunk's tiles before scanning the current
-# one, so that loads overlap the scan (kept for measurement until measured).
-OPTIONS = {"shift": "scan", "input_shift": "split", "prefetch": "off"}
+# Every module carries three kernels: "stream", "persist" (persistent stream programs that load
+# the next item's tiles before scanning the current one) and "lookback"; scangen.config picks
+# one per call. "persist" needs input_shift "split" or "load": with "gather" it is left out
+# and the stream kernel runs in its place.
+OPTIONS = {"shift": "scan", "input_shift": "split"}
 
 
 def template_dir() -> Path:
@@ -255,15 +256,15 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
               uses_shifted_state=any(s.shifted for s in plan.scans),
               shift_mode=OPTIONS["shift"],
               gather_next="next" in gather_shifts, gather_prev="prev" in gather_shifts,
-              split_loads=bool(split_loads), prefetch=OPTIONS["prefetch"] == "on",
+              split_loads=bool(split_loads), persist=OPTIONS["input_shift"] != "gather",
+              persist_kernel=f"_{ir.name}_persist_kernel",
               chunk_index="_n_chunks - 1 - _c" if rev else "_c", reverse=str(rev),
               step="+1" if rev else "-1", carry_col="0" if rev else "BLOCK_T - 1",
               edge_col="BLOCK_T - 1" if rev else "0",
               launch_ptrs=launch_ptrs, launch_ints=launch_ints, launch_constexprs=launch_cx)
 
 
-_CHOICES = {"shift": ("scan", "gather"), "input_shift": ("split", "load", "gather"),
-            "prefetch": ("off", "on")}
+_CHOICES = {"shift": ("scan", "gather"), "input_shift": ("split", "load", "gather")}
 
 
 def _check_options() -> None:
@@ -275,8 +276,6 @@ def _check_options() -> None:
                              f"{', '.join(_CHOICES.get(key, ()))}" if key in _CHOICES else
                              f"render.OPTIONS has no option {key!r} (options: "
                              f"{', '.join(_CHOICES)})")
-    if OPTIONS["prefetch"] == "on" and OPTIONS["input_shift"] == "gather":
-        raise ValueError("render.OPTIONS: prefetch='on' needs input_shift 'split' or 'load'")
 
 
 def _torch_context(plan: Plan, sy: _Symbols) -> NS:

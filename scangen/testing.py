@@ -230,7 +230,8 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
     from triton.compiler import ASTSource
 
     op = module.OP
-    kernel = getattr(module, f"_{op.name}_{'chunked' if family == 'stream' else 'lookback'}_kernel")
+    kind = {"stream": "chunked", "persist": "persist", "lookback": "lookback"}[family]
+    kernel = getattr(module, f"_{op.name}_{kind}_kernel")
     kinds = {i.name: i.kind for i in op.inputs}
     shapes = {i.name: i.shape for i in op.inputs}
     params = {p.name for p in op.params}

@@ -9,9 +9,13 @@ import torch
 from scangen import config
 
 
-def _choose(N, T, *, time_major=False, K=1, family=None):
-    strides = {"x": (1, 0, N) if time_major else (T, 0, 1)}
-    c = NS(R1=N, R2=1, T=T, K=K, device=torch.device("cuda", 0), strides=strides)
+def _choose(N, T, *, time_major=False, K=1, family=None, streams=3):
+    """The config of a call moving ``streams`` [N, T] tensors: one output, the rest inputs
+    (one more input of shape [N], which does not count)."""
+    strides = {f"x{i}": (1, 0, N) if time_major else (T, 0, 1) for i in range(streams - 1)}
+    strides["last"] = (1, 0, 0)
+    c = NS(R1=N, R2=1, T=T, K=K, device=torch.device("cuda", 0), strides=strides,
+           tensors=dict.fromkeys(strides), outs={"out": None})
     with mock.patch.object(config, "_sm_count", lambda index: 132), \
             mock.patch.dict(config.ENV, {"SCANGEN_FAMILY": family}):
         return config.choose_config(c)
@@ -19,18 +23,39 @@ def _choose(N, T, *, time_major=False, K=1, family=None):
 
 @pytest.mark.parametrize("N,T,expected", [
     (16384, 1024, (1, 1024, "stream")),   # one row per program, 1024-step chunks
-    (16384, 64, (32, 64, "stream")),      # 2048-element tiles for short chunks
-    (4096, 128, (8, 128, "stream")),      # halved from 16 to keep 2 programs per SM
-    (32768, 16, (64, 16, "stream")),
+    (16384, 64, (8, 64, "stream")),       # short chunks: 2048-element tiles halved to 512
+    (4096, 128, (4, 128, "stream")),      # ... while the grid has < 8 programs per SM
+    (32768, 16, (32, 16, "stream")),
+    (262144, 16, (128, 16, "stream")),    # 2048 programs of full tiles: no halving
     (16384, 4096, (1, 1024, "stream")),   # long rows, many of them: stream in chunks
-    (64, 65536, (1, 1024, "lookback")),   # too few rows: T split across programs
+    (64, 65536, (1, 1024, "lookback")),   # fewer rows than SMs: T split across programs
     (1, 1048576, (1, 1024, "lookback")),
-    (200, 1024, (1, 1024, "stream")),     # few rows but short: nothing to split
+    (256, 8192, (1, 1024, "persist")),    # < 2 rows per SM: one persistent program per row
+    (200, 1024, (1, 1024, "stream")),     # few rows but one chunk each: nothing to prefetch
 ])
 def test_rows_layout(N, T, expected):
     cfg = _choose(N, T)
     assert (cfg.block_n, cfg.block_t, cfg.family) == expected
     assert cfg.num_warps == 4
+
+
+@pytest.mark.parametrize("N,T,streams,family", [
+    (16384, 1024, 5, "stream"),
+    (16384, 1024, 6, "persist"),   # PERSIST_TENSORS: long chunks that move many tensors
+    (1024, 1024, 7, "persist"),
+    (16384, 512, 9, "persist"),
+    (16384, 256, 9, "stream"),     # short chunks stay non-persistent
+    (64, 65536, 9, "lookback"),
+])
+def test_persist_for_calls_that_move_many_tensors(N, T, streams, family):
+    assert _choose(N, T, streams=streams).family == family
+
+
+def test_no_persist_with_a_trailing_axis_or_time_major():
+    assert _choose(16384, 1024, K=8, streams=9).family == "stream"
+    assert _choose(256, 8192, K=8).family == "lookback"   # Retrace's few rows, as before
+    assert _choose(256, 8192, time_major=True).family == "lookback"
+    assert _choose(16384, 1024, time_major=True, streams=9).family == "stream"
 
 
 def test_trailing_axis_counts_in_the_tile():
@@ -49,5 +74,7 @@ def test_time_major_gets_wide_row_tiles(N, T):
 
 def test_forced_family():
     assert _choose(16384, 1024, family="lookback").family == "lookback"
+    assert _choose(16384, 64, family="persist").family == "persist"
+    assert _choose(64, 65536, family="stream").family == "stream"
     with pytest.raises(ValueError, match="SCANGEN_FAMILY must be"):
         _choose(16384, 1024, family="bogus")

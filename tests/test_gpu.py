@@ -41,7 +41,7 @@ def family(request, monkeypatch):
     runtime.reload_env()
 
 
-@pytest.mark.parametrize("family", [None, "stream", "lookback"], indirect=True)
+@pytest.mark.parametrize("family", [None, "stream", "persist", "lookback"], indirect=True)
 @pytest.mark.parametrize("shape", [(3, 1 << 17 | 5), (64, 65536), (1, 1 << 22)],
                          ids=lambda s: f"N{s[0]}-T{s[1]}")
 @pytest.mark.parametrize("name", ALGOS)
@@ -58,7 +58,7 @@ def test_against_handwritten_reference_on_gpu(name):
         assert_close(g.cpu(), e, dtype=g.dtype, name=name)
 
 
-@pytest.mark.parametrize("family", ["stream", "lookback"], indirect=True)
+@pytest.mark.parametrize("family", ["stream", "persist", "lookback"], indirect=True)
 @pytest.mark.parametrize("block", [512, 1024])
 def test_chunk_boundaries_on_episode_boundaries(block, family):
     """Episodes that end exactly at chunk edges (and one step either side)."""

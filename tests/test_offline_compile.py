@@ -23,6 +23,8 @@ CASES = {  # name: (family, block_n, block_t, num_warps, fp64 and absent inputs 
     "stream-short": ("stream", 64, 32, 4, False),
     "stream-long": ("stream", 1, 1024, 4, False),
     "lookback": ("lookback", 1, 1024, 4, False),
+    "persist-long": ("persist", 1, 1024, 4, False),
+    "persist-fp64-general": ("persist", 2, 256, 4, True),
     "stream-fp64-general": ("stream", 4, 256, 4, True),
     "lookback-fp64-general": ("lookback", 1, 1024, 4, True),
 }

@@ -334,7 +334,7 @@ def call_data(draw, d):
         params["p"] = torch.rand(N, T, generator=g)
     elif how == "row":
         params["p"] = torch.rand(N, 1, generator=g)
-    launch = draw(st.sampled_from(["default", "stream16", "lookback16"]))
+    launch = draw(st.sampled_from(["default", "stream16", "persist16", "lookback16"]))
     return inputs, params, launch
 
 
@@ -342,10 +342,10 @@ def _launch(stack: ExitStack, launch: str):
     """Shorter chunks (the carry crosses chunk boundaries even for T <= 40), or the look-back
     family, where this version of scangen.config has them. The family is forced explicitly in
     both cases, so a launch plan cached for the default configuration is not reused."""
-    family = {"stream16": "stream", "lookback16": "lookback"}.get(launch)
+    family = {"stream16": "stream", "persist16": "persist", "lookback16": "lookback"}.get(launch)
     if family is None:
         return
-    attr = "MAX_BLOCK_T" if family == "stream" else "LOOKBACK_BLOCK_T"
+    attr = "LOOKBACK_BLOCK_T" if family == "lookback" else "MAX_BLOCK_T"
     if hasattr(launch_config, attr):
         stack.enter_context(mock.patch.object(launch_config, attr, 16))
     stack.enter_context(mock.patch.dict(os.environ, {"SCANGEN_FAMILY": family}))

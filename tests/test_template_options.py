@@ -17,8 +17,7 @@ from scangen import config, reference, render, runtime
 from scangen.store import spec_dir
 from scangen.testing import assert_close, compile_variant, make_inputs
 
-VARIANTS = [("shift", "gather"), ("input_shift", "gather"), ("input_shift", "load"),
-            ("prefetch", "on")]
+VARIANTS = [("shift", "gather"), ("input_shift", "gather"), ("input_shift", "load")]
 ALGOS = ["gae", "vtrace", "masked_gae", "episodic_prefix_sum", "eligibility_traces", "retrace"]
 
 
@@ -54,7 +53,7 @@ def _check(fn, name, rows, seed, label, *patches, family=None, chunk=16):
         assert_close(g.cpu(), e, dtype=g.dtype, name=f"{name} {label}")
 
 
-@pytest.mark.parametrize("family", ["stream", "lookback"])
+@pytest.mark.parametrize("family", ["stream", "persist", "lookback"])
 @pytest.mark.parametrize("option,value", VARIANTS)
 @pytest.mark.parametrize("name", ALGOS)
 def test_variant_matches_reference(name, option, value, family, cache):
@@ -63,7 +62,7 @@ def test_variant_matches_reference(name, option, value, family, cache):
 
 
 @pytest.mark.parametrize("group", [2, 4, 16])
-@pytest.mark.parametrize("family", ["stream", "lookback"])
+@pytest.mark.parametrize("family", ["stream", "persist", "lookback"])
 @pytest.mark.parametrize("name", ["gae", "vtrace", "retrace", "episodic_prefix_sum",
                                   "eligibility_traces"])
 def test_register_shift_groups(name, family, group):
@@ -79,19 +78,20 @@ def test_register_shift_groups(name, family, group):
 @pytest.mark.parametrize("group", [1, 4])
 @pytest.mark.parametrize("name", ["gae", "vtrace", "retrace", "masked_gae", "episodic_prefix_sum",
                                   "eligibility_traces", "discounted_returns"])
-def test_prefetch_strides_over_tiles(name, group, cache):
-    """prefetch=on: three persistent programs (on CPU) stride over 2-row tiles of 9 rows, each
-    streaming 4 chunks of 16 steps; the carry restarts at every tile's first chunk and the
-    next item's tiles are loaded before the current one is scanned."""
+def test_persist_strides_over_tiles(name, group):
+    """The persist family: three persistent programs (on CPU) stride over 2-row tiles of 9
+    rows, each streaming 4 chunks of 16 steps; the carry restarts at every tile's first chunk
+    and the next item's tiles are loaded before the current one is scanned."""
     kk = 8 if name == "retrace" else 1  # make_inputs' action count: one tile element per action
-    _check(compile_variant(name, cache, prefetch="on"), name, 9, 8, f"prefetch SHIFT_G={group}",
-           mock.patch.object(config, "OVERRIDE", lambda c: config.Config(2, 16, kk, 4)),
-           mock.patch.object(runtime, "shift_group", lambda c, cfg: group), family="stream")
+    _check(getattr(scangen, f"compute_{name}"), name, 9, 8, f"persist SHIFT_G={group}",
+           mock.patch.object(config, "OVERRIDE",
+                             lambda c: config.Config(2, 16, kk, 4, "persist")),
+           mock.patch.object(runtime, "shift_group", lambda c, cfg: group))
 
 
 @pytest.mark.parametrize("options,message", [
     ({"input_shift": "splt"}, r"OPTIONS\['input_shift'\] = 'splt': expected one of split, load"),
-    ({"prefetch": "yes"}, r"OPTIONS\['prefetch'\] = 'yes': expected one of off, on"),
+    ({"shift": "gathr"}, r"OPTIONS\['shift'\] = 'gathr': expected one of scan, gather"),
     ({"unroll": "on"}, r"OPTIONS has no option 'unroll'"),
 ])
 def test_misspelt_options_are_refused(options, message):
@@ -99,10 +99,14 @@ def test_misspelt_options_are_refused(options, message):
         scangen.pipeline.generate(spec_dir() / "gae.yaml")
 
 
-def test_prefetch_rejects_gather_loads():
-    with mock.patch.dict(render.OPTIONS, {"prefetch": "on", "input_shift": "gather"}), \
-            pytest.raises(ValueError, match="prefetch='on' needs input_shift"):
-        scangen.pipeline.generate(spec_dir() / "gae.yaml")
+def test_gather_loads_leave_out_the_persist_kernel(cache):
+    """input_shift="gather" has no persist kernel; the persist family runs the stream kernel
+    (checked against the reference by test_variant_matches_reference)."""
+    names = set(compile_variant("gae", cache, input_shift="gather").__globals__)
+    assert any(n.endswith("_chunked_kernel") for n in names)
+    assert not any(n.endswith("_persist_kernel") for n in names)
+    assert any(n.endswith("_persist_kernel")
+               for n in compile_variant("gae", cache, input_shift="load").__globals__)
 
 
 def test_shift_group_follows_the_layout():
