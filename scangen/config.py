@@ -27,10 +27,11 @@ TILE = 2048          # elements (K included) of one [BLOCK_N, BLOCK_T, BLOCK_K] 
 MIN_TILE = 512       # ... halved down to this while the grid has fewer than SHORT_PROGRAMS_PER_SM
 SHORT_PROGRAMS_PER_SM = 8
 LONG_TILE = 1024     # ... once a chunk holds 512 elements or more: one row per program
-PERSIST_TENSORS = 6  # long chunks moving this many [N, T] tensors (inputs + outputs) persist
+PERSIST_TENSORS = 8  # long chunks moving this many [N, T] tensors (inputs + outputs) persist
 MAX_BLOCK_T = 1024   # longer chunks add scan depth without adding parallelism
 MAX_BLOCK_K = 16     # the trailing axis is streamed in slices of this width
-MIN_ROWS_TIME_MAJOR = 16  # row-tile floor for time-major buffers (coalescing; not yet measured)
+MIN_ROWS_TIME_MAJOR = 16  # row-tile floor for time-major buffers (64 bytes of fp32 per step)
+TIME_MAJOR_PROGRAMS_PER_SM = 2  # time-major row tiles are halved while the grid has fewer (8: slower)
 NUM_WARPS = 4        # measured best for every tile above (bench/NOTES.md, sweep of 2026-11-29)
 
 
@@ -129,9 +130,11 @@ def _shape_config(c, rows: int, block_k: int, kk: int) -> Config:
     if _rows_contiguous(c):
         # Time-major buffers ([T, N], rows adjacent in memory): wide row tiles so that each
         # step's loads are coalesced across rows (at least 16 rows: 64 bytes of fp32), halved
-        # while the grid has fewer than 2 programs per SM; chunks fill the rest of the tile.
+        # while the grid has fewer than TIME_MAJOR_PROGRAMS_PER_SM programs per SM; chunks
+        # fill the rest of the tile.
         block_n = max(1, min(_pow2(rows), TILE // 16 // kk))
-        while block_n > MIN_ROWS_TIME_MAJOR and -(-rows // block_n) < want:
+        while (block_n > MIN_ROWS_TIME_MAJOR
+               and -(-rows // block_n) < TIME_MAJOR_PROGRAMS_PER_SM * sms):
             block_n //= 2
         block_t = max(16, min(_pow2(c.T), MAX_BLOCK_T // kk, TILE // (block_n * kk)))
         return Config(block_n, block_t, block_k, NUM_WARPS, "stream")

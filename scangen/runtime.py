@@ -300,7 +300,7 @@ class Call:
     def _clone(self) -> "Call":
         """A shallow copy (the plan's dicts of strides, compiled kernels, ... are shared)."""
         c = object.__new__(Call)
-        c.__dict__.update(self.__dict__)
+        c.__dict__ = self.__dict__.copy()  # a third of the cost of update() into an empty dict
         return c
 
     def bind(self, values: dict) -> "Call":

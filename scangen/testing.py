@@ -216,13 +216,15 @@ def make_inputs(algo_name, N, T, *, seed, dtype=torch.float32, device="cpu", tru
 
 def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps: int = 4,
                     block_n: int = 1, block_t: int = 1024, block_k: int = 1, acc=None,
-                    present: bool = True, contiguous: bool = True):
+                    present: bool = True, contiguous: bool = True, time_major: bool = False):
     """Compile one generated kernel to a cubin for ``sm_<arch>`` with no GPU (Triton's frontend,
     its NVIDIA passes and the bundled ptxas): catches what the interpreter lets through (types
     that change across branches or loop iterations) and gives the PTX for a resource report.
     Optional inputs are all present (or all absent), every output is stored, params are floats.
     ``contiguous`` specialises as Triton's launcher does for ``[N, T]`` rows with T a multiple of
-    16: time strides equal to 1, pointers and other integers divisible by 16.
+    16: time strides equal to 1, pointers and other integers divisible by 16. ``time_major``
+    specialises as it does for time-major ``[T, N]`` buffers with N a multiple of 16 instead:
+    row strides and ``R2`` equal to 1 (one row dimension), time strides divisible by 16.
     """
     import triton
     import triton.language as tl
@@ -241,13 +243,18 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
     for i, p in enumerate(kernel.params):
         n = p.name
         ntk = n.endswith("__st") and shapes.get(n[:-4]) == "NTK"
-        if contiguous and (n.endswith("__st") or n.endswith("__ost")) and not ntk:
+        if time_major and (n.endswith("__s1") or n.endswith("__os1") or n == "R2"):
+            sig[n], consts[(i,)] = "constexpr", 1
+            continue
+        if time_major and not p.is_constexpr and n not in params:
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        if contiguous and not time_major and (n.endswith("__st") or n.endswith("__ost")) and not ntk:
             sig[n], consts[(i,)] = "constexpr", 1
             continue
         if ntk:  # the time stride of [N, T, K] rows is K: an int Triton knows nothing about
             sig[n] = "i32"
             continue
-        if contiguous and not p.is_constexpr and n not in params:
+        if contiguous and not time_major and not p.is_constexpr and n not in params:
             attrs[(i,)] = [["tt.divisibility", 16]]
         if p.is_constexpr:
             sig[n] = "constexpr"
@@ -269,7 +276,8 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
         nt = [sig[p.name] for p in kernel.params if p.name.endswith("ptr") and p.name in sig
               and sig[p.name].startswith("*")]
         size = min({"*i8": 1, "*i64": 8, "*fp64": 8}.get(t, 4) for t in nt)
-        consts[(i,)] = layout_steps(size, block_n, block_t, num_warps) if contiguous else 1
+        consts[(i,)] = (layout_steps(size, block_n, block_t, num_warps)
+                        if contiguous and not time_major else 1)
     src = ASTSource(fn=kernel, signature=sig, constexprs=consts, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=num_warps))
 

@@ -40,9 +40,9 @@ def test_rows_layout(N, T, expected):
 
 
 @pytest.mark.parametrize("N,T,streams,family", [
-    (16384, 1024, 5, "stream"),
-    (16384, 1024, 6, "persist"),   # PERSIST_TENSORS: long chunks that move many tensors
-    (1024, 1024, 7, "persist"),
+    (16384, 1024, 7, "stream"),
+    (16384, 1024, 8, "persist"),   # PERSIST_TENSORS: long chunks that move many tensors
+    (1024, 1024, 9, "persist"),
     (16384, 512, 9, "persist"),
     (16384, 256, 9, "stream"),     # short chunks stay non-persistent
     (64, 65536, 9, "lookback"),
