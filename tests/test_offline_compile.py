@@ -50,17 +50,23 @@ print("RESULTS " + json.dumps(out))
 """
 
 
-@pytest.fixture(scope="module")
-def results():
+def _child(code: str, *args: str, timeout: int):
+    """Run ``code`` in a fresh Python without TRITON_INTERPRET (so Triton compiles for real) and
+    return the JSON it prints after ``RESULTS``."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(MODULES), json.dumps(CASES)],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=1200)
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=timeout)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULTS ")), None)
     if line is None and "ptxas" in proc.stderr and "not found" in proc.stderr.lower():
         pytest.skip("this Triton install has no bundled ptxas")
     assert line is not None, proc.stderr[-4000:]
     return json.loads(line[len("RESULTS "):])
+
+
+@pytest.fixture(scope="module")
+def results():
+    return _child(CHILD, json.dumps(MODULES), json.dumps(CASES), timeout=1200)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -84,13 +90,5 @@ def test_time_major_loads_are_coalesced_along_rows():
     """Compiled as Triton specialises a time-major launch (rows adjacent, R2 == 1), the [N, T]
     tiles load 16-byte vectors along rows: the kernel's row indices keep their contiguity
     through the canonical (R1, R2) split (bench/NOTES.md, fourth round, item 10)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", TIME_MAJOR], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=600)
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULTS ")), None)
-    if line is None and "ptxas" in proc.stderr and "not found" in proc.stderr.lower():
-        pytest.skip("this Triton install has no bundled ptxas")
-    assert line is not None, proc.stderr[-4000:]
-    got = json.loads(line[len("RESULTS "):])
+    got = _child(TIME_MAJOR, timeout=600)
     assert got["v4"] >= 6, got  # the six [N, T] tiles of GAE with truncations
