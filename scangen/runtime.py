@@ -489,11 +489,11 @@ def k_dense(c: Call, cfg) -> bool:
                                                      for _, _, st, sk in ntk)
 
 
-PERSISTENT_PER_SM = 4  # programs per SM of the persistent stream kernels (prefetch=on)
+PERSISTENT_PER_SM = 4  # programs per SM of the persist family's kernels
 
 
 def persistent_programs(c: Call) -> int:
-    """Programs of a persistent stream kernel (template option prefetch=on): a few per SM on a
+    """Programs of a persist-family kernel (scangen.config): a few per SM on a
     GPU; three on the CPU, so that the interpreter runs programs that stride over tiles."""
     if c.device.type != "cuda":
         return 3
