@@ -921,16 +921,20 @@ def _launch(_call, _cfg):
             BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
             ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
         )
+        _tiles = -(-(_call.R1 * _call.R2) // _cfg.block_n)  # row tiles
+        if _cfg.family == "lookback":  # one program per (row, chunk)
+            _k["grid"] = (_call.R1 * _call.R2 * -(-_call.T // _cfg.block_t),)
+        elif _cfg.family == "persist":
+            _k["grid"] = (min(_tiles, _rt.persistent_programs(_call)),)
+        else:
+            _k["grid"] = (_tiles,)
     if _cfg.family == "lookback":
         _ws = _rt.lookback_workspace(_call, _cfg, 1)
-        _grid = (_call.R1 * _call.R2 * -(-_call.T // _cfg.block_t),)
-        _rt.launch(_call, _vtrace_lookback_kernel, _grid, (*_ptrs, _ws, *_k["ints"]), _meta, _cfg)
+        _rt.launch(_call, _vtrace_lookback_kernel, _k["grid"], (*_ptrs, _ws, *_k["ints"]), _meta, _cfg)
     elif _cfg.family == "persist":
-        _grid = (min(-(-(_call.R1 * _call.R2) // _cfg.block_n), _rt.persistent_programs(_call)),)
-        _rt.launch(_call, _vtrace_persist_kernel, _grid, (*_ptrs, *_k["ints"]), _meta, _cfg)
+        _rt.launch(_call, _vtrace_persist_kernel, _k["grid"], (*_ptrs, *_k["ints"]), _meta, _cfg)
     else:
-        _grid = (-(-(_call.R1 * _call.R2) // _cfg.block_n),)  # ceil; triton.cdiv is slow on the host
-        _rt.launch(_call, _vtrace_chunked_kernel, _grid, (*_ptrs, *_k["ints"]), _meta, _cfg)
+        _rt.launch(_call, _vtrace_chunked_kernel, _k["grid"], (*_ptrs, *_k["ints"]), _meta, _cfg)
 
 
 def _torch_impl(_call):

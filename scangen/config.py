@@ -74,8 +74,8 @@ def _streams(c) -> int:
     return sum(1 for n in c.tensors if c.strides[n][2] != 0) + len(c.outs)
 
 
-def _gpu_family(c, rows: int, kk: int, cfg: Config) -> str:
-    """The family of a call on a GPU (``cfg``: the stream tile for its shape).
+def _gpu_family(c, rows: int, kk: int, cfg: Config, time_major: bool) -> str:
+    """The family of a call on a GPU (``cfg``: the stream tile for its shape and layout).
 
     - Fewer rows than SMs, and rows of two look-back chunks or more: "lookback".
     - "persist" where it overlaps loads with the scan better than more resident programs do:
@@ -89,7 +89,7 @@ def _gpu_family(c, rows: int, kk: int, cfg: Config) -> str:
     long_rows = c.T >= 2 * LOOKBACK_BLOCK_T
     if rows < sms and long_rows:
         return "lookback"
-    if (kk == 1 and cfg.block_t >= 512 and not _rows_contiguous(c)
+    if (kk == 1 and cfg.block_t >= 512 and not time_major
             and (rows < 2 * sms and c.T > cfg.block_t or _streams(c) >= PERSIST_TENSORS)):
         return "persist"
     if rows < 2 * sms and long_rows:
@@ -113,21 +113,23 @@ def choose_config(c) -> Config:
     rows = c.R1 * c.R2
     block_k = min(_pow2(c.K), MAX_BLOCK_K)
     kk = block_k if c.K > 1 else 1
-    cfg = _shape_config(c, rows, block_k, kk)
+    time_major = _rows_contiguous(c)
+    cfg = _shape_config(c, rows, block_k, kk, time_major)
     family = _forced_family()
     if family is None:
-        family = _gpu_family(c, rows, kk, cfg) if c.device.type == "cuda" else "stream"
+        family = (_gpu_family(c, rows, kk, cfg, time_major) if c.device.type == "cuda"
+                  else "stream")
     if family == "lookback":
         block_t = max(16, min(LOOKBACK_BLOCK_T // kk, _pow2(c.T)))
         return Config(1, block_t, block_k, NUM_WARPS, "lookback")
     return cfg._replace(family=family)
 
 
-def _shape_config(c, rows: int, block_k: int, kk: int) -> Config:
+def _shape_config(c, rows: int, block_k: int, kk: int, time_major: bool) -> Config:
     """The tile of the stream families (stream and persist) for this shape and layout."""
     sms = _sm_count(c.device.index or 0) if c.device.type == "cuda" else 0
     want = 2 * sms or 1
-    if _rows_contiguous(c):
+    if time_major:
         # Time-major buffers ([T, N], rows adjacent in memory): wide row tiles so that each
         # step's loads are coalesced across rows (at least 16 rows: 64 bytes of fp32), halved
         # while the grid has fewer than TIME_MAJOR_PROGRAMS_PER_SM programs per SM; chunks
