@@ -91,24 +91,36 @@ def test_low_precision_on_gpu(dtype):
     assert_close(out.cpu(), ref.cpu(), dtype=dtype)
 
 
-def test_cuda_graph_capture_and_replay():
-    inputs = make_inputs("gae", 1024, 256, seed=7, device="cuda")
-    static = {k: v.clone() if torch.is_tensor(v) else v for k, v in inputs.items()}
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):  # warm up: compile and plan outside the capture
-            scangen.compute_gae(**static)
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = scangen.compute_gae(**static)
-    fresh = make_inputs("gae", 1024, 256, seed=8, device="cuda")
-    for k, v in fresh.items():
-        if torch.is_tensor(v):
-            static[k].copy_(v)
-    graph.replay()
-    torch.cuda.synchronize()
-    assert_close(out.cpu(), reference.compute_gae(**{k: v.cpu() if torch.is_tensor(v) else v
-                                                     for k, v in fresh.items()}),
-                 dtype=out.dtype)
+@pytest.mark.parametrize("family,shape", [("stream", (1024, 256)), ("persist", (300, 2048)),
+                                          ("lookback", (4, 8192))])
+def test_cuda_graph_capture_and_replay(family, shape, monkeypatch):
+    """Each kernel family captured in a CUDA graph and replayed twice on new inputs: the
+    look-back's workspace (ticket counter and words) is refilled inside the graph, so every
+    replay starts clean."""
+    monkeypatch.setenv("SCANGEN_FAMILY", family)
+    runtime.reload_env()
+    try:
+        inputs = make_inputs("gae", *shape, seed=7, device="cuda")
+        static = {k: v.clone() if torch.is_tensor(v) else v for k, v in inputs.items()}
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(2):  # warm up: compile and plan outside the capture
+                scangen.compute_gae(**static)
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = scangen.compute_gae(**static)
+        for seed in (8, 9):
+            fresh = make_inputs("gae", *shape, seed=seed, device="cuda")
+            for k, v in fresh.items():
+                if torch.is_tensor(v):
+                    static[k].copy_(v)
+            graph.replay()
+            torch.cuda.synchronize()
+            expected = reference.compute_gae(**{k: v.cpu() if torch.is_tensor(v) else v
+                                                for k, v in fresh.items()})
+            assert_close(out.cpu(), expected, dtype=out.dtype, name=f"{family} replay {seed}")
+    finally:
+        monkeypatch.delenv("SCANGEN_FAMILY")
+        runtime.reload_env()
