@@ -68,6 +68,25 @@ def candidates(N: int, T: int, K: int, quick: bool = False, tiles=None) -> list[
     return out
 
 
+def time_major_candidates(N: int, T: int, K: int) -> list[Config]:
+    """Time-major tiles: 64 rows with 4 warps (no hint, as the dispatch rule's tiles), and
+    ROW_HINT 2 or 4 with 32 x hint x warps rows, so that every warp's threads run along the
+    rows and each thread holds whole chunks of its rows' steps (bench/NOTES.md, fourth round,
+    item 10); chunks of 16-64 steps, at most 4096 elements per tile."""
+    if K > 1:
+        return []
+    rows = 1 << max(0, N - 1).bit_length()
+    out = []
+    for hint, nw in ((0, 4), (2, 1), (2, 2), (2, 4), (4, 1), (4, 2)):
+        bn = 32 * hint * nw if hint else 64
+        if bn > max(64, rows):
+            continue
+        for bt in (16, 32, 64):
+            if bt <= max(16, 1 << (T - 1).bit_length()) and bn * bt <= 4096:
+                out.append(Config(bn, bt, 1, nw, "stream", 3, hint))
+    return out
+
+
 def variant_fn(algo: str, option: str, cache: Path):
     """The op compiled from specs/<algo>.yaml with a template option (name=value) set."""
     key, value = option.split("=")
@@ -98,6 +117,8 @@ def main() -> None:
     ap.add_argument("--dtype", default="fp32", choices=sorted(DTYPES),
                     help="floating inputs and outputs (flags stay bool, actions int64)")
     ap.add_argument("--part", default="0/1", help="i/n: this process takes every n-th case")
+    ap.add_argument("--layout", default="rows", choices=["rows", "time-major"],
+                    help="storage of the [N, T] inputs; time-major sweeps time_major_candidates()")
     ap.add_argument("--time-budget", type=float, default=1e9)
     args = ap.parse_args()
     from triton.testing import do_bench
@@ -119,6 +140,9 @@ def main() -> None:
         N, T = map(int, shape.split("x"))
         K = 8 if algo == "retrace" else 1
         kw = make_inputs(algo, N, T, seed=i, device="cuda", A=8, dtype=DTYPES[args.dtype])
+        if args.layout == "time-major":  # the same logical values, rows adjacent in memory
+            kw = {k: v.transpose(0, 1).contiguous().transpose(0, 1)
+                  if torch.is_tensor(v) and v.dim() >= 2 else v for k, v in kw.items()}
         kw64 = {k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v
                 for k, v in kw.items()}
         oracle = as_tuple(fn(**kw64, backend="torch"))
@@ -127,8 +151,9 @@ def main() -> None:
         floor_us = nbytes / (bw * 1e3) if bw else None
         sg_config.OVERRIDE = None
         runtime._PLANS.clear()
-        cfgs = candidates(N, T, K, args.quick,
-                          tuple(int(x) for x in args.tiles.split(",")) if args.tiles else None)
+        cfgs = (time_major_candidates(N, T, K) if args.layout == "time-major" else
+                candidates(N, T, K, args.quick,
+                           tuple(int(x) for x in args.tiles.split(",")) if args.tiles else None))
         for cfg in [None] + cfgs:
             sg_config.OVERRIDE = None if cfg is None else (lambda c, cfg=cfg: cfg)
             runtime._PLANS.clear()
@@ -170,7 +195,8 @@ def main() -> None:
         c = best["config"]
         print(f"{name:26s} {shape:>11s} default {base['us']:8.1f} us {base['pct_floor']:5.1f}% | best "
               f"{best['us']:8.1f} us {best['pct_floor']:5.1f}% {c['family'][:4]} bn={c['block_n']} "
-              f"bt={c['block_t']} w={c['num_warps']} s={c['num_stages']} regs={best.get('regs')} "
+              f"bt={c['block_t']} w={c['num_warps']} s={c['num_stages']} h={c.get('row_hint', 0)} "
+              f"regs={best.get('regs')} "
               f"spills={best.get('spills')} errors={errs}")
 
 

@@ -42,6 +42,10 @@ class Config(NamedTuple):
     num_warps: int
     family: str = "stream"   # "stream" | "persist" | "lookback"
     num_stages: int = 3      # software-pipelining depth of the chunk loop (Triton's default)
+    # rows per thread vector asserted to Triton for time-major tiles (tl.max_contiguous on the
+    # row indices; at most block_n); 0: no hint. Not chosen by the rule yet: bench/sweep.py
+    # --layout time-major measures it (bench/NOTES.md, fourth round, item 10)
+    row_hint: int = 0
 
 
 # A function ``call -> Config`` that replaces the rule below (bench/sweep.py measures variants

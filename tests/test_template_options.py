@@ -89,6 +89,28 @@ def test_persist_strides_over_tiles(name, group):
            mock.patch.object(runtime, "shift_group", lambda c, cfg: group))
 
 
+@pytest.mark.parametrize("family", ["stream", "persist"])
+@pytest.mark.parametrize("name", ["gae", "vtrace", "masked_gae", "eligibility_traces"])
+def test_row_hint_on_time_major_buffers(name, family):
+    """Config.row_hint (tl.max_contiguous on the row indices) with time-major buffers: 9 rows in
+    tiles of 4 (the last one partial), chunks of 16 steps, T = 50, against the float64
+    reference. The hint only informs Triton's layouts; the values must not change."""
+    inputs = make_inputs(name, 9, 50, seed=4)
+    expected = _tuple(reference.REFERENCES[f"compute_{name}"](**inputs))
+    tm = {k: v.transpose(0, 1).contiguous().transpose(0, 1).to(DEVICE)
+          if torch.is_tensor(v) and v.dim() >= 2 else v.to(DEVICE) if torch.is_tensor(v) else v
+          for k, v in inputs.items()}
+    runtime._PLANS.clear()
+    try:
+        with mock.patch.object(config, "OVERRIDE",
+                               lambda c: config.Config(4, 16, 1, 4, family, 3, 2)):
+            got = _tuple(getattr(scangen, f"compute_{name}")(**tm, backend="triton"))
+    finally:
+        runtime._PLANS.clear()
+    for g, e in zip(got, expected):
+        assert_close(g.cpu(), e, dtype=g.dtype, name=f"{name} {family} row_hint=2 time-major")
+
+
 @pytest.mark.parametrize("options,message", [
     ({"input_shift": "splt"}, r"OPTIONS\['input_shift'\] = 'splt': expected one of split, load"),
     ({"shift": "gathr"}, r"OPTIONS\['shift'\] = 'gathr': expected one of scan, gather"),
