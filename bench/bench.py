@@ -939,6 +939,11 @@ def floors_line(floors):
     if floors.get("launch_noarg_us") and floors.get("launch_noarg_call_us"):
         b += (f" [bare no-arg kernel: {floors['launch_noarg_us']:.2f} / "
               f"{floors['launch_noarg_call_us']:.2f} us]")
+    if L and Lc:
+        # The device's host has a slow mode that inflates every host-bound number of a
+        # process (bench/NOTES.md, fourth round, item 6): say which one this process ran in.
+        b += (f"; host/device launch ratio {Lc / L:.1f}x (on the H200 host: ~3-3.8x in fast "
+              f"processes, 5-6.5x in slow ones, where host-bound columns are inflated)")
     return f"{a}; {b}"
 
 
