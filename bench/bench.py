@@ -387,10 +387,7 @@ def build_inputs(master, N, T, dtype, args):
                 parts.append(torch.roll(x, shifts=shift, dims=1) if x.dim() >= 2 else x)
             x = torch.cat(parts, 0)[:N]
         x = x.contiguous()
-        if args.layout == "time-major" and x.dim() >= 2:
-            # the same logical [N, T(, K)] values stored time-major: rows adjacent in memory
-            x = x.transpose(0, 1).contiguous().transpose(0, 1)
-        out[k] = x
+        out[k] = sg_testing.as_time_major(x) if args.layout == "time-major" else x
     return out
 
 

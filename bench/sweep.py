@@ -29,7 +29,8 @@ import torch  # noqa: E402
 import scangen  # noqa: E402
 from scangen import config as sg_config, runtime  # noqa: E402
 from scangen.config import Config  # noqa: E402
-from scangen.testing import assert_close, compile_variant, make_inputs  # noqa: E402
+from scangen.testing import (  # noqa: E402
+    as_time_major, assert_close, compile_variant, make_inputs)
 
 ALGOS = ["gae", "vtrace", "retrace", "lambda_returns", "discounted_returns", "eligibility_traces",
          "episodic_prefix_sum", "masked_gae"]
@@ -75,14 +76,14 @@ def time_major_candidates(N: int, T: int, K: int) -> list[Config]:
     item 10); chunks of 16-64 steps, at most 4096 elements per tile."""
     if K > 1:
         return []
-    rows = 1 << max(0, N - 1).bit_length()
+    rows = sg_config._pow2(N)
     out = []
     for hint, nw in ((0, 4), (2, 1), (2, 2), (2, 4), (4, 1), (4, 2)):
         bn = 32 * hint * nw if hint else 64
         if bn > max(64, rows):
             continue
         for bt in (16, 32, 64):
-            if bt <= max(16, 1 << (T - 1).bit_length()) and bn * bt <= 4096:
+            if bt <= max(16, sg_config._pow2(T)) and bn * bt <= 4096:
                 out.append(Config(bn, bt, 1, nw, "stream", 3, hint))
     return out
 
@@ -140,9 +141,8 @@ def main() -> None:
         N, T = map(int, shape.split("x"))
         K = 8 if algo == "retrace" else 1
         kw = make_inputs(algo, N, T, seed=i, device="cuda", A=8, dtype=DTYPES[args.dtype])
-        if args.layout == "time-major":  # the same logical values, rows adjacent in memory
-            kw = {k: v.transpose(0, 1).contiguous().transpose(0, 1)
-                  if torch.is_tensor(v) and v.dim() >= 2 else v for k, v in kw.items()}
+        if args.layout == "time-major":
+            kw = as_time_major(kw)
         kw64 = {k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v
                 for k, v in kw.items()}
         oracle = as_tuple(fn(**kw64, backend="torch"))

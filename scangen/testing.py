@@ -197,6 +197,16 @@ _GENERATORS = {
 }
 
 
+def as_time_major(inputs):
+    """The same logical ``[N, T(, K)]`` values stored time-major (rows adjacent in memory), for
+    a tensor or a dict of arguments; tensors of one dimension and non-tensors pass unchanged."""
+    if isinstance(inputs, dict):
+        return {k: as_time_major(v) for k, v in inputs.items()}
+    if torch.is_tensor(inputs) and inputs.dim() >= 2:
+        return inputs.transpose(0, 1).contiguous().transpose(0, 1)
+    return inputs
+
+
 def make_inputs(algo_name, N, T, *, seed, dtype=torch.float32, device="cpu", trunc_rate=0.05, term_rate=0.05,
                 A=4, F=None):
     """Keyword arguments for scangen.<algo_name> (also accepted without the "compute_" prefix).

@@ -15,7 +15,7 @@ import scangen
 from conftest import DEVICE
 from scangen import config, reference, render, runtime
 from scangen.store import spec_dir
-from scangen.testing import assert_close, compile_variant, make_inputs
+from scangen.testing import as_time_major, assert_close, compile_variant, make_inputs
 
 VARIANTS = [("shift", "gather"), ("input_shift", "gather"), ("input_shift", "load")]
 ALGOS = ["gae", "vtrace", "masked_gae", "episodic_prefix_sum", "eligibility_traces", "retrace"]
@@ -97,9 +97,8 @@ def test_row_hint_on_time_major_buffers(name, family):
     reference. The hint only informs Triton's layouts; the values must not change."""
     inputs = make_inputs(name, 9, 50, seed=4)
     expected = _tuple(reference.REFERENCES[f"compute_{name}"](**inputs))
-    tm = {k: v.transpose(0, 1).contiguous().transpose(0, 1).to(DEVICE)
-          if torch.is_tensor(v) and v.dim() >= 2 else v.to(DEVICE) if torch.is_tensor(v) else v
-          for k, v in inputs.items()}
+    tm = as_time_major({k: v.to(DEVICE) if torch.is_tensor(v) else v
+                        for k, v in inputs.items()})
     runtime._PLANS.clear()
     try:
         with mock.patch.object(config, "OVERRIDE",
