@@ -120,9 +120,12 @@ def main() -> None:
     ap.add_argument("--part", default="0/1", help="i/n: this process takes every n-th case")
     ap.add_argument("--layout", default="rows", choices=["rows", "time-major"],
                     help="storage of the [N, T] inputs; time-major sweeps time_major_candidates()")
+    ap.add_argument("--graph", action="store_true",
+                    help="time each call captured in a CUDA graph (device time, no host) instead of "
+                         "do_bench, whose intervals are host-bound at small and few-row shapes")
     ap.add_argument("--time-budget", type=float, default=1e9)
     args = ap.parse_args()
-    from triton.testing import do_bench
+    from triton.testing import do_bench, do_bench_cudagraph
     t0 = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
     part, parts = map(int, args.part.split("/"))
@@ -167,8 +170,10 @@ def main() -> None:
                 if not args.compile_only:
                     for o, e in zip(out, oracle):
                         assert_close(o, e, dtype=o.dtype)
-                    us = 1e3 * do_bench(lambda: fn(**kw, backend="triton"), warmup=2, rep=12,
-                                        return_mode="median")
+                    call = lambda: fn(**kw, backend="triton")  # noqa: E731
+                    us = 1e3 * (do_bench_cudagraph(call, rep=20, return_mode="median")
+                                if args.graph else
+                                do_bench(call, warmup=2, rep=12, return_mode="median"))
                     rec.update(us=us, pct_floor=100 * floor_us / us)
                 plan = next(iter(runtime._PLANS.values()), None)
                 comp = [x for e in plan.kernels.values() if isinstance(e, tuple)
@@ -181,11 +186,12 @@ def main() -> None:
         sg_config.OVERRIDE = None
         runtime._PLANS.clear()
         (args.out / f"sweep{'' if parts == 1 else part}.json").write_text(
-            json.dumps(dict(bandwidth_gbs=bw, dtype=args.dtype, gpu=torch.cuda.get_device_name(),
+            json.dumps(dict(bandwidth_gbs=bw, dtype=args.dtype, graph=args.graph, gpu=torch.cuda.get_device_name(),
                             torch=torch.__version__, rows=rows), indent=1))
     if args.compile_only:
         return
-    print(f"copy bandwidth {bw:,.0f} GB/s; {len(rows)} measurements in {time.perf_counter() - t0:.0f} s")
+    print(f"{'CUDA-graph replays' if args.graph else 'do_bench'}; "
+          f"copy bandwidth {bw:,.0f} GB/s; {len(rows)} measurements in {time.perf_counter() - t0:.0f} s")
     for name, shape in cases:
         mine = [r for r in rows if r["algo"] == name and r["shape"] == shape and "us" in r]
         if not mine:
