@@ -302,18 +302,24 @@ def _lb_word(x):
 
 
 @triton.jit
-def _lookback(ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init, WINDOW: tl.constexpr,
-              ACC: tl.constexpr):
+def _lookback(ws_a, ws_b, ws_s, ws_clear, n_slots, slot, step, agg_a, agg_b, init,
+              WINDOW: tl.constexpr, ACC: tl.constexpr):
     """Publish this chunk's aggregate, find its carry from earlier chunks, publish the result.
 
     Every word (aggregate a and b, inclusive state s) is written once, from the all-ones bit
     pattern to a value, so a reader tells a written word by its bits alone and needs no flags,
     fences or atomics (volatile loads read L2, never a stale L1 line). The look-back reads
-    WINDOW predecessors at a time, nearest first, up to the nearest inclusive state; it reads
-    again until every aggregate before that state is written, then composes them with one
-    small scan, so a chain of P predecessors costs about P / WINDOW round trips to L2."""
+    WINDOW predecessors at a time (their three words in one round trip to L2), nearest first, up
+    to the nearest inclusive state; it reads again until every aggregate before that state is
+    written, then composes them with one small scan, so a chain of P predecessors costs about
+    P / WINDOW round trips.
+    ``ws_clear`` is this slot's three words in the workspace half the next call will use, which
+    this call resets to all-one bits (no other program of this call touches that half)."""
     tl.store(ws_a + slot, _lb_word(agg_a))
     tl.store(ws_b + slot, _lb_word(agg_b))
+    tl.store(ws_clear + slot, -1)
+    tl.store(ws_clear + n_slots + slot, -1)
+    tl.store(ws_clear + 2 * n_slots + slot, -1)
     g_a = agg_a * 0.0  # the predecessors composed so far, nearest outermost
     g_b = g_a + 1.0
     base = init
@@ -327,11 +333,12 @@ def _lookback(ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init, WINDOW: tl.const
     while j >= 0:
         idx = j - w  # [WINDOW] predecessors, nearest first
         live = idx >= 0
+        # The three words of the window in one round trip; a and b past `stop` go unused.
         s = tl.load(ws_s + slot - step + idx, mask=live, other=0.0, volatile=True)
+        a = tl.load(ws_a + slot - step + idx, mask=live, other=0.0, volatile=True)
+        b = tl.load(ws_b + slot - step + idx, mask=live, other=1.0, volatile=True)
         stop = tl.min(tl.where(_lb_written(s, ACC) | (idx < 0), w, WINDOW))
         take = w < stop  # compose these, then apply them to the state at `stop`
-        a = tl.load(ws_a + slot - step + idx, mask=take, other=0.0, volatile=True)
-        b = tl.load(ws_b + slot - step + idx, mask=take, other=1.0, volatile=True)
         ready = _lb_written(a, ACC) & _lb_written(b, ACC)
         if tl.min(tl.where(take, ready, True).to(tl.int32)) == 1:  # else read again
             sa, sb = tl.associative_scan((tl.where(take, a, 0.0), tl.where(take, b, 1.0)), 0,
@@ -394,13 +401,22 @@ def _discounted_returns_lookback_kernel(
     # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
     # take tickets in launch order, so every chunk's predecessors (in scan order) have started
     # and the look-back cannot deadlock.
-    # The workspace (runtime.lookback_workspace): the ticket counter, then three arrays of
-    # words (aggregate a, aggregate b, inclusive state) with one slot per (scan, row, chunk).
-    _ticket = tl.atomic_add(_ws, 1) + 1  # the counter starts at -1
-    _n_slots = 1 * R1 * R2 * tl.cdiv(T, BLOCK_T)
-    _ws_a = (_ws + (2 if ACC == tl.float64 else 1)).to(tl.pointer_type(ACC), bitcast=True)
+    # The workspace (runtime.lookback_workspace), kept across the calls of a plan on one stream:
+    # an int64 ticket counter that only grows, then two halves of three arrays of words
+    # (aggregate a, aggregate b, inclusive state) with one slot per (scan, row, chunk). The
+    # call that takes tickets c * P .. c * P + P - 1 (P programs) works in half c % 2, which the
+    # call before it left all-one bits, and resets its slots of the other half for the next
+    # call: no fill per call, and the replays of a CUDA graph advance the counter as calls do.
+    _n_prog = R1 * R2 * tl.cdiv(T, BLOCK_T)
+    _ticket = tl.atomic_add(_ws.to(tl.pointer_type(tl.int64), bitcast=True), 1) + 1  # from -1
+    _half = (_ticket // _n_prog) % 2
+    _ticket = (_ticket % _n_prog).to(tl.int32)
+    _n_slots = 1 * _n_prog
+    _ws_a = (_ws + 2).to(tl.pointer_type(ACC), bitcast=True) + _half * 3 * _n_slots
     _ws_b = _ws_a + _n_slots
     _ws_s = _ws_b + _n_slots
+    _ws_clear = ((_ws + 2).to(tl.pointer_type(tl.int64 if ACC == tl.float64 else tl.int32), bitcast=True)
+                 + (1 - _half) * 3 * _n_slots)
     _tile = _ticket % (R1 * R2)
     _step = _ticket // (R1 * R2)
     _rows = _tile + tl.arange(0, BLOCK_N)  # [1]: BLOCK_N == 1
@@ -453,8 +469,8 @@ def _discounted_returns_lookback_kernel(
     _agg_a = tl.sum(tl.where(_cols[None, :] == 0, _a, 0.0))
     _agg_b = tl.sum(tl.where(_cols[None, :] == 0, _b, 0.0))
     _slot = (0 * R1 * R2 + _tile) * _n_chunks + _step
-    G__carry = _lookback(_ws_a, _ws_b, _ws_s, _slot, _step, _agg_a, _agg_b,
-                              tl.sum(G__carry), 128, ACC)
+    G__carry = _lookback(_ws_a, _ws_b, _ws_s, _ws_clear, _n_slots, _slot, _step, _agg_a,
+                              _agg_b, tl.sum(G__carry), 128, ACC)
     G = _a + _b * G__carry
     if STORE_returns:
         tl.store(returns__optr + returns__orow[:, None] + _t[None, :] * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok)

@@ -502,14 +502,40 @@ def persistent_programs(c: Call) -> int:
 
 
 def lookback_workspace(c: Call, cfg, n_scans: int):
-    """The ticket counter and the aggregate / inclusive-state words of the look-back family,
-    in one allocation filled with all-one bits (a single fill per call): the counter starts at
-    -1, and each word reads as "not written yet" until its chunk stores it."""
+    """The look-back family's workspace: an int64 ticket counter, then two halves of three
+    arrays of aggregate / inclusive-state words, one slot per (scan, row, chunk), made all-one
+    bits once (the counter reads -1, every word "not written yet"). Each call works in one half
+    and resets the other for the next call (see the kernel), so a plan keeps its workspace
+    across calls, one per CUDA stream (calls on two streams may run at once), and a call costs
+    no fill. Under CUDA-graph capture a fresh workspace is made and filled inside the graph: one
+    kept across calls would be filled only when the graph first replays."""
+    stream = 0
+    if c.device.type == "cuda":
+        if torch.cuda.is_current_stream_capturing():
+            return _new_workspace(c, cfg, n_scans)
+        stream = _raw_stream(c.device.index or 0)
+    kept = c.kernels.setdefault("workspaces", {})
+    ws = kept.get(stream)
+    if ws is None:
+        if len(kept) >= MAX_WORKSPACE_STREAMS:  # many short-lived streams: forget the oldest
+            del kept[next(iter(kept))]
+        ws = kept[stream] = _new_workspace(c, cfg, n_scans)
+    return ws
+
+
+MAX_WORKSPACE_STREAMS = 8
+# The current stream's handle: torch's raw accessor (what Triton's launcher uses), a third of the
+# cost of torch.cuda.current_stream(device).cuda_stream.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream",
+                      lambda index: torch.cuda.current_stream(index).cuda_stream)
+
+
+def _new_workspace(c: Call, cfg, n_scans: int):
     slots = n_scans * c.R1 * c.R2 * -(-c.T // cfg.block_t)
-    words = c.acc.itemsize // 4  # int32 words per slot; the counter takes as many
-    # One int32 buffer, carved into the counter and the three arrays inside the kernel: the host
-    # makes one tensor per call (each tensor view costs microseconds of Python).
-    return torch.full((words * (1 + 3 * slots),), -1, dtype=torch.int32, device=c.device)
+    words = c.acc.itemsize // 4  # int32 words per slot
+    # One int32 buffer, carved into the counter and the arrays inside the kernel: the host makes
+    # one tensor (each tensor view costs microseconds of Python).
+    return torch.full((2 + 2 * 3 * words * slots,), -1, dtype=torch.int32, device=c.device)
 
 
 def param_ptrs(c: Call, dummy) -> tuple:

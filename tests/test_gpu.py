@@ -94,9 +94,9 @@ def test_low_precision_on_gpu(dtype):
 @pytest.mark.parametrize("family,shape", [("stream", (1024, 256)), ("persist", (300, 2048)),
                                           ("lookback", (4, 8192))])
 def test_cuda_graph_capture_and_replay(family, shape, monkeypatch):
-    """Each kernel family captured in a CUDA graph and replayed twice on new inputs: the
-    look-back's workspace (ticket counter and words) is refilled inside the graph, so every
-    replay starts clean."""
+    """Each kernel family captured in a CUDA graph and replayed twice on new inputs (the
+    look-back's workspace is made and filled inside the graph, so every replay starts clean),
+    then called eagerly again on both streams (the look-back's kept workspaces)."""
     monkeypatch.setenv("SCANGEN_FAMILY", family)
     runtime.reload_env()
     try:
@@ -121,6 +121,38 @@ def test_cuda_graph_capture_and_replay(family, shape, monkeypatch):
             expected = reference.compute_gae(**{k: v.cpu() if torch.is_tensor(v) else v
                                                 for k, v in fresh.items()})
             assert_close(out.cpu(), expected, dtype=out.dtype, name=f"{family} replay {seed}")
+        for stream in (s, torch.cuda.current_stream()):  # eager calls again, after the replays
+            with torch.cuda.stream(stream):
+                fresh = make_inputs("gae", *shape, seed=10, device="cuda")
+                got = scangen.compute_gae(**fresh)
+            torch.cuda.synchronize()
+            expected = reference.compute_gae(**{k: v.cpu() if torch.is_tensor(v) else v
+                                                for k, v in fresh.items()})
+            assert_close(got.cpu(), expected, dtype=got.dtype, name=f"{family} eager after graph")
+    finally:
+        monkeypatch.delenv("SCANGEN_FAMILY")
+        runtime.reload_env()
+
+
+def test_lookback_calls_of_one_plan_on_two_streams_at_once(monkeypatch):
+    """The look-back keeps one workspace per plan and stream: calls of one plan on two streams,
+    in flight together, each get their own ticket counter and words."""
+    monkeypatch.setenv("SCANGEN_FAMILY", "lookback")
+    runtime.reload_env()
+    try:
+        streams = [torch.cuda.Stream() for _ in range(2)]
+        inputs = [make_inputs("gae", 8, 65536, seed=20 + i, device="cuda") for i in range(4)]
+        for st in streams:
+            st.wait_stream(torch.cuda.current_stream())
+        outs = []
+        for i, x in enumerate(inputs):  # alternate streams, no synchronisation in between
+            with torch.cuda.stream(streams[i % 2]):
+                outs.append(scangen.compute_gae(**x))
+        torch.cuda.synchronize()
+        for x, got in zip(inputs, outs):
+            expected = reference.compute_gae(**{k: v.cpu() if torch.is_tensor(v) else v
+                                                for k, v in x.items()})
+            assert_close(got.cpu(), expected, dtype=got.dtype, name="two streams")
     finally:
         monkeypatch.delenv("SCANGEN_FAMILY")
         runtime.reload_env()

@@ -220,8 +220,37 @@ def test_lookback_family_matches_reference(name, dtype, monkeypatch):
     monkeypatch.setenv("SCANGEN_FAMILY", "lookback")
     runtime.reload_env()
     try:
-        _check(name, make_inputs(name, 2, 2100 if not ON_GPU else 50000, seed=11, dtype=dtype),
-               "triton")
+        for seed in (11, 12, 13):  # one plan, one kept workspace: its halves alternate
+            _check(name, make_inputs(name, 2, 2100 if not ON_GPU else 50000, seed=seed,
+                                     dtype=dtype), "triton")
+    finally:
+        monkeypatch.delenv("SCANGEN_FAMILY")
+        runtime.reload_env()
+
+
+@pytest.mark.parametrize("acc", [torch.float32, torch.float64])
+def test_lookback_workspace_is_kept_and_reset_for_the_next_call(acc, monkeypatch):
+    """The look-back workspace is made once per plan and stream: after each call its ticket
+    counter has advanced by the call's programs, the half this call used holds every slot's
+    words, and the half the next call will use is all-one bits again."""
+    monkeypatch.setenv("SCANGEN_FAMILY", "lookback")
+    runtime.reload_env()
+    try:
+        runtime._PLANS.clear()
+        N, T = 2, 2100
+        words = 2 if acc == torch.float64 else 1
+        for call in range(3):
+            x = make_inputs("compute_gae", N, T, seed=call, dtype=acc)
+            _check("compute_gae", x, "triton")
+            (plan,) = [p for p in runtime._PLANS.values() if p.kernels.get("workspaces")]
+            (ws,) = plan.kernels["workspaces"].values()
+            progs = N * -(-T // plan.config.block_t)
+            assert progs > 2  # several chunks per row: the look-back has predecessors to read
+            assert ws[:2].view(torch.int64).item() == (call + 1) * progs - 1
+            halves = ws[2:].view(2, 3 * progs * words)
+            assert (halves[(call + 1) % 2] == -1).all(), "the next call's half was not reset"
+            used = halves[call % 2].view(3, progs, words)
+            assert not (used == -1).all(dim=2).any(), "a slot of this call's half is unwritten"
     finally:
         monkeypatch.delenv("SCANGEN_FAMILY")
         runtime.reload_env()
@@ -263,10 +292,10 @@ def test_nan_and_inf_stay_in_their_row(name, backend):
 
 
 @triton.jit
-def _lookback_probe(ws_a, ws_b, ws_s, vals, out, step, ACC: tl.constexpr):
+def _lookback_probe(ws_a, ws_b, ws_s, ws_clear, vals, out, step, ACC: tl.constexpr):
     # vals: this chunk's aggregate (a, b) and the initial state
-    carry = _gae_lookback(ws_a, ws_b, ws_s, step, step, tl.load(vals), tl.load(vals + 1),
-                          tl.load(vals + 2), 128, ACC)
+    carry = _gae_lookback(ws_a, ws_b, ws_s, ws_clear, step + 1, step, step, tl.load(vals),
+                          tl.load(vals + 1), tl.load(vals + 2), 128, ACC)
     tl.store(out, carry)
 
 
@@ -296,8 +325,11 @@ def test_lookback_composes_many_predecessors(inclusive_at, acc):
     out = torch.zeros(1, dtype=acc, device=DEVICE)
     agg_a, agg_b = a[step].to(acc).item(), b[step].to(acc).item()
     vals = torch.tensor([agg_a, agg_b, init], dtype=acc, device=DEVICE)
-    _lookback_probe[(1,)](ws_a, ws_b, ws_s, vals, out, step,
+    clear = torch.zeros(3, step + 1, dtype=unwritten.dtype, device=DEVICE)  # the other half
+    _lookback_probe[(1,)](ws_a, ws_b, ws_s, clear, vals, out, step,
                           ACC=tl.float64 if acc == torch.float64 else tl.float32)
+    # It reset its own slot, and only that, in the next call's half.
+    assert (clear[:, step] == -1).all() and (clear[:, :step] == 0).all()
     tol = 1e-12 if acc == torch.float64 else 1e-4
     assert abs(out.item() - expected.item()) <= tol * max(1.0, abs(expected.item()))
     # It published its own aggregate and inclusive state.
