@@ -70,21 +70,18 @@ def candidates(N: int, T: int, K: int, quick: bool = False, tiles=None) -> list[
 
 
 def time_major_candidates(N: int, T: int, K: int) -> list[Config]:
-    """Time-major tiles: 64 rows with 4 warps (no hint, as the dispatch rule's tiles), and
-    ROW_HINT 2 or 4 with 32 x hint x warps rows, so that every warp's threads run along the
-    rows and each thread holds whole chunks of its rows' steps (bench/NOTES.md, fourth round,
-    item 10); chunks of 16-64 steps, at most 4096 elements per tile."""
+    """Time-major tiles: 4 to 64 rows (fewer rows per program: more programs, each step's loads
+    still 16 bytes or more of fp32 across rows) with chunks of 16 to 256 steps, at most 4096
+    elements per tile, 4 warps (2 for tiles of 512 elements or fewer)."""
     if K > 1:
         return []
-    rows = sg_config._pow2(N)
     out = []
-    for hint, nw in ((0, 4), (2, 1), (2, 2), (2, 4), (4, 1), (4, 2)):
-        bn = 32 * hint * nw if hint else 64
-        if bn > max(64, rows):
+    for bn in (4, 8, 16, 32, 64):
+        if bn > max(4, sg_config._pow2(N)):
             continue
-        for bt in (16, 32, 64):
-            if bt <= max(16, sg_config._pow2(T)) and bn * bt <= 4096:
-                out.append(Config(bn, bt, 1, nw, "stream", 3, hint))
+        for bt in (16, 32, 64, 128, 256):
+            if bt <= max(16, sg_config._pow2(T)) and 256 <= bn * bt <= 4096:
+                out.append(Config(bn, bt, 1, 2 if bn * bt <= 512 else 4, "stream", 3))
     return out
 
 
@@ -201,7 +198,7 @@ def main() -> None:
         c = best["config"]
         print(f"{name:26s} {shape:>11s} default {base['us']:8.1f} us {base['pct_floor']:5.1f}% | best "
               f"{best['us']:8.1f} us {best['pct_floor']:5.1f}% {c['family'][:4]} bn={c['block_n']} "
-              f"bt={c['block_t']} w={c['num_warps']} s={c['num_stages']} h={c.get('row_hint', 0)} "
+              f"bt={c['block_t']} w={c['num_warps']} s={c['num_stages']} "
               f"regs={best.get('regs')} "
               f"spills={best.get('spills')} errors={errs}")
 

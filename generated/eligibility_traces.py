@@ -85,15 +85,10 @@ def _eligibility_traces_chunked_kernel(
     STORE_st__z: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    ROW_HINT: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
     # carrying each row's scan state across chunks (forward in time).
     _rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
-    if ROW_HINT > 0:
-        # Time-major buffers: vectors of ROW_HINT rows per thread, the same for every dtype, so
-        # that all tiles share one register layout (Config.row_hint; bench/NOTES.md, 4th round)
-        _rows = tl.max_contiguous(_rows, ROW_HINT)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
     _r2 = (_rows % R2).to(tl.int64)
@@ -200,7 +195,6 @@ def _eligibility_traces_persist_kernel(
     STORE_st__z: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    ROW_HINT: tl.constexpr,
 ):
     # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
     # through time in chunks of BLOCK_T steps (forward in time), one item (tile, chunk)
@@ -219,8 +213,6 @@ def _eligibility_traces_persist_kernel(
     _c = (0) % _n_chunks
     _chunk = _c
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
-    if ROW_HINT > 0:  # as in the stream kernel
-        _rows = tl.max_contiguous(_rows, ROW_HINT)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
     _r2 = (_rows % R2).to(tl.int64)
@@ -255,8 +247,6 @@ def _eligibility_traces_persist_kernel(
         _c = (_i + 1) % _n_chunks
         _chunk = _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
-        if ROW_HINT > 0:  # as in the stream kernel
-            _rows = tl.max_contiguous(_rows, ROW_HINT)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
         _r2 = (_rows % R2).to(tl.int64)
@@ -290,8 +280,6 @@ def _eligibility_traces_persist_kernel(
         _c = (_i) % _n_chunks
         _chunk = _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
-        if ROW_HINT > 0:  # as in the stream kernel
-            _rows = tl.max_contiguous(_rows, ROW_HINT)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
         _r2 = (_rows % R2).to(tl.int64)
@@ -459,7 +447,6 @@ def _eligibility_traces_lookback_kernel(
     STORE_st__z: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    ROW_HINT: tl.constexpr,
 ):
     # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
     # take tickets in launch order, so every chunk's predecessors (in scan order) have started
@@ -589,7 +576,6 @@ def _launch(_call, _cfg):
             SHIFT_G=_rt.shift_group(_call, _cfg),
             BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
             ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
-            ROW_HINT=_cfg.row_hint,
         )
         _tiles = -(-(_call.R1 * _call.R2) // _cfg.block_n)  # row tiles
         if _cfg.family == "lookback":  # one program per (row, chunk)

@@ -42,10 +42,6 @@ class Config(NamedTuple):
     num_warps: int
     family: str = "stream"   # "stream" | "persist" | "lookback"
     num_stages: int = 3      # software-pipelining depth of the chunk loop (Triton's default)
-    # rows per thread vector asserted to Triton for time-major tiles (tl.max_contiguous on the
-    # row indices; at most block_n); 0: no hint. Not chosen by the rule yet: bench/sweep.py
-    # --layout time-major measures it (bench/NOTES.md, fourth round, item 10)
-    row_hint: int = 0
 
 
 # A function ``call -> Config`` that replaces the rule below (bench/sweep.py measures variants
@@ -62,7 +58,17 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-LOOKBACK_BLOCK_T = 1024  # steps per program when T is split across programs
+# The look-back family (T split across programs), bench/NOTES.md fifth round: chunks of 2048
+# steps on 8 warps; 4096 where that still leaves fewer than LOOKBACK_PROGRAMS_PER_SM programs per
+# SM (one very long row); at most half the padded row, so that a row has two chunks or more.
+# Specs that sum over a trailing axis (K > 1, Retrace) keep 1024 elements on 4 warps (measured
+# in the fourth round; longer chunks not measured for them).
+LOOKBACK_MIN_T = 2048    # rows at least this long may be split
+LOOKBACK_BLOCK_T = 2048
+LOOKBACK_WARPS = 8
+LOOKBACK_PROGRAMS_PER_SM = 4
+LOOKBACK_K_TILE = 1024   # elements (K included) per program when K > 1
+PERSIST_TILE = 512       # tile of persist calls chosen for the tensors they move (one row)
 FAMILIES = ("stream", "persist", "lookback")
 
 
@@ -90,7 +96,7 @@ def _gpu_family(c, rows: int, kk: int, cfg: Config, time_major: bool) -> str:
     - Otherwise fewer rows than two per SM, and long rows: "lookback"; the rest: "stream".
     H200 measurements behind it: bench/NOTES.md (fourth round)."""
     sms = _sm_count(c.device.index or 0)
-    long_rows = c.T >= 2 * LOOKBACK_BLOCK_T
+    long_rows = c.T >= LOOKBACK_MIN_T
     if rows < sms and long_rows:
         return "lookback"
     if (kk == 1 and cfg.block_t >= 512 and not time_major
@@ -124,9 +130,25 @@ def choose_config(c) -> Config:
         family = (_gpu_family(c, rows, kk, cfg, time_major) if c.device.type == "cuda"
                   else "stream")
     if family == "lookback":
-        block_t = max(16, min(LOOKBACK_BLOCK_T // kk, _pow2(c.T)))
-        return Config(1, block_t, block_k, NUM_WARPS, "lookback")
+        return _lookback_config(c, rows, block_k, kk)
+    if (family == "persist" and _streams(c) >= PERSIST_TENSORS and c.device.type == "cuda"
+            and rows >= 2 * _sm_count(c.device.index or 0)):
+        # persist for the tensors it moves (not for few rows): one row, PERSIST_TILE steps
+        return cfg._replace(block_n=1, block_t=PERSIST_TILE, family=family)
     return cfg._replace(family=family)
+
+
+def _lookback_config(c, rows: int, block_k: int, kk: int) -> Config:
+    """The look-back family's tile: one row, a long chunk (see LOOKBACK_BLOCK_T)."""
+    if kk > 1:
+        return Config(1, max(16, min(LOOKBACK_K_TILE // kk, _pow2(c.T))), block_k, NUM_WARPS,
+                      "lookback")
+    block_t = LOOKBACK_BLOCK_T
+    sms = _sm_count(c.device.index or 0) if c.device.type == "cuda" else 0
+    if rows * -(-c.T // block_t) < LOOKBACK_PROGRAMS_PER_SM * sms:
+        block_t *= 2
+    block_t = max(16, min(block_t, _pow2(c.T) // 2))
+    return Config(1, block_t, block_k, LOOKBACK_WARPS, "lookback")
 
 
 def _shape_config(c, rows: int, block_k: int, kk: int, time_major: bool) -> Config:

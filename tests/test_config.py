@@ -28,15 +28,17 @@ def _choose(N, T, *, time_major=False, K=1, family=None, streams=3):
     (32768, 16, (32, 16, "stream")),
     (262144, 16, (128, 16, "stream")),    # 2048 programs of full tiles: no halving
     (16384, 4096, (1, 1024, "stream")),   # long rows, many of them: stream in chunks
-    (64, 65536, (1, 1024, "lookback")),   # fewer rows than SMs: T split across programs
-    (1, 1048576, (1, 1024, "lookback")),
+    (64, 65536, (1, 2048, "lookback")),   # fewer rows than SMs: T split across programs
+    (8, 262144, (1, 2048, "lookback")),   # 1024 programs of 2048 steps
+    (1, 1048576, (1, 4096, "lookback")),  # 512 programs of 2048 would be < 4 per SM
+    (4, 2048, (1, 1024, "lookback")),     # at least two chunks per row
     (256, 8192, (1, 1024, "persist")),    # < 2 rows per SM: one persistent program per row
     (200, 1024, (1, 1024, "stream")),     # few rows but one chunk each: nothing to prefetch
 ])
 def test_rows_layout(N, T, expected):
     cfg = _choose(N, T)
     assert (cfg.block_n, cfg.block_t, cfg.family) == expected
-    assert cfg.num_warps == 4
+    assert cfg.num_warps == (8 if cfg.family == "lookback" else 4)
 
 
 @pytest.mark.parametrize("N,T,streams,family", [
@@ -48,7 +50,15 @@ def test_rows_layout(N, T, expected):
     (64, 65536, 9, "lookback"),
 ])
 def test_persist_for_calls_that_move_many_tensors(N, T, streams, family):
-    assert _choose(N, T, streams=streams).family == family
+    cfg = _choose(N, T, streams=streams)
+    assert cfg.family == family
+    if family == "persist":  # one row per program, chunks of PERSIST_TILE steps
+        assert (cfg.block_n, cfg.block_t) == (1, config.PERSIST_TILE)
+
+
+def test_persist_for_few_rows_keeps_long_chunks():
+    cfg = _choose(256, 8192, streams=9)
+    assert (cfg.block_n, cfg.block_t, cfg.family) == (1, 1024, "persist")
 
 
 def test_no_persist_with_a_trailing_axis_or_time_major():
@@ -62,6 +72,8 @@ def test_trailing_axis_counts_in_the_tile():
     cfg = _choose(16384, 1024, K=8)
     assert (cfg.block_n, cfg.block_t, cfg.block_k) == (1, 128, 8)
     assert _choose(1, 1048576, K=8).block_t == 128
+    lb = _choose(256, 8192, K=8)  # the look-back keeps 1024 elements on 4 warps with K > 1
+    assert (lb.block_t, lb.num_warps, lb.family) == (128, 4, "lookback")
 
 
 @pytest.mark.parametrize("N,T", [(4096, 128), (16384, 1024), (128, 1024), (3, 40)])

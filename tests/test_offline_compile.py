@@ -80,9 +80,9 @@ import json, re
 from scangen.generated import gae
 from scangen.testing import compile_offline
 out = {}
-for key, hint, bn, nw in (("plain", 0, 64, 4), ("hint", 2, 64, 1)):
-    ptx = compile_offline(gae, "stream", block_n=bn, block_t=32, num_warps=nw, time_major=True,
-                          row_hint=hint).asm["ptx"]
+for key, bn, nw in (("plain", 64, 4),):
+    ptx = compile_offline(gae, "stream", block_n=bn, block_t=32, num_warps=nw,
+                          time_major=True).asm["ptx"]
     out[key] = {"v4": len(re.findall(r"ld\.global[.\w]*\.v4", ptx)),
                 "v2": len(re.findall(r"ld\.global[.\w]*\.v2", ptx)),
                 "shared": len(re.findall(r"ld\.shared", ptx))}
@@ -101,14 +101,3 @@ def test_time_major_loads_are_coalesced_along_rows(time_major):
     through the canonical (R1, R2) split (bench/NOTES.md, fourth round, item 10)."""
     got = time_major
     assert got["plain"]["v4"] >= 6, got  # the six [N, T] tiles of GAE with truncations
-
-
-def test_row_hint_gives_time_major_tiles_one_layout(time_major):
-    """Without a hint the int8 flag tiles (16 rows per thread) and the fp32 tiles (4) of a
-    time-major launch get different layouts, converted through shared memory. ROW_HINT = 2 with
-    64 rows on one warp gives every tile 2 rows per thread (8-byte vectors along rows) and no
-    shared memory at all: what Config.row_hint is for (bench/NOTES.md, fourth round, item 10).
-    A Triton whose layouts differ fails here; re-measure the hint then."""
-    got = time_major
-    assert got["plain"]["shared"] > 0, got
-    assert got["hint"]["shared"] == 0 and got["hint"]["v2"] >= 6, got

@@ -91,10 +91,9 @@ def test_persist_strides_over_tiles(name, group):
 
 @pytest.mark.parametrize("family", ["stream", "persist"])
 @pytest.mark.parametrize("name", ["gae", "vtrace", "masked_gae", "eligibility_traces"])
-def test_row_hint_on_time_major_buffers(name, family):
-    """Config.row_hint (tl.max_contiguous on the row indices) with time-major buffers: 9 rows in
-    tiles of 4 (the last one partial), chunks of 16 steps, T = 50, against the float64
-    reference. The hint only informs Triton's layouts; the values must not change."""
+def test_time_major_buffers_in_partial_row_tiles(name, family):
+    """Time-major buffers through the stream and persist kernels: 9 rows in tiles of 4 (the
+    last one partial), chunks of 16 steps, T = 50, against the float64 reference."""
     inputs = make_inputs(name, 9, 50, seed=4)
     expected = _tuple(reference.REFERENCES[f"compute_{name}"](**inputs))
     tm = as_time_major({k: v.to(DEVICE) if torch.is_tensor(v) else v
@@ -102,12 +101,12 @@ def test_row_hint_on_time_major_buffers(name, family):
     runtime._PLANS.clear()
     try:
         with mock.patch.object(config, "OVERRIDE",
-                               lambda c: config.Config(4, 16, 1, 4, family, 3, 2)):
+                               lambda c: config.Config(4, 16, 1, 4, family, 3)):
             got = _tuple(getattr(scangen, f"compute_{name}")(**tm, backend="triton"))
     finally:
         runtime._PLANS.clear()
     for g, e in zip(got, expected):
-        assert_close(g.cpu(), e, dtype=g.dtype, name=f"{name} {family} row_hint=2 time-major")
+        assert_close(g.cpu(), e, dtype=g.dtype, name=f"{name} {family} time-major")
 
 
 @pytest.mark.parametrize("options,message", [
