@@ -120,6 +120,8 @@ def main() -> None:
     ap.add_argument("--graph", action="store_true",
                     help="time each call captured in a CUDA graph (device time, no host) instead of "
                          "do_bench, whose intervals are host-bound at small and few-row shapes")
+    ap.add_argument("--families", default="", help="keep only these candidate families, "
+                    "e.g. lookback (the default configuration is measured regardless)")
     ap.add_argument("--time-budget", type=float, default=1e9)
     args = ap.parse_args()
     from triton.testing import do_bench, do_bench_cudagraph
@@ -154,6 +156,8 @@ def main() -> None:
         cfgs = (time_major_candidates(N, T, K) if args.layout == "time-major" else
                 candidates(N, T, K, args.quick,
                            tuple(int(x) for x in args.tiles.split(",")) if args.tiles else None))
+        if args.families:
+            cfgs = [c for c in cfgs if c.family in args.families.split(",")]
         for cfg in [None] + cfgs:
             sg_config.OVERRIDE = None if cfg is None else (lambda c, cfg=cfg: cfg)
             runtime._PLANS.clear()

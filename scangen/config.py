@@ -30,8 +30,12 @@ LONG_TILE = 1024     # ... once a chunk holds 512 elements or more: one row per 
 PERSIST_TENSORS = 8  # long chunks moving this many [N, T] tensors (inputs + outputs) persist
 MAX_BLOCK_T = 1024   # longer chunks add scan depth without adding parallelism
 MAX_BLOCK_K = 16     # the trailing axis is streamed in slices of this width
-MIN_ROWS_TIME_MAJOR = 16  # row-tile floor for time-major buffers (64 bytes of fp32 per step)
-TIME_MAJOR_PROGRAMS_PER_SM = 2  # time-major row tiles are halved while the grid has fewer (8: slower)
+TM_ROWS = 16         # time-major tiles (K = 1): rows per tile, halved down to TM_MIN_ROWS
+TM_MIN_ROWS = 4      # ... while the grid has fewer programs than SMs
+TM_MANY_PROGRAMS_PER_SM = 4  # from this many programs per SM: 16-step chunks on 2 warps
+TM_TILE = 1024       # ... else tiles of this many elements
+MIN_ROWS_TIME_MAJOR = 16  # time-major with a trailing axis (K > 1): row-tile floor
+TIME_MAJOR_PROGRAMS_PER_SM = 2  # ... row tiles halved while the grid has fewer (8: slower)
 NUM_WARPS = 4        # measured best for every tile above (bench/NOTES.md, sweep of 2026-11-29)
 
 
@@ -155,11 +159,22 @@ def _shape_config(c, rows: int, block_k: int, kk: int, time_major: bool) -> Conf
     """The tile of the stream families (stream and persist) for this shape and layout."""
     sms = _sm_count(c.device.index or 0) if c.device.type == "cuda" else 0
     want = 2 * sms or 1
+    if time_major and kk == 1:
+        # Time-major buffers ([T, N], rows adjacent in memory), fifth-round sweep: tiles of 16
+        # rows (64 bytes of fp32 per step, loads coalesced across rows), halved down to 4 while
+        # the grid has fewer programs than SMs. Many programs (TM_MANY_PROGRAMS_PER_SM per SM):
+        # 16-step chunks on 2 warps; fewer: tiles of TM_TILE elements on 4 warps.
+        block_n = min(TM_ROWS, _pow2(rows))
+        while block_n > TM_MIN_ROWS and -(-rows // block_n) < sms:
+            block_n //= 2
+        if -(-rows // block_n) >= TM_MANY_PROGRAMS_PER_SM * sms > 0:
+            return Config(block_n, 16, block_k, 2, "stream")
+        block_t = max(16, min(_pow2(c.T), MAX_BLOCK_T, TM_TILE // block_n))
+        return Config(block_n, block_t, block_k, NUM_WARPS, "stream")
     if time_major:
-        # Time-major buffers ([T, N], rows adjacent in memory): wide row tiles so that each
-        # step's loads are coalesced across rows (at least 16 rows: 64 bytes of fp32), halved
-        # while the grid has fewer than TIME_MAJOR_PROGRAMS_PER_SM programs per SM; chunks
-        # fill the rest of the tile.
+        # ... with a trailing axis (not swept): wide row tiles (at least 16 rows), halved while
+        # the grid has fewer than TIME_MAJOR_PROGRAMS_PER_SM programs per SM; chunks fill the
+        # rest of the tile.
         block_n = max(1, min(_pow2(rows), TILE // 16 // kk))
         while (block_n > MIN_ROWS_TIME_MAJOR
                and -(-rows // block_n) < TIME_MAJOR_PROGRAMS_PER_SM * sms):

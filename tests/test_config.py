@@ -76,12 +76,22 @@ def test_trailing_axis_counts_in_the_tile():
     assert (lb.block_t, lb.num_warps, lb.family) == (128, 4, "lookback")
 
 
-@pytest.mark.parametrize("N,T", [(4096, 128), (16384, 1024), (128, 1024), (3, 40)])
-def test_time_major_gets_wide_row_tiles(N, T):
+@pytest.mark.parametrize("N,T,expected", [
+    (16384, 1024, (16, 16, 2)),   # 1024 programs: 16-row x 16-step tiles on 2 warps
+    (16384, 64, (16, 16, 2)),
+    (4096, 128, (16, 64, 4)),     # 256 programs: 1024-element tiles on 4 warps
+    (1024, 1024, (4, 256, 4)),    # rows halved to 4 for 256 programs (16 rows: 64 programs)
+    (3, 40, (4, 64, 4)),
+])
+def test_time_major_row_tiles(N, T, expected):
     cfg = _choose(N, T, time_major=True)
-    assert cfg.block_n >= min(16, 1 << (N - 1).bit_length())
-    assert cfg.block_n * cfg.block_t <= config.TILE
+    assert (cfg.block_n, cfg.block_t, cfg.num_warps) == expected
     assert cfg.family == "stream"
+
+
+def test_time_major_with_a_trailing_axis_keeps_wide_row_tiles():
+    cfg = _choose(16384, 1024, time_major=True, K=8)
+    assert cfg.block_n >= 16 and cfg.block_n * cfg.block_t * cfg.block_k <= config.TILE
 
 
 def test_forced_family():
