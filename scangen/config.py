@@ -63,14 +63,14 @@ def _sm_count(index: int) -> int:
 
 
 # The look-back family (T split across programs), bench/NOTES.md fifth round: chunks of 2048
-# steps on 8 warps; 4096 where that still leaves fewer than LOOKBACK_PROGRAMS_PER_SM programs per
-# SM (one very long row); at most half the padded row, so that a row has two chunks or more.
+# steps on 4 warps; 4096 where 2048 would give fewer than LOOKBACK_PROGRAMS_PER_SM programs per
+# SM (8x262144, 1x1048576); at most half the padded row, so that a row has two chunks or more.
 # Specs that sum over a trailing axis (K > 1, Retrace) keep 1024 elements on 4 warps (measured
 # in the fourth round; longer chunks not measured for them).
 LOOKBACK_MIN_T = 2048    # rows at least this long may be split
 LOOKBACK_BLOCK_T = 2048
-LOOKBACK_WARPS = 8
-LOOKBACK_PROGRAMS_PER_SM = 4
+LOOKBACK_WARPS = 4
+LOOKBACK_PROGRAMS_PER_SM = 8
 LOOKBACK_K_TILE = 1024   # elements (K included) per program when K > 1
 PERSIST_TILE = 512       # tile of persist calls chosen for the tensors they move (one row)
 FAMILIES = ("stream", "persist", "lookback")

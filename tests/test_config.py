@@ -29,8 +29,8 @@ def _choose(N, T, *, time_major=False, K=1, family=None, streams=3):
     (262144, 16, (128, 16, "stream")),    # 2048 programs of full tiles: no halving
     (16384, 4096, (1, 1024, "stream")),   # long rows, many of them: stream in chunks
     (64, 65536, (1, 2048, "lookback")),   # fewer rows than SMs: T split across programs
-    (8, 262144, (1, 2048, "lookback")),   # 1024 programs of 2048 steps
-    (1, 1048576, (1, 4096, "lookback")),  # 512 programs of 2048 would be < 4 per SM
+    (8, 262144, (1, 4096, "lookback")),   # 1024 programs of 2048 would be < 8 per SM
+    (1, 1048576, (1, 4096, "lookback")),
     (4, 2048, (1, 1024, "lookback")),     # at least two chunks per row
     (256, 8192, (1, 1024, "persist")),    # < 2 rows per SM: one persistent program per row
     (200, 1024, (1, 1024, "stream")),     # few rows but one chunk each: nothing to prefetch
@@ -38,7 +38,7 @@ def _choose(N, T, *, time_major=False, K=1, family=None, streams=3):
 def test_rows_layout(N, T, expected):
     cfg = _choose(N, T)
     assert (cfg.block_n, cfg.block_t, cfg.family) == expected
-    assert cfg.num_warps == (8 if cfg.family == "lookback" else 4)
+    assert cfg.num_warps == 4
 
 
 @pytest.mark.parametrize("N,T,streams,family", [
