@@ -896,7 +896,12 @@ def _masked_gae_grad_lookback_kernel(
 
 def _launch(_call, _cfg):
     """Launch one kernel family on the canonical call ``_call`` (see scangen.runtime.Call)."""
-    _dummy = next(iter(_call.outs.values()))  # any valid pointer
+    _k = _call.kernels  # shared by every call of one plan
+    # Unused pointer slots (absent optional inputs, float params, outputs not asked for): a
+    # tensor on the plan's first launch, since Triton specialises pointer arguments on it; None
+    # on the direct launches after it (runtime.launch): a null pointer the kernel never reads,
+    # which Triton's launcher takes without calling data_ptr() or asking the driver about it.
+    _dummy = None if "direct" in _k else next(iter(_call.outs.values()))
     _t = _call.tensors
     _ptrs = (
         _t["token_level_rewards"],
@@ -912,7 +917,6 @@ def _launch(_call, _cfg):
         _call.outs.get("d__gamma", _dummy),
         _call.outs.get("d__lambda_", _dummy),
     )
-    _k = _call.kernels  # shared by every call of one plan
     _meta = _k.get("meta")
     if _meta is None:  # the first call of this plan: constants and integer arguments
         _st = _call.strides

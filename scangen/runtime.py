@@ -437,6 +437,9 @@ def launch(c: Call, kernel, grid, args: tuple, meta: dict, cfg) -> None:
         run(g[0], g[1], g[2], stream_of(device), function, packed, None, None, None, *args,
             *meta.values())
         return
+    if "direct" in c.kernels:  # a hook took this path: real tensors in the unused pointer slots
+        dummy = next(iter(c.outs.values()))
+        args = tuple(dummy if a is None else a for a in args)
     compiled = kernel[grid](*args, **meta, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if not _interpreting() and hasattr(compiled, "packed_metadata") and hasattr(compiled, "run"):
         from triton.runtime.driver import driver
@@ -447,6 +450,7 @@ def launch(c: Call, kernel, grid, args: tuple, meta: dict, cfg) -> None:
             pass
         c.kernels[kernel] = (compiled.run, compiled.function, compiled.packed_metadata,
                              driver.active.get_current_stream, c.device.index or 0, compiled)
+        c.kernels["direct"] = True  # later calls of this plan pass None in unused pointer slots
 
 
 # triton.knobs.runtime once a kernel was compiled: its launch hooks (a HookChain, or None in

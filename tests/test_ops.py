@@ -3,6 +3,8 @@
 The torch path and the Triton kernels (compiled on a GPU, interpreted on CPU) are each compared
 with scangen.reference, which is written from SEMANTICS.md without the generator.
 """
+from unittest import mock
+
 import pytest
 import torch
 import triton
@@ -226,6 +228,33 @@ def test_lookback_family_matches_reference(name, dtype, monkeypatch):
     finally:
         monkeypatch.delenv("SCANGEN_FAMILY")
         runtime.reload_env()
+
+
+def test_unused_pointer_slots_after_the_first_launch():
+    """After a plan's first launch its calls pass None in the unused pointer slots (absent
+    optional inputs, float params, outputs not asked for), for Triton's launcher to take as
+    null pointers. A call that goes through Triton's own launch path again (a launch hook; the
+    interpreter always does) gets a real tensor back in those slots, and the same results."""
+    runtime._PLANS.clear()
+    x = make_inputs("compute_vtrace", 3, 40, seed=5)
+    del x["truncateds"]  # absent optional inputs, float params, and one of two outputs asked for
+    expected = reference.compute_vtrace(**x)[1]
+    first = scangen.compute_vtrace(**x, outputs="pg_advantages", backend="triton")
+    (plan,) = runtime._PLANS.values()
+    plan.kernels["direct"] = True  # as after a first launch on a GPU
+    seen = []
+    launch = runtime.launch
+
+    def spy(c, kernel, grid, args, *rest):
+        seen.append(args)
+        launch(c, kernel, grid, args, *rest)
+
+    with mock.patch.object(runtime, "launch", spy):
+        again = scangen.compute_vtrace(**x, outputs="pg_advantages", backend="triton")
+    runtime._PLANS.clear()
+    assert any(a is None for a in seen[0]), "no unused slot was passed as None"
+    for got in (first, again):
+        assert_close(got.cpu(), expected, dtype=got.dtype, name="vtrace pg_advantages")
 
 
 @pytest.mark.parametrize("acc", [torch.float32, torch.float64])
