@@ -239,6 +239,7 @@ def test_unused_pointer_slots_after_the_first_launch():
     x = make_inputs("compute_vtrace", 3, 40, seed=5)
     del x["truncateds"]  # absent optional inputs, float params, and one of two outputs asked for
     expected = reference.compute_vtrace(**x)[1]
+    x = {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in x.items()}
     first = scangen.compute_vtrace(**x, outputs="pg_advantages", backend="triton")
     (plan,) = runtime._PLANS.values()
     plan.kernels["direct"] = True  # as after a first launch on a GPU
