@@ -27,6 +27,7 @@ sys.path[:0] = [str(HERE.parent)]
 import torch  # noqa: E402
 
 import scangen  # noqa: E402
+from bench import apply_no_trunc  # noqa: E402  (bench/bench.py, beside this script)
 from scangen import config as sg_config, runtime  # noqa: E402
 from scangen.config import Config  # noqa: E402
 from scangen.testing import (  # noqa: E402
@@ -120,6 +121,8 @@ def main() -> None:
     ap.add_argument("--graph", action="store_true",
                     help="time each call captured in a CUDA graph (device time, no host) instead of "
                          "do_bench, whose intervals are host-bound at small and few-row shapes")
+    ap.add_argument("--no-trunc", action="store_true",
+                    help="the calls without truncations (bench.py's notrunc variant)")
     ap.add_argument("--families", default="", help="keep only these candidate families, "
                     "e.g. lookback (the default configuration is measured regardless)")
     ap.add_argument("--time-budget", type=float, default=1e9)
@@ -143,6 +146,8 @@ def main() -> None:
         N, T = map(int, shape.split("x"))
         K = 8 if algo == "retrace" else 1
         kw = make_inputs(algo, N, T, seed=i, device="cuda", A=8, dtype=DTYPES[args.dtype])
+        if args.no_trunc:
+            kw = apply_no_trunc(f"compute_{algo}", kw)
         if args.layout == "time-major":
             kw = as_time_major(kw)
         kw64 = {k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v
