@@ -9,7 +9,7 @@ The dispatch rule in scangen/config.py is read off these tables (bench/NOTES.md 
 ``--variants`` adds kernels rendered with other template options, under a renamed op:
 ``shift=gather`` reads the state's neighbour through tl.gather instead of the exclusive scan;
 ``input_shift=gather`` takes next(x)/prev(x) of an input from its aligned tile with tl.gather
-instead of a second, unaligned load.
+instead of a second, unaligned load; ``chain=joint`` scans chained scans (masked GAE's) jointly.
 Writes DIR/sweep.json (every measurement) and prints the best configs per case last.
 """
 from __future__ import annotations

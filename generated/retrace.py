@@ -656,8 +656,8 @@ def _lb_word(x):
 
 
 @triton.jit
-def _lookback(ws_a, ws_b, ws_s, ws_clear, n_slots, slot, step, agg_a, agg_b, init,
-              WINDOW: tl.constexpr, ACC: tl.constexpr):
+def _lookback(ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init, WINDOW: tl.constexpr,
+              ACC: tl.constexpr):
     """Publish this chunk's aggregate, find its carry from earlier chunks, publish the result.
 
     Every word (aggregate a and b, inclusive state s) is written once, from the all-ones bit
@@ -666,14 +666,9 @@ def _lookback(ws_a, ws_b, ws_s, ws_clear, n_slots, slot, step, agg_a, agg_b, ini
     WINDOW predecessors at a time (their three words in one round trip to L2), nearest first, up
     to the nearest inclusive state; it reads again until every aggregate before that state is
     written, then composes them with one small scan, so a chain of P predecessors costs about
-    P / WINDOW round trips.
-    ``ws_clear`` is this slot's three words in the workspace half the next call will use, which
-    this call resets to all-one bits (no other program of this call touches that half)."""
+    P / WINDOW round trips."""
     tl.store(ws_a + slot, _lb_word(agg_a))
     tl.store(ws_b + slot, _lb_word(agg_b))
-    tl.store(ws_clear + slot, -1)
-    tl.store(ws_clear + n_slots + slot, -1)
-    tl.store(ws_clear + 2 * n_slots + slot, -1)
     g_a = agg_a * 0.0  # the predecessors composed so far, nearest outermost
     g_b = g_a + 1.0
     base = init
@@ -802,23 +797,24 @@ def _retrace_lookback_kernel(
     # take tickets in launch order, so every chunk's predecessors (in scan order) have started
     # and the look-back cannot deadlock.
     # The workspace (runtime.lookback_workspace), kept across the calls of a plan on one stream:
-    # an int64 ticket counter that only grows, then two halves of three arrays of words
-    # (aggregate a, aggregate b, inclusive state) with one slot per (scan, row, chunk). The
-    # call that takes tickets c * P .. c * P + P - 1 (P programs) works in half c % 2, which the
-    # call before it left all-one bits, and resets its slots of the other half for the next
-    # call: no fill per call, and the replays of a CUDA graph advance the counter as calls do.
+    # an int64 ticket counter that only grows, then two halves of 3 arrays of words (each
+    # scan's aggregate a and b and inclusive state; a joint pair's seven words), one word per
+    # (row, chunk). The call that takes tickets c * P .. c * P + P - 1 (P programs) works in
+    # half c % 2, which the call before it left all-one bits, and resets its words of the other
+    # half for the next call: no fill per call, and the replays of a CUDA graph advance the
+    # counter as calls do.
     _n_prog = R1 * R2 * tl.cdiv(T, BLOCK_T)
     _ticket = tl.atomic_add(_ws.to(tl.pointer_type(tl.int64), bitcast=True), 1) + 1  # from -1
     _half = (_ticket // _n_prog) % 2
     _ticket = (_ticket % _n_prog).to(tl.int32)
-    _n_slots = 1 * _n_prog
-    _ws_a = (_ws + 2).to(tl.pointer_type(ACC), bitcast=True) + _half * 3 * _n_slots
-    _ws_b = _ws_a + _n_slots
-    _ws_s = _ws_b + _n_slots
-    _ws_clear = ((_ws + 2).to(tl.pointer_type(tl.int64 if ACC == tl.float64 else tl.int32), bitcast=True)
-                 + (1 - _half) * 3 * _n_slots)
     _tile = _ticket % (R1 * R2)
     _step = _ticket // (R1 * R2)
+    _slot = _tile * tl.cdiv(T, BLOCK_T) + _step  # this program's word in every array
+    _ws_w = (_ws + 2).to(tl.pointer_type(ACC), bitcast=True) + _half * 3 * _n_prog
+    _ws_clear = ((_ws + 2).to(tl.pointer_type(tl.int64 if ACC == tl.float64 else tl.int32), bitcast=True)
+                 + (1 - _half) * 3 * _n_prog + _slot)
+    for _w in tl.static_range(3):  # no program of this call reads that half
+        tl.store(_ws_clear + _w * _n_prog, -1)
     _rows = _tile + tl.arange(0, BLOCK_N)  # [1]: BLOCK_N == 1
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
@@ -954,9 +950,9 @@ def _retrace_lookback_kernel(
     # look back over earlier chunks for the carry (decoupled look-back).
     _agg_a = tl.sum(tl.where(_cols[None, :] == 0, _a, 0.0))
     _agg_b = tl.sum(tl.where(_cols[None, :] == 0, _b, 0.0))
-    _slot = (0 * R1 * R2 + _tile) * _n_chunks + _step
-    A__carry = _lookback(_ws_a, _ws_b, _ws_s, _ws_clear, _n_slots, _slot, _step, _agg_a,
-                              _agg_b, tl.sum(A__carry), 128, ACC)
+    A__carry = _lookback(_ws_w + 0 * _n_prog, _ws_w + 1 * _n_prog,
+                              _ws_w + 2 * _n_prog, _slot, _step, _agg_a, _agg_b,
+                              tl.sum(A__carry), 128, ACC)
     A = _a + _b * A__carry
     A__next = _ea + _eb * A__carry  # the state one step nearer the carry
     if STORE_targets:
@@ -1035,7 +1031,7 @@ def _launch(_call, _cfg):
         else:
             _k["grid"] = (_tiles,)
     if _cfg.family == "lookback":
-        _ws = _rt.lookback_workspace(_call, _cfg, 1)
+        _ws = _rt.lookback_workspace(_call, _cfg, 3)
         _rt.launch(_call, _retrace_lookback_kernel, _k["grid"], (*_ptrs, _ws, *_k["ints"]), _meta, _cfg)
     elif _cfg.family == "persist":
         _rt.launch(_call, _retrace_persist_kernel, _k["grid"], (*_ptrs, *_k["ints"]), _meta, _cfg)

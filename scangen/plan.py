@@ -60,6 +60,20 @@ class ScanPlan:
 
 
 @dataclass(frozen=True)
+class JointPlan:
+    """Two consecutive scans that may run as one scan over the state vector (second, first):
+    the second scan's alpha is affine in the first scan's state one step nearer the carry, and
+    nothing else reads that shifted state. With x_t = (second_t, first_t) and x' the state one
+    step nearer the carry, x_t = [[p, q], [0, r]] x' + (u, v): p, r the scans' betas, v the
+    first's alpha, u + q * first' the second's alpha. One scan of (p, q, r, u, v) replaces the
+    first scan's exclusive scan and the second scan that waits for it."""
+
+    first: str
+    second: str
+    block: Block             # results: p, q, r, u, v
+
+
+@dataclass(frozen=True)
 class Plan:
     ir: IR
     gathers: tuple[GatherPlan, ...]
@@ -67,6 +81,7 @@ class Plan:
     scans: tuple[ScanPlan, ...]
     outputs: Block
     symbols: frozenset[str]  # every symbol the code reads (after shift lowering)
+    joints: tuple[JointPlan, ...] = ()  # scan pairs that may run jointly (render OPTIONS chain)
 
     def uses(self, name: str) -> bool:
         return name in self.symbols
@@ -150,4 +165,36 @@ def plan(ir: IR) -> Plan:
                            any(f"{s.name}__{d}" in symbols for d in ("next", "prev")))
                   for s, a, b in scan_exprs)
     return Plan(ir, tuple(gathers.values()), tuple(sums.values()), scans,
-                _block(out_exprs, temps), symbols | {s.name for s in ir.scans})
+                _block(out_exprs, temps), symbols | {s.name for s in ir.scans},
+                _joints(ir, scan_exprs, out_exprs, sums, gathers, temps))
+
+
+def _joints(ir: IR, scan_exprs, out_exprs, sums, gathers, temps) -> tuple[JointPlan, ...]:
+    """The consecutive scan pairs of :class:`JointPlan`, each scan in at most one pair."""
+    from .lower import _affine, _Nonlinear
+
+    nearer = "next" if ir.direction == "reverse" else "prev"
+    others = [e for _, e in out_exprs] + [p.block.results[0][1] for p in sums.values()]
+    others += [sympy.Symbol(f"{p.src}__{p.shift}" if p.shift else p.src) for p in gathers.values()]
+    out, used = [], set()
+    for k in range(1, len(scan_exprs)):
+        (first, alpha1, beta1), (second, alpha2, beta2) = scan_exprs[k - 1], scan_exprs[k]
+        if first.name in used:
+            continue
+        shifted = sympy.Symbol(f"{first.name}__{nearer}")
+        rest = [e for m, (_, a, b) in enumerate(scan_exprs) if m != k for e in (a, b)]
+        rest += [beta2] + others
+        reads = {x.name for e in rest for x in e.free_symbols}
+        own = {f"{second.name}__next", f"{second.name}__prev", first.name}
+        if (shifted not in alpha2.free_symbols or shifted.name in reads
+                or own & {x.name for e in (alpha2, beta2) for x in e.free_symbols}
+                or any(f"{second.name}__{d}" in reads for d in ("next", "prev"))):
+            continue
+        try:
+            u, q = _affine(alpha2, shifted)
+        except _Nonlinear:
+            continue
+        out.append(JointPlan(first.name, second.name, _block(
+            [("p", beta2), ("q", q), ("r", beta1), ("u", u), ("v", alpha1)], temps)))
+        used |= {first.name, second.name}
+    return tuple(out)

@@ -32,7 +32,13 @@ TEMPLATE = "module.py.j2"
 # the next item's tiles before scanning the current one) and "lookback"; scangen.config picks
 # one per call. "persist" needs input_shift "split" or "load": with "gather" it is left out
 # and the stream kernel runs in its place.
-OPTIONS = {"shift": "scan", "input_shift": "split"}
+# How two chained scans run (plan.JointPlan: the second reads the first's state one step nearer
+# the carry, as masked GAE's advantage reads the next valid value): "sequential" (the default)
+# scans the first (with its exclusive map), then the second; "joint" scans both at once as one
+# scan of 2x2 triangular affine maps (five words per step) in the stream and persist kernels;
+# the look-back kernel stays sequential. Kept for measurement (bench/sweep.py --variants
+# chain=joint) until a GPU says which is faster.
+OPTIONS = {"shift": "scan", "input_shift": "split", "chain": "sequential"}
 
 
 def template_dir() -> Path:
@@ -228,13 +234,40 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
                                                                ir.name),
                        summand=print_expr(TritonPrinter, sp.block.results[0][1], kk, ir.name)))
     scans = []
-    for s in plan.scans:
+    for index, s in enumerate(plan.scans):
         res = dict(s.block.results)
-        scans.append(NS(name=s.name, carry=f"{s.name}__carry",
+        scans.append(NS(name=s.name, carry=f"{s.name}__carry", index=index,
                         init=print_expr(TritonPrinter, s.init, {}, ir.name),
                         assigns=_assigns(s.block, TritonPrinter, tile, ir.name),
                         alpha=pr(res["alpha"]), beta=pr(res["beta"]), shifted=s.shifted,
                         shift_var=f"{s.name}__{'next' if rev else 'prev'}"))
+    # Scans in order, each alone or (chain="joint") as the pair of a JointPlan.
+    by_name = {s.name: s for s in scans}
+    joints = {j.first: j for j in plan.joints} if OPTIONS["chain"] == "joint" else {}
+    groups, skip = [], set()
+    for s in scans:
+        if s.name in skip:
+            continue
+        j = joints.get(s.name)
+        if j is None:
+            groups.append(NS(joint=False, scans=[s]))
+            continue
+        res = dict(j.block.results)
+        groups.append(NS(joint=True, scans=[s, by_name[j.second]], first=s,
+                         second=by_name[j.second],
+                         assigns=_assigns(j.block, TritonPrinter, tile, ir.name),
+                         **{w: pr(res[w]) for w in "pqruv"}))
+        skip.add(j.second)
+    # The look-back workspace: three word arrays per scan (aggregate a, b; inclusive state),
+    # seven per joint pair (the five-word map; both states).
+    words = 0
+    for grp in groups:
+        grp.lb_base = words
+        if grp.joint:
+            words += 7
+        else:
+            grp.scans[0].lb_base = words
+            words += 3
     outputs = [NS(name=o, flag=f"STORE_{o}", ptr=f"{o}__optr", base=f"{o}__orow", st=f"{o}__ost",
                   code=pr(e)) for o, e in plan.outputs.results]
     if OPTIONS["shift"] == "gather" and any(s.shifted for s in plan.scans):
@@ -251,7 +284,8 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
               step_to_chunk="_n_chunks - 1 - _step" if rev else "_step",
               state_idx="_idx_next" if rev else "_idx_prev",
               constexprs=constexprs, bases=bases, row_loads=row_loads, loads=loads,
-              positions=positions, gathers=gathers, sums=sums, scans=scans,
+              positions=positions, gathers=gathers, sums=sums, scans=scans, groups=groups,
+              uses_joint=any(g.joint for g in groups), lb_words=words,
               out_assigns=_assigns(plan.outputs, TritonPrinter, tile, ir.name), outputs=outputs,
               uses_shifted_state=any(s.shifted for s in plan.scans),
               shift_mode=OPTIONS["shift"],
@@ -264,7 +298,8 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
               launch_ptrs=launch_ptrs, launch_ints=launch_ints, launch_constexprs=launch_cx)
 
 
-_CHOICES = {"shift": ("scan", "gather"), "input_shift": ("split", "load", "gather")}
+_CHOICES = {"shift": ("scan", "gather"), "input_shift": ("split", "load", "gather"),
+            "chain": ("sequential", "joint")}
 
 
 def _check_options() -> None:

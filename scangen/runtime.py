@@ -505,25 +505,26 @@ def persistent_programs(c: Call) -> int:
     return PERSISTENT_PER_SM * _sm_count(c.device.index or 0)
 
 
-def lookback_workspace(c: Call, cfg, n_scans: int):
-    """The look-back family's workspace: an int64 ticket counter, then two halves of three
-    arrays of aggregate / inclusive-state words, one slot per (scan, row, chunk), made all-one
-    bits once (the counter reads -1, every word "not written yet"). Each call works in one half
-    and resets the other for the next call (see the kernel), so a plan keeps its workspace
-    across calls, one per CUDA stream (calls on two streams may run at once), and a call costs
-    no fill. Under CUDA-graph capture a fresh workspace is made and filled inside the graph: one
-    kept across calls would be filled only when the graph first replays."""
+def lookback_workspace(c: Call, cfg, n_words: int):
+    """The look-back family's workspace: an int64 ticket counter, then two halves of
+    ``n_words`` arrays of aggregate / inclusive-state words (three per scan, seven per joint
+    pair), one word per (row, chunk), made all-one bits once (the counter reads -1, every word
+    "not written yet"). Each call works in one half and resets the other for the next call (see
+    the kernel), so a plan keeps its workspace across calls, one per CUDA stream (calls on two
+    streams may run at once), and a call costs no fill. Under CUDA-graph capture a fresh
+    workspace is made and filled inside the graph: one kept across calls would be filled only
+    when the graph first replays."""
     stream = 0
     if c.device.type == "cuda":
         if torch.cuda.is_current_stream_capturing():
-            return _new_workspace(c, cfg, n_scans)
+            return _new_workspace(c, cfg, n_words)
         stream = _raw_stream(c.device.index or 0)
     kept = c.kernels.setdefault("workspaces", {})
     ws = kept.get(stream)
     if ws is None:
         if len(kept) >= MAX_WORKSPACE_STREAMS:  # many short-lived streams: forget the oldest
             del kept[next(iter(kept))]
-        ws = kept[stream] = _new_workspace(c, cfg, n_scans)
+        ws = kept[stream] = _new_workspace(c, cfg, n_words)
     return ws
 
 
@@ -534,12 +535,13 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream",
                       lambda index: torch.cuda.current_stream(index).cuda_stream)
 
 
-def _new_workspace(c: Call, cfg, n_scans: int):
-    slots = n_scans * c.R1 * c.R2 * -(-c.T // cfg.block_t)
-    words = c.acc.itemsize // 4  # int32 words per slot
+def _new_workspace(c: Call, cfg, n_words: int):
+    programs = c.R1 * c.R2 * -(-c.T // cfg.block_t)
+    size = c.acc.itemsize // 4  # int32 words per word of the accumulation dtype
     # One int32 buffer, carved into the counter and the arrays inside the kernel: the host makes
     # one tensor (each tensor view costs microseconds of Python).
-    return torch.full((2 + 2 * 3 * words * slots,), -1, dtype=torch.int32, device=c.device)
+    return torch.full((2 + 2 * n_words * size * programs,), -1, dtype=torch.int32,
+                      device=c.device)
 
 
 def param_ptrs(c: Call, dummy) -> tuple:

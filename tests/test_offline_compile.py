@@ -101,3 +101,37 @@ def test_time_major_loads_are_coalesced_along_rows(time_major):
     through the canonical (R1, R2) split (bench/NOTES.md, fourth round, item 10)."""
     got = time_major
     assert got["plain"]["v4"] >= 6, got  # the six [N, T] tiles of GAE with truncations
+
+
+JOINT = r"""
+import json, sys, tempfile, traceback
+from pathlib import Path
+import triton.language as tl
+from scangen.testing import compile_offline, compile_variant
+fn = compile_variant("masked_gae", Path(tempfile.mkdtemp()), chain="joint")
+module = sys.modules[fn.__module__]
+out = {}
+for case, (family, bn, bt, nw, general) in json.loads(sys.argv[1]).items():
+    try:
+        c = compile_offline(module, family, block_n=bn, block_t=bt, num_warps=nw,
+                            acc=tl.float64 if general else None, present=not general,
+                            contiguous=not general)
+        out[case] = "ok" if c.asm.get("cubin") else "no cubin"
+    except Exception as exc:
+        out[case] = "".join(traceback.format_exception_only(exc))[-2000:]
+print("RESULTS " + json.dumps(out))
+"""
+JOINT_CASES = {k: CASES[k] for k in ("stream-long", "persist-long", "lookback",
+                                     "lookback-fp64-general")}
+
+
+@pytest.fixture(scope="module")
+def joint_results():
+    return _child(JOINT, json.dumps(JOINT_CASES), timeout=900)
+
+
+@pytest.mark.parametrize("case", sorted(JOINT_CASES))
+def test_joint_chain_kernels_compile_for_sm90(joint_results, case):
+    """masked GAE rendered with chain="joint" (its two scans as one scan of 2x2 maps, and a
+    five-word look-back) compiles for sm_90 in every family."""
+    assert joint_results[case] == "ok", joint_results[case]

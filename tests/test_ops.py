@@ -258,8 +258,9 @@ def test_unused_pointer_slots_after_the_first_launch():
         assert_close(got.cpu(), expected, dtype=got.dtype, name="vtrace pg_advantages")
 
 
+@pytest.mark.parametrize("name,arrays", [("compute_gae", 3), ("compute_masked_gae", 6)])
 @pytest.mark.parametrize("acc", [torch.float32, torch.float64])
-def test_lookback_workspace_is_kept_and_reset_for_the_next_call(acc, monkeypatch):
+def test_lookback_workspace_is_kept_and_reset_for_the_next_call(acc, name, arrays, monkeypatch):
     """The look-back workspace is made once per plan and stream: after each call its ticket
     counter has advanced by the call's programs, the half this call used holds every slot's
     words, and the half the next call will use is all-one bits again."""
@@ -270,16 +271,16 @@ def test_lookback_workspace_is_kept_and_reset_for_the_next_call(acc, monkeypatch
         N, T = 2, 2100
         words = 2 if acc == torch.float64 else 1
         for call in range(3):
-            x = make_inputs("compute_gae", N, T, seed=call, dtype=acc)
-            _check("compute_gae", x, "triton")
+            x = make_inputs(name, N, T, seed=call, dtype=acc)
+            _check(name, x, "triton")
             (plan,) = [p for p in runtime._PLANS.values() if p.kernels.get("workspaces")]
             (ws,) = plan.kernels["workspaces"].values()
             progs = N * -(-T // plan.config.block_t)
             assert progs > 2  # several chunks per row: the look-back has predecessors to read
             assert ws[:2].view(torch.int64).item() == (call + 1) * progs - 1
-            halves = ws[2:].view(2, 3 * progs * words)
+            halves = ws[2:].view(2, arrays * progs * words)
             assert (halves[(call + 1) % 2] == -1).all(), "the next call's half was not reset"
-            used = halves[call % 2].view(3, progs, words)
+            used = halves[call % 2].view(arrays, progs, words)
             assert not (used == -1).all(dim=2).any(), "a slot of this call's half is unwritten"
     finally:
         monkeypatch.delenv("SCANGEN_FAMILY")
@@ -322,10 +323,10 @@ def test_nan_and_inf_stay_in_their_row(name, backend):
 
 
 @triton.jit
-def _lookback_probe(ws_a, ws_b, ws_s, ws_clear, vals, out, step, ACC: tl.constexpr):
+def _lookback_probe(ws_a, ws_b, ws_s, vals, out, step, ACC: tl.constexpr):
     # vals: this chunk's aggregate (a, b) and the initial state
-    carry = _gae_lookback(ws_a, ws_b, ws_s, ws_clear, step + 1, step, step, tl.load(vals),
-                          tl.load(vals + 1), tl.load(vals + 2), 128, ACC)
+    carry = _gae_lookback(ws_a, ws_b, ws_s, step, step, tl.load(vals), tl.load(vals + 1),
+                          tl.load(vals + 2), 128, ACC)
     tl.store(out, carry)
 
 
@@ -355,16 +356,78 @@ def test_lookback_composes_many_predecessors(inclusive_at, acc):
     out = torch.zeros(1, dtype=acc, device=DEVICE)
     agg_a, agg_b = a[step].to(acc).item(), b[step].to(acc).item()
     vals = torch.tensor([agg_a, agg_b, init], dtype=acc, device=DEVICE)
-    clear = torch.zeros(3, step + 1, dtype=unwritten.dtype, device=DEVICE)  # the other half
-    _lookback_probe[(1,)](ws_a, ws_b, ws_s, clear, vals, out, step,
+    _lookback_probe[(1,)](ws_a, ws_b, ws_s, vals, out, step,
                           ACC=tl.float64 if acc == torch.float64 else tl.float32)
-    # It reset its own slot, and only that, in the next call's half.
-    assert (clear[:, step] == -1).all() and (clear[:, :step] == 0).all()
     tol = 1e-12 if acc == torch.float64 else 1e-4
     assert abs(out.item() - expected.item()) <= tol * max(1.0, abs(expected.item()))
     # It published its own aggregate and inclusive state.
     assert ws_a[step].item() == pytest.approx(agg_a, rel=1e-6)
     assert ws_s[step].item() == pytest.approx(agg_a + agg_b * expected.item(), rel=1e-4, abs=1e-4)
+
+
+_JOINT_LOOKBACK = None  # _lookback_joint of masked GAE rendered with chain="joint" (fixture)
+
+
+@triton.jit
+def _joint_lookback_probe(ws, vals, out, n, step, ACC: tl.constexpr):
+    # vals: this chunk's aggregate (p, q, r, u, v) and the initial states (second, first)
+    c2, c1 = _JOINT_LOOKBACK(ws, n, step, step, tl.load(vals), tl.load(vals + 1),
+                             tl.load(vals + 2), tl.load(vals + 3), tl.load(vals + 4),
+                             tl.load(vals + 5), tl.load(vals + 6), 128, ACC)
+    tl.store(out, c2)
+    tl.store(out + 1, c1)
+
+
+@pytest.fixture(scope="module")
+def joint_lookback(tmp_path_factory):
+    import inspect
+
+    from scangen.testing import compile_variant
+    global _JOINT_LOOKBACK
+    fn = compile_variant("masked_gae", tmp_path_factory.mktemp("joint"), chain="joint")
+    _JOINT_LOOKBACK = inspect.getmodule(fn)._lookback_joint
+    return _joint_lookback_probe
+
+
+@pytest.mark.parametrize("inclusive_at", [None, 0, 5, 130, 298])
+@pytest.mark.parametrize("acc", [torch.float32, torch.float64])
+def test_joint_lookback_composes_many_predecessors(joint_lookback, inclusive_at, acc):
+    """The joint look-back (chain="joint") of chunk 300: five-word aggregates of chunks 0..299
+    written, and at most one inclusive state pair; its carry must match the float64
+    composition of the maps x -> [[p, q], [0, r]] x + (u, v) on x = (second, first)."""
+    step, n = 300, 301
+    g = torch.Generator().manual_seed(4)
+    p, r = (torch.rand(n, generator=g, dtype=torch.float64) * 0.2 + 0.9 for _ in range(2))
+    q, u, v = (torch.randn(n, generator=g, dtype=torch.float64) * 0.3 for _ in range(3))
+    s2, s1 = torch.randn(n, generator=g, dtype=torch.float64), torch.randn(n, generator=g,
+                                                                          dtype=torch.float64)
+    init2, init1 = 0.25, -0.5
+    words = torch.full((7, n), -1, dtype=torch.int32 if acc == torch.float32 else torch.int64)
+    ws = words.view(acc)
+    for k, arr in enumerate((p, q, r, u, v)):
+        ws[k, :step] = arr[:step].to(acc)
+    lo, x2, x1 = 0, init2, init1
+    if inclusive_at is not None:
+        ws[5, inclusive_at], ws[6, inclusive_at] = s2[inclusive_at].to(acc), s1[inclusive_at].to(acc)
+        lo = inclusive_at + 1
+        x2, x1 = (float(w[inclusive_at].to(acc)) for w in (s2, s1))
+    for j in range(lo, step):  # chunks in scan order, each applied to the state before it
+        pj, qj, rj, uj, vj = (float(a[j].to(acc)) for a in (p, q, r, u, v))
+        x2, x1 = pj * x2 + qj * x1 + uj, rj * x1 + vj
+    vals = torch.tensor([float(a[step].to(acc)) for a in (p, q, r, u, v)] + [init2, init1],
+                        dtype=acc, device=DEVICE)
+    out = torch.zeros(2, dtype=acc, device=DEVICE)
+    ws = ws.to(DEVICE)
+    joint_lookback[(1,)](ws, vals, out, n, step,
+                         ACC=tl.float64 if acc == torch.float64 else tl.float32)
+    tol = 1e-12 if acc == torch.float64 else 2e-4
+    for got, want in zip(out.tolist(), (x2, x1)):
+        assert abs(got - want) <= tol * max(1.0, abs(want)), (got, want)
+    # It published its own aggregate and inclusive state pair.
+    pv, qv, rv, uv, vv = vals[:5].tolist()
+    assert ws[0, step].item() == pytest.approx(pv, rel=1e-6)
+    assert ws[5, step].item() == pytest.approx(pv * x2 + qv * x1 + uv, rel=1e-3, abs=1e-3)
+    assert ws[6, step].item() == pytest.approx(rv * x1 + vv, rel=1e-3, abs=1e-3)
 
 
 @pytest.mark.parametrize("actions", [1, 3, 8, 16])

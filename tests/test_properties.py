@@ -371,11 +371,14 @@ def _as_tuple(x):
     return x if isinstance(x, tuple) else (x,)
 
 
-def check_spec(cache_dir, d, inputs, params, launch):
-    """Compile spec ``d`` and compare triton, torch and the float64 IR loop on one call."""
+def check_spec(cache_dir, d, inputs, params, launch, chain="sequential"):
+    """Compile spec ``d`` (with the template option ``chain``: chained scans scanned one after
+    the other or jointly) and compare triton, torch and the float64 IR loop on one call."""
     text = spec_text(d)
     try:
-        fn = scangen.compile(text, cache_dir=cache_dir)
+        options = getattr(importlib.import_module("scangen.render"), "OPTIONS", {})
+        with mock.patch.dict(options, {"chain": chain} if "chain" in options else {}):
+            fn = scangen.compile(text, cache_dir=cache_dir)
     except scangen.SpecError as exc:
         # The one documented limit a random product can reach: powers beyond 4 (x**5 and up).
         assume("unsupported power" not in str(exc)
@@ -414,7 +417,8 @@ def check_spec(cache_dir, d, inputs, params, launch):
 def test_random_affine_specs_agree(cache_dir, data):
     d = data.draw(affine_spec(), label="spec")
     inputs, params, launch = data.draw(call_data(d), label="call")
-    check_spec(cache_dir, d, inputs, params, launch)
+    chain = data.draw(st.sampled_from(["sequential", "joint"]), label="chain")
+    check_spec(cache_dir, d, inputs, params, launch, chain)
 
 
 # ----------------------------------------------------------------------------- non-affine

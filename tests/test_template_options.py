@@ -5,6 +5,7 @@ Each variant is compiled from a built-in spec under a new name, then run through
 backend (interpreted on CPU) with chunks of 16 steps, so that every chunk edge, where a shifted
 read crosses into the neighbouring chunk, is exercised, in both kernel families."""
 import contextlib
+import inspect
 import os
 from unittest import mock
 
@@ -107,6 +108,68 @@ def test_time_major_buffers_in_partial_row_tiles(name, family):
         runtime._PLANS.clear()
     for g, e in zip(got, expected):
         assert_close(g.cpu(), e, dtype=g.dtype, name=f"{name} {family} time-major")
+
+
+@pytest.mark.parametrize("group", [1, 4])
+@pytest.mark.parametrize("family", ["stream", "persist", "lookback"])
+def test_masked_gae_chained_scans_jointly(family, group, cache):
+    """chain="joint": masked GAE's two scans (the advantage reads the next valid value) as one
+    scan of 2x2 triangular maps in the stream and persist kernels; the look-back kernel keeps
+    them sequential. Chunks of 16 steps, T = 50, against the float64 reference."""
+    fn = compile_variant("masked_gae", cache, chain="joint")
+    assert "_combine_joint" in inspect.getsource(inspect.getmodule(fn))
+    _check(fn, "masked_gae", 3, 23, f"chain=joint {family} SHIFT_G={group}",
+           mock.patch.object(runtime, "shift_group", lambda c, cfg: group), family=family)
+
+
+FORWARD_CHAIN = """
+name: fwd_chain
+direction: forward
+inputs:
+  x: {kind: float}
+  d: {kind: flag}
+scans:
+  S1: {update: "x + (1 - d) * 0.9 * S1"}
+  S2: {update: "0.5 * prev(S1, 0.25) + x * x - (1 - d) * 0.8 * S2", init: "1.5"}
+outputs:
+  y: "S2 + S1"
+"""
+
+
+@pytest.mark.parametrize("family", ["stream", "persist"])
+def test_forward_chained_scans_jointly(family, cache):
+    """A forward pair: the second scan reads prev(first) (fill 0.25 at t = 0): jointly scanned
+    with chunks of 16 steps and 2-row tiles over 5 rows, against the float64 IR loop."""
+    import ir_eval
+    from scangen.pipeline import plan, to_ir
+
+    ir = to_ir(FORWARD_CHAIN)
+    assert [(j.first, j.second) for j in plan(ir).joints] == [("S1", "S2")]
+    with mock.patch.dict(render.OPTIONS, {"chain": "joint"}):
+        fn = scangen.compile(FORWARD_CHAIN, cache_dir=cache)
+    assert "_combine_joint" in inspect.getsource(inspect.getmodule(fn))
+    g = torch.Generator().manual_seed(9)
+    x = {"x": torch.rand(5, 50, generator=g) * 2 - 1, "d": torch.rand(5, 50, generator=g) < 0.2}
+    expected = ir_eval.evaluate(ir, x)["y"]
+    runtime._PLANS.clear()
+    try:
+        with mock.patch.object(config, "OVERRIDE", lambda c: config.Config(2, 16, 1, 4, family)):
+            got = fn(**{k: v.to(DEVICE) for k, v in x.items()}, backend="triton")
+    finally:
+        runtime._PLANS.clear()
+    assert_close(got.cpu(), torch.from_numpy(expected), dtype=got.dtype, name=f"fwd {family}")
+
+
+def test_joint_pairs_only_where_the_shifted_state_is_read_once():
+    """plan.JointPlan is offered for masked GAE (nv then A), and not when an output also reads
+    the first scan's shifted state, nor for single-scan specs."""
+    from scangen.pipeline import plan, to_ir
+
+    assert [(j.first, j.second) for j in plan(to_ir(spec_dir() / "masked_gae.yaml")).joints] == \
+        [("nv", "A")]
+    assert plan(to_ir(spec_dir() / "gae.yaml")).joints == ()
+    both = FORWARD_CHAIN.replace('y: "S2 + S1"', 'y: "S2 + prev(S1, 0)"')
+    assert plan(to_ir(both)).joints == ()
 
 
 @pytest.mark.parametrize("options,message", [
