@@ -16,6 +16,7 @@ import sympy
 
 from .expr import Gather, KSum, Next, Prev, Present, Where
 from .ir import IR
+from .lower import _affine, _Nonlinear
 
 SHIFT = {Next: "next", Prev: "prev"}
 
@@ -166,24 +167,20 @@ def plan(ir: IR) -> Plan:
                   for s, a, b in scan_exprs)
     return Plan(ir, tuple(gathers.values()), tuple(sums.values()), scans,
                 _block(out_exprs, temps), symbols | {s.name for s in ir.scans},
-                _joints(ir, scan_exprs, out_exprs, sums, gathers, temps))
+                _joints(ir, scan_exprs, every, temps))
 
 
-def _joints(ir: IR, scan_exprs, out_exprs, sums, gathers, temps) -> tuple[JointPlan, ...]:
-    """The consecutive scan pairs of :class:`JointPlan`, each scan in at most one pair."""
-    from .lower import _affine, _Nonlinear
-
+def _joints(ir: IR, scan_exprs, every, temps) -> tuple[JointPlan, ...]:
+    """The consecutive scan pairs of :class:`JointPlan`, each scan in at most one pair.
+    ``every``: every expression the code evaluates, the scans' alpha and beta first, in order."""
     nearer = "next" if ir.direction == "reverse" else "prev"
-    others = [e for _, e in out_exprs] + [p.block.results[0][1] for p in sums.values()]
-    others += [sympy.Symbol(f"{p.src}__{p.shift}" if p.shift else p.src) for p in gathers.values()]
     out, used = [], set()
     for k in range(1, len(scan_exprs)):
         (first, alpha1, beta1), (second, alpha2, beta2) = scan_exprs[k - 1], scan_exprs[k]
         if first.name in used:
             continue
         shifted = sympy.Symbol(f"{first.name}__{nearer}")
-        rest = [e for m, (_, a, b) in enumerate(scan_exprs) if m != k for e in (a, b)]
-        rest += [beta2] + others
+        rest = every[:2 * k] + every[2 * k + 1:]  # all but the second scan's alpha
         reads = {x.name for e in rest for x in e.free_symbols}
         own = {f"{second.name}__next", f"{second.name}__prev", first.name}
         if (shifted not in alpha2.free_symbols or shifted.name in reads
