@@ -192,8 +192,9 @@ def main() -> None:
         sg_config.OVERRIDE = None
         runtime._PLANS.clear()
         (args.out / f"sweep{'' if parts == 1 else part}.json").write_text(
-            json.dumps(dict(bandwidth_gbs=bw, dtype=args.dtype, graph=args.graph, gpu=torch.cuda.get_device_name(),
-                            torch=torch.__version__, rows=rows), indent=1))
+            json.dumps(dict(bandwidth_gbs=bw, dtype=args.dtype, graph=args.graph,
+                            gpu=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows),
+                       indent=1))
     if args.compile_only:
         return
     print(f"{'CUDA-graph replays' if args.graph else 'do_bench'}; "
@@ -207,8 +208,7 @@ def main() -> None:
         c = best["config"]
         print(f"{name:26s} {shape:>11s} default {base['us']:8.1f} us {base['pct_floor']:5.1f}% | best "
               f"{best['us']:8.1f} us {best['pct_floor']:5.1f}% {c['family'][:4]} bn={c['block_n']} "
-              f"bt={c['block_t']} w={c['num_warps']} s={c['num_stages']} "
-              f"regs={best.get('regs')} "
+              f"bt={c['block_t']} w={c['num_warps']} s={c['num_stages']} regs={best.get('regs')} "
               f"spills={best.get('spills')} errors={errs}")
 
 

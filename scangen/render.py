@@ -35,8 +35,8 @@ TEMPLATE = "module.py.j2"
 # How two chained scans run (plan.JointPlan: the second reads the first's state one step nearer
 # the carry, as masked GAE's advantage reads the next valid value): "sequential" (the default)
 # scans the first (with its exclusive map), then the second; "joint" scans both at once as one
-# scan of 2x2 triangular affine maps (five words per step) in the stream and persist kernels;
-# the look-back kernel stays sequential. Kept for measurement (bench/sweep.py --variants
+# scan of 2x2 triangular affine maps (five words per step), and the look-back kernel runs one
+# look-back over five-word aggregates for the pair. Kept for measurement (bench/sweep.py --variants
 # chain=joint) until a GPU says which is faster.
 OPTIONS = {"shift": "scan", "input_shift": "split", "chain": "sequential"}
 
@@ -234,9 +234,9 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
                                                                ir.name),
                        summand=print_expr(TritonPrinter, sp.block.results[0][1], kk, ir.name)))
     scans = []
-    for index, s in enumerate(plan.scans):
+    for s in plan.scans:
         res = dict(s.block.results)
-        scans.append(NS(name=s.name, carry=f"{s.name}__carry", index=index,
+        scans.append(NS(name=s.name, carry=f"{s.name}__carry",
                         init=print_expr(TritonPrinter, s.init, {}, ir.name),
                         assigns=_assigns(s.block, TritonPrinter, tile, ir.name),
                         alpha=pr(res["alpha"]), beta=pr(res["beta"]), shifted=s.shifted,
@@ -253,8 +253,7 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
             groups.append(NS(joint=False, scans=[s]))
             continue
         res = dict(j.block.results)
-        groups.append(NS(joint=True, scans=[s, by_name[j.second]], first=s,
-                         second=by_name[j.second],
+        groups.append(NS(joint=True, first=s, second=by_name[j.second],
                          assigns=_assigns(j.block, TritonPrinter, tile, ir.name),
                          **{w: pr(res[w]) for w in "pqruv"}))
         skip.add(j.second)
