@@ -10,6 +10,9 @@ The dispatch rule in scangen/config.py is read off these tables (bench/NOTES.md 
 ``shift=gather`` reads the state's neighbour through tl.gather instead of the exclusive scan;
 ``input_shift=gather`` takes next(x)/prev(x) of an input from its aligned tile with tl.gather
 instead of a second, unaligned load; ``chain=joint`` scans chained scans (masked GAE's) jointly.
+``--base DIR`` adds each algorithm's module as generated at another revision (DIR/<algo>.py, e.g.
+``git archive REV generated | tar -x -C DIR --strip-components=1``), under ``<algo>[base]``:
+the generated code before and after a change, measured side by side in one process.
 Writes DIR/sweep.json (every measurement) and prints the best configs per case last.
 """
 from __future__ import annotations
@@ -92,6 +95,16 @@ def variant_fn(algo: str, option: str, cache: Path):
     return compile_variant(algo, cache, **{key: value})
 
 
+def base_fn(algo: str, base: Path):
+    """The public function of ``base/<algo>.py``: a module generated at another revision, run
+    on this checkout's runtime (scangen.runtime)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"scangen_base_{algo}", base / f"{algo}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, module.OP.function)
+
+
 def as_tuple(x):
     return x if isinstance(x, tuple) else (x,)
 
@@ -110,6 +123,8 @@ def main() -> None:
     ap.add_argument("--algos", default=",".join(ALGOS))
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--variants", default="", help="e.g. shift=gather,input_shift=gather")
+    ap.add_argument("--base", type=Path, default=None,
+                    help="a folder of generated modules from another revision, measured beside")
     ap.add_argument("--compile-only", action="store_true")
     ap.add_argument("--quick", action="store_true", help="fewer candidates (see candidates())")
     ap.add_argument("--tiles", default="", help="stream tile sizes in elements, e.g. 256,512,1024")
@@ -136,7 +151,15 @@ def main() -> None:
     for v in filter(None, args.variants.split(",")):
         for a in list(fns):  # every algorithm; an option that does not apply renders the same
             fns[f"{a}[{v}]"] = (a, variant_fn(a, v, cache))
+    if args.base is not None:
+        for a in list(fns):
+            if "[" not in a:
+                fns[f"{a}[base]"] = (a, base_fn(a, args.base))
     cases = [(name, shape) for name in fns for shape in args.shapes.split(",")]
+    if args.base is not None:  # each pair twice, in the order new, base, base, new: neither side
+        # is always measured first (the first measurement of a case tends to be the slower)
+        cases = [(n, shape) for a in args.algos.split(",") for shape in args.shapes.split(",")
+                 for n in (a, f"{a}[base]", f"{a}[base]", a)]
     rows = []
     bw = None if args.compile_only else bandwidth_gbs()
     for i, (name, shape) in enumerate(cases):
@@ -199,7 +222,7 @@ def main() -> None:
         return
     print(f"{'CUDA-graph replays' if args.graph else 'do_bench'}; "
           f"copy bandwidth {bw:,.0f} GB/s; {len(rows)} measurements in {time.perf_counter() - t0:.0f} s")
-    for name, shape in cases:
+    for name, shape in dict.fromkeys(cases):
         mine = [r for r in rows if r["algo"] == name and r["shape"] == shape and "us" in r]
         if not mine:
             continue

@@ -58,6 +58,7 @@ def _discounted_returns_chunked_kernel(
     gamma__TENSOR: tl.constexpr,
     STORE_returns: tl.constexpr,
     STORE_st__G: tl.constexpr,
+    EVEN: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
@@ -81,9 +82,16 @@ def _discounted_returns_chunked_kernel(
 
     for _c in range(0, _n_chunks):
         _chunk = _n_chunks - 1 - _c
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_bootstrap_values:
             bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
             bootstrap_values = bootstrap_values__raw.to(ACC)
@@ -109,7 +117,8 @@ def _discounted_returns_chunked_kernel(
         _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - _e1)), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=True)
         G = _a + _b * G__carry[:, None]
-        G__carry = tl.sum(tl.where(_cols[None, :] == 0, G, 0.0), axis=1)
+        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
+            G__carry = tl.sum(tl.where(_cols[None, :] == 0, G, 0.0), axis=1)
         if STORE_returns:
             tl.store(returns__optr + returns__orow[:, None] + _t[None, :] * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok)
         if STORE_st__G:
@@ -153,6 +162,7 @@ def _discounted_returns_persist_kernel(
     gamma__TENSOR: tl.constexpr,
     STORE_returns: tl.constexpr,
     STORE_st__G: tl.constexpr,
+    EVEN: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
@@ -180,9 +190,16 @@ def _discounted_returns_persist_kernel(
     gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
     returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
     st__G__orow = _r1 * st__G__os1 + _r2 * st__G__os2  # [BN] int64 row offsets
-    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-    is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+    # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+    _t0 = _chunk * BLOCK_T
+    _rem = T - _t0
+    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+        _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+    else:
+        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if HAS_bootstrap_values:
         bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
     if gamma__TENSOR:
@@ -207,9 +224,16 @@ def _discounted_returns_persist_kernel(
         gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
         returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
         st__G__orow = _r1 * st__G__os1 + _r2 * st__G__os2  # [BN] int64 row offsets
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_bootstrap_values:
             bootstrap_values__raw__nx = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
         if gamma__TENSOR:
@@ -233,9 +257,16 @@ def _discounted_returns_persist_kernel(
         gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
         returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
         st__G__orow = _r1 * st__G__os1 + _r2 * st__G__os2  # [BN] int64 row offsets
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
 
         G__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, G__carry)
         if HAS_bootstrap_values:
@@ -258,7 +289,8 @@ def _discounted_returns_persist_kernel(
         _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - _e1)), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=True)
         G = _a + _b * G__carry[:, None]
-        G__carry = tl.sum(tl.where(_cols[None, :] == 0, G, 0.0), axis=1)
+        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
+            G__carry = tl.sum(tl.where(_cols[None, :] == 0, G, 0.0), axis=1)
         if STORE_returns:
             tl.store(returns__optr + returns__orow[:, None] + _t[None, :] * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok)
         if STORE_st__G:
@@ -378,6 +410,7 @@ def _discounted_returns_lookback_kernel(
     gamma__TENSOR: tl.constexpr,
     STORE_returns: tl.constexpr,
     STORE_st__G: tl.constexpr,
+    EVEN: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
@@ -420,9 +453,16 @@ def _discounted_returns_lookback_kernel(
     _n_chunks = tl.cdiv(T, BLOCK_T)
 
     _chunk = _n_chunks - 1 - _step
-    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-    is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+    # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+    _t0 = _chunk * BLOCK_T
+    _rem = T - _t0
+    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+        _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+    else:
+        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if HAS_bootstrap_values:
         bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
         bootstrap_values = bootstrap_values__raw.to(ACC)
@@ -498,6 +538,7 @@ def _launch(_call, _cfg):
             gamma__TENSOR=_call.is_tensor("gamma"),
             STORE_returns="returns" in _call.outs,
             STORE_st__G="st__G" in _call.outs,
+            EVEN=_rt.even(_call, _cfg),
             BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
             ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
         )

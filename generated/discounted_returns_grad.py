@@ -96,6 +96,7 @@ def _discounted_returns_grad_chunked_kernel(
     STORE_d__rewards: tl.constexpr,
     STORE_d__bootstrap_values: tl.constexpr,
     STORE_d__gamma: tl.constexpr,
+    EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
@@ -125,14 +126,21 @@ def _discounted_returns_grad_chunked_kernel(
 
     for _c in range(0, _n_chunks):
         _chunk = _c
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-        is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_bootstrap_values:
             bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
             bootstrap_values = bootstrap_values__raw.to(ACC)
@@ -166,7 +174,7 @@ def _discounted_returns_grad_chunked_kernel(
             st__G__next = st__G__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(st__G__raw, (_M, SHIFT_G)), tl.reshape(st__G__next__raw, (_M,)), _M, SHIFT_G)
-            st__G__next = tl.where((_t == T - 1)[None, :], st__G, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            st__G__next = tl.where((_cols == _rem - 1)[None, :], st__G, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
@@ -180,7 +188,7 @@ def _discounted_returns_grad_chunked_kernel(
             terminateds__prev = terminateds__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(terminateds__prev__raw, (_M,)), _M, SHIFT_G)
-            terminateds__prev = tl.where((_t == 0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            terminateds__prev = tl.where((_cols == 0 - _t0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         if HAS_truncateds:
             # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
             # steps per thread, and one strided load per group gives the step beyond the group
@@ -195,7 +203,7 @@ def _discounted_returns_grad_chunked_kernel(
                 truncateds__prev = truncateds__prev__raw.to(ACC)
             else:
                 _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(truncateds__prev__raw, (_M,)), _M, SHIFT_G)
-                truncateds__prev = tl.where((_t == 0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+                truncateds__prev = tl.where((_cols == 0 - _t0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         else:
             truncateds = _zero + 0.0
             truncateds__prev = _zero + 0.0
@@ -204,7 +212,8 @@ def _discounted_returns_grad_chunked_kernel(
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*(1.0 - tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev))))), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
         g__G = _a + _b * g__G__carry[:, None]
-        g__G__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__G, 0.0), axis=1)
+        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
+            g__G__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__G, 0.0), axis=1)
         _e1 = tl.where((is_last != 0), 1.0, tl.where((terminateds >= truncateds), terminateds, truncateds))
         _e2 = _e1*g__G*(1.0 - terminateds)
         if STORE_d__rewards:
@@ -266,6 +275,7 @@ def _discounted_returns_grad_persist_kernel(
     STORE_d__rewards: tl.constexpr,
     STORE_d__bootstrap_values: tl.constexpr,
     STORE_d__gamma: tl.constexpr,
+    EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
@@ -299,14 +309,21 @@ def _discounted_returns_grad_persist_kernel(
     d__rewards__orow = _r1 * d__rewards__os1 + _r2 * d__rewards__os2  # [BN] int64 row offsets
     d__bootstrap_values__orow = _r1 * d__bootstrap_values__os1 + _r2 * d__bootstrap_values__os2  # [BN] int64 row offsets
     d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
-    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+    # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+    _t0 = _chunk * BLOCK_T
+    _rem = T - _t0
+    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+        _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+    else:
+        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
     _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
-    is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-    is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-    is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if HAS_bootstrap_values:
         bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
     if gamma__TENSOR:
@@ -359,14 +376,21 @@ def _discounted_returns_grad_persist_kernel(
         d__rewards__orow = _r1 * d__rewards__os1 + _r2 * d__rewards__os2  # [BN] int64 row offsets
         d__bootstrap_values__orow = _r1 * d__bootstrap_values__os1 + _r2 * d__bootstrap_values__os2  # [BN] int64 row offsets
         d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-        is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_bootstrap_values:
             bootstrap_values__raw__nx = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
         if gamma__TENSOR:
@@ -418,14 +442,21 @@ def _discounted_returns_grad_persist_kernel(
         d__rewards__orow = _r1 * d__rewards__os1 + _r2 * d__rewards__os2  # [BN] int64 row offsets
         d__bootstrap_values__orow = _r1 * d__bootstrap_values__os1 + _r2 * d__bootstrap_values__os2  # [BN] int64 row offsets
         d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-        is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
 
         g__G__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, g__G__carry)
         if HAS_bootstrap_values:
@@ -449,20 +480,20 @@ def _discounted_returns_grad_persist_kernel(
             st__G__next = st__G__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(st__G__raw, (_M, SHIFT_G)), tl.reshape(st__G__next__raw, (_M,)), _M, SHIFT_G)
-            st__G__next = tl.where((_t == T - 1)[None, :], st__G, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            st__G__next = tl.where((_cols == _rem - 1)[None, :], st__G, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         terminateds = terminateds__raw.to(ACC)
         if SHIFT_G == 1:
             terminateds__prev = terminateds__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(terminateds__prev__raw, (_M,)), _M, SHIFT_G)
-            terminateds__prev = tl.where((_t == 0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            terminateds__prev = tl.where((_cols == 0 - _t0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         if HAS_truncateds:
             truncateds = truncateds__raw.to(ACC)
             if SHIFT_G == 1:
                 truncateds__prev = truncateds__prev__raw.to(ACC)
             else:
                 _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(truncateds__prev__raw, (_M,)), _M, SHIFT_G)
-                truncateds__prev = tl.where((_t == 0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+                truncateds__prev = tl.where((_cols == 0 - _t0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         else:
             truncateds = _zero + 0.0
             truncateds__prev = _zero + 0.0
@@ -471,7 +502,8 @@ def _discounted_returns_grad_persist_kernel(
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*(1.0 - tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev))))), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
         g__G = _a + _b * g__G__carry[:, None]
-        g__G__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__G, 0.0), axis=1)
+        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
+            g__G__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__G, 0.0), axis=1)
         _e1 = tl.where((is_last != 0), 1.0, tl.where((terminateds >= truncateds), terminateds, truncateds))
         _e2 = _e1*g__G*(1.0 - terminateds)
         if STORE_d__rewards:
@@ -616,6 +648,7 @@ def _discounted_returns_grad_lookback_kernel(
     STORE_d__rewards: tl.constexpr,
     STORE_d__bootstrap_values: tl.constexpr,
     STORE_d__gamma: tl.constexpr,
+    EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
@@ -664,14 +697,21 @@ def _discounted_returns_grad_lookback_kernel(
     _n_chunks = tl.cdiv(T, BLOCK_T)
 
     _chunk = _step
-    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+    # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+    _t0 = _chunk * BLOCK_T
+    _rem = T - _t0
+    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+        _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+    else:
+        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
     _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
-    is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-    is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-    is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if HAS_bootstrap_values:
         bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
         bootstrap_values = bootstrap_values__raw.to(ACC)
@@ -705,7 +745,7 @@ def _discounted_returns_grad_lookback_kernel(
         st__G__next = st__G__next__raw.to(ACC)
     else:
         _s = _shift_next(tl.reshape(st__G__raw, (_M, SHIFT_G)), tl.reshape(st__G__next__raw, (_M,)), _M, SHIFT_G)
-        st__G__next = tl.where((_t == T - 1)[None, :], st__G, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        st__G__next = tl.where((_cols == _rem - 1)[None, :], st__G, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
@@ -719,7 +759,7 @@ def _discounted_returns_grad_lookback_kernel(
         terminateds__prev = terminateds__prev__raw.to(ACC)
     else:
         _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(terminateds__prev__raw, (_M,)), _M, SHIFT_G)
-        terminateds__prev = tl.where((_t == 0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        terminateds__prev = tl.where((_cols == 0 - _t0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     if HAS_truncateds:
         # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
@@ -734,7 +774,7 @@ def _discounted_returns_grad_lookback_kernel(
             truncateds__prev = truncateds__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(truncateds__prev__raw, (_M,)), _M, SHIFT_G)
-            truncateds__prev = tl.where((_t == 0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            truncateds__prev = tl.where((_cols == 0 - _t0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     else:
         truncateds = _zero + 0.0
         truncateds__prev = _zero + 0.0
@@ -805,6 +845,7 @@ def _launch(_call, _cfg):
             STORE_d__rewards="d__rewards" in _call.outs,
             STORE_d__bootstrap_values="d__bootstrap_values" in _call.outs,
             STORE_d__gamma="d__gamma" in _call.outs,
+            EVEN=_rt.even(_call, _cfg),
             SHIFT_G=_rt.shift_group(_call, _cfg),
             BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
             ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,

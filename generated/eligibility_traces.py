@@ -83,6 +83,7 @@ def _eligibility_traces_chunked_kernel(
     lambda___TENSOR: tl.constexpr,
     STORE_traces: tl.constexpr,
     STORE_st__z: tl.constexpr,
+    EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
@@ -112,11 +113,18 @@ def _eligibility_traces_chunked_kernel(
 
     for _c in range(0, _n_chunks):
         _chunk = _c
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
@@ -130,7 +138,7 @@ def _eligibility_traces_chunked_kernel(
             dones__prev = dones__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
-            dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            dones__prev = tl.where((_cols == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         if gamma__TENSOR:
             gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
             gamma__t = gamma__t__raw.to(ACC)
@@ -148,7 +156,8 @@ def _eligibility_traces_chunked_kernel(
         _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev))), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
         z = _a + _b * z__carry[:, None]
-        z__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, z, 0.0), axis=1)
+        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
+            z__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, z, 0.0), axis=1)
         if STORE_traces:
             tl.store(traces__optr + traces__orow[:, None] + _t[None, :] * traces__ost, (_zero + (z)).to(traces__optr.dtype.element_ty), mask=_ok)
         if STORE_st__z:
@@ -193,6 +202,7 @@ def _eligibility_traces_persist_kernel(
     lambda___TENSOR: tl.constexpr,
     STORE_traces: tl.constexpr,
     STORE_st__z: tl.constexpr,
+    EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
@@ -223,11 +233,18 @@ def _eligibility_traces_persist_kernel(
     lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
     traces__orow = _r1 * traces__os1 + _r2 * traces__os2  # [BN] int64 row offsets
     st__z__orow = _r1 * st__z__os1 + _r2 * st__z__os2  # [BN] int64 row offsets
-    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+    # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+    _t0 = _chunk * BLOCK_T
+    _rem = T - _t0
+    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+        _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+    else:
+        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
     _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_prev = tl.maximum(_t - 1, 0)
-    is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+    is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
     # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
@@ -257,11 +274,18 @@ def _eligibility_traces_persist_kernel(
         lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
         traces__orow = _r1 * traces__os1 + _r2 * traces__os2  # [BN] int64 row offsets
         st__z__orow = _r1 * st__z__os1 + _r2 * st__z__os2  # [BN] int64 row offsets
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         dones__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
@@ -290,11 +314,18 @@ def _eligibility_traces_persist_kernel(
         lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
         traces__orow = _r1 * traces__os1 + _r2 * traces__os2  # [BN] int64 row offsets
         st__z__orow = _r1 * st__z__os1 + _r2 * st__z__os2  # [BN] int64 row offsets
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         if HAS_seed_values:
             seed_values = tl.load(seed_values__ptr + seed_values__row, mask=_row_ok, other=0).to(ACC)
         else:
@@ -305,7 +336,7 @@ def _eligibility_traces_persist_kernel(
             dones__prev = dones__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
-            dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            dones__prev = tl.where((_cols == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         if gamma__TENSOR:
             gamma__t = gamma__t__raw.to(ACC)
         else:
@@ -320,7 +351,8 @@ def _eligibility_traces_persist_kernel(
         _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev))), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
         z = _a + _b * z__carry[:, None]
-        z__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, z, 0.0), axis=1)
+        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
+            z__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, z, 0.0), axis=1)
         if STORE_traces:
             tl.store(traces__optr + traces__orow[:, None] + _t[None, :] * traces__ost, (_zero + (z)).to(traces__optr.dtype.element_ty), mask=_ok)
         if STORE_st__z:
@@ -440,6 +472,7 @@ def _eligibility_traces_lookback_kernel(
     lambda___TENSOR: tl.constexpr,
     STORE_traces: tl.constexpr,
     STORE_st__z: tl.constexpr,
+    EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
@@ -488,11 +521,18 @@ def _eligibility_traces_lookback_kernel(
     _n_chunks = tl.cdiv(T, BLOCK_T)
 
     _chunk = _step
-    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+    # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+    _t0 = _chunk * BLOCK_T
+    _rem = T - _t0
+    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+        _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+    else:
+        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
     _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_prev = tl.maximum(_t - 1, 0)
-    is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+    is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
     # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
@@ -506,7 +546,7 @@ def _eligibility_traces_lookback_kernel(
         dones__prev = dones__prev__raw.to(ACC)
     else:
         _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
-        dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        dones__prev = tl.where((_cols == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     if gamma__TENSOR:
         gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
         gamma__t = gamma__t__raw.to(ACC)
@@ -573,6 +613,7 @@ def _launch(_call, _cfg):
             lambda___TENSOR=_call.is_tensor("lambda_"),
             STORE_traces="traces" in _call.outs,
             STORE_st__z="st__z" in _call.outs,
+            EVEN=_rt.even(_call, _cfg),
             SHIFT_G=_rt.shift_group(_call, _cfg),
             BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
             ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,

@@ -102,6 +102,7 @@ def _eligibility_traces_grad_chunked_kernel(
     STORE_d__seed_values: tl.constexpr,
     STORE_d__gamma: tl.constexpr,
     STORE_d__lambda_: tl.constexpr,
+    EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
@@ -135,14 +136,21 @@ def _eligibility_traces_grad_chunked_kernel(
 
     for _c in range(0, _n_chunks):
         _chunk = _n_chunks - 1 - _c
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-        is_first__next = tl.where(_t + 1 == 0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_first__next = tl.where(_cols + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
@@ -156,7 +164,7 @@ def _eligibility_traces_grad_chunked_kernel(
             dones__prev = dones__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
-            dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            dones__prev = tl.where((_cols == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         if gamma__TENSOR:
             gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
             gamma__t = gamma__t__raw.to(ACC)
@@ -195,13 +203,14 @@ def _eligibility_traces_grad_chunked_kernel(
             st__z__prev = st__z__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(st__z__raw, (_M, SHIFT_G)), tl.reshape(st__z__prev__raw, (_M,)), _M, SHIFT_G)
-            st__z__prev = tl.where((_t == 0)[None, :], st__z, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            st__z__prev = tl.where((_cols == 0 - _t0)[None, :], st__z, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # scan g__z: g__z_t = alpha_t + beta_t * g__z_{t+1}
         _alpha = tl.where(_ok, _zero + (gy__traces), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, gamma__next__t*lambda___next__t*(1.0 - tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=True)
         g__z = _a + _b * g__z__carry[:, None]
-        g__z__carry = tl.sum(tl.where(_cols[None, :] == 0, g__z, 0.0), axis=1)
+        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
+            g__z__carry = tl.sum(tl.where(_cols[None, :] == 0, g__z, 0.0), axis=1)
         _e1 = 1.0 - tl.where((is_first != 0), 0.0, dones__prev)
         _e2 = _e1*g__z*lambda___t
         _e3 = tl.where((is_first != 0), seed_values[:, None], st__z__prev)
@@ -272,6 +281,7 @@ def _eligibility_traces_grad_persist_kernel(
     STORE_d__seed_values: tl.constexpr,
     STORE_d__gamma: tl.constexpr,
     STORE_d__lambda_: tl.constexpr,
+    EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
@@ -306,14 +316,21 @@ def _eligibility_traces_grad_persist_kernel(
     d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
     d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
     d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
-    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+    # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+    _t0 = _chunk * BLOCK_T
+    _rem = T - _t0
+    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+        _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+    else:
+        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
     _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
-    is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-    is_first__next = tl.where(_t + 1 == 0, 1.0, 0.0).to(ACC)[None, :]
-    is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+    is_first__next = tl.where(_cols + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
@@ -360,14 +377,21 @@ def _eligibility_traces_grad_persist_kernel(
         d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
         d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
         d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-        is_first__next = tl.where(_t + 1 == 0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_first__next = tl.where(_cols + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         dones__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
@@ -413,14 +437,21 @@ def _eligibility_traces_grad_persist_kernel(
         d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
         d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
         d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-        is_first__next = tl.where(_t + 1 == 0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_first__next = tl.where(_cols + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_seed_values:
             seed_values = tl.load(seed_values__ptr + seed_values__row, mask=_row_ok, other=0).to(ACC)
         else:
@@ -431,7 +462,7 @@ def _eligibility_traces_grad_persist_kernel(
             dones__prev = dones__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
-            dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            dones__prev = tl.where((_cols == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         if gamma__TENSOR:
             gamma__t = gamma__t__raw.to(ACC)
         else:
@@ -457,13 +488,14 @@ def _eligibility_traces_grad_persist_kernel(
             st__z__prev = st__z__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(st__z__raw, (_M, SHIFT_G)), tl.reshape(st__z__prev__raw, (_M,)), _M, SHIFT_G)
-            st__z__prev = tl.where((_t == 0)[None, :], st__z, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            st__z__prev = tl.where((_cols == 0 - _t0)[None, :], st__z, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # scan g__z: g__z_t = alpha_t + beta_t * g__z_{t+1}
         _alpha = tl.where(_ok, _zero + (gy__traces), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, gamma__next__t*lambda___next__t*(1.0 - tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=True)
         g__z = _a + _b * g__z__carry[:, None]
-        g__z__carry = tl.sum(tl.where(_cols[None, :] == 0, g__z, 0.0), axis=1)
+        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
+            g__z__carry = tl.sum(tl.where(_cols[None, :] == 0, g__z, 0.0), axis=1)
         _e1 = 1.0 - tl.where((is_first != 0), 0.0, dones__prev)
         _e2 = _e1*g__z*lambda___t
         _e3 = tl.where((is_first != 0), seed_values[:, None], st__z__prev)
@@ -616,6 +648,7 @@ def _eligibility_traces_grad_lookback_kernel(
     STORE_d__seed_values: tl.constexpr,
     STORE_d__gamma: tl.constexpr,
     STORE_d__lambda_: tl.constexpr,
+    EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
@@ -668,14 +701,21 @@ def _eligibility_traces_grad_lookback_kernel(
     _n_chunks = tl.cdiv(T, BLOCK_T)
 
     _chunk = _n_chunks - 1 - _step
-    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+    # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+    _t0 = _chunk * BLOCK_T
+    _rem = T - _t0
+    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+        _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+    else:
+        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
     _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
-    is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-    is_first__next = tl.where(_t + 1 == 0, 1.0, 0.0).to(ACC)[None, :]
-    is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+    is_first__next = tl.where(_cols + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
@@ -689,7 +729,7 @@ def _eligibility_traces_grad_lookback_kernel(
         dones__prev = dones__prev__raw.to(ACC)
     else:
         _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
-        dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        dones__prev = tl.where((_cols == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     if gamma__TENSOR:
         gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
         gamma__t = gamma__t__raw.to(ACC)
@@ -728,7 +768,7 @@ def _eligibility_traces_grad_lookback_kernel(
         st__z__prev = st__z__prev__raw.to(ACC)
     else:
         _s = _shift_prev(tl.reshape(st__z__raw, (_M, SHIFT_G)), tl.reshape(st__z__prev__raw, (_M,)), _M, SHIFT_G)
-        st__z__prev = tl.where((_t == 0)[None, :], st__z, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        st__z__prev = tl.where((_cols == 0 - _t0)[None, :], st__z, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     # scan g__z: g__z_t = alpha_t + beta_t * g__z_{t+1}
     _alpha = tl.where(_ok, _zero + (gy__traces), 0.0)
     _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, gamma__next__t*lambda___next__t*(1.0 - tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end
@@ -801,6 +841,7 @@ def _launch(_call, _cfg):
             STORE_d__seed_values="d__seed_values" in _call.outs,
             STORE_d__gamma="d__gamma" in _call.outs,
             STORE_d__lambda_="d__lambda_" in _call.outs,
+            EVEN=_rt.even(_call, _cfg),
             SHIFT_G=_rt.shift_group(_call, _cfg),
             BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
             ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,

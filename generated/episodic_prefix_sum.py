@@ -77,6 +77,7 @@ def _episodic_prefix_sum_chunked_kernel(
     boundary__TENSOR: tl.constexpr,
     STORE_sums: tl.constexpr,
     STORE_st__C: tl.constexpr,
+    EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
@@ -105,11 +106,18 @@ def _episodic_prefix_sum_chunked_kernel(
 
     for _c in range(0, _n_chunks):
         _chunk = _c
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         if boundary__TENSOR:
             boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1)
             boundary__t = boundary__t__raw.to(ACC)
@@ -128,7 +136,7 @@ def _episodic_prefix_sum_chunked_kernel(
             dones__prev = dones__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
-            dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            dones__prev = tl.where((_cols == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         inputs__raw = tl.load(inputs__ptr + inputs__row[:, None] + _t[None, :] * inputs__st, mask=_ok, other=1)
         inputs = inputs__raw.to(ACC)
         # scan C: C_t = alpha_t + beta_t * C_{t-1}
@@ -136,7 +144,8 @@ def _episodic_prefix_sum_chunked_kernel(
         _beta = tl.where(_ok, _zero + (1.0 - tl.where((boundary__t != 0), dones, tl.where((is_first != 0), 0.0, dones__prev))), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
         C = _a + _b * C__carry[:, None]
-        C__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, C, 0.0), axis=1)
+        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
+            C__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, C, 0.0), axis=1)
         if STORE_sums:
             tl.store(sums__optr + sums__orow[:, None] + _t[None, :] * sums__ost, (_zero + (C)).to(sums__optr.dtype.element_ty), mask=_ok)
         if STORE_st__C:
@@ -175,6 +184,7 @@ def _episodic_prefix_sum_persist_kernel(
     boundary__TENSOR: tl.constexpr,
     STORE_sums: tl.constexpr,
     STORE_st__C: tl.constexpr,
+    EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
@@ -204,11 +214,18 @@ def _episodic_prefix_sum_persist_kernel(
     boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2  # [BN] int64 row offsets
     sums__orow = _r1 * sums__os1 + _r2 * sums__os2  # [BN] int64 row offsets
     st__C__orow = _r1 * st__C__os1 + _r2 * st__C__os2  # [BN] int64 row offsets
-    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+    # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+    _t0 = _chunk * BLOCK_T
+    _rem = T - _t0
+    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+        _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+    else:
+        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
     _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_prev = tl.maximum(_t - 1, 0)
-    is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+    is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
     if boundary__TENSOR:
         boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1)
     # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
@@ -235,11 +252,18 @@ def _episodic_prefix_sum_persist_kernel(
         boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2  # [BN] int64 row offsets
         sums__orow = _r1 * sums__os1 + _r2 * sums__os2  # [BN] int64 row offsets
         st__C__orow = _r1 * st__C__os1 + _r2 * st__C__os2  # [BN] int64 row offsets
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         if boundary__TENSOR:
             boundary__t__raw__nx = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1)
         # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
@@ -265,11 +289,18 @@ def _episodic_prefix_sum_persist_kernel(
         boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2  # [BN] int64 row offsets
         sums__orow = _r1 * sums__os1 + _r2 * sums__os2  # [BN] int64 row offsets
         st__C__orow = _r1 * st__C__os1 + _r2 * st__C__os2  # [BN] int64 row offsets
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         if HAS_seed_values:
             seed_values = tl.load(seed_values__ptr + seed_values__row, mask=_row_ok, other=0).to(ACC)
         else:
@@ -284,14 +315,15 @@ def _episodic_prefix_sum_persist_kernel(
             dones__prev = dones__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
-            dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            dones__prev = tl.where((_cols == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         inputs = inputs__raw.to(ACC)
         # scan C: C_t = alpha_t + beta_t * C_{t-1}
         _alpha = tl.where(_ok, _zero + (inputs), 0.0)
         _beta = tl.where(_ok, _zero + (1.0 - tl.where((boundary__t != 0), dones, tl.where((is_first != 0), 0.0, dones__prev))), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
         C = _a + _b * C__carry[:, None]
-        C__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, C, 0.0), axis=1)
+        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
+            C__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, C, 0.0), axis=1)
         if STORE_sums:
             tl.store(sums__optr + sums__orow[:, None] + _t[None, :] * sums__ost, (_zero + (C)).to(sums__optr.dtype.element_ty), mask=_ok)
         if STORE_st__C:
@@ -403,6 +435,7 @@ def _episodic_prefix_sum_lookback_kernel(
     boundary__TENSOR: tl.constexpr,
     STORE_sums: tl.constexpr,
     STORE_st__C: tl.constexpr,
+    EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
@@ -450,11 +483,18 @@ def _episodic_prefix_sum_lookback_kernel(
     _n_chunks = tl.cdiv(T, BLOCK_T)
 
     _chunk = _step
-    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+    # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+    _t0 = _chunk * BLOCK_T
+    _rem = T - _t0
+    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+        _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+    else:
+        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
     _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_prev = tl.maximum(_t - 1, 0)
-    is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
+    is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
     if boundary__TENSOR:
         boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1)
         boundary__t = boundary__t__raw.to(ACC)
@@ -473,7 +513,7 @@ def _episodic_prefix_sum_lookback_kernel(
         dones__prev = dones__prev__raw.to(ACC)
     else:
         _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
-        dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        dones__prev = tl.where((_cols == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     inputs__raw = tl.load(inputs__ptr + inputs__row[:, None] + _t[None, :] * inputs__st, mask=_ok, other=1)
     inputs = inputs__raw.to(ACC)
     # scan C: C_t = alpha_t + beta_t * C_{t-1}
@@ -528,6 +568,7 @@ def _launch(_call, _cfg):
             boundary__TENSOR=_call.is_tensor("boundary"),
             STORE_sums="sums" in _call.outs,
             STORE_st__C="st__C" in _call.outs,
+            EVEN=_rt.even(_call, _cfg),
             SHIFT_G=_rt.shift_group(_call, _cfg),
             BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
             ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,

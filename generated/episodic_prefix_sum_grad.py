@@ -91,6 +91,7 @@ def _episodic_prefix_sum_grad_chunked_kernel(
     STORE_d__inputs: tl.constexpr,
     STORE_d__seed_values: tl.constexpr,
     STORE_d__boundary: tl.constexpr,
+    EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
@@ -119,14 +120,21 @@ def _episodic_prefix_sum_grad_chunked_kernel(
 
     for _c in range(0, _n_chunks):
         _chunk = _n_chunks - 1 - _c
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-        is_first__next = tl.where(_t + 1 == 0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_first__next = tl.where(_cols + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if boundary__TENSOR:
             boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1)
             boundary__t = boundary__t__raw.to(ACC)
@@ -155,12 +163,12 @@ def _episodic_prefix_sum_grad_chunked_kernel(
             dones__next = dones__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__next__raw, (_M,)), _M, SHIFT_G)
-            dones__next = tl.where((_t == T - 1)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            dones__next = tl.where((_cols == _rem - 1)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         if SHIFT_G == 1:
             dones__prev = dones__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
-            dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            dones__prev = tl.where((_cols == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         if HAS_gy__sums:
             gy__sums__raw = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1)
             gy__sums = gy__sums__raw.to(ACC)
@@ -171,7 +179,8 @@ def _episodic_prefix_sum_grad_chunked_kernel(
         _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, 1.0 - tl.where((boundary__next__t != 0), dones__next, tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=True)
         g__C = _a + _b * g__C__carry[:, None]
-        g__C__carry = tl.sum(tl.where(_cols[None, :] == 0, g__C, 0.0), axis=1)
+        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
+            g__C__carry = tl.sum(tl.where(_cols[None, :] == 0, g__C, 0.0), axis=1)
         if STORE_d__inputs:
             tl.store(d__inputs__optr + d__inputs__orow[:, None] + _t[None, :] * d__inputs__ost, (_zero + (g__C)).to(d__inputs__optr.dtype.element_ty), mask=_ok)
         if STORE_d__seed_values:
@@ -226,6 +235,7 @@ def _episodic_prefix_sum_grad_persist_kernel(
     STORE_d__inputs: tl.constexpr,
     STORE_d__seed_values: tl.constexpr,
     STORE_d__boundary: tl.constexpr,
+    EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
@@ -258,14 +268,21 @@ def _episodic_prefix_sum_grad_persist_kernel(
     d__inputs__orow = _r1 * d__inputs__os1 + _r2 * d__inputs__os2  # [BN] int64 row offsets
     d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
     d__boundary__orow = _r1 * d__boundary__os1 + _r2 * d__boundary__os2  # [BN] int64 row offsets
-    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+    # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+    _t0 = _chunk * BLOCK_T
+    _rem = T - _t0
+    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+        _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+    else:
+        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
     _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
-    is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-    is_first__next = tl.where(_t + 1 == 0, 1.0, 0.0).to(ACC)[None, :]
-    is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+    is_first__next = tl.where(_cols + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if boundary__TENSOR:
         boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1)
     if boundary__TENSOR:
@@ -303,14 +320,21 @@ def _episodic_prefix_sum_grad_persist_kernel(
         d__inputs__orow = _r1 * d__inputs__os1 + _r2 * d__inputs__os2  # [BN] int64 row offsets
         d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
         d__boundary__orow = _r1 * d__boundary__os1 + _r2 * d__boundary__os2  # [BN] int64 row offsets
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-        is_first__next = tl.where(_t + 1 == 0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_first__next = tl.where(_cols + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if boundary__TENSOR:
             boundary__t__raw__nx = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1)
         if boundary__TENSOR:
@@ -347,14 +371,21 @@ def _episodic_prefix_sum_grad_persist_kernel(
         d__inputs__orow = _r1 * d__inputs__os1 + _r2 * d__inputs__os2  # [BN] int64 row offsets
         d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
         d__boundary__orow = _r1 * d__boundary__os1 + _r2 * d__boundary__os2  # [BN] int64 row offsets
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-        is_first__next = tl.where(_t + 1 == 0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_first__next = tl.where(_cols + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
 
         g__C__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, g__C__carry)
         if boundary__TENSOR:
@@ -370,12 +401,12 @@ def _episodic_prefix_sum_grad_persist_kernel(
             dones__next = dones__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__next__raw, (_M,)), _M, SHIFT_G)
-            dones__next = tl.where((_t == T - 1)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            dones__next = tl.where((_cols == _rem - 1)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         if SHIFT_G == 1:
             dones__prev = dones__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
-            dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            dones__prev = tl.where((_cols == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         if HAS_gy__sums:
             gy__sums = gy__sums__raw.to(ACC)
         else:
@@ -385,7 +416,8 @@ def _episodic_prefix_sum_grad_persist_kernel(
         _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, 1.0 - tl.where((boundary__next__t != 0), dones__next, tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=True)
         g__C = _a + _b * g__C__carry[:, None]
-        g__C__carry = tl.sum(tl.where(_cols[None, :] == 0, g__C, 0.0), axis=1)
+        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
+            g__C__carry = tl.sum(tl.where(_cols[None, :] == 0, g__C, 0.0), axis=1)
         if STORE_d__inputs:
             tl.store(d__inputs__optr + d__inputs__orow[:, None] + _t[None, :] * d__inputs__ost, (_zero + (g__C)).to(d__inputs__optr.dtype.element_ty), mask=_ok)
         if STORE_d__seed_values:
@@ -517,6 +549,7 @@ def _episodic_prefix_sum_grad_lookback_kernel(
     STORE_d__inputs: tl.constexpr,
     STORE_d__seed_values: tl.constexpr,
     STORE_d__boundary: tl.constexpr,
+    EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
@@ -564,14 +597,21 @@ def _episodic_prefix_sum_grad_lookback_kernel(
     _n_chunks = tl.cdiv(T, BLOCK_T)
 
     _chunk = _n_chunks - 1 - _step
-    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+    # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+    _t0 = _chunk * BLOCK_T
+    _rem = T - _t0
+    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+        _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+    else:
+        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
     _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
-    is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-    is_first__next = tl.where(_t + 1 == 0, 1.0, 0.0).to(ACC)[None, :]
-    is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+    is_first__next = tl.where(_cols + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if boundary__TENSOR:
         boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1)
         boundary__t = boundary__t__raw.to(ACC)
@@ -600,12 +640,12 @@ def _episodic_prefix_sum_grad_lookback_kernel(
         dones__next = dones__next__raw.to(ACC)
     else:
         _s = _shift_next(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__next__raw, (_M,)), _M, SHIFT_G)
-        dones__next = tl.where((_t == T - 1)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        dones__next = tl.where((_cols == _rem - 1)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     if SHIFT_G == 1:
         dones__prev = dones__prev__raw.to(ACC)
     else:
         _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
-        dones__prev = tl.where((_t == 0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        dones__prev = tl.where((_cols == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     if HAS_gy__sums:
         gy__sums__raw = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1)
         gy__sums = gy__sums__raw.to(ACC)
@@ -673,6 +713,7 @@ def _launch(_call, _cfg):
             STORE_d__inputs="d__inputs" in _call.outs,
             STORE_d__seed_values="d__seed_values" in _call.outs,
             STORE_d__boundary="d__boundary" in _call.outs,
+            EVEN=_rt.even(_call, _cfg),
             SHIFT_G=_rt.shift_group(_call, _cfg),
             BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
             ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,

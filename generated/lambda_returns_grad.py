@@ -116,6 +116,7 @@ def _lambda_returns_grad_chunked_kernel(
     STORE_d__bootstrap_values: tl.constexpr,
     STORE_d__gamma: tl.constexpr,
     STORE_d__lambda_: tl.constexpr,
+    EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
@@ -149,14 +150,21 @@ def _lambda_returns_grad_chunked_kernel(
 
     for _c in range(0, _n_chunks):
         _chunk = _c
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-        is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_bootstrap_values:
             bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
             bootstrap_values = bootstrap_values__raw.to(ACC)
@@ -202,7 +210,7 @@ def _lambda_returns_grad_chunked_kernel(
             st__G__next = st__G__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(st__G__raw, (_M, SHIFT_G)), tl.reshape(st__G__next__raw, (_M,)), _M, SHIFT_G)
-            st__G__next = tl.where((_t == T - 1)[None, :], st__G, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            st__G__next = tl.where((_cols == _rem - 1)[None, :], st__G, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
@@ -216,7 +224,7 @@ def _lambda_returns_grad_chunked_kernel(
             terminateds__prev = terminateds__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(terminateds__prev__raw, (_M,)), _M, SHIFT_G)
-            terminateds__prev = tl.where((_t == 0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            terminateds__prev = tl.where((_cols == 0 - _t0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         if HAS_truncateds:
             # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
             # steps per thread, and one strided load per group gives the step beyond the group
@@ -231,7 +239,7 @@ def _lambda_returns_grad_chunked_kernel(
                 truncateds__prev = truncateds__prev__raw.to(ACC)
             else:
                 _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(truncateds__prev__raw, (_M,)), _M, SHIFT_G)
-                truncateds__prev = tl.where((_t == 0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+                truncateds__prev = tl.where((_cols == 0 - _t0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         else:
             truncateds = _zero + 0.0
             truncateds__prev = _zero + 0.0
@@ -240,7 +248,8 @@ def _lambda_returns_grad_chunked_kernel(
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*lambda___prev__t*(1.0 - tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev))))), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
         g__G = _a + _b * g__G__carry[:, None]
-        g__G__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__G, 0.0), axis=1)
+        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
+            g__G__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__G, 0.0), axis=1)
         _e1 = HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds)
         _e2 = 1.0 - terminateds
         _e3 = -1.0 + tl.where((is_last != 0), 1.0, tl.where((terminateds >= truncateds), terminateds, truncateds))
@@ -333,6 +342,7 @@ def _lambda_returns_grad_persist_kernel(
     STORE_d__bootstrap_values: tl.constexpr,
     STORE_d__gamma: tl.constexpr,
     STORE_d__lambda_: tl.constexpr,
+    EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
@@ -370,14 +380,21 @@ def _lambda_returns_grad_persist_kernel(
     d__bootstrap_values__orow = _r1 * d__bootstrap_values__os1 + _r2 * d__bootstrap_values__os2  # [BN] int64 row offsets
     d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
     d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
-    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+    # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+    _t0 = _chunk * BLOCK_T
+    _rem = T - _t0
+    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+        _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+    else:
+        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
     _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
-    is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-    is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-    is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if HAS_bootstrap_values:
         bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
     if gamma__TENSOR:
@@ -439,14 +456,21 @@ def _lambda_returns_grad_persist_kernel(
         d__bootstrap_values__orow = _r1 * d__bootstrap_values__os1 + _r2 * d__bootstrap_values__os2  # [BN] int64 row offsets
         d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
         d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-        is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_bootstrap_values:
             bootstrap_values__raw__nx = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
         if gamma__TENSOR:
@@ -507,14 +531,21 @@ def _lambda_returns_grad_persist_kernel(
         d__bootstrap_values__orow = _r1 * d__bootstrap_values__os1 + _r2 * d__bootstrap_values__os2  # [BN] int64 row offsets
         d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
         d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-        is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
 
         g__G__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, g__G__carry)
         if HAS_bootstrap_values:
@@ -547,20 +578,20 @@ def _lambda_returns_grad_persist_kernel(
             st__G__next = st__G__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(st__G__raw, (_M, SHIFT_G)), tl.reshape(st__G__next__raw, (_M,)), _M, SHIFT_G)
-            st__G__next = tl.where((_t == T - 1)[None, :], st__G, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            st__G__next = tl.where((_cols == _rem - 1)[None, :], st__G, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         terminateds = terminateds__raw.to(ACC)
         if SHIFT_G == 1:
             terminateds__prev = terminateds__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(terminateds__prev__raw, (_M,)), _M, SHIFT_G)
-            terminateds__prev = tl.where((_t == 0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            terminateds__prev = tl.where((_cols == 0 - _t0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         if HAS_truncateds:
             truncateds = truncateds__raw.to(ACC)
             if SHIFT_G == 1:
                 truncateds__prev = truncateds__prev__raw.to(ACC)
             else:
                 _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(truncateds__prev__raw, (_M,)), _M, SHIFT_G)
-                truncateds__prev = tl.where((_t == 0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+                truncateds__prev = tl.where((_cols == 0 - _t0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         else:
             truncateds = _zero + 0.0
             truncateds__prev = _zero + 0.0
@@ -569,7 +600,8 @@ def _lambda_returns_grad_persist_kernel(
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*lambda___prev__t*(1.0 - tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev))))), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
         g__G = _a + _b * g__G__carry[:, None]
-        g__G__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__G, 0.0), axis=1)
+        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
+            g__G__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__G, 0.0), axis=1)
         _e1 = HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds)
         _e2 = 1.0 - terminateds
         _e3 = -1.0 + tl.where((is_last != 0), 1.0, tl.where((terminateds >= truncateds), terminateds, truncateds))
@@ -750,6 +782,7 @@ def _lambda_returns_grad_lookback_kernel(
     STORE_d__bootstrap_values: tl.constexpr,
     STORE_d__gamma: tl.constexpr,
     STORE_d__lambda_: tl.constexpr,
+    EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
@@ -802,14 +835,21 @@ def _lambda_returns_grad_lookback_kernel(
     _n_chunks = tl.cdiv(T, BLOCK_T)
 
     _chunk = _step
-    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+    # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+    _t0 = _chunk * BLOCK_T
+    _rem = T - _t0
+    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+        _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+    else:
+        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
     _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
-    is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-    is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-    is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if HAS_bootstrap_values:
         bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
         bootstrap_values = bootstrap_values__raw.to(ACC)
@@ -855,7 +895,7 @@ def _lambda_returns_grad_lookback_kernel(
         st__G__next = st__G__next__raw.to(ACC)
     else:
         _s = _shift_next(tl.reshape(st__G__raw, (_M, SHIFT_G)), tl.reshape(st__G__next__raw, (_M,)), _M, SHIFT_G)
-        st__G__next = tl.where((_t == T - 1)[None, :], st__G, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        st__G__next = tl.where((_cols == _rem - 1)[None, :], st__G, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
@@ -869,7 +909,7 @@ def _lambda_returns_grad_lookback_kernel(
         terminateds__prev = terminateds__prev__raw.to(ACC)
     else:
         _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(terminateds__prev__raw, (_M,)), _M, SHIFT_G)
-        terminateds__prev = tl.where((_t == 0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        terminateds__prev = tl.where((_cols == 0 - _t0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     if HAS_truncateds:
         # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
@@ -884,7 +924,7 @@ def _lambda_returns_grad_lookback_kernel(
             truncateds__prev = truncateds__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(truncateds__prev__raw, (_M,)), _M, SHIFT_G)
-            truncateds__prev = tl.where((_t == 0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            truncateds__prev = tl.where((_cols == 0 - _t0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     else:
         truncateds = _zero + 0.0
         truncateds__prev = _zero + 0.0
@@ -976,6 +1016,7 @@ def _launch(_call, _cfg):
             STORE_d__bootstrap_values="d__bootstrap_values" in _call.outs,
             STORE_d__gamma="d__gamma" in _call.outs,
             STORE_d__lambda_="d__lambda_" in _call.outs,
+            EVEN=_rt.even(_call, _cfg),
             SHIFT_G=_rt.shift_group(_call, _cfg),
             BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
             ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,

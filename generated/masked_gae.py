@@ -76,6 +76,7 @@ def _masked_gae_chunked_kernel(
     STORE_returns: tl.constexpr,
     STORE_st__nv: tl.constexpr,
     STORE_st__A: tl.constexpr,
+    EVEN: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
@@ -102,9 +103,16 @@ def _masked_gae_chunked_kernel(
 
     for _c in range(0, _n_chunks):
         _chunk = _n_chunks - 1 - _c
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if gamma__TENSOR:
             gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
             gamma__t = gamma__t__raw.to(ACC)
@@ -128,13 +136,15 @@ def _masked_gae_chunked_kernel(
                                                reverse=True)
         nv = _a + _b * nv__carry[:, None]
         nv__next = _ea + _eb * nv__carry[:, None]  # the state one step nearer the carry
-        nv__carry = tl.sum(tl.where(_cols[None, :] == 0, nv, 0.0), axis=1)
+        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
+            nv__carry = tl.sum(tl.where(_cols[None, :] == 0, nv, 0.0), axis=1)
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _alpha = tl.where(_ok, _zero + (response_mask*(token_level_rewards - values + gamma__t*tl.where((is_last != 0), 0.0, nv__next))), 0.0)
         _beta = tl.where(_ok, _zero + (1.0 - response_mask + gamma__t*lambda___t*response_mask), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=True)
         A = _a + _b * A__carry[:, None]
-        A__carry = tl.sum(tl.where(_cols[None, :] == 0, A, 0.0), axis=1)
+        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
+            A__carry = tl.sum(tl.where(_cols[None, :] == 0, A, 0.0), axis=1)
         if STORE_advantages:
             tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok)
         if STORE_returns:
@@ -192,6 +202,7 @@ def _masked_gae_persist_kernel(
     STORE_returns: tl.constexpr,
     STORE_st__nv: tl.constexpr,
     STORE_st__A: tl.constexpr,
+    EVEN: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
@@ -222,9 +233,16 @@ def _masked_gae_persist_kernel(
     returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
     st__nv__orow = _r1 * st__nv__os1 + _r2 * st__nv__os2  # [BN] int64 row offsets
     st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
-    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-    is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+    # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+    _t0 = _chunk * BLOCK_T
+    _rem = T - _t0
+    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+        _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+    else:
+        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if gamma__TENSOR:
         gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
     if lambda___TENSOR:
@@ -250,9 +268,16 @@ def _masked_gae_persist_kernel(
         returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
         st__nv__orow = _r1 * st__nv__os1 + _r2 * st__nv__os2  # [BN] int64 row offsets
         st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if gamma__TENSOR:
             gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
         if lambda___TENSOR:
@@ -277,9 +302,16 @@ def _masked_gae_persist_kernel(
         returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
         st__nv__orow = _r1 * st__nv__os1 + _r2 * st__nv__os2  # [BN] int64 row offsets
         st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
 
         nv__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, nv__carry)
         A__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, A__carry)
@@ -301,13 +333,15 @@ def _masked_gae_persist_kernel(
                                                reverse=True)
         nv = _a + _b * nv__carry[:, None]
         nv__next = _ea + _eb * nv__carry[:, None]  # the state one step nearer the carry
-        nv__carry = tl.sum(tl.where(_cols[None, :] == 0, nv, 0.0), axis=1)
+        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
+            nv__carry = tl.sum(tl.where(_cols[None, :] == 0, nv, 0.0), axis=1)
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _alpha = tl.where(_ok, _zero + (response_mask*(token_level_rewards - values + gamma__t*tl.where((is_last != 0), 0.0, nv__next))), 0.0)
         _beta = tl.where(_ok, _zero + (1.0 - response_mask + gamma__t*lambda___t*response_mask), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=True)
         A = _a + _b * A__carry[:, None]
-        A__carry = tl.sum(tl.where(_cols[None, :] == 0, A, 0.0), axis=1)
+        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
+            A__carry = tl.sum(tl.where(_cols[None, :] == 0, A, 0.0), axis=1)
         if STORE_advantages:
             tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok)
         if STORE_returns:
@@ -440,6 +474,7 @@ def _masked_gae_lookback_kernel(
     STORE_returns: tl.constexpr,
     STORE_st__nv: tl.constexpr,
     STORE_st__A: tl.constexpr,
+    EVEN: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
@@ -485,9 +520,16 @@ def _masked_gae_lookback_kernel(
     _n_chunks = tl.cdiv(T, BLOCK_T)
 
     _chunk = _n_chunks - 1 - _step
-    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
-    is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+    # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+    _t0 = _chunk * BLOCK_T
+    _rem = T - _t0
+    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+        _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+    else:
+        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if gamma__TENSOR:
         gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
         gamma__t = gamma__t__raw.to(ACC)
@@ -581,6 +623,7 @@ def _launch(_call, _cfg):
             STORE_returns="returns" in _call.outs,
             STORE_st__nv="st__nv" in _call.outs,
             STORE_st__A="st__A" in _call.outs,
+            EVEN=_rt.even(_call, _cfg),
             BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
             ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
         )

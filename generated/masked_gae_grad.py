@@ -118,6 +118,7 @@ def _masked_gae_grad_chunked_kernel(
     STORE_d__values: tl.constexpr,
     STORE_d__gamma: tl.constexpr,
     STORE_d__lambda_: tl.constexpr,
+    EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
@@ -151,14 +152,21 @@ def _masked_gae_grad_chunked_kernel(
 
     for _c in range(0, _n_chunks):
         _chunk = _c
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-        is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if gamma__TENSOR:
             gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
             gamma__t = gamma__t__raw.to(ACC)
@@ -202,7 +210,7 @@ def _masked_gae_grad_chunked_kernel(
             response_mask__prev = response_mask__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(response_mask__raw, (_M, SHIFT_G)), tl.reshape(response_mask__prev__raw, (_M,)), _M, SHIFT_G)
-            response_mask__prev = tl.where((_t == 0)[None, :], response_mask, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            response_mask__prev = tl.where((_cols == 0 - _t0)[None, :], response_mask, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
@@ -216,7 +224,7 @@ def _masked_gae_grad_chunked_kernel(
             st__A__next = st__A__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(st__A__next__raw, (_M,)), _M, SHIFT_G)
-            st__A__next = tl.where((_t == T - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            st__A__next = tl.where((_cols == _rem - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # st__nv with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         st__nv__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t[None, :] * st__nv__st, mask=_ok, other=1)
@@ -230,7 +238,7 @@ def _masked_gae_grad_chunked_kernel(
             st__nv__next = st__nv__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(st__nv__raw, (_M, SHIFT_G)), tl.reshape(st__nv__next__raw, (_M,)), _M, SHIFT_G)
-            st__nv__next = tl.where((_t == T - 1)[None, :], st__nv, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            st__nv__next = tl.where((_cols == _rem - 1)[None, :], st__nv, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
         _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev + gamma__prev__t*lambda___prev__t*response_mask__prev)), 1.0)  # identity past the window end
@@ -238,13 +246,15 @@ def _masked_gae_grad_chunked_kernel(
                                                reverse=False)
         g__A = _a + _b * g__A__carry[:, None]
         g__A__prev = _ea + _eb * g__A__carry[:, None]  # the state one step nearer the carry
-        g__A__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__A, 0.0), axis=1)
+        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
+            g__A__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__A, 0.0), axis=1)
         # scan g__nv: g__nv_t = alpha_t + beta_t * g__nv_{t-1}
         _alpha = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*response_mask__prev*tl.where((is_last__prev != 0), 0.0, 1.0))), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev)), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
         g__nv = _a + _b * g__nv__carry[:, None]
-        g__nv__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__nv, 0.0), axis=1)
+        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
+            g__nv__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__nv, 0.0), axis=1)
         _e1 = g__A*response_mask
         _e2 = _e1*tl.where((is_last != 0), 0.0, st__A__next)
         if STORE_d__token_level_rewards:
@@ -322,6 +332,7 @@ def _masked_gae_grad_persist_kernel(
     STORE_d__values: tl.constexpr,
     STORE_d__gamma: tl.constexpr,
     STORE_d__lambda_: tl.constexpr,
+    EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
@@ -359,14 +370,21 @@ def _masked_gae_grad_persist_kernel(
     d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2  # [BN] int64 row offsets
     d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
     d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
-    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+    # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+    _t0 = _chunk * BLOCK_T
+    _rem = T - _t0
+    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+        _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+    else:
+        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
     _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
-    is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-    is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-    is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if gamma__TENSOR:
         gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
     if gamma__TENSOR:
@@ -425,14 +443,21 @@ def _masked_gae_grad_persist_kernel(
         d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2  # [BN] int64 row offsets
         d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
         d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-        is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if gamma__TENSOR:
             gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
         if gamma__TENSOR:
@@ -490,14 +515,21 @@ def _masked_gae_grad_persist_kernel(
         d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2  # [BN] int64 row offsets
         d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
         d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-        is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
 
         g__A__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, g__A__carry)
         g__nv__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, g__nv__carry)
@@ -530,19 +562,19 @@ def _masked_gae_grad_persist_kernel(
             response_mask__prev = response_mask__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(response_mask__raw, (_M, SHIFT_G)), tl.reshape(response_mask__prev__raw, (_M,)), _M, SHIFT_G)
-            response_mask__prev = tl.where((_t == 0)[None, :], response_mask, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            response_mask__prev = tl.where((_cols == 0 - _t0)[None, :], response_mask, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         st__A = st__A__raw.to(ACC)
         if SHIFT_G == 1:
             st__A__next = st__A__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(st__A__next__raw, (_M,)), _M, SHIFT_G)
-            st__A__next = tl.where((_t == T - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            st__A__next = tl.where((_cols == _rem - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         st__nv = st__nv__raw.to(ACC)
         if SHIFT_G == 1:
             st__nv__next = st__nv__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(st__nv__raw, (_M, SHIFT_G)), tl.reshape(st__nv__next__raw, (_M,)), _M, SHIFT_G)
-            st__nv__next = tl.where((_t == T - 1)[None, :], st__nv, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            st__nv__next = tl.where((_cols == _rem - 1)[None, :], st__nv, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
         _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev + gamma__prev__t*lambda___prev__t*response_mask__prev)), 1.0)  # identity past the window end
@@ -550,13 +582,15 @@ def _masked_gae_grad_persist_kernel(
                                                reverse=False)
         g__A = _a + _b * g__A__carry[:, None]
         g__A__prev = _ea + _eb * g__A__carry[:, None]  # the state one step nearer the carry
-        g__A__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__A, 0.0), axis=1)
+        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
+            g__A__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__A, 0.0), axis=1)
         # scan g__nv: g__nv_t = alpha_t + beta_t * g__nv_{t-1}
         _alpha = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*response_mask__prev*tl.where((is_last__prev != 0), 0.0, 1.0))), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev)), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
         g__nv = _a + _b * g__nv__carry[:, None]
-        g__nv__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__nv, 0.0), axis=1)
+        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
+            g__nv__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__nv, 0.0), axis=1)
         _e1 = g__A*response_mask
         _e2 = _e1*tl.where((is_last != 0), 0.0, st__A__next)
         if STORE_d__token_level_rewards:
@@ -720,6 +754,7 @@ def _masked_gae_grad_lookback_kernel(
     STORE_d__values: tl.constexpr,
     STORE_d__gamma: tl.constexpr,
     STORE_d__lambda_: tl.constexpr,
+    EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
@@ -772,14 +807,21 @@ def _masked_gae_grad_lookback_kernel(
     _n_chunks = tl.cdiv(T, BLOCK_T)
 
     _chunk = _step
-    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+    # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+    _t0 = _chunk * BLOCK_T
+    _rem = T - _t0
+    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+        _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+    else:
+        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
     _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
-    is_first = tl.where(_t == 0, 1.0, 0.0).to(ACC)[None, :]
-    is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
-    is_last__prev = tl.where(_t - 1 == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if gamma__TENSOR:
         gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
         gamma__t = gamma__t__raw.to(ACC)
@@ -823,7 +865,7 @@ def _masked_gae_grad_lookback_kernel(
         response_mask__prev = response_mask__prev__raw.to(ACC)
     else:
         _s = _shift_prev(tl.reshape(response_mask__raw, (_M, SHIFT_G)), tl.reshape(response_mask__prev__raw, (_M,)), _M, SHIFT_G)
-        response_mask__prev = tl.where((_t == 0)[None, :], response_mask, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        response_mask__prev = tl.where((_cols == 0 - _t0)[None, :], response_mask, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
@@ -837,7 +879,7 @@ def _masked_gae_grad_lookback_kernel(
         st__A__next = st__A__next__raw.to(ACC)
     else:
         _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(st__A__next__raw, (_M,)), _M, SHIFT_G)
-        st__A__next = tl.where((_t == T - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        st__A__next = tl.where((_cols == _rem - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     # st__nv with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     st__nv__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t[None, :] * st__nv__st, mask=_ok, other=1)
@@ -851,7 +893,7 @@ def _masked_gae_grad_lookback_kernel(
         st__nv__next = st__nv__next__raw.to(ACC)
     else:
         _s = _shift_next(tl.reshape(st__nv__raw, (_M, SHIFT_G)), tl.reshape(st__nv__next__raw, (_M,)), _M, SHIFT_G)
-        st__nv__next = tl.where((_t == T - 1)[None, :], st__nv, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        st__nv__next = tl.where((_cols == _rem - 1)[None, :], st__nv, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
     _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
     _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev + gamma__prev__t*lambda___prev__t*response_mask__prev)), 1.0)  # identity past the window end
@@ -941,6 +983,7 @@ def _launch(_call, _cfg):
             STORE_d__values="d__values" in _call.outs,
             STORE_d__gamma="d__gamma" in _call.outs,
             STORE_d__lambda_="d__lambda_" in _call.outs,
+            EVEN=_rt.even(_call, _cfg),
             SHIFT_G=_rt.shift_group(_call, _cfg),
             BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
             ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,

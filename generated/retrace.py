@@ -135,6 +135,7 @@ def _retrace_chunked_kernel(
     STORE_targets: tl.constexpr,
     STORE_advantages: tl.constexpr,
     STORE_st__A: tl.constexpr,
+    EVEN: tl.constexpr,
     K_DENSE: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
@@ -171,11 +172,18 @@ def _retrace_chunked_kernel(
 
     for _c in range(0, _n_chunks):
         _chunk = _n_chunks - 1 - _c
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
-        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         action_probs_behavior__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1)
@@ -189,7 +197,7 @@ def _retrace_chunked_kernel(
             action_probs_behavior__next = action_probs_behavior__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(action_probs_behavior__raw, (_M, SHIFT_G)), tl.reshape(action_probs_behavior__next__raw, (_M,)), _M, SHIFT_G)
-            action_probs_behavior__next = tl.where((_t == T - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            action_probs_behavior__next = tl.where((_cols == _rem - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # actions with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         actions__raw = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1)
@@ -203,7 +211,7 @@ def _retrace_chunked_kernel(
             actions__next = actions__next__raw
         else:
             _s = _shift_next(tl.reshape(actions__raw, (_M, SHIFT_G)), tl.reshape(actions__next__raw, (_M,)), _M, SHIFT_G)
-            actions__next = tl.where((_t == T - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
+            actions__next = tl.where((_cols == _rem - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
         if c_bar__TENSOR:
             c_bar__next__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1)
             c_bar__next__t = c_bar__next__t__raw.to(ACC)
@@ -232,7 +240,7 @@ def _retrace_chunked_kernel(
             q_values__next = q_values__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(q_values__raw, (_M, SHIFT_G)), tl.reshape(q_values__next__raw, (_M,)), _M, SHIFT_G)
-            q_values__next = tl.where((_t == T - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            q_values__next = tl.where((_cols == _rem - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
         rewards = rewards__raw.to(ACC)
         if rho_bar__TENSOR:
@@ -275,7 +283,8 @@ def _retrace_chunked_kernel(
                                                reverse=True)
         A = _a + _b * A__carry[:, None]
         A__next = _ea + _eb * A__carry[:, None]  # the state one step nearer the carry
-        A__carry = tl.sum(tl.where(_cols[None, :] == 0, A, 0.0), axis=1)
+        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
+            A__carry = tl.sum(tl.where(_cols[None, :] == 0, A, 0.0), axis=1)
         if STORE_targets:
             tl.store(targets__optr + targets__orow[:, None] + _t[None, :] * targets__ost, (_zero + (A + q_values)).to(targets__optr.dtype.element_ty), mask=_ok)
         if STORE_advantages:
@@ -366,6 +375,7 @@ def _retrace_persist_kernel(
     STORE_targets: tl.constexpr,
     STORE_advantages: tl.constexpr,
     STORE_st__A: tl.constexpr,
+    EVEN: tl.constexpr,
     K_DENSE: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
@@ -406,11 +416,18 @@ def _retrace_persist_kernel(
     targets__orow = _r1 * targets__os1 + _r2 * targets__os2  # [BN] int64 row offsets
     advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
     st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
-    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+    # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+    _t0 = _chunk * BLOCK_T
+    _rem = T - _t0
+    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+        _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+    else:
+        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
     _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
-    is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     action_probs_behavior__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1)
@@ -472,11 +489,18 @@ def _retrace_persist_kernel(
         targets__orow = _r1 * targets__os1 + _r2 * targets__os2  # [BN] int64 row offsets
         advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
         st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
-        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         action_probs_behavior__raw__nx = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1)
@@ -537,11 +561,18 @@ def _retrace_persist_kernel(
         targets__orow = _r1 * targets__os1 + _r2 * targets__os2  # [BN] int64 row offsets
         advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
         st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
-        _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-        _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+        _t0 = _chunk * BLOCK_T
+        _rem = T - _t0
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+        else:
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
         _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
-        is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
 
         A__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, A__carry)
         action_probs_behavior = action_probs_behavior__raw.to(ACC)
@@ -549,13 +580,13 @@ def _retrace_persist_kernel(
             action_probs_behavior__next = action_probs_behavior__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(action_probs_behavior__raw, (_M, SHIFT_G)), tl.reshape(action_probs_behavior__next__raw, (_M,)), _M, SHIFT_G)
-            action_probs_behavior__next = tl.where((_t == T - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            action_probs_behavior__next = tl.where((_cols == _rem - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         actions = actions__raw
         if SHIFT_G == 1:
             actions__next = actions__next__raw
         else:
             _s = _shift_next(tl.reshape(actions__raw, (_M, SHIFT_G)), tl.reshape(actions__next__raw, (_M,)), _M, SHIFT_G)
-            actions__next = tl.where((_t == T - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
+            actions__next = tl.where((_cols == _rem - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
         if c_bar__TENSOR:
             c_bar__next__t = c_bar__next__t__raw.to(ACC)
         else:
@@ -573,7 +604,7 @@ def _retrace_persist_kernel(
             q_values__next = q_values__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(q_values__raw, (_M, SHIFT_G)), tl.reshape(q_values__next__raw, (_M,)), _M, SHIFT_G)
-            q_values__next = tl.where((_t == T - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            q_values__next = tl.where((_cols == _rem - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         rewards = rewards__raw.to(ACC)
         if rho_bar__TENSOR:
             rho_bar__t = rho_bar__t__raw.to(ACC)
@@ -612,7 +643,8 @@ def _retrace_persist_kernel(
                                                reverse=True)
         A = _a + _b * A__carry[:, None]
         A__next = _ea + _eb * A__carry[:, None]  # the state one step nearer the carry
-        A__carry = tl.sum(tl.where(_cols[None, :] == 0, A, 0.0), axis=1)
+        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
+            A__carry = tl.sum(tl.where(_cols[None, :] == 0, A, 0.0), axis=1)
         if STORE_targets:
             tl.store(targets__optr + targets__orow[:, None] + _t[None, :] * targets__ost, (_zero + (A + q_values)).to(targets__optr.dtype.element_ty), mask=_ok)
         if STORE_advantages:
@@ -789,6 +821,7 @@ def _retrace_lookback_kernel(
     STORE_targets: tl.constexpr,
     STORE_advantages: tl.constexpr,
     STORE_st__A: tl.constexpr,
+    EVEN: tl.constexpr,
     K_DENSE: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
@@ -844,11 +877,18 @@ def _retrace_lookback_kernel(
     _n_chunks = tl.cdiv(T, BLOCK_T)
 
     _chunk = _n_chunks - 1 - _step
-    _t = _chunk.to(tl.int64) * BLOCK_T + _cols  # [BT] int64
-    _ok = _row_ok[:, None] & (_t < T)[None, :]  # [BN, BT]
+    # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+    # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+    _t0 = _chunk * BLOCK_T
+    _rem = T - _t0
+    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+        _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+    else:
+        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
     _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
-    is_last = tl.where(_t == T - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     action_probs_behavior__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1)
@@ -862,7 +902,7 @@ def _retrace_lookback_kernel(
         action_probs_behavior__next = action_probs_behavior__next__raw.to(ACC)
     else:
         _s = _shift_next(tl.reshape(action_probs_behavior__raw, (_M, SHIFT_G)), tl.reshape(action_probs_behavior__next__raw, (_M,)), _M, SHIFT_G)
-        action_probs_behavior__next = tl.where((_t == T - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        action_probs_behavior__next = tl.where((_cols == _rem - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     # actions with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     actions__raw = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1)
@@ -876,7 +916,7 @@ def _retrace_lookback_kernel(
         actions__next = actions__next__raw
     else:
         _s = _shift_next(tl.reshape(actions__raw, (_M, SHIFT_G)), tl.reshape(actions__next__raw, (_M,)), _M, SHIFT_G)
-        actions__next = tl.where((_t == T - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
+        actions__next = tl.where((_cols == _rem - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
     if c_bar__TENSOR:
         c_bar__next__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1)
         c_bar__next__t = c_bar__next__t__raw.to(ACC)
@@ -905,7 +945,7 @@ def _retrace_lookback_kernel(
         q_values__next = q_values__next__raw.to(ACC)
     else:
         _s = _shift_next(tl.reshape(q_values__raw, (_M, SHIFT_G)), tl.reshape(q_values__next__raw, (_M,)), _M, SHIFT_G)
-        q_values__next = tl.where((_t == T - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        q_values__next = tl.where((_cols == _rem - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
     rewards = rewards__raw.to(ACC)
     if rho_bar__TENSOR:
@@ -1018,6 +1058,7 @@ def _launch(_call, _cfg):
             STORE_targets="targets" in _call.outs,
             STORE_advantages="advantages" in _call.outs,
             STORE_st__A="st__A" in _call.outs,
+            EVEN=_rt.even(_call, _cfg),
             K_DENSE=_rt.k_dense(_call, _cfg),
             SHIFT_G=_rt.shift_group(_call, _cfg),
             BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,

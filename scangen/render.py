@@ -211,15 +211,19 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
             loads.append(NS(var=f"{sym}__t", ptr=f"{b}__ptr", base=f"{b}__row", t=tvar[shift],
                             st=f"{b}__st", has=f"{b}__TENSOR", default=b, cast=".to(ACC)",
                             gather_from=""))
+    constexprs.append("EVEN")
+    launch_cx.append("EVEN=_rt.even(_call, _cfg)")
     if plan.sums:
         constexprs.append("K_DENSE")
         launch_cx.append("K_DENSE=_rt.k_dense(_call, _cfg)")
     if split_loads:
         constexprs.append("SHIFT_G")
         launch_cx.append("SHIFT_G=_rt.shift_group(_call, _cfg)")
-    steps = {"": "_t", "next": "_t + 1", "prev": "_t - 1", "next2": "_t + 2", "prev2": "_t - 2"}
+    # position flags compare chunk columns: step t = _t0 + column (see the template's chunk_index)
+    steps = {"": "_cols", "next": "_cols + 1", "prev": "_cols - 1", "next2": "_cols + 2",
+             "prev2": "_cols - 2"}
     conds = {f"{pos}{'__' + k if k else ''}": f"{v} == {edge}" for k, v in steps.items()
-             for pos, edge in (("is_first", "0"), ("is_last", "T - 1"))}
+             for pos, edge in (("is_first", "0 - _t0"), ("is_last", "_rem - 1"))}
     positions = [NS(var=s, cond=conds[s]) for s in sorted(plan.symbols) if s in conds]
     gathers = [NS(var=g.var, ptr=f"{g.src}__ptr", base=f"{g.src}__row", t=tvar[g.shift],
                   st=f"{g.src}__st", sk=f"{g.src}__sk", index=g.index) for g in plan.gathers]

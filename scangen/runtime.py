@@ -483,6 +483,14 @@ def layout_steps(itemsize: int, block_n: int, block_t: int, num_warps: int) -> i
     return max(1, min(16 // itemsize, block_n * block_t // (32 * num_warps), block_t))
 
 
+def even(c: Call, cfg) -> bool:
+    """Whether every ``[BLOCK_N, BLOCK_T]`` tile of the call is full (rows a multiple of
+    ``BLOCK_N``, T of ``BLOCK_T``): the kernels then drop their bounds masks. Never for the
+    persist family, whose programs load an item past their last one (masked off by rows)."""
+    return (cfg.family != "persist" and (c.R1 * c.R2) % cfg.block_n == 0
+            and c.T % cfg.block_t == 0)
+
+
 def k_dense(c: Call, cfg) -> bool:
     """Whether the sums over the trailing axis may address ``[N, T, K]`` inputs as dense blocks
     of ``BLOCK_K == K`` contiguous elements per step: offsets ``t * BLOCK_K + k``, whose

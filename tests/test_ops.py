@@ -230,6 +230,25 @@ def test_lookback_family_matches_reference(name, dtype, monkeypatch):
         runtime.reload_env()
 
 
+@pytest.mark.parametrize("name", ALGOS)
+def test_full_and_partial_tiles(name, monkeypatch):
+    """Calls whose tiles are all full run without bounds masks (runtime.even): both kinds of
+    call, in the stream family and in the look-back family (T split across programs)."""
+    for family, shapes in (("stream", [(4, 64), (4, 48)]), ("lookback", [(1, 4096), (1, 4000)])):
+        monkeypatch.setenv("SCANGEN_FAMILY", family)
+        runtime.reload_env()
+        evens = []
+        for shape in shapes:
+            runtime._PLANS.clear()
+            _check(name, make_inputs(name, *shape, seed=shape[1]), "triton")
+            (plan,) = runtime._PLANS.values()
+            evens.append(plan.kernels["meta"]["EVEN"])
+        assert evens == [True, False], (family, evens)
+    monkeypatch.delenv("SCANGEN_FAMILY")
+    runtime.reload_env()
+    runtime._PLANS.clear()
+
+
 def test_unused_pointer_slots_after_the_first_launch():
     """After a plan's first launch its calls pass None in the unused pointer slots (absent
     optional inputs, float params, outputs not asked for), for Triton's launcher to take as
