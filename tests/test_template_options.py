@@ -223,3 +223,41 @@ def test_variant_source_differs():
     with mock.patch.dict(render.OPTIONS, {"shift": "gather"}):
         _, state = scangen.pipeline.generate(spec_dir() / "vtrace.yaml")
     assert "tl.gather(A, _idx_next, 1)" in state
+
+
+@pytest.mark.parametrize("group", [1, 4])
+@pytest.mark.parametrize("family", ["stream", "persist", "lookback"])
+def test_masked_gae_scans_its_shifted_state(family, group, cache):
+    """shifted_scans="steps": masked GAE reads its first scan only one step later (next(nv, 0)),
+    so that scan runs one step later, a two-word scan of alpha and beta read at t + 1 in place
+    of the four-word exclusive scan. Chunks of 16 steps, T = 50, against the float64 reference;
+    the saved state (for the backward pass) is still nv_t."""
+    fn = compile_variant("masked_gae", cache, shifted_scans="steps")
+    source = inspect.getsource(inspect.getmodule(fn))
+    assert "_combine_excl" not in source and "response_mask__next" in source
+    _check(fn, "masked_gae", 3, 29, f"shifted_scans=steps {family} SHIFT_G={group}",
+           mock.patch.object(runtime, "shift_group", lambda c, cfg: group), family=family)
+    x = make_inputs("masked_gae", 2, 40, seed=4)
+    dev = {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in x.items()}
+    got = fn(**dev, outputs="st__nv", backend="triton").cpu().double()
+    expected = torch.zeros(2, 41, dtype=torch.float64)  # nv_t, from its definition, serially
+    m, v = x["response_mask"].double(), x["values"].double()
+    for t in range(39, -1, -1):
+        expected[:, t] = m[:, t] * v[:, t] + (1 - m[:, t]) * expected[:, t + 1]
+    assert_close(got, expected[:, :40], dtype=torch.float32, name="masked_gae st__nv")
+
+
+def test_shifted_scans_moves_only_scans_read_one_step_nearer():
+    """plan(shifted_scans="steps") moves masked GAE's nv (read only as next(nv, 0)), not V-trace's
+    A (vs reads A itself) nor GAE's (never shifted); "state" moves nothing."""
+    from scangen.adjoint import with_states
+    from scangen.pipeline import plan, to_ir
+
+    def excl(name, mode):
+        p = plan(with_states(to_ir(spec_dir() / f"{name}.yaml")), shifted_scans=mode)
+        return {s.name: s.shifted for s in p.scans}
+
+    assert excl("masked_gae", "steps") == {"nv": False, "A": False}
+    assert excl("masked_gae", "state") == {"nv": True, "A": False}
+    assert excl("vtrace", "steps") == excl("vtrace", "state") == {"A": True}
+    assert excl("gae", "steps") == {"A": False}
