@@ -6,7 +6,7 @@ from .errors import SpecError
 from .ir import IR
 from .lower import lower
 from .plan import plan
-from .render import OPTIONS, render
+from .render import render
 from .spec import Spec, as_spec
 from .validate import validate
 
@@ -27,12 +27,10 @@ def generate_with_grad(spec_or_path, source: str | None = None):
     spec: Spec = as_spec(spec_or_path)
     ir = lower(validate(spec))
     source = source or spec.source
-    options = dict(shifted_scans=OPTIONS["shifted_scans"], chain=OPTIONS["chain"])
-    forward = render(plan(with_states(ir), **options), source)
+    forward = render(plan(with_states(ir)), source)
     backward = adjoint_ir(ir)
     try:
-        grad = (render(plan(backward, **options), f"{source} (adjoint)")
-                if backward is not None else None)
+        grad = render(plan(backward), f"{source} (adjoint)") if backward is not None else None
     except SpecError:  # a derivative the printers cannot write: autograd differentiates the
         grad = None    # generated torch path instead (scangen.ops)
     return ir, forward, grad

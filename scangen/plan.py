@@ -133,11 +133,7 @@ def _block(results: list[tuple[str, sympy.Expr]], temps: _Temps) -> Block:
                  tuple((n, e) for (n, _), e in zip(results, reduced)))
 
 
-def plan(ir: IR, *, shifted_scans: str = "state", chain: str = "sequential") -> Plan:
-    """The plan of ``ir``. ``shifted_scans="steps"``: a scan read only one step nearer the carry
-    is scanned one step nearer instead (see :func:`_scan_nearer`); ``"state"`` keeps it, for
-    the templates to shift its state. ``chain="joint"`` keeps the scans of joint pairs as they
-    are (scangen.render.OPTIONS names both)."""
+def plan(ir: IR) -> Plan:
     shiftable = _shift_symbols(ir)
     k_inputs = {i.name for i in ir.inputs if i.shape == "NTK"}
     temps = _Temps()
@@ -160,84 +156,18 @@ def plan(ir: IR, *, shifted_scans: str = "state", chain: str = "sequential") -> 
 
     scan_exprs = [(s, extract(s.alpha), extract(s.beta)) for s in ir.scans]
     out_exprs = [(o.name, extract(o.expr)) for o in ir.outputs]
-
-    def everything():  # every expression the code evaluates, the scans' alpha and beta first
-        every = [e for _, a, b in scan_exprs for e in (a, b)] + [e for _, e in out_exprs]
-        every += [p.block.results[0][1] for p in sums.values()]
-        every += [sympy.Symbol(f"{p.src}__{p.shift}" if p.shift else p.src)
-                  for p in gathers.values()]
-        every += [sympy.Symbol(p.index) for p in gathers.values()]
-        return every + [s.init for s in ir.scans]
-
-    joints = _joints(ir, scan_exprs, everything(), temps)
-    if shifted_scans == "steps":
-        keep = {j.first for j in joints} if chain == "joint" else set()
-        scan_exprs, out_exprs, moved = _scan_nearer(ir, scan_exprs, out_exprs, everything(),
-                                                    keep)
-        joints = tuple(j for j in joints if j.first not in moved)
-    every = everything()
+    every = [e for _, a, b in scan_exprs for e in (a, b)] + [e for _, e in out_exprs]
+    every += [p.block.results[0][1] for p in sums.values()]
+    every += [sympy.Symbol(f"{p.src}__{p.shift}" if p.shift else p.src) for p in gathers.values()]
+    every += [sympy.Symbol(p.index) for p in gathers.values()]
+    every += [s.init for s in ir.scans]
     symbols = frozenset(s.name for e in every for s in e.free_symbols)
     scans = tuple(ScanPlan(s.name, _block([("alpha", a), ("beta", b)], temps), s.init,
                            any(f"{s.name}__{d}" in symbols for d in ("next", "prev")))
                   for s, a, b in scan_exprs)
     return Plan(ir, tuple(gathers.values()), tuple(sums.values()), scans,
-                _block(out_exprs, temps), symbols | {s.name for s in ir.scans}, joints)
-
-
-def _step_nearer(name: str, near: str, far: str, ir: IR) -> str | None:
-    """The symbol that reads ``name`` one step nearer the carry, or None where there is none
-    (a scan state, a reduction over the trailing axis, a step two away already)."""
-    base, shift = split_sym(name)
-    per_row = {i.name for i in ir.inputs if i.shape == "N"}
-    if base.startswith("HAS_") or base in per_row:
-        return name  # the same at every step of a row
-    steps = {i.name for i in ir.inputs if i.shape != "N"} | {p.name for p in ir.params}
-    if base not in steps | {"is_first", "is_last"}:
-        return None  # scan states, _gather / _sum temporaries
-    return {"": f"{base}__{near}", far: base, near: f"{base}__{near}2"}.get(shift)
-
-
-def _scan_nearer(ir: IR, scan_exprs, out_exprs, every, keep):
-    """Scans whose state is read one step nearer the carry (``next(S, fill)`` in a reverse
-    scan, as masked GAE's ``next(nv, 0)`` and V-trace's ``next(A, 0)``) scan that shifted state
-    instead: S'_t = S_(t+1) (reverse) is the scan of alpha and beta read one step nearer, with
-    the identity map at the step next to the carry, so S'_(T-1) = S_T = init, the same carry into
-    the window. The templates would otherwise scan S with its exclusive map (four words a step
-    instead of two) to shift it. Only where S itself is read by nothing but its saved-state
-    output (``st__S``, for the backward pass), which then stores alpha_t + beta_t * S'_t: a
-    spec that also reads S (V-trace's ``vs``) would compute alpha and beta twice. Not for
-    alpha or beta that read other states or reductions over the trailing axis. Returns the new
-    scan and output expressions, and the names moved."""
-    near, far = ("next", "prev") if ir.reverse else ("prev", "next")
-    edge = sympy.Symbol("is_last" if ir.reverse else "is_first")
-    scan_exprs, out_exprs = list(scan_exprs), list(out_exprs)
-    moved = set()
-    saved = {f"st__{s.name}" for s, _, _ in scan_exprs}  # scangen.adjoint.state_name
-    rest = every[2 * len(scan_exprs) + len(out_exprs):]  # reductions, gathers, inits
-    for k, (s, alpha, beta) in enumerate(scan_exprs):
-        every = ([e for _, a, b in scan_exprs for e in (a, b)] + rest
-                 + [e for n, e in out_exprs if n not in saved])
-        reads = {x.name for e in every for x in e.free_symbols}
-        if (s.name in keep or f"{s.name}__{near}" not in reads or s.name in reads
-                or f"{s.name}__{far}" in reads):
-            continue
-        table = {x: _step_nearer(x.name, near, far, ir)
-                 for e in (alpha, beta) for x in e.free_symbols}
-        if None in table.values():
-            continue
-        table = {x: sympy.Symbol(n) for x, n in table.items()}
-        state = sympy.Symbol(s.name)
-        by_name = {f"{s.name}__{near}": state, s.name: alpha + beta * state}
-
-        def rename(e):  # by name: the saved-state outputs' symbols carry assumptions
-            return e.xreplace({x: by_name[x.name] for x in e.free_symbols if x.name in by_name})
-
-        scan_exprs[k] = (s, Where(edge, sympy.Integer(0), alpha.xreplace(table)),
-                         Where(edge, sympy.Integer(1), beta.xreplace(table)))
-        scan_exprs[k + 1:] = [(t, rename(a), rename(b)) for t, a, b in scan_exprs[k + 1:]]
-        out_exprs = [(n, rename(e)) for n, e in out_exprs]
-        moved.add(s.name)
-    return scan_exprs, out_exprs, moved
+                _block(out_exprs, temps), symbols | {s.name for s in ir.scans},
+                _joints(ir, scan_exprs, every, temps))
 
 
 def _joints(ir: IR, scan_exprs, every, temps) -> tuple[JointPlan, ...]:

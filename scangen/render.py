@@ -38,14 +38,7 @@ TEMPLATE = "module.py.j2"
 # scan of 2x2 triangular affine maps (five words per step), and the look-back kernel runs one
 # look-back over five-word aggregates for the pair. Kept for measurement (bench/sweep.py --variants
 # chain=joint) until a GPU says which is faster.
-# How a scan whose state is read only one step nearer the carry runs (masked GAE's nv; see
-# scangen.plan._scan_nearer): "state" (the default) scans the state and shifts it as "shift"
-# says; "steps" scans the shifted state directly, from alpha and beta read one step nearer (a
-# two-word scan for a four-word one, at the cost of shifted loads). Offline sm_90 SASS of masked
-# GAE's stream kernel: 102 shuffles for 113, 768 instructions for 728. Kept for measurement
-# (bench/sweep.py --variants shifted_scans=steps) until a GPU says which is faster.
-OPTIONS = {"shift": "scan", "input_shift": "split", "chain": "sequential",
-           "shifted_scans": "state"}
+OPTIONS = {"shift": "scan", "input_shift": "split", "chain": "sequential"}
 
 
 def template_dir() -> Path:
@@ -309,7 +302,7 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
 
 
 _CHOICES = {"shift": ("scan", "gather"), "input_shift": ("split", "load", "gather"),
-            "chain": ("sequential", "joint"), "shifted_scans": ("steps", "state")}
+            "chain": ("sequential", "joint")}
 
 
 def _check_options() -> None:

@@ -371,15 +371,13 @@ def _as_tuple(x):
     return x if isinstance(x, tuple) else (x,)
 
 
-def check_spec(cache_dir, d, inputs, params, launch, chain="sequential", shifted="state"):
-    """Compile spec ``d`` (with the template options ``chain``: chained scans scanned one after
-    the other or jointly, and ``shifted_scans``: a state read one step nearer the carry shifted
-    or scanned there) and compare triton, torch and the float64 IR loop on one call."""
+def check_spec(cache_dir, d, inputs, params, launch, chain="sequential"):
+    """Compile spec ``d`` (with the template option ``chain``: chained scans scanned one after
+    the other or jointly) and compare triton, torch and the float64 IR loop on one call."""
     text = spec_text(d)
     try:
         options = getattr(importlib.import_module("scangen.render"), "OPTIONS", {})
-        chosen = {k: v for k, v in (("chain", chain), ("shifted_scans", shifted)) if k in options}
-        with mock.patch.dict(options, chosen):
+        with mock.patch.dict(options, {"chain": chain} if "chain" in options else {}):
             fn = scangen.compile(text, cache_dir=cache_dir)
     except scangen.SpecError as exc:
         # The one documented limit a random product can reach: powers beyond 4 (x**5 and up).
@@ -420,8 +418,7 @@ def test_random_affine_specs_agree(cache_dir, data):
     d = data.draw(affine_spec(), label="spec")
     inputs, params, launch = data.draw(call_data(d), label="call")
     chain = data.draw(st.sampled_from(["sequential", "joint"]), label="chain")
-    shifted = data.draw(st.sampled_from(["state", "steps"]), label="shifted_scans")
-    check_spec(cache_dir, d, inputs, params, launch, chain, shifted)
+    check_spec(cache_dir, d, inputs, params, launch, chain)
 
 
 # ----------------------------------------------------------------------------- non-affine
