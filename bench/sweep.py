@@ -149,7 +149,7 @@ def main() -> None:
     cache = Path(tempfile.gettempdir()) / "scangen-sweep-cache"
     fns = {a: (a, getattr(scangen, f"compute_{a}")) for a in args.algos.split(",")}
     for v in filter(None, args.variants.split(",")):
-        for a in list(fns):  # every algorithm; an option that does not apply renders the same
+        for a in args.algos.split(","):  # every algorithm; an option that does not apply renders the same
             fns[f"{a}[{v}]"] = (a, variant_fn(a, v, cache))
     if args.base is not None:
         for a in list(fns):

@@ -22,11 +22,10 @@ def _combine(a_prev, b_prev, a_cur, b_cur):
 
 
 @triton.jit
-def _combine_excl(a_prev, b_prev, ea_prev, eb_prev, a_cur, b_cur, ea_cur, eb_cur):
-    # Carries, beside the composed map (a, b), the map (ea, eb) of the same segment without its
-    # element farthest from the carry: the scan then yields, at every step, both the state and
-    # its neighbour nearer the carry (next(A) in a reverse scan), with no shift across threads.
-    return a_cur + b_cur * a_prev, b_cur * b_prev, ea_cur + eb_cur * a_prev, eb_cur * b_prev
+def _combine_joint(p0, q0, r0, u0, v0, p1, q1, r1, u1, v1):
+    # Composes two maps x -> [[p, q], [0, r]] x + (u, v) of a joint scan (plan.JointPlan), the
+    # element `0` nearer to the carry applied first, as in _combine.
+    return p1 * p0, p1 * q0 + q1 * r0, r1 * r0, p1 * u0 + q1 * v0 + u1, r1 * v0 + v1
 
 
 @triton.jit
@@ -129,21 +128,19 @@ def _masked_gae_chunked_kernel(
         token_level_rewards = token_level_rewards__raw.to(ACC)
         values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1)
         values = values__raw.to(ACC)
-        # scan nv: nv_t = alpha_t + beta_t * nv_{t+1}
-        _alpha = tl.where(_ok, _zero + (response_mask*values), 0.0)
-        _beta = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)  # identity past the window end
-        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl,
-                                               reverse=True)
-        nv = _a + _b * nv__carry[:, None]
-        nv__next = _ea + _eb * nv__carry[:, None]  # the state one step nearer the carry
-        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
+        # scans nv and A jointly: (A, nv)_t = [[p, q], [0, r]] (A, nv)_{t+1} + (u, v)
+        _e1 = gamma__t*response_mask
+        _jp = tl.where(_ok, _zero + (1.0 - response_mask + _e1*lambda___t), 1.0)  # the identity map past the window end
+        _jq = tl.where(_ok, _zero + (_e1*tl.where((is_last != 0), 0.0, 1.0)), 0.0)
+        _jr = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)
+        _ju = tl.where(_ok, _zero + (response_mask*(token_level_rewards - values)), 0.0)
+        _jv = tl.where(_ok, _zero + (response_mask*values), 0.0)
+        _jp, _jq, _jr, _ju, _jv = tl.associative_scan((_jp, _jq, _jr, _ju, _jv), 1, _combine_joint,
+                                                      reverse=True)
+        nv = _jv + _jr * nv__carry[:, None]
+        A = _ju + _jp * A__carry[:, None] + _jq * nv__carry[:, None]
+        if _c + 1 < _n_chunks:  # the row goes on: carry the states into its next chunk
             nv__carry = tl.sum(tl.where(_cols[None, :] == 0, nv, 0.0), axis=1)
-        # scan A: A_t = alpha_t + beta_t * A_{t+1}
-        _alpha = tl.where(_ok, _zero + (response_mask*(token_level_rewards - values + gamma__t*tl.where((is_last != 0), 0.0, nv__next))), 0.0)
-        _beta = tl.where(_ok, _zero + (1.0 - response_mask + gamma__t*lambda___t*response_mask), 1.0)  # identity past the window end
-        _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=True)
-        A = _a + _b * A__carry[:, None]
-        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
             A__carry = tl.sum(tl.where(_cols[None, :] == 0, A, 0.0), axis=1)
         if STORE_advantages:
             tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok)
@@ -326,21 +323,19 @@ def _masked_gae_persist_kernel(
         response_mask = response_mask__raw.to(ACC)
         token_level_rewards = token_level_rewards__raw.to(ACC)
         values = values__raw.to(ACC)
-        # scan nv: nv_t = alpha_t + beta_t * nv_{t+1}
-        _alpha = tl.where(_ok, _zero + (response_mask*values), 0.0)
-        _beta = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)  # identity past the window end
-        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl,
-                                               reverse=True)
-        nv = _a + _b * nv__carry[:, None]
-        nv__next = _ea + _eb * nv__carry[:, None]  # the state one step nearer the carry
-        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
+        # scans nv and A jointly: (A, nv)_t = [[p, q], [0, r]] (A, nv)_{t+1} + (u, v)
+        _e1 = gamma__t*response_mask
+        _jp = tl.where(_ok, _zero + (1.0 - response_mask + _e1*lambda___t), 1.0)  # the identity map past the window end
+        _jq = tl.where(_ok, _zero + (_e1*tl.where((is_last != 0), 0.0, 1.0)), 0.0)
+        _jr = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)
+        _ju = tl.where(_ok, _zero + (response_mask*(token_level_rewards - values)), 0.0)
+        _jv = tl.where(_ok, _zero + (response_mask*values), 0.0)
+        _jp, _jq, _jr, _ju, _jv = tl.associative_scan((_jp, _jq, _jr, _ju, _jv), 1, _combine_joint,
+                                                      reverse=True)
+        nv = _jv + _jr * nv__carry[:, None]
+        A = _ju + _jp * A__carry[:, None] + _jq * nv__carry[:, None]
+        if _c + 1 < _n_chunks:  # the row goes on: carry the states into its next chunk
             nv__carry = tl.sum(tl.where(_cols[None, :] == 0, nv, 0.0), axis=1)
-        # scan A: A_t = alpha_t + beta_t * A_{t+1}
-        _alpha = tl.where(_ok, _zero + (response_mask*(token_level_rewards - values + gamma__t*tl.where((is_last != 0), 0.0, nv__next))), 0.0)
-        _beta = tl.where(_ok, _zero + (1.0 - response_mask + gamma__t*lambda___t*response_mask), 1.0)  # identity past the window end
-        _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=True)
-        A = _a + _b * A__carry[:, None]
-        if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
             A__carry = tl.sum(tl.where(_cols[None, :] == 0, A, 0.0), axis=1)
         if STORE_advantages:
             tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok)
@@ -427,6 +422,68 @@ def _lookback(ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init, WINDOW: tl.const
 
 
 @triton.jit
+def _lookback_joint(ws, n, slot, step, p, q, r, u, v, init2, init1, WINDOW: tl.constexpr,
+                    ACC: tl.constexpr):
+    """_lookback for two scans scanned jointly (plan.JointPlan): the aggregate is the five
+    words of the map x -> [[p, q], [0, r]] x + (u, v) on x = (second, first), the inclusive
+    state two words (second, first); word array k starts at ws + k * n. Returns the carry
+    (second, first)."""
+    tl.store(ws + slot, _lb_word(p))
+    tl.store(ws + n + slot, _lb_word(q))
+    tl.store(ws + 2 * n + slot, _lb_word(r))
+    tl.store(ws + 3 * n + slot, _lb_word(u))
+    tl.store(ws + 4 * n + slot, _lb_word(v))
+    gq = p * 0.0  # the predecessors composed so far, nearest outermost
+    gp = gq + 1.0
+    gr = gp
+    gu = gq
+    gv = gq
+    b2 = init2
+    b1 = init1
+    w = tl.arange(0, WINDOW)
+    j = step - 1
+    x = tl.load(ws + slot - 1, mask=j >= 0, other=0.0, volatile=True)
+    while not _lb_written(x, ACC):
+        x = tl.load(ws + slot - 1, volatile=True)
+    while j >= 0:
+        idx = j - w
+        live = idx >= 0
+        o = slot - step + idx
+        s2 = tl.load(ws + 5 * n + o, mask=live, other=0.0, volatile=True)
+        s1 = tl.load(ws + 6 * n + o, mask=live, other=0.0, volatile=True)
+        a0 = tl.load(ws + o, mask=live, other=1.0, volatile=True)
+        a1 = tl.load(ws + n + o, mask=live, other=0.0, volatile=True)
+        a2 = tl.load(ws + 2 * n + o, mask=live, other=1.0, volatile=True)
+        a3 = tl.load(ws + 3 * n + o, mask=live, other=0.0, volatile=True)
+        a4 = tl.load(ws + 4 * n + o, mask=live, other=0.0, volatile=True)
+        stop = tl.min(tl.where((_lb_written(s2, ACC) & _lb_written(s1, ACC)) | (idx < 0), w,
+                               WINDOW))
+        take = w < stop
+        ready = (_lb_written(a0, ACC) & _lb_written(a1, ACC) & _lb_written(a2, ACC)
+                 & _lb_written(a3, ACC) & _lb_written(a4, ACC))
+        if tl.min(tl.where(take, ready, True).to(tl.int32)) == 1:  # else read again
+            cp, cq, cr, cu, cv = tl.associative_scan(
+                (tl.where(take, a0, 1.0), tl.where(take, a1, 0.0), tl.where(take, a2, 1.0),
+                 tl.where(take, a3, 0.0), tl.where(take, a4, 0.0)), 0, _combine_joint,
+                reverse=True)
+            gp, gq, gr, gu, gv = _combine_joint(
+                tl.sum(tl.where(w == 0, cp, 0.0)), tl.sum(tl.where(w == 0, cq, 0.0)),
+                tl.sum(tl.where(w == 0, cr, 0.0)), tl.sum(tl.where(w == 0, cu, 0.0)),
+                tl.sum(tl.where(w == 0, cv, 0.0)), gp, gq, gr, gu, gv)
+            if stop < WINDOW:
+                b2 = tl.sum(tl.where(w == stop, tl.where(live, s2, init2), 0.0))
+                b1 = tl.sum(tl.where(w == stop, tl.where(live, s1, init1), 0.0))
+                j = j * 0 - 1
+            else:
+                j = j - WINDOW
+    c2 = gp * b2 + gq * b1 + gu
+    c1 = gr * b1 + gv
+    tl.store(ws + 5 * n + slot, _lb_word(p * c2 + q * c1 + u))
+    tl.store(ws + 6 * n + slot, _lb_word(r * c1 + v))
+    return c2, c1
+
+
+@triton.jit
 def _masked_gae_lookback_kernel(
     token_level_rewards__ptr,
     values__ptr,
@@ -481,7 +538,7 @@ def _masked_gae_lookback_kernel(
     # take tickets in launch order, so every chunk's predecessors (in scan order) have started
     # and the look-back cannot deadlock.
     # The workspace (runtime.lookback_workspace), kept across the calls of a plan on one stream:
-    # an int64 ticket counter that only grows, then two halves of 6 arrays of words (each
+    # an int64 ticket counter that only grows, then two halves of 7 arrays of words (each
     # scan's aggregate a and b and inclusive state; a joint pair's seven words), one word per
     # (row, chunk). The call that takes tickets c * P .. c * P + P - 1 (P programs) works in
     # half c % 2, which the call before it left all-one bits, and resets its words of the other
@@ -494,10 +551,10 @@ def _masked_gae_lookback_kernel(
     _tile = _ticket % (R1 * R2)
     _step = _ticket // (R1 * R2)
     _slot = _tile * tl.cdiv(T, BLOCK_T) + _step  # this program's word in every array
-    _ws_w = (_ws + 2).to(tl.pointer_type(ACC), bitcast=True) + _half * 6 * _n_prog
+    _ws_w = (_ws + 2).to(tl.pointer_type(ACC), bitcast=True) + _half * 7 * _n_prog
     _ws_clear = ((_ws + 2).to(tl.pointer_type(tl.int64 if ACC == tl.float64 else tl.int32), bitcast=True)
-                 + (1 - _half) * 6 * _n_prog + _slot)
-    for _w in tl.static_range(6):  # no program of this call reads that half
+                 + (1 - _half) * 7 * _n_prog + _slot)
+    for _w in tl.static_range(7):  # no program of this call reads that half
         tl.store(_ws_clear + _w * _n_prog, -1)
     _rows = _tile + tl.arange(0, BLOCK_N)  # [1]: BLOCK_N == 1
     _row_ok = _rows < R1 * R2
@@ -546,32 +603,26 @@ def _masked_gae_lookback_kernel(
     token_level_rewards = token_level_rewards__raw.to(ACC)
     values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1)
     values = values__raw.to(ACC)
-    # scan nv: nv_t = alpha_t + beta_t * nv_{t+1}
-    _alpha = tl.where(_ok, _zero + (response_mask*values), 0.0)
-    _beta = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)  # identity past the window end
-    _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl,
-                                           reverse=True)
-    # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
-    # look back over earlier chunks for the carry (decoupled look-back).
-    _agg_a = tl.sum(tl.where(_cols[None, :] == 0, _a, 0.0))
-    _agg_b = tl.sum(tl.where(_cols[None, :] == 0, _b, 0.0))
-    nv__carry = _lookback(_ws_w + 0 * _n_prog, _ws_w + 1 * _n_prog,
-                              _ws_w + 2 * _n_prog, _slot, _step, _agg_a, _agg_b,
-                              tl.sum(nv__carry), 128, ACC)
-    nv = _a + _b * nv__carry
-    nv__next = _ea + _eb * nv__carry  # the state one step nearer the carry
-    # scan A: A_t = alpha_t + beta_t * A_{t+1}
-    _alpha = tl.where(_ok, _zero + (response_mask*(token_level_rewards - values + gamma__t*tl.where((is_last != 0), 0.0, nv__next))), 0.0)
-    _beta = tl.where(_ok, _zero + (1.0 - response_mask + gamma__t*lambda___t*response_mask), 1.0)  # identity past the window end
-    _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=True)
-    # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
-    # look back over earlier chunks for the carry (decoupled look-back).
-    _agg_a = tl.sum(tl.where(_cols[None, :] == 0, _a, 0.0))
-    _agg_b = tl.sum(tl.where(_cols[None, :] == 0, _b, 0.0))
-    A__carry = _lookback(_ws_w + 3 * _n_prog, _ws_w + 4 * _n_prog,
-                              _ws_w + 5 * _n_prog, _slot, _step, _agg_a, _agg_b,
-                              tl.sum(A__carry), 128, ACC)
-    A = _a + _b * A__carry
+    # scans nv and A jointly: (A, nv)_t = [[p, q], [0, r]] (A, nv)_{t+1} + (u, v)
+    _e1 = gamma__t*response_mask
+    _jp = tl.where(_ok, _zero + (1.0 - response_mask + _e1*lambda___t), 1.0)  # the identity map past the window end
+    _jq = tl.where(_ok, _zero + (_e1*tl.where((is_last != 0), 0.0, 1.0)), 0.0)
+    _jr = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)
+    _ju = tl.where(_ok, _zero + (response_mask*(token_level_rewards - values)), 0.0)
+    _jv = tl.where(_ok, _zero + (response_mask*values), 0.0)
+    _jp, _jq, _jr, _ju, _jv = tl.associative_scan((_jp, _jq, _jr, _ju, _jv), 1, _combine_joint,
+                                                  reverse=True)
+    # The chunk's aggregate (five words) and the carry from earlier chunks (decoupled look-back).
+    A__carry, nv__carry = _lookback_joint(
+        _ws_w + 0 * _n_prog, _n_prog, _slot, _step,
+        tl.sum(tl.where(_cols[None, :] == 0, _jp, 0.0)),
+        tl.sum(tl.where(_cols[None, :] == 0, _jq, 0.0)),
+        tl.sum(tl.where(_cols[None, :] == 0, _jr, 0.0)),
+        tl.sum(tl.where(_cols[None, :] == 0, _ju, 0.0)),
+        tl.sum(tl.where(_cols[None, :] == 0, _jv, 0.0)),
+        tl.sum(A__carry), tl.sum(nv__carry), 128, ACC)
+    nv = _jv + _jr * nv__carry
+    A = _ju + _jp * A__carry + _jq * nv__carry
     if STORE_advantages:
         tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok)
     if STORE_returns:
@@ -635,7 +686,7 @@ def _launch(_call, _cfg):
         else:
             _k["grid"] = (_tiles,)
     if _cfg.family == "lookback":
-        _ws = _rt.lookback_workspace(_call, _cfg, 6)
+        _ws = _rt.lookback_workspace(_call, _cfg, 7)
         _rt.launch(_call, _masked_gae_lookback_kernel, _k["grid"], (*_ptrs, _ws, *_k["ints"]), _meta, _cfg)
     elif _cfg.family == "persist":
         _rt.launch(_call, _masked_gae_persist_kernel, _k["grid"], (*_ptrs, *_k["ints"]), _meta, _cfg)

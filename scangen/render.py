@@ -33,12 +33,12 @@ TEMPLATE = "module.py.j2"
 # one per call. "persist" needs input_shift "split" or "load": with "gather" it is left out
 # and the stream kernel runs in its place.
 # How two chained scans run (plan.JointPlan: the second reads the first's state one step nearer
-# the carry, as masked GAE's advantage reads the next valid value): "sequential" (the default)
-# scans the first (with its exclusive map), then the second; "joint" scans both at once as one
-# scan of 2x2 triangular affine maps (five words per step), and the look-back kernel runs one
-# look-back over five-word aggregates for the pair. Kept for measurement (bench/sweep.py --variants
-# chain=joint) until a GPU says which is faster.
-OPTIONS = {"shift": "scan", "input_shift": "split", "chain": "sequential"}
+# the carry, as masked GAE's advantage reads the next valid value): "joint" (the default) scans
+# both at once as one scan of 2x2 triangular affine maps (five words per step), and the look-back
+# kernel runs one look-back over five-word aggregates for the pair; "sequential" scans the first
+# (with its exclusive map), then the second. Masked GAE on the H200 (bench/NOTES.md, sixth
+# round): joint 12% faster at 64x65536, 7% at 1x1048576, the same at 16384x1024 and below.
+OPTIONS = {"shift": "scan", "input_shift": "split", "chain": "joint"}
 
 
 def template_dir() -> Path:
@@ -290,7 +290,7 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
               positions=positions, gathers=gathers, sums=sums, scans=scans, groups=groups,
               uses_joint=any(g.joint for g in groups), lb_words=words,
               out_assigns=_assigns(plan.outputs, TritonPrinter, tile, ir.name), outputs=outputs,
-              uses_shifted_state=any(s.shifted for s in plan.scans),
+              uses_shifted_state=any(s.shifted for g in groups if not g.joint for s in g.scans),
               shift_mode=OPTIONS["shift"],
               gather_next="next" in gather_shifts, gather_prev="prev" in gather_shifts,
               split_loads=bool(split_loads), persist=OPTIONS["input_shift"] != "gather",

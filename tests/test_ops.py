@@ -277,7 +277,7 @@ def test_unused_pointer_slots_after_the_first_launch():
         assert_close(got.cpu(), expected, dtype=got.dtype, name="vtrace pg_advantages")
 
 
-@pytest.mark.parametrize("name,arrays", [("compute_gae", 3), ("compute_masked_gae", 6)])
+@pytest.mark.parametrize("name,arrays", [("compute_gae", 3), ("compute_masked_gae", 7)])
 @pytest.mark.parametrize("acc", [torch.float32, torch.float64])
 def test_lookback_workspace_is_kept_and_reset_for_the_next_call(acc, name, arrays, monkeypatch):
     """The look-back workspace is made once per plan and stream: after each call its ticket

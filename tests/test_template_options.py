@@ -110,15 +110,19 @@ def test_time_major_buffers_in_partial_row_tiles(name, family):
         assert_close(g.cpu(), e, dtype=g.dtype, name=f"{name} {family} time-major")
 
 
+@pytest.mark.parametrize("chain", ["joint", "sequential"])
 @pytest.mark.parametrize("group", [1, 4])
 @pytest.mark.parametrize("family", ["stream", "persist", "lookback"])
-def test_masked_gae_chained_scans_jointly(family, group, cache):
-    """chain="joint": masked GAE's two scans (the advantage reads the next valid value) as one
-    scan of 2x2 triangular maps in the stream and persist kernels; the look-back kernel keeps
-    them sequential. Chunks of 16 steps, T = 50, against the float64 reference."""
-    fn = compile_variant("masked_gae", cache, chain="joint")
-    assert "_combine_joint" in inspect.getsource(inspect.getmodule(fn))
-    _check(fn, "masked_gae", 3, 23, f"chain=joint {family} SHIFT_G={group}",
+def test_masked_gae_chained_scans(family, group, chain, cache):
+    """chain="joint" (the default): masked GAE's two scans (the advantage reads the next valid
+    value) as one scan of 2x2 triangular maps, and one look-back over five-word aggregates;
+    chain="sequential": the first scan with its exclusive map, then the second. Chunks of 16
+    steps, T = 50, against the float64 reference."""
+    fn = compile_variant("masked_gae", cache, chain=chain)
+    source = inspect.getsource(inspect.getmodule(fn))
+    assert ("_combine_joint" in source) == (chain == "joint")
+    assert ("_combine_excl" in source) == (chain == "sequential")
+    _check(fn, "masked_gae", 3, 23, f"chain={chain} {family} SHIFT_G={group}",
            mock.patch.object(runtime, "shift_group", lambda c, cfg: group), family=family)
 
 
