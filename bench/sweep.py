@@ -9,7 +9,8 @@ The dispatch rule in scangen/config.py is read off these tables (bench/NOTES.md 
 ``--variants`` adds kernels rendered with other template options, under a renamed op:
 ``shift=gather`` reads the state's neighbour through tl.gather instead of the exclusive scan;
 ``input_shift=gather`` takes next(x)/prev(x) of an input from its aligned tile with tl.gather
-instead of a second, unaligned load; ``chain=joint`` scans chained scans (masked GAE's) jointly.
+instead of a second, unaligned load; ``chain=sequential`` scans chained scans (masked GAE's) one
+after the other; ``scan_order=grouped`` runs reverse scans forward over regrouped steps.
 ``--base DIR`` adds each algorithm's module as generated at another revision (DIR/<algo>.py, e.g.
 ``git archive REV generated | tar -x -C DIR --strip-components=1``), under ``<algo>[base]``:
 the generated code before and after a change, measured side by side in one process.

@@ -38,7 +38,12 @@ TEMPLATE = "module.py.j2"
 # kernel runs one look-back over five-word aggregates for the pair; "sequential" scans the first
 # (with its exclusive map), then the second. Masked GAE on the H200 (bench/NOTES.md, sixth
 # round): joint 12% faster at 64x65536, 7% at 1x1048576, the same at 16384x1024 and below.
-OPTIONS = {"shift": "scan", "input_shift": "split", "chain": "joint"}
+# The order of a reverse scan's steps within a chunk: "natural" (column j holds step j; the scan
+# runs tl.associative_scan(reverse=True), which reverses lanes with shuffles: 24 of the 46
+# shuffles of a bare two-word scan over 1024 steps on 4 warps) or "grouped" (the groups of
+# steps each thread holds in reverse order, reversed again in registers, and a forward scan:
+# 22 shuffles there, the loads' vectors kept). Offline sm_90 SASS only, not measured.
+OPTIONS = {"shift": "scan", "input_shift": "split", "chain": "joint", "scan_order": "natural"}
 
 
 def template_dir() -> Path:
@@ -130,6 +135,8 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
     _check_options()
     ir = plan.ir
     rev = ir.reverse
+    grouped = rev and OPTIONS["scan_order"] == "grouped"
+    tcol = "_tcol" if grouped else "_cols"  # the chunk column's step, relative to the chunk
     tile = sy.table(sy.triton_tile, [s for sp in plan.sums for s, _ in sp.block.assigns])
     pr = functools.partial(print_expr, TritonPrinter, symbols=tile, spec_name=ir.name)
     tvar = {"": "_t", "next": "_t_next", "prev": "_t_prev", "next2": "_t_next2",
@@ -216,12 +223,12 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
     if plan.sums:
         constexprs.append("K_DENSE")
         launch_cx.append("K_DENSE=_rt.k_dense(_call, _cfg)")
-    if split_loads:
+    if split_loads or grouped:
         constexprs.append("SHIFT_G")
         launch_cx.append("SHIFT_G=_rt.shift_group(_call, _cfg)")
     # position flags compare chunk columns: step t = _t0 + column (see the template's chunk_index)
-    steps = {"": "_cols", "next": "_cols + 1", "prev": "_cols - 1", "next2": "_cols + 2",
-             "prev2": "_cols - 2"}
+    steps = {"": tcol, "next": f"{tcol} + 1", "prev": f"{tcol} - 1", "next2": f"{tcol} + 2",
+             "prev2": f"{tcol} - 2"}
     conds = {f"{pos}{'__' + k if k else ''}": f"{v} == {edge}" for k, v in steps.items()
              for pos, edge in (("is_first", "0 - _t0"), ("is_last", "_rem - 1"))}
     positions = [NS(var=s, cond=conds[s]) for s in sorted(plan.symbols) if s in conds]
@@ -296,18 +303,23 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
               split_loads=bool(split_loads), persist=OPTIONS["input_shift"] != "gather",
               persist_kernel=f"_{ir.name}_persist_kernel",
               chunk_index="_n_chunks - 1 - _c" if rev else "_c", reverse=str(rev),
-              step="+1" if rev else "-1", carry_col="0" if rev else "BLOCK_T - 1",
+              step="+1" if rev else "-1", grouped=grouped, tcol=tcol,
+              carry_col="BLOCK_T - SHIFT_G" if grouped else "0" if rev else "BLOCK_T - 1",
               edge_col="BLOCK_T - 1" if rev else "0",
               launch_ptrs=launch_ptrs, launch_ints=launch_ints, launch_constexprs=launch_cx)
 
 
 _CHOICES = {"shift": ("scan", "gather"), "input_shift": ("split", "load", "gather"),
-            "chain": ("sequential", "joint")}
+            "chain": ("sequential", "joint"), "scan_order": ("natural", "grouped")}
 
 
 def _check_options() -> None:
     """Every template option has a known value (a misspelt one would silently render the
     default)."""
+    if OPTIONS.get("scan_order") == "grouped" and "gather" in (OPTIONS.get("shift"),
+                                                              OPTIONS.get("input_shift")):
+        raise ValueError("render.OPTIONS: scan_order='grouped' needs shift='scan' and "
+                         "input_shift 'split' or 'load' (the gathers index natural columns)")
     for key, value in OPTIONS.items():
         if key not in _CHOICES or value not in _CHOICES[key]:
             raise ValueError(f"render.OPTIONS[{key!r}] = {value!r}: expected one of "

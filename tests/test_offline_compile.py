@@ -136,3 +136,40 @@ def test_sequential_chain_kernels_compile_for_sm90(sequential_results, case):
     the second; two look-backs) compiles for sm_90 in every family. The default, chain="joint",
     is the generated module the tests above compile."""
     assert sequential_results[case] == "ok", sequential_results[case]
+
+
+GROUPED = r"""
+import json, sys, tempfile
+from pathlib import Path
+from scangen.testing import compile_offline, compile_variant
+import scangen.generated.gae as natural
+import scangen.generated.masked_gae as natural_masked
+cache = Path(tempfile.mkdtemp())
+out = {}
+for name, base in (("gae", natural), ("masked_gae", natural_masked)):
+    grouped = sys.modules[compile_variant(name, cache, scan_order="grouped").__module__]
+    for case, (family, bn, bt, nw, general) in json.loads(sys.argv[1]).items():
+        counts = []
+        for module in (base, grouped):
+            c = compile_offline(module, family, block_n=bn, block_t=bt, num_warps=nw)
+            counts.append(c.asm["ptx"].count("shfl.sync") if c.asm.get("cubin") else -1)
+        out[name + "/" + case] = counts
+print("RESULTS " + json.dumps(out))
+"""
+GROUPED_CASES = {k: CASES[k] for k in ("stream-short", "stream-long", "persist-long", "lookback")}
+
+
+@pytest.fixture(scope="module")
+def grouped_results():
+    return _child(GROUPED, json.dumps(GROUPED_CASES), timeout=900)
+
+
+@pytest.mark.parametrize("name", ["gae", "masked_gae"])
+@pytest.mark.parametrize("case", sorted(GROUPED_CASES))
+def test_grouped_scan_order_compiles_with_fewer_shuffles(grouped_results, name, case):
+    """scan_order="grouped" (render.OPTIONS) compiles for sm_90 in every family, and its forward
+    scan over the chunk's steps, regrouped in registers, shuffles less than the reverse scan,
+    which reverses lanes (bench/NOTES.md, sixth round, item 4)."""
+    natural, grouped = grouped_results[f"{name}/{case}"]
+    assert grouped >= 0 and natural >= 0, (natural, grouped)
+    assert grouped < natural, (natural, grouped)

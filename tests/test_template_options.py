@@ -31,10 +31,10 @@ def _tuple(x):
     return x if isinstance(x, tuple) else (x,)
 
 
-def _check(fn, name, rows, seed, label, *patches, family=None, chunk=16):
+def _check(fn, name, rows, seed, label, *patches, family=None, chunk=16, T=50):
     """``fn`` through the Triton backend (interpreted on CPU) with ``patches`` applied, chunks of
-    ``chunk`` steps and T = 50, against the float64 reference of the built-in ``name``."""
-    inputs = make_inputs(name, rows, 50, seed=seed)
+    ``chunk`` steps and ``T`` steps, against the float64 reference of the built-in ``name``."""
+    inputs = make_inputs(name, rows, T, seed=seed)
     expected = _tuple(reference.REFERENCES[f"compute_{name}"](**inputs))
     dev = {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in inputs.items()}
     env = {"SCANGEN_FAMILY": family} if family else {}
@@ -227,3 +227,26 @@ def test_variant_source_differs():
     with mock.patch.dict(render.OPTIONS, {"shift": "gather"}):
         _, state = scangen.pipeline.generate(spec_dir() / "vtrace.yaml")
     assert "tl.gather(A, _idx_next, 1)" in state
+
+
+@pytest.mark.parametrize("T", [50, 64])
+@pytest.mark.parametrize("group", [1, 4, 16])
+@pytest.mark.parametrize("family", ["stream", "persist", "lookback"])
+@pytest.mark.parametrize("name", ["gae", "vtrace", "retrace", "masked_gae", "lambda_returns",
+                                  "discounted_returns"])
+def test_grouped_scan_order(name, family, group, T, cache):
+    """scan_order="grouped": a chunk's columns hold its steps group by group in reverse order
+    (SHIFT_G steps a group), each group reversed again in registers before a forward scan. On
+    CPU runtime.shift_group picks 1 (the whole chunk reversed); groups of 4 and 16 are forced
+    here, with 16-step chunks, T = 50 (a partial last chunk) and T = 64 (full tiles, no masks)."""
+    fn = compile_variant(name, cache, scan_order="grouped")
+    source = inspect.getsource(inspect.getmodule(fn))
+    assert "_flip_groups" in source and "reverse=True" not in source.split("def _lb_written")[0]
+    _check(fn, name, 3, 7, f"scan_order=grouped {family} SHIFT_G={group} T={T}",
+           mock.patch.object(runtime, "shift_group", lambda c, cfg: group), family=family, T=T)
+
+
+def test_grouped_scan_order_refuses_gathers():
+    with mock.patch.dict(render.OPTIONS, {"scan_order": "grouped", "shift": "gather"}):
+        with pytest.raises(ValueError, match="scan_order='grouped'"):
+            render._check_options()
