@@ -115,7 +115,7 @@ def _episodic_prefix_sum_chunked_kernel(
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
             _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         if boundary__TENSOR:
@@ -223,7 +223,7 @@ def _episodic_prefix_sum_persist_kernel(
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
         _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-    _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+    _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_prev = tl.maximum(_t - 1, 0)
     is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
     if boundary__TENSOR:
@@ -261,7 +261,7 @@ def _episodic_prefix_sum_persist_kernel(
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
             _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         if boundary__TENSOR:
@@ -298,7 +298,7 @@ def _episodic_prefix_sum_persist_kernel(
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
             _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         if HAS_seed_values:
@@ -492,7 +492,7 @@ def _episodic_prefix_sum_lookback_kernel(
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
         _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-    _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+    _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_prev = tl.maximum(_t - 1, 0)
     is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
     if boundary__TENSOR:

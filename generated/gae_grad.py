@@ -188,7 +188,7 @@ def _gae_grad_chunked_kernel(
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
             _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
@@ -292,8 +292,7 @@ def _gae_grad_chunked_kernel(
         # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
         _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*lambda___prev__t*(1.0 - tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)))), 1.0)  # identity past the window end
-        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl,
-                                               reverse=False)
+        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
         g__A = _a + _b * g__A__carry[:, None]
         g__A__prev = _ea + _eb * g__A__carry[:, None]  # the state one step nearer the carry
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
@@ -454,7 +453,7 @@ def _gae_grad_persist_kernel(
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
         _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-    _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+    _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
     is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
@@ -542,7 +541,7 @@ def _gae_grad_persist_kernel(
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
             _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
@@ -629,7 +628,7 @@ def _gae_grad_persist_kernel(
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
             _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
@@ -699,8 +698,7 @@ def _gae_grad_persist_kernel(
         # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
         _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*lambda___prev__t*(1.0 - tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)))), 1.0)  # identity past the window end
-        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl,
-                                               reverse=False)
+        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
         g__A = _a + _b * g__A__carry[:, None]
         g__A__prev = _ea + _eb * g__A__carry[:, None]  # the state one step nearer the carry
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
@@ -970,7 +968,7 @@ def _gae_grad_lookback_kernel(
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
         _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-    _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+    _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
     is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
@@ -1074,8 +1072,7 @@ def _gae_grad_lookback_kernel(
     # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
     _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
     _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*lambda___prev__t*(1.0 - tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)))), 1.0)  # identity past the window end
-    _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl,
-                                           reverse=False)
+    _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
     # look back over earlier chunks for the carry (decoupled look-back).
     _agg_a = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _a, 0.0))

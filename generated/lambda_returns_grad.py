@@ -159,7 +159,7 @@ def _lambda_returns_grad_chunked_kernel(
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
             _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
@@ -389,7 +389,7 @@ def _lambda_returns_grad_persist_kernel(
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
         _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-    _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+    _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
     is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
@@ -465,7 +465,7 @@ def _lambda_returns_grad_persist_kernel(
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
             _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
@@ -540,7 +540,7 @@ def _lambda_returns_grad_persist_kernel(
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
             _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
@@ -844,7 +844,7 @@ def _lambda_returns_grad_lookback_kernel(
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
         _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-    _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+    _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
     is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]

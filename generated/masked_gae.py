@@ -135,8 +135,7 @@ def _masked_gae_chunked_kernel(
         _jr = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)
         _ju = tl.where(_ok, _zero + (response_mask*(token_level_rewards - values)), 0.0)
         _jv = tl.where(_ok, _zero + (response_mask*values), 0.0)
-        _jp, _jq, _jr, _ju, _jv = tl.associative_scan((_jp, _jq, _jr, _ju, _jv), 1, _combine_joint,
-                                                      reverse=True)
+        _jp, _jq, _jr, _ju, _jv = tl.associative_scan((_jp, _jq, _jr, _ju, _jv), 1, _combine_joint, reverse=True)
         nv = _jv + _jr * nv__carry[:, None]
         A = _ju + _jp * A__carry[:, None] + _jq * nv__carry[:, None]
         if _c + 1 < _n_chunks:  # the row goes on: carry the states into its next chunk
@@ -330,8 +329,7 @@ def _masked_gae_persist_kernel(
         _jr = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)
         _ju = tl.where(_ok, _zero + (response_mask*(token_level_rewards - values)), 0.0)
         _jv = tl.where(_ok, _zero + (response_mask*values), 0.0)
-        _jp, _jq, _jr, _ju, _jv = tl.associative_scan((_jp, _jq, _jr, _ju, _jv), 1, _combine_joint,
-                                                      reverse=True)
+        _jp, _jq, _jr, _ju, _jv = tl.associative_scan((_jp, _jq, _jr, _ju, _jv), 1, _combine_joint, reverse=True)
         nv = _jv + _jr * nv__carry[:, None]
         A = _ju + _jp * A__carry[:, None] + _jq * nv__carry[:, None]
         if _c + 1 < _n_chunks:  # the row goes on: carry the states into its next chunk
@@ -610,8 +608,7 @@ def _masked_gae_lookback_kernel(
     _jr = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)
     _ju = tl.where(_ok, _zero + (response_mask*(token_level_rewards - values)), 0.0)
     _jv = tl.where(_ok, _zero + (response_mask*values), 0.0)
-    _jp, _jq, _jr, _ju, _jv = tl.associative_scan((_jp, _jq, _jr, _ju, _jv), 1, _combine_joint,
-                                                  reverse=True)
+    _jp, _jq, _jr, _ju, _jv = tl.associative_scan((_jp, _jq, _jr, _ju, _jv), 1, _combine_joint, reverse=True)
     # The chunk's aggregate (five words) and the carry from earlier chunks (decoupled look-back).
     A__carry, nv__carry = _lookback_joint(
         _ws_w + 0 * _n_prog, _n_prog, _slot, _step,

@@ -181,7 +181,7 @@ def _retrace_chunked_kernel(
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
             _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
@@ -279,8 +279,7 @@ def _retrace_chunked_kernel(
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _alpha = tl.where(_ok, _zero + (rewards - q_values + _sum0*gamma__t*(1.0 - terminateds)), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - tl.maximum(terminateds, truncateds))*tl.where((is_last != 0), 0.0, lambda___next__t*tl.minimum(c_bar__next__t, _gather0/action_probs_behavior__next))), 1.0)  # identity past the window end
-        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl,
-                                               reverse=True)
+        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
         A = _a + _b * A__carry[:, None]
         A__next = _ea + _eb * A__carry[:, None]  # the state one step nearer the carry
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
@@ -425,7 +424,7 @@ def _retrace_persist_kernel(
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
         _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-    _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+    _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
@@ -498,7 +497,7 @@ def _retrace_persist_kernel(
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
             _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
@@ -570,7 +569,7 @@ def _retrace_persist_kernel(
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
             _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
 
@@ -639,8 +638,7 @@ def _retrace_persist_kernel(
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _alpha = tl.where(_ok, _zero + (rewards - q_values + _sum0*gamma__t*(1.0 - terminateds)), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - tl.maximum(terminateds, truncateds))*tl.where((is_last != 0), 0.0, lambda___next__t*tl.minimum(c_bar__next__t, _gather0/action_probs_behavior__next))), 1.0)  # identity past the window end
-        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl,
-                                               reverse=True)
+        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
         A = _a + _b * A__carry[:, None]
         A__next = _ea + _eb * A__carry[:, None]  # the state one step nearer the carry
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
@@ -886,7 +884,7 @@ def _retrace_lookback_kernel(
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
         _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-    _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+    _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
@@ -984,8 +982,7 @@ def _retrace_lookback_kernel(
     # scan A: A_t = alpha_t + beta_t * A_{t+1}
     _alpha = tl.where(_ok, _zero + (rewards - q_values + _sum0*gamma__t*(1.0 - terminateds)), 0.0)
     _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - tl.maximum(terminateds, truncateds))*tl.where((is_last != 0), 0.0, lambda___next__t*tl.minimum(c_bar__next__t, _gather0/action_probs_behavior__next))), 1.0)  # identity past the window end
-    _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl,
-                                           reverse=True)
+    _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
     # look back over earlier chunks for the carry (decoupled look-back).
     _agg_a = tl.sum(tl.where(_cols[None, :] == 0, _a, 0.0))

@@ -184,7 +184,7 @@ def _vtrace_chunked_kernel(
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
             _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_bootstrap_values:
@@ -249,8 +249,7 @@ def _vtrace_chunked_kernel(
         _e2 = tl.exp(log_pi_target - log_pi_behavior)
         _alpha = tl.where(_ok, _zero + ((rewards - values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next)))*tl.minimum(_e2, rho_bar__t)), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - _e1)*tl.minimum(_e2, c_bar__t)), 1.0)  # identity past the window end
-        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl,
-                                               reverse=True)
+        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
         A = _a + _b * A__carry[:, None]
         A__next = _ea + _eb * A__carry[:, None]  # the state one step nearer the carry
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
@@ -398,7 +397,7 @@ def _vtrace_persist_kernel(
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
         _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-    _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+    _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if HAS_bootstrap_values:
@@ -461,7 +460,7 @@ def _vtrace_persist_kernel(
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
             _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_bootstrap_values:
@@ -523,7 +522,7 @@ def _vtrace_persist_kernel(
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
             _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_last_value:
@@ -574,8 +573,7 @@ def _vtrace_persist_kernel(
         _e2 = tl.exp(log_pi_target - log_pi_behavior)
         _alpha = tl.where(_ok, _zero + ((rewards - values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next)))*tl.minimum(_e2, rho_bar__t)), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - _e1)*tl.minimum(_e2, c_bar__t)), 1.0)  # identity past the window end
-        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl,
-                                               reverse=True)
+        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
         A = _a + _b * A__carry[:, None]
         A__next = _ea + _eb * A__carry[:, None]  # the state one step nearer the carry
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
@@ -829,7 +827,7 @@ def _vtrace_lookback_kernel(
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
         _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-    _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+    _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if HAS_bootstrap_values:
@@ -894,8 +892,7 @@ def _vtrace_lookback_kernel(
     _e2 = tl.exp(log_pi_target - log_pi_behavior)
     _alpha = tl.where(_ok, _zero + ((rewards - values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next)))*tl.minimum(_e2, rho_bar__t)), 0.0)
     _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - _e1)*tl.minimum(_e2, c_bar__t)), 1.0)  # identity past the window end
-    _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl,
-                                           reverse=True)
+    _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
     # look back over earlier chunks for the carry (decoupled look-back).
     _agg_a = tl.sum(tl.where(_cols[None, :] == 0, _a, 0.0))

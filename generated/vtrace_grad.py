@@ -249,7 +249,7 @@ def _vtrace_grad_chunked_kernel(
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
             _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
@@ -429,8 +429,7 @@ def _vtrace_grad_chunked_kernel(
         _e3 = gamma__prev__t*lambda___prev__t
         _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((pg_rho_bar__prev__t <= _e1), pg_rho_bar__prev__t, _e1)*tl.where((tl.where((is_last__prev != 0), 1.0, _e2) != 0), 0.0, 1.0))), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*tl.where((c_bar__prev__t <= _e1), c_bar__prev__t, _e1))), 1.0)  # identity past the window end
-        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl,
-                                               reverse=False)
+        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
         g__A = _a + _b * g__A__carry[:, None]
         g__A__prev = _ea + _eb * g__A__carry[:, None]  # the state one step nearer the carry
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
@@ -689,7 +688,7 @@ def _vtrace_grad_persist_kernel(
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
         _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-    _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+    _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
     is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
@@ -823,7 +822,7 @@ def _vtrace_grad_persist_kernel(
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
             _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
@@ -956,7 +955,7 @@ def _vtrace_grad_persist_kernel(
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
             _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
@@ -1072,8 +1071,7 @@ def _vtrace_grad_persist_kernel(
         _e3 = gamma__prev__t*lambda___prev__t
         _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((pg_rho_bar__prev__t <= _e1), pg_rho_bar__prev__t, _e1)*tl.where((tl.where((is_last__prev != 0), 1.0, _e2) != 0), 0.0, 1.0))), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*tl.where((c_bar__prev__t <= _e1), c_bar__prev__t, _e1))), 1.0)  # identity past the window end
-        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl,
-                                               reverse=False)
+        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
         g__A = _a + _b * g__A__carry[:, None]
         g__A__prev = _ea + _eb * g__A__carry[:, None]  # the state one step nearer the carry
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
@@ -1459,7 +1457,7 @@ def _vtrace_grad_lookback_kernel(
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
         _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-    _g = _chunk.to(tl.int64) * BLOCK_T + _gcols  # [BT / G] the first step of each group
+    _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
     is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
@@ -1639,8 +1637,7 @@ def _vtrace_grad_lookback_kernel(
     _e3 = gamma__prev__t*lambda___prev__t
     _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((pg_rho_bar__prev__t <= _e1), pg_rho_bar__prev__t, _e1)*tl.where((tl.where((is_last__prev != 0), 1.0, _e2) != 0), 0.0, 1.0))), 0.0)
     _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*tl.where((c_bar__prev__t <= _e1), c_bar__prev__t, _e1))), 1.0)  # identity past the window end
-    _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl,
-                                           reverse=False)
+    _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
     # look back over earlier chunks for the carry (decoupled look-back).
     _agg_a = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _a, 0.0))

@@ -205,7 +205,7 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
                     loaded.add(b)
                 edge = "BLOCK_T" if shift == "next" else "-1"
                 loads.append(NS(var=sym, t="", **{**common, "gather_from": b},
-                                edge_t=f"(_chunk.to(tl.int64) * BLOCK_T + {edge})",
+                                edge_t=f"(_t0.to(tl.int64) + {edge})",
                                 edge_col="BLOCK_T - 1" if shift == "next" else "0",
                                 idx=f"_idx_{shift}"))
                 gather_shifts.add(shift)
