@@ -22,6 +22,13 @@ def _combine(a_prev, b_prev, a_cur, b_cur):
 
 
 @triton.jit
+def _flip_groups(x, BN: tl.constexpr, BT: tl.constexpr, G: tl.constexpr):
+    # Reverses every group of G consecutive columns of a [BN, BT] tile. The groups are the
+    # steps each thread holds (SHIFT_G), so this moves registers only, no data between threads.
+    return tl.reshape(tl.flip(tl.reshape(x, (BN, BT // G, G)), 2), (BN, BT))
+
+
+@triton.jit
 def _discounted_returns_chunked_kernel(
     rewards__ptr,
     terminateds__ptr,
@@ -59,6 +66,7 @@ def _discounted_returns_chunked_kernel(
     STORE_returns: tl.constexpr,
     STORE_st__G: tl.constexpr,
     EVEN: tl.constexpr,
+    SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
@@ -78,6 +86,12 @@ def _discounted_returns_chunked_kernel(
     G__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
+    # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
+    # order, the steps of each group in order, so loads keep their vectors, and _flip_groups (in
+    # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
+    # recurrence without the lane reversal of a reverse associative_scan.
+    _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
 
     for _c in range(0, _n_chunks):
@@ -86,12 +100,12 @@ def _discounted_returns_chunked_kernel(
         # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
         _t0 = _chunk * BLOCK_T
         _rem = T - _t0
-        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        _t = _t0.to(tl.int64) + _tcol  # [BT] int64
         if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
-            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+            _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
+        is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_bootstrap_values:
             bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
             bootstrap_values = bootstrap_values__raw.to(ACC)
@@ -115,10 +129,13 @@ def _discounted_returns_chunked_kernel(
         _e1 = tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds))
         _alpha = tl.where(_ok, _zero + (rewards + _e1*bootstrap_values*gamma__t*(1.0 - terminateds)), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - _e1)), 1.0)  # identity past the window end
-        _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=True)
+        _a, _b = tl.associative_scan(
+            (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine)
+        _a = _flip_groups(_a, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
+        _b = _flip_groups(_b, BLOCK_N, BLOCK_T, SHIFT_G)
         G = _a + _b * G__carry[:, None]
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
-            G__carry = tl.sum(tl.where(_cols[None, :] == 0, G, 0.0), axis=1)
+            G__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, G, 0.0), axis=1)
         if STORE_returns:
             tl.store(returns__optr + returns__orow[:, None] + _t[None, :] * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok)
         if STORE_st__G:
@@ -163,6 +180,7 @@ def _discounted_returns_persist_kernel(
     STORE_returns: tl.constexpr,
     STORE_st__G: tl.constexpr,
     EVEN: tl.constexpr,
+    SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
@@ -173,6 +191,12 @@ def _discounted_returns_persist_kernel(
     _P = tl.num_programs(0)
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
+    # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
+    # order, the steps of each group in order, so loads keep their vectors, and _flip_groups (in
+    # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
+    # recurrence without the lane reversal of a reverse associative_scan.
+    _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
     _n_items = tl.cdiv(tl.cdiv(R1 * R2, BLOCK_N) - _pid, _P) * _n_chunks
     G__carry = tl.zeros([BLOCK_N], dtype=ACC)
@@ -194,12 +218,12 @@ def _discounted_returns_persist_kernel(
     # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
     _t0 = _chunk * BLOCK_T
     _rem = T - _t0
-    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    _t = _t0.to(tl.int64) + _tcol  # [BT] int64
     if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
-        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
+    is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if HAS_bootstrap_values:
         bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
     if gamma__TENSOR:
@@ -228,12 +252,12 @@ def _discounted_returns_persist_kernel(
         # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
         _t0 = _chunk * BLOCK_T
         _rem = T - _t0
-        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        _t = _t0.to(tl.int64) + _tcol  # [BT] int64
         if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
-            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+            _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
+        is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_bootstrap_values:
             bootstrap_values__raw__nx = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
         if gamma__TENSOR:
@@ -261,12 +285,12 @@ def _discounted_returns_persist_kernel(
         # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
         _t0 = _chunk * BLOCK_T
         _rem = T - _t0
-        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        _t = _t0.to(tl.int64) + _tcol  # [BT] int64
         if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
-            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+            _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
+        is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
 
         G__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, G__carry)
         if HAS_bootstrap_values:
@@ -287,10 +311,13 @@ def _discounted_returns_persist_kernel(
         _e1 = tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds))
         _alpha = tl.where(_ok, _zero + (rewards + _e1*bootstrap_values*gamma__t*(1.0 - terminateds)), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - _e1)), 1.0)  # identity past the window end
-        _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=True)
+        _a, _b = tl.associative_scan(
+            (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine)
+        _a = _flip_groups(_a, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
+        _b = _flip_groups(_b, BLOCK_N, BLOCK_T, SHIFT_G)
         G = _a + _b * G__carry[:, None]
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
-            G__carry = tl.sum(tl.where(_cols[None, :] == 0, G, 0.0), axis=1)
+            G__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, G, 0.0), axis=1)
         if STORE_returns:
             tl.store(returns__optr + returns__orow[:, None] + _t[None, :] * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok)
         if STORE_st__G:
@@ -411,6 +438,7 @@ def _discounted_returns_lookback_kernel(
     STORE_returns: tl.constexpr,
     STORE_st__G: tl.constexpr,
     EVEN: tl.constexpr,
+    SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
@@ -450,6 +478,12 @@ def _discounted_returns_lookback_kernel(
     G__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
+    # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
+    # order, the steps of each group in order, so loads keep their vectors, and _flip_groups (in
+    # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
+    # recurrence without the lane reversal of a reverse associative_scan.
+    _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
 
     _chunk = _n_chunks - 1 - _step
@@ -457,12 +491,12 @@ def _discounted_returns_lookback_kernel(
     # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
     _t0 = _chunk * BLOCK_T
     _rem = T - _t0
-    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    _t = _t0.to(tl.int64) + _tcol  # [BT] int64
     if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
-        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
+    is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if HAS_bootstrap_values:
         bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
         bootstrap_values = bootstrap_values__raw.to(ACC)
@@ -486,11 +520,14 @@ def _discounted_returns_lookback_kernel(
     _e1 = tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds))
     _alpha = tl.where(_ok, _zero + (rewards + _e1*bootstrap_values*gamma__t*(1.0 - terminateds)), 0.0)
     _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - _e1)), 1.0)  # identity past the window end
-    _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=True)
+    _a, _b = tl.associative_scan(
+        (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine)
+    _a = _flip_groups(_a, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
+    _b = _flip_groups(_b, BLOCK_N, BLOCK_T, SHIFT_G)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
     # look back over earlier chunks for the carry (decoupled look-back).
-    _agg_a = tl.sum(tl.where(_cols[None, :] == 0, _a, 0.0))
-    _agg_b = tl.sum(tl.where(_cols[None, :] == 0, _b, 0.0))
+    _agg_a = tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _a, 0.0))
+    _agg_b = tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _b, 0.0))
     G__carry = _lookback(_ws_w + 0 * _n_prog, _ws_w + 1 * _n_prog,
                               _ws_w + 2 * _n_prog, _slot, _step, _agg_a, _agg_b,
                               tl.sum(G__carry), 128, ACC)
@@ -539,6 +576,7 @@ def _launch(_call, _cfg):
             STORE_returns="returns" in _call.outs,
             STORE_st__G="st__G" in _call.outs,
             EVEN=_rt.even(_call, _cfg),
+            SHIFT_G=_rt.shift_group(_call, _cfg),
             BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
             ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
         )

@@ -22,6 +22,13 @@ def _combine(a_prev, b_prev, a_cur, b_cur):
 
 
 @triton.jit
+def _flip_groups(x, BN: tl.constexpr, BT: tl.constexpr, G: tl.constexpr):
+    # Reverses every group of G consecutive columns of a [BN, BT] tile. The groups are the
+    # steps each thread holds (SHIFT_G), so this moves registers only, no data between threads.
+    return tl.reshape(tl.flip(tl.reshape(x, (BN, BT // G, G)), 2), (BN, BT))
+
+
+@triton.jit
 def _shift_next(x, e, M: tl.constexpr, G: tl.constexpr):
     # x: [M, G] groups of G steps, each held by one thread; e: [M] the step after each group.
     # Returns x one step later ([M, G]), in registers: the odd steps shifted are the even
@@ -114,7 +121,13 @@ def _episodic_prefix_sum_grad_chunked_kernel(
     g__C__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
+    # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
+    # order, the steps of each group in order, so loads keep their vectors, and _flip_groups (in
+    # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
+    # recurrence without the lane reversal of a reverse associative_scan.
+    _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
+    _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
 
@@ -124,17 +137,17 @@ def _episodic_prefix_sum_grad_chunked_kernel(
         # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
         _t0 = _chunk * BLOCK_T
         _rem = T - _t0
-        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        _t = _t0.to(tl.int64) + _tcol  # [BT] int64
         if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
-            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+            _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-        is_first__next = tl.where(_cols + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_tcol == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_first__next = tl.where(_tcol + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if boundary__TENSOR:
             boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1)
             boundary__t = boundary__t__raw.to(ACC)
@@ -163,12 +176,12 @@ def _episodic_prefix_sum_grad_chunked_kernel(
             dones__next = dones__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__next__raw, (_M,)), _M, SHIFT_G)
-            dones__next = tl.where((_cols == _rem - 1)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            dones__next = tl.where((_tcol == _rem - 1)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         if SHIFT_G == 1:
             dones__prev = dones__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
-            dones__prev = tl.where((_cols == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            dones__prev = tl.where((_tcol == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         if HAS_gy__sums:
             gy__sums__raw = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1)
             gy__sums = gy__sums__raw.to(ACC)
@@ -177,10 +190,13 @@ def _episodic_prefix_sum_grad_chunked_kernel(
         # scan g__C: g__C_t = alpha_t + beta_t * g__C_{t+1}
         _alpha = tl.where(_ok, _zero + (gy__sums), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, 1.0 - tl.where((boundary__next__t != 0), dones__next, tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end
-        _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=True)
+        _a, _b = tl.associative_scan(
+            (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine)
+        _a = _flip_groups(_a, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
+        _b = _flip_groups(_b, BLOCK_N, BLOCK_T, SHIFT_G)
         g__C = _a + _b * g__C__carry[:, None]
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
-            g__C__carry = tl.sum(tl.where(_cols[None, :] == 0, g__C, 0.0), axis=1)
+            g__C__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, g__C, 0.0), axis=1)
         if STORE_d__inputs:
             tl.store(d__inputs__optr + d__inputs__orow[:, None] + _t[None, :] * d__inputs__ost, (_zero + (g__C)).to(d__inputs__optr.dtype.element_ty), mask=_ok)
         if STORE_d__seed_values:
@@ -247,7 +263,13 @@ def _episodic_prefix_sum_grad_persist_kernel(
     _P = tl.num_programs(0)
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
+    # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
+    # order, the steps of each group in order, so loads keep their vectors, and _flip_groups (in
+    # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
+    # recurrence without the lane reversal of a reverse associative_scan.
+    _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
+    _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
     _n_items = tl.cdiv(tl.cdiv(R1 * R2, BLOCK_N) - _pid, _P) * _n_chunks
@@ -272,17 +294,17 @@ def _episodic_prefix_sum_grad_persist_kernel(
     # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
     _t0 = _chunk * BLOCK_T
     _rem = T - _t0
-    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    _t = _t0.to(tl.int64) + _tcol  # [BT] int64
     if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
-        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+        _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
-    is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-    is_first__next = tl.where(_cols + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_first = tl.where(_tcol == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+    is_first__next = tl.where(_tcol + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if boundary__TENSOR:
         boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1)
     if boundary__TENSOR:
@@ -324,17 +346,17 @@ def _episodic_prefix_sum_grad_persist_kernel(
         # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
         _t0 = _chunk * BLOCK_T
         _rem = T - _t0
-        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        _t = _t0.to(tl.int64) + _tcol  # [BT] int64
         if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
-            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+            _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-        is_first__next = tl.where(_cols + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_tcol == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_first__next = tl.where(_tcol + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if boundary__TENSOR:
             boundary__t__raw__nx = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1)
         if boundary__TENSOR:
@@ -375,17 +397,17 @@ def _episodic_prefix_sum_grad_persist_kernel(
         # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
         _t0 = _chunk * BLOCK_T
         _rem = T - _t0
-        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        _t = _t0.to(tl.int64) + _tcol  # [BT] int64
         if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
-            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+            _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-        is_first__next = tl.where(_cols + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_tcol == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_first__next = tl.where(_tcol + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
 
         g__C__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, g__C__carry)
         if boundary__TENSOR:
@@ -401,12 +423,12 @@ def _episodic_prefix_sum_grad_persist_kernel(
             dones__next = dones__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__next__raw, (_M,)), _M, SHIFT_G)
-            dones__next = tl.where((_cols == _rem - 1)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            dones__next = tl.where((_tcol == _rem - 1)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         if SHIFT_G == 1:
             dones__prev = dones__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
-            dones__prev = tl.where((_cols == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            dones__prev = tl.where((_tcol == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         if HAS_gy__sums:
             gy__sums = gy__sums__raw.to(ACC)
         else:
@@ -414,10 +436,13 @@ def _episodic_prefix_sum_grad_persist_kernel(
         # scan g__C: g__C_t = alpha_t + beta_t * g__C_{t+1}
         _alpha = tl.where(_ok, _zero + (gy__sums), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, 1.0 - tl.where((boundary__next__t != 0), dones__next, tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end
-        _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=True)
+        _a, _b = tl.associative_scan(
+            (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine)
+        _a = _flip_groups(_a, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
+        _b = _flip_groups(_b, BLOCK_N, BLOCK_T, SHIFT_G)
         g__C = _a + _b * g__C__carry[:, None]
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
-            g__C__carry = tl.sum(tl.where(_cols[None, :] == 0, g__C, 0.0), axis=1)
+            g__C__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, g__C, 0.0), axis=1)
         if STORE_d__inputs:
             tl.store(d__inputs__optr + d__inputs__orow[:, None] + _t[None, :] * d__inputs__ost, (_zero + (g__C)).to(d__inputs__optr.dtype.element_ty), mask=_ok)
         if STORE_d__seed_values:
@@ -592,7 +617,13 @@ def _episodic_prefix_sum_grad_lookback_kernel(
     g__C__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
+    # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
+    # order, the steps of each group in order, so loads keep their vectors, and _flip_groups (in
+    # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
+    # recurrence without the lane reversal of a reverse associative_scan.
+    _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
+    _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
 
@@ -601,17 +632,17 @@ def _episodic_prefix_sum_grad_lookback_kernel(
     # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
     _t0 = _chunk * BLOCK_T
     _rem = T - _t0
-    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    _t = _t0.to(tl.int64) + _tcol  # [BT] int64
     if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
-        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+        _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
-    is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-    is_first__next = tl.where(_cols + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_first = tl.where(_tcol == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+    is_first__next = tl.where(_tcol + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if boundary__TENSOR:
         boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1)
         boundary__t = boundary__t__raw.to(ACC)
@@ -640,12 +671,12 @@ def _episodic_prefix_sum_grad_lookback_kernel(
         dones__next = dones__next__raw.to(ACC)
     else:
         _s = _shift_next(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__next__raw, (_M,)), _M, SHIFT_G)
-        dones__next = tl.where((_cols == _rem - 1)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        dones__next = tl.where((_tcol == _rem - 1)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     if SHIFT_G == 1:
         dones__prev = dones__prev__raw.to(ACC)
     else:
         _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
-        dones__prev = tl.where((_cols == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        dones__prev = tl.where((_tcol == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     if HAS_gy__sums:
         gy__sums__raw = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1)
         gy__sums = gy__sums__raw.to(ACC)
@@ -654,11 +685,14 @@ def _episodic_prefix_sum_grad_lookback_kernel(
     # scan g__C: g__C_t = alpha_t + beta_t * g__C_{t+1}
     _alpha = tl.where(_ok, _zero + (gy__sums), 0.0)
     _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, 1.0 - tl.where((boundary__next__t != 0), dones__next, tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end
-    _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=True)
+    _a, _b = tl.associative_scan(
+        (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine)
+    _a = _flip_groups(_a, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
+    _b = _flip_groups(_b, BLOCK_N, BLOCK_T, SHIFT_G)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
     # look back over earlier chunks for the carry (decoupled look-back).
-    _agg_a = tl.sum(tl.where(_cols[None, :] == 0, _a, 0.0))
-    _agg_b = tl.sum(tl.where(_cols[None, :] == 0, _b, 0.0))
+    _agg_a = tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _a, 0.0))
+    _agg_b = tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _b, 0.0))
     g__C__carry = _lookback(_ws_w + 0 * _n_prog, _ws_w + 1 * _n_prog,
                               _ws_w + 2 * _n_prog, _slot, _step, _agg_a, _agg_b,
                               tl.sum(g__C__carry), 128, ACC)

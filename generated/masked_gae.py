@@ -22,6 +22,13 @@ def _combine(a_prev, b_prev, a_cur, b_cur):
 
 
 @triton.jit
+def _flip_groups(x, BN: tl.constexpr, BT: tl.constexpr, G: tl.constexpr):
+    # Reverses every group of G consecutive columns of a [BN, BT] tile. The groups are the
+    # steps each thread holds (SHIFT_G), so this moves registers only, no data between threads.
+    return tl.reshape(tl.flip(tl.reshape(x, (BN, BT // G, G)), 2), (BN, BT))
+
+
+@triton.jit
 def _combine_joint(p0, q0, r0, u0, v0, p1, q1, r1, u1, v1):
     # Composes two maps x -> [[p, q], [0, r]] x + (u, v) of a joint scan (plan.JointPlan), the
     # element `0` nearer to the carry applied first, as in _combine.
@@ -76,6 +83,7 @@ def _masked_gae_chunked_kernel(
     STORE_st__nv: tl.constexpr,
     STORE_st__A: tl.constexpr,
     EVEN: tl.constexpr,
+    SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
@@ -98,6 +106,12 @@ def _masked_gae_chunked_kernel(
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
+    # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
+    # order, the steps of each group in order, so loads keep their vectors, and _flip_groups (in
+    # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
+    # recurrence without the lane reversal of a reverse associative_scan.
+    _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
 
     for _c in range(0, _n_chunks):
@@ -106,12 +120,12 @@ def _masked_gae_chunked_kernel(
         # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
         _t0 = _chunk * BLOCK_T
         _rem = T - _t0
-        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        _t = _t0.to(tl.int64) + _tcol  # [BT] int64
         if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
-            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+            _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
+        is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if gamma__TENSOR:
             gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
             gamma__t = gamma__t__raw.to(ACC)
@@ -135,12 +149,18 @@ def _masked_gae_chunked_kernel(
         _jr = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)
         _ju = tl.where(_ok, _zero + (response_mask*(token_level_rewards - values)), 0.0)
         _jv = tl.where(_ok, _zero + (response_mask*values), 0.0)
-        _jp, _jq, _jr, _ju, _jv = tl.associative_scan((_jp, _jq, _jr, _ju, _jv), 1, _combine_joint, reverse=True)
+        _jp, _jq, _jr, _ju, _jv = tl.associative_scan(
+            (_flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jq, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jr, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_joint)
+        _jp = _flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
+        _jq = _flip_groups(_jq, BLOCK_N, BLOCK_T, SHIFT_G)
+        _jr = _flip_groups(_jr, BLOCK_N, BLOCK_T, SHIFT_G)
+        _ju = _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G)
+        _jv = _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G)
         nv = _jv + _jr * nv__carry[:, None]
         A = _ju + _jp * A__carry[:, None] + _jq * nv__carry[:, None]
         if _c + 1 < _n_chunks:  # the row goes on: carry the states into its next chunk
-            nv__carry = tl.sum(tl.where(_cols[None, :] == 0, nv, 0.0), axis=1)
-            A__carry = tl.sum(tl.where(_cols[None, :] == 0, A, 0.0), axis=1)
+            nv__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, nv, 0.0), axis=1)
+            A__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, A, 0.0), axis=1)
         if STORE_advantages:
             tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok)
         if STORE_returns:
@@ -199,6 +219,7 @@ def _masked_gae_persist_kernel(
     STORE_st__nv: tl.constexpr,
     STORE_st__A: tl.constexpr,
     EVEN: tl.constexpr,
+    SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
@@ -209,6 +230,12 @@ def _masked_gae_persist_kernel(
     _P = tl.num_programs(0)
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
+    # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
+    # order, the steps of each group in order, so loads keep their vectors, and _flip_groups (in
+    # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
+    # recurrence without the lane reversal of a reverse associative_scan.
+    _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
     _n_items = tl.cdiv(tl.cdiv(R1 * R2, BLOCK_N) - _pid, _P) * _n_chunks
     nv__carry = tl.zeros([BLOCK_N], dtype=ACC)
@@ -233,12 +260,12 @@ def _masked_gae_persist_kernel(
     # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
     _t0 = _chunk * BLOCK_T
     _rem = T - _t0
-    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    _t = _t0.to(tl.int64) + _tcol  # [BT] int64
     if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
-        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
+    is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if gamma__TENSOR:
         gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
     if lambda___TENSOR:
@@ -268,12 +295,12 @@ def _masked_gae_persist_kernel(
         # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
         _t0 = _chunk * BLOCK_T
         _rem = T - _t0
-        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        _t = _t0.to(tl.int64) + _tcol  # [BT] int64
         if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
-            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+            _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
+        is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if gamma__TENSOR:
             gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
         if lambda___TENSOR:
@@ -302,12 +329,12 @@ def _masked_gae_persist_kernel(
         # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
         _t0 = _chunk * BLOCK_T
         _rem = T - _t0
-        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        _t = _t0.to(tl.int64) + _tcol  # [BT] int64
         if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
-            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+            _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
+        is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
 
         nv__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, nv__carry)
         A__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, A__carry)
@@ -329,12 +356,18 @@ def _masked_gae_persist_kernel(
         _jr = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)
         _ju = tl.where(_ok, _zero + (response_mask*(token_level_rewards - values)), 0.0)
         _jv = tl.where(_ok, _zero + (response_mask*values), 0.0)
-        _jp, _jq, _jr, _ju, _jv = tl.associative_scan((_jp, _jq, _jr, _ju, _jv), 1, _combine_joint, reverse=True)
+        _jp, _jq, _jr, _ju, _jv = tl.associative_scan(
+            (_flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jq, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jr, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_joint)
+        _jp = _flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
+        _jq = _flip_groups(_jq, BLOCK_N, BLOCK_T, SHIFT_G)
+        _jr = _flip_groups(_jr, BLOCK_N, BLOCK_T, SHIFT_G)
+        _ju = _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G)
+        _jv = _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G)
         nv = _jv + _jr * nv__carry[:, None]
         A = _ju + _jp * A__carry[:, None] + _jq * nv__carry[:, None]
         if _c + 1 < _n_chunks:  # the row goes on: carry the states into its next chunk
-            nv__carry = tl.sum(tl.where(_cols[None, :] == 0, nv, 0.0), axis=1)
-            A__carry = tl.sum(tl.where(_cols[None, :] == 0, A, 0.0), axis=1)
+            nv__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, nv, 0.0), axis=1)
+            A__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, A, 0.0), axis=1)
         if STORE_advantages:
             tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok)
         if STORE_returns:
@@ -530,6 +563,7 @@ def _masked_gae_lookback_kernel(
     STORE_st__nv: tl.constexpr,
     STORE_st__A: tl.constexpr,
     EVEN: tl.constexpr,
+    SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
@@ -572,6 +606,12 @@ def _masked_gae_lookback_kernel(
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
+    # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
+    # order, the steps of each group in order, so loads keep their vectors, and _flip_groups (in
+    # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
+    # recurrence without the lane reversal of a reverse associative_scan.
+    _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
 
     _chunk = _n_chunks - 1 - _step
@@ -579,12 +619,12 @@ def _masked_gae_lookback_kernel(
     # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
     _t0 = _chunk * BLOCK_T
     _rem = T - _t0
-    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    _t = _t0.to(tl.int64) + _tcol  # [BT] int64
     if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
-        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
+    is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if gamma__TENSOR:
         gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
         gamma__t = gamma__t__raw.to(ACC)
@@ -608,15 +648,21 @@ def _masked_gae_lookback_kernel(
     _jr = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)
     _ju = tl.where(_ok, _zero + (response_mask*(token_level_rewards - values)), 0.0)
     _jv = tl.where(_ok, _zero + (response_mask*values), 0.0)
-    _jp, _jq, _jr, _ju, _jv = tl.associative_scan((_jp, _jq, _jr, _ju, _jv), 1, _combine_joint, reverse=True)
+    _jp, _jq, _jr, _ju, _jv = tl.associative_scan(
+        (_flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jq, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jr, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_joint)
+    _jp = _flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
+    _jq = _flip_groups(_jq, BLOCK_N, BLOCK_T, SHIFT_G)
+    _jr = _flip_groups(_jr, BLOCK_N, BLOCK_T, SHIFT_G)
+    _ju = _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G)
+    _jv = _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G)
     # The chunk's aggregate (five words) and the carry from earlier chunks (decoupled look-back).
     A__carry, nv__carry = _lookback_joint(
         _ws_w + 0 * _n_prog, _n_prog, _slot, _step,
-        tl.sum(tl.where(_cols[None, :] == 0, _jp, 0.0)),
-        tl.sum(tl.where(_cols[None, :] == 0, _jq, 0.0)),
-        tl.sum(tl.where(_cols[None, :] == 0, _jr, 0.0)),
-        tl.sum(tl.where(_cols[None, :] == 0, _ju, 0.0)),
-        tl.sum(tl.where(_cols[None, :] == 0, _jv, 0.0)),
+        tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _jp, 0.0)),
+        tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _jq, 0.0)),
+        tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _jr, 0.0)),
+        tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _ju, 0.0)),
+        tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _jv, 0.0)),
         tl.sum(A__carry), tl.sum(nv__carry), 128, ACC)
     nv = _jv + _jr * nv__carry
     A = _ju + _jp * A__carry + _jq * nv__carry
@@ -672,6 +718,7 @@ def _launch(_call, _cfg):
             STORE_st__nv="st__nv" in _call.outs,
             STORE_st__A="st__A" in _call.outs,
             EVEN=_rt.even(_call, _cfg),
+            SHIFT_G=_rt.shift_group(_call, _cfg),
             BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
             ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
         )

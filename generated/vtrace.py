@@ -22,6 +22,13 @@ def _combine(a_prev, b_prev, a_cur, b_cur):
 
 
 @triton.jit
+def _flip_groups(x, BN: tl.constexpr, BT: tl.constexpr, G: tl.constexpr):
+    # Reverses every group of G consecutive columns of a [BN, BT] tile. The groups are the
+    # steps each thread holds (SHIFT_G), so this moves registers only, no data between threads.
+    return tl.reshape(tl.flip(tl.reshape(x, (BN, BT // G, G)), 2), (BN, BT))
+
+
+@triton.jit
 def _combine_excl(a_prev, b_prev, ea_prev, eb_prev, a_cur, b_cur, ea_cur, eb_cur):
     # Carries, beside the composed map (a, b), the map (ea, eb) of the same segment without its
     # element farthest from the carry: the scan then yields, at every step, both the state and
@@ -169,7 +176,13 @@ def _vtrace_chunked_kernel(
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
+    # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
+    # order, the steps of each group in order, so loads keep their vectors, and _flip_groups (in
+    # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
+    # recurrence without the lane reversal of a reverse associative_scan.
+    _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
+    _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
 
@@ -179,14 +192,14 @@ def _vtrace_chunked_kernel(
         # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
         _t0 = _chunk * BLOCK_T
         _rem = T - _t0
-        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        _t = _t0.to(tl.int64) + _tcol  # [BT] int64
         if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
-            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+            _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
-        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_bootstrap_values:
             bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
             bootstrap_values = bootstrap_values__raw.to(ACC)
@@ -243,17 +256,22 @@ def _vtrace_chunked_kernel(
             values__next = values__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
-            values__next = tl.where((_cols == _rem - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            values__next = tl.where((_tcol == _rem - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _e1 = tl.maximum(terminateds, truncateds)
         _e2 = tl.exp(log_pi_target - log_pi_behavior)
         _alpha = tl.where(_ok, _zero + ((rewards - values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next)))*tl.minimum(_e2, rho_bar__t)), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - _e1)*tl.minimum(_e2, c_bar__t)), 1.0)  # identity past the window end
-        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
+        _a, _b, _ea, _eb = tl.associative_scan(
+            (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero + 1.0, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_excl)
+        _a = _flip_groups(_a, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
+        _b = _flip_groups(_b, BLOCK_N, BLOCK_T, SHIFT_G)
+        _ea = _flip_groups(_ea, BLOCK_N, BLOCK_T, SHIFT_G)
+        _eb = _flip_groups(_eb, BLOCK_N, BLOCK_T, SHIFT_G)
         A = _a + _b * A__carry[:, None]
         A__next = _ea + _eb * A__carry[:, None]  # the state one step nearer the carry
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
-            A__carry = tl.sum(tl.where(_cols[None, :] == 0, A, 0.0), axis=1)
+            A__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, A, 0.0), axis=1)
         _e3 = tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds))
         _e4 = tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values)
         _e5 = tl.where((is_last != 0), 0.0, values__next)
@@ -360,7 +378,13 @@ def _vtrace_persist_kernel(
     _P = tl.num_programs(0)
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
+    # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
+    # order, the steps of each group in order, so loads keep their vectors, and _flip_groups (in
+    # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
+    # recurrence without the lane reversal of a reverse associative_scan.
+    _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
+    _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
     _n_items = tl.cdiv(tl.cdiv(R1 * R2, BLOCK_N) - _pid, _P) * _n_chunks
@@ -392,14 +416,14 @@ def _vtrace_persist_kernel(
     # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
     _t0 = _chunk * BLOCK_T
     _rem = T - _t0
-    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    _t = _t0.to(tl.int64) + _tcol  # [BT] int64
     if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
-        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+        _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
-    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if HAS_bootstrap_values:
         bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
     if c_bar__TENSOR:
@@ -455,14 +479,14 @@ def _vtrace_persist_kernel(
         # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
         _t0 = _chunk * BLOCK_T
         _rem = T - _t0
-        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        _t = _t0.to(tl.int64) + _tcol  # [BT] int64
         if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
-            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+            _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
-        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_bootstrap_values:
             bootstrap_values__raw__nx = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
         if c_bar__TENSOR:
@@ -517,14 +541,14 @@ def _vtrace_persist_kernel(
         # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
         _t0 = _chunk * BLOCK_T
         _rem = T - _t0
-        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        _t = _t0.to(tl.int64) + _tcol  # [BT] int64
         if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
-            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+            _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
-        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_last_value:
             last_value = tl.load(last_value__ptr + last_value__row, mask=_row_ok, other=0).to(ACC)
         else:
@@ -567,17 +591,22 @@ def _vtrace_persist_kernel(
             values__next = values__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
-            values__next = tl.where((_cols == _rem - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            values__next = tl.where((_tcol == _rem - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _e1 = tl.maximum(terminateds, truncateds)
         _e2 = tl.exp(log_pi_target - log_pi_behavior)
         _alpha = tl.where(_ok, _zero + ((rewards - values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next)))*tl.minimum(_e2, rho_bar__t)), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - _e1)*tl.minimum(_e2, c_bar__t)), 1.0)  # identity past the window end
-        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
+        _a, _b, _ea, _eb = tl.associative_scan(
+            (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero + 1.0, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_excl)
+        _a = _flip_groups(_a, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
+        _b = _flip_groups(_b, BLOCK_N, BLOCK_T, SHIFT_G)
+        _ea = _flip_groups(_ea, BLOCK_N, BLOCK_T, SHIFT_G)
+        _eb = _flip_groups(_eb, BLOCK_N, BLOCK_T, SHIFT_G)
         A = _a + _b * A__carry[:, None]
         A__next = _ea + _eb * A__carry[:, None]  # the state one step nearer the carry
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
-            A__carry = tl.sum(tl.where(_cols[None, :] == 0, A, 0.0), axis=1)
+            A__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, A, 0.0), axis=1)
         _e3 = tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds))
         _e4 = tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values)
         _e5 = tl.where((is_last != 0), 0.0, values__next)
@@ -813,7 +842,13 @@ def _vtrace_lookback_kernel(
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
+    # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
+    # order, the steps of each group in order, so loads keep their vectors, and _flip_groups (in
+    # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
+    # recurrence without the lane reversal of a reverse associative_scan.
+    _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
+    _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
 
@@ -822,14 +857,14 @@ def _vtrace_lookback_kernel(
     # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
     _t0 = _chunk * BLOCK_T
     _rem = T - _t0
-    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    _t = _t0.to(tl.int64) + _tcol  # [BT] int64
     if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
-        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+        _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
-    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if HAS_bootstrap_values:
         bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
         bootstrap_values = bootstrap_values__raw.to(ACC)
@@ -886,17 +921,22 @@ def _vtrace_lookback_kernel(
         values__next = values__next__raw.to(ACC)
     else:
         _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
-        values__next = tl.where((_cols == _rem - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        values__next = tl.where((_tcol == _rem - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     # scan A: A_t = alpha_t + beta_t * A_{t+1}
     _e1 = tl.maximum(terminateds, truncateds)
     _e2 = tl.exp(log_pi_target - log_pi_behavior)
     _alpha = tl.where(_ok, _zero + ((rewards - values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next)))*tl.minimum(_e2, rho_bar__t)), 0.0)
     _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - _e1)*tl.minimum(_e2, c_bar__t)), 1.0)  # identity past the window end
-    _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
+    _a, _b, _ea, _eb = tl.associative_scan(
+        (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero + 1.0, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_excl)
+    _a = _flip_groups(_a, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
+    _b = _flip_groups(_b, BLOCK_N, BLOCK_T, SHIFT_G)
+    _ea = _flip_groups(_ea, BLOCK_N, BLOCK_T, SHIFT_G)
+    _eb = _flip_groups(_eb, BLOCK_N, BLOCK_T, SHIFT_G)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
     # look back over earlier chunks for the carry (decoupled look-back).
-    _agg_a = tl.sum(tl.where(_cols[None, :] == 0, _a, 0.0))
-    _agg_b = tl.sum(tl.where(_cols[None, :] == 0, _b, 0.0))
+    _agg_a = tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _a, 0.0))
+    _agg_b = tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _b, 0.0))
     A__carry = _lookback(_ws_w + 0 * _n_prog, _ws_w + 1 * _n_prog,
                               _ws_w + 2 * _n_prog, _slot, _step, _agg_a, _agg_b,
                               tl.sum(A__carry), 128, ACC)

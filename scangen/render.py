@@ -38,12 +38,15 @@ TEMPLATE = "module.py.j2"
 # kernel runs one look-back over five-word aggregates for the pair; "sequential" scans the first
 # (with its exclusive map), then the second. Masked GAE on the H200 (bench/NOTES.md, sixth
 # round): joint 12% faster at 64x65536, 7% at 1x1048576, the same at 16384x1024 and below.
-# The order of a reverse scan's steps within a chunk: "natural" (column j holds step j; the scan
-# runs tl.associative_scan(reverse=True), which reverses lanes with shuffles: 24 of the 46
-# shuffles of a bare two-word scan over 1024 steps on 4 warps) or "grouped" (the groups of
-# steps each thread holds in reverse order, reversed again in registers, and a forward scan:
-# 22 shuffles there, the loads' vectors kept). Offline sm_90 SASS only, not measured.
-OPTIONS = {"shift": "scan", "input_shift": "split", "chain": "joint", "scan_order": "natural"}
+# The order of a reverse scan's steps within a chunk: "grouped" (the default: the groups of
+# steps each thread holds in reverse order, reversed again in registers, and a forward scan, so
+# the loads keep their vectors) or "natural" (column j holds step j; the scan runs
+# tl.associative_scan(reverse=True), which reverses lanes with shuffles: 24 of the 46 shuffles
+# of a bare two-word scan over 1024 steps on 4 warps). The gather options index natural
+# columns, so with shift="gather" or input_shift="gather" the scans run in natural order.
+# H200, CUDA-graph device time, natural -> grouped (bench/NOTES.md, seventh round): GAE
+# 16384x1024 85.4 -> 74.5 us, masked GAE 124.7 -> 77.3, discounted returns 69.0 -> 55.7.
+OPTIONS = {"shift": "scan", "input_shift": "split", "chain": "joint", "scan_order": "grouped"}
 
 
 def template_dir() -> Path:
@@ -135,7 +138,8 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
     _check_options()
     ir = plan.ir
     rev = ir.reverse
-    grouped = rev and OPTIONS["scan_order"] == "grouped"
+    grouped = rev and OPTIONS["scan_order"] == "grouped" and "gather" not in (
+        OPTIONS["shift"], OPTIONS["input_shift"])
     tcol = "_tcol" if grouped else "_cols"  # the chunk column's step, relative to the chunk
     tile = sy.table(sy.triton_tile, [s for sp in plan.sums for s, _ in sp.block.assigns])
     pr = functools.partial(print_expr, TritonPrinter, symbols=tile, spec_name=ir.name)
@@ -316,10 +320,6 @@ _CHOICES = {"shift": ("scan", "gather"), "input_shift": ("split", "load", "gathe
 def _check_options() -> None:
     """Every template option has a known value (a misspelt one would silently render the
     default)."""
-    if OPTIONS.get("scan_order") == "grouped" and "gather" in (OPTIONS.get("shift"),
-                                                              OPTIONS.get("input_shift")):
-        raise ValueError("render.OPTIONS: scan_order='grouped' needs shift='scan' and "
-                         "input_shift 'split' or 'load' (the gathers index natural columns)")
     for key, value in OPTIONS.items():
         if key not in _CHOICES or value not in _CHOICES[key]:
             raise ValueError(f"render.OPTIONS[{key!r}] = {value!r}: expected one of "

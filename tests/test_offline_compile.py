@@ -142,15 +142,15 @@ GROUPED = r"""
 import json, sys, tempfile
 from pathlib import Path
 from scangen.testing import compile_offline, compile_variant
-import scangen.generated.gae as natural
-import scangen.generated.masked_gae as natural_masked
+import scangen.generated.gae as grouped
+import scangen.generated.masked_gae as grouped_masked
 cache = Path(tempfile.mkdtemp())
 out = {}
-for name, base in (("gae", natural), ("masked_gae", natural_masked)):
-    grouped = sys.modules[compile_variant(name, cache, scan_order="grouped").__module__]
+for name, default in (("gae", grouped), ("masked_gae", grouped_masked)):
+    natural = sys.modules[compile_variant(name, cache, scan_order="natural").__module__]
     for case, (family, bn, bt, nw, general) in json.loads(sys.argv[1]).items():
         counts = []
-        for module in (base, grouped):
+        for module in (natural, default):
             c = compile_offline(module, family, block_n=bn, block_t=bt, num_warps=nw)
             counts.append(c.asm["ptx"].count("shfl.sync") if c.asm.get("cubin") else -1)
         out[name + "/" + case] = counts
@@ -167,7 +167,7 @@ def grouped_results():
 @pytest.mark.parametrize("name", ["gae", "masked_gae"])
 @pytest.mark.parametrize("case", sorted(GROUPED_CASES))
 def test_grouped_scan_order_compiles_with_fewer_shuffles(grouped_results, name, case):
-    """scan_order="grouped" (render.OPTIONS) compiles for sm_90 in every family, and its forward
+    """scan_order="grouped" (render.OPTIONS, the default) compiles for sm_90 in every family, and its forward
     scan over the chunk's steps, regrouped in registers, shuffles less than the reverse scan,
     which reverses lanes (bench/NOTES.md, sixth round, item 4)."""
     natural, grouped = grouped_results[f"{name}/{case}"]

@@ -229,23 +229,32 @@ def test_variant_source_differs():
     assert "tl.gather(A, _idx_next, 1)" in state
 
 
-@pytest.mark.parametrize("group,T", [(1, 50), (4, 50), (16, 50), (4, 64)])
+@pytest.mark.parametrize("order,group,T", [("grouped", 1, 50), ("grouped", 4, 50),
+                                           ("grouped", 16, 50), ("grouped", 4, 64),
+                                           ("natural", 4, 50)])
 @pytest.mark.parametrize("family", ["stream", "persist", "lookback"])
 @pytest.mark.parametrize("name", ["gae", "vtrace", "retrace", "masked_gae", "lambda_returns",
                                   "discounted_returns"])
-def test_grouped_scan_order(name, family, group, T, cache):
-    """scan_order="grouped": a chunk's columns hold its steps group by group in reverse order
-    (SHIFT_G steps a group), each group reversed again in registers before a forward scan. On
-    CPU runtime.shift_group picks 1 (the whole chunk reversed); groups of 4 and 16 are forced
-    here, with 16-step chunks, T = 50 (a partial last chunk) and T = 64 (full tiles, no masks)."""
-    fn = compile_variant(name, cache, scan_order="grouped")
-    source = inspect.getsource(inspect.getmodule(fn))
-    assert "_flip_groups" in source and "reverse=True" not in source.split("def _lb_written")[0]
-    _check(fn, name, 3, 7, f"scan_order=grouped {family} SHIFT_G={group} T={T}",
+def test_scan_order(name, family, order, group, T, cache):
+    """scan_order="grouped" (the default): a chunk's columns hold its steps group by group in
+    reverse order (SHIFT_G steps a group), each group reversed again in registers before a
+    forward scan. On CPU runtime.shift_group picks 1 (the whole chunk reversed); groups of 4
+    and 16 are forced here, with 16-step chunks, T = 50 (a partial last chunk) and T = 64 (full
+    tiles, no masks). scan_order="natural" runs the reverse associative scan."""
+    fn = compile_variant(name, cache, scan_order=order)
+    source = inspect.getsource(inspect.getmodule(fn)).split("def _lb_written")[0]
+    assert ("_flip_groups" in source) == (order == "grouped")
+    assert ("reverse=True" in source) == (order == "natural")
+    _check(fn, name, 3, 7, f"scan_order={order} {family} SHIFT_G={group} T={T}",
            mock.patch.object(runtime, "shift_group", lambda c, cfg: group), family=family, T=T)
 
 
-def test_grouped_scan_order_refuses_gathers():
-    with mock.patch.dict(render.OPTIONS, {"scan_order": "grouped", "shift": "gather"}):
-        with pytest.raises(ValueError, match="scan_order='grouped'"):
-            render._check_options()
+@pytest.mark.parametrize("option", [{"shift": "gather"}, {"input_shift": "gather"}])
+def test_gathers_scan_in_natural_order(option):
+    """The gather options index natural columns: with either, the reverse scans run in natural
+    order whatever scan_order says; without them the default is grouped."""
+    _, default = scangen.pipeline.generate(spec_dir() / "gae.yaml")
+    with mock.patch.dict(render.OPTIONS, option):
+        _, gathered = scangen.pipeline.generate(spec_dir() / "gae.yaml")
+    assert "_flip_groups(" in default and "reverse=True" not in default.split("def _lb_written")[0]
+    assert "_flip_groups(" not in gathered and "reverse=True" in gathered
