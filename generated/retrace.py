@@ -22,13 +22,6 @@ def _combine(a_prev, b_prev, a_cur, b_cur):
 
 
 @triton.jit
-def _flip_groups(x, BN: tl.constexpr, BT: tl.constexpr, G: tl.constexpr):
-    # Reverses every group of G consecutive columns of a [BN, BT] tile. The groups are the
-    # steps each thread holds (SHIFT_G), so this moves registers only, no data between threads.
-    return tl.reshape(tl.flip(tl.reshape(x, (BN, BT // G, G)), 2), (BN, BT))
-
-
-@triton.jit
 def _combine_excl(a_prev, b_prev, ea_prev, eb_prev, a_cur, b_cur, ea_cur, eb_cur):
     # Carries, beside the composed map (a, b), the map (ea, eb) of the same segment without its
     # element farthest from the carry: the scan then yields, at every step, both the state and
@@ -173,13 +166,7 @@ def _retrace_chunked_kernel(
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-    # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
-    # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
-    # order, the steps of each group in order, so loads keep their vectors, and _flip_groups (in
-    # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
-    # recurrence without the lane reversal of a reverse associative_scan.
-    _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
-    _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
+    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
 
@@ -189,14 +176,14 @@ def _retrace_chunked_kernel(
         # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
         _t0 = _chunk * BLOCK_T
         _rem = T - _t0
-        _t = _t0.to(tl.int64) + _tcol  # [BT] int64
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
         if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
-            _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
-        is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         action_probs_behavior__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1)
@@ -210,7 +197,7 @@ def _retrace_chunked_kernel(
             action_probs_behavior__next = action_probs_behavior__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(action_probs_behavior__raw, (_M, SHIFT_G)), tl.reshape(action_probs_behavior__next__raw, (_M,)), _M, SHIFT_G)
-            action_probs_behavior__next = tl.where((_tcol == _rem - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            action_probs_behavior__next = tl.where((_cols == _rem - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # actions with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         actions__raw = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1)
@@ -224,7 +211,7 @@ def _retrace_chunked_kernel(
             actions__next = actions__next__raw
         else:
             _s = _shift_next(tl.reshape(actions__raw, (_M, SHIFT_G)), tl.reshape(actions__next__raw, (_M,)), _M, SHIFT_G)
-            actions__next = tl.where((_tcol == _rem - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
+            actions__next = tl.where((_cols == _rem - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
         if c_bar__TENSOR:
             c_bar__next__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1)
             c_bar__next__t = c_bar__next__t__raw.to(ACC)
@@ -253,7 +240,7 @@ def _retrace_chunked_kernel(
             q_values__next = q_values__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(q_values__raw, (_M, SHIFT_G)), tl.reshape(q_values__next__raw, (_M,)), _M, SHIFT_G)
-            q_values__next = tl.where((_tcol == _rem - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            q_values__next = tl.where((_cols == _rem - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
         rewards = rewards__raw.to(ACC)
         if rho_bar__TENSOR:
@@ -292,16 +279,11 @@ def _retrace_chunked_kernel(
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _alpha = tl.where(_ok, _zero + (rewards - q_values + _sum0*gamma__t*(1.0 - terminateds)), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - tl.maximum(terminateds, truncateds))*tl.where((is_last != 0), 0.0, lambda___next__t*tl.minimum(c_bar__next__t, _gather0/action_probs_behavior__next))), 1.0)  # identity past the window end
-        _a, _b, _ea, _eb = tl.associative_scan(
-            (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero + 1.0, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_excl)
-        _a = _flip_groups(_a, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
-        _b = _flip_groups(_b, BLOCK_N, BLOCK_T, SHIFT_G)
-        _ea = _flip_groups(_ea, BLOCK_N, BLOCK_T, SHIFT_G)
-        _eb = _flip_groups(_eb, BLOCK_N, BLOCK_T, SHIFT_G)
+        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
         A = _a + _b * A__carry[:, None]
         A__next = _ea + _eb * A__carry[:, None]  # the state one step nearer the carry
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
-            A__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, A, 0.0), axis=1)
+            A__carry = tl.sum(tl.where(_cols[None, :] == 0, A, 0.0), axis=1)
         if STORE_targets:
             tl.store(targets__optr + targets__orow[:, None] + _t[None, :] * targets__ost, (_zero + (A + q_values)).to(targets__optr.dtype.element_ty), mask=_ok)
         if STORE_advantages:
@@ -405,13 +387,7 @@ def _retrace_persist_kernel(
     _P = tl.num_programs(0)
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-    # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
-    # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
-    # order, the steps of each group in order, so loads keep their vectors, and _flip_groups (in
-    # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
-    # recurrence without the lane reversal of a reverse associative_scan.
-    _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
-    _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
+    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
     _n_items = tl.cdiv(tl.cdiv(R1 * R2, BLOCK_N) - _pid, _P) * _n_chunks
@@ -443,14 +419,14 @@ def _retrace_persist_kernel(
     # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
     _t0 = _chunk * BLOCK_T
     _rem = T - _t0
-    _t = _t0.to(tl.int64) + _tcol  # [BT] int64
+    _t = _t0.to(tl.int64) + _cols  # [BT] int64
     if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
-        _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
+        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
-    is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     action_probs_behavior__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1)
@@ -516,14 +492,14 @@ def _retrace_persist_kernel(
         # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
         _t0 = _chunk * BLOCK_T
         _rem = T - _t0
-        _t = _t0.to(tl.int64) + _tcol  # [BT] int64
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
         if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
-            _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
-        is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         action_probs_behavior__raw__nx = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1)
@@ -588,14 +564,14 @@ def _retrace_persist_kernel(
         # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
         _t0 = _chunk * BLOCK_T
         _rem = T - _t0
-        _t = _t0.to(tl.int64) + _tcol  # [BT] int64
+        _t = _t0.to(tl.int64) + _cols  # [BT] int64
         if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
-            _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
+            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
-        is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
 
         A__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, A__carry)
         action_probs_behavior = action_probs_behavior__raw.to(ACC)
@@ -603,13 +579,13 @@ def _retrace_persist_kernel(
             action_probs_behavior__next = action_probs_behavior__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(action_probs_behavior__raw, (_M, SHIFT_G)), tl.reshape(action_probs_behavior__next__raw, (_M,)), _M, SHIFT_G)
-            action_probs_behavior__next = tl.where((_tcol == _rem - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            action_probs_behavior__next = tl.where((_cols == _rem - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         actions = actions__raw
         if SHIFT_G == 1:
             actions__next = actions__next__raw
         else:
             _s = _shift_next(tl.reshape(actions__raw, (_M, SHIFT_G)), tl.reshape(actions__next__raw, (_M,)), _M, SHIFT_G)
-            actions__next = tl.where((_tcol == _rem - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
+            actions__next = tl.where((_cols == _rem - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
         if c_bar__TENSOR:
             c_bar__next__t = c_bar__next__t__raw.to(ACC)
         else:
@@ -627,7 +603,7 @@ def _retrace_persist_kernel(
             q_values__next = q_values__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(q_values__raw, (_M, SHIFT_G)), tl.reshape(q_values__next__raw, (_M,)), _M, SHIFT_G)
-            q_values__next = tl.where((_tcol == _rem - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            q_values__next = tl.where((_cols == _rem - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         rewards = rewards__raw.to(ACC)
         if rho_bar__TENSOR:
             rho_bar__t = rho_bar__t__raw.to(ACC)
@@ -662,16 +638,11 @@ def _retrace_persist_kernel(
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _alpha = tl.where(_ok, _zero + (rewards - q_values + _sum0*gamma__t*(1.0 - terminateds)), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - tl.maximum(terminateds, truncateds))*tl.where((is_last != 0), 0.0, lambda___next__t*tl.minimum(c_bar__next__t, _gather0/action_probs_behavior__next))), 1.0)  # identity past the window end
-        _a, _b, _ea, _eb = tl.associative_scan(
-            (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero + 1.0, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_excl)
-        _a = _flip_groups(_a, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
-        _b = _flip_groups(_b, BLOCK_N, BLOCK_T, SHIFT_G)
-        _ea = _flip_groups(_ea, BLOCK_N, BLOCK_T, SHIFT_G)
-        _eb = _flip_groups(_eb, BLOCK_N, BLOCK_T, SHIFT_G)
+        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
         A = _a + _b * A__carry[:, None]
         A__next = _ea + _eb * A__carry[:, None]  # the state one step nearer the carry
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
-            A__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, A, 0.0), axis=1)
+            A__carry = tl.sum(tl.where(_cols[None, :] == 0, A, 0.0), axis=1)
         if STORE_targets:
             tl.store(targets__optr + targets__orow[:, None] + _t[None, :] * targets__ost, (_zero + (A + q_values)).to(targets__optr.dtype.element_ty), mask=_ok)
         if STORE_advantages:
@@ -899,13 +870,7 @@ def _retrace_lookback_kernel(
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-    # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
-    # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
-    # order, the steps of each group in order, so loads keep their vectors, and _flip_groups (in
-    # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
-    # recurrence without the lane reversal of a reverse associative_scan.
-    _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
-    _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
+    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
 
@@ -914,14 +879,14 @@ def _retrace_lookback_kernel(
     # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
     _t0 = _chunk * BLOCK_T
     _rem = T - _t0
-    _t = _t0.to(tl.int64) + _tcol  # [BT] int64
+    _t = _t0.to(tl.int64) + _cols  # [BT] int64
     if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
-        _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
+        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
-    is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     action_probs_behavior__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1)
@@ -935,7 +900,7 @@ def _retrace_lookback_kernel(
         action_probs_behavior__next = action_probs_behavior__next__raw.to(ACC)
     else:
         _s = _shift_next(tl.reshape(action_probs_behavior__raw, (_M, SHIFT_G)), tl.reshape(action_probs_behavior__next__raw, (_M,)), _M, SHIFT_G)
-        action_probs_behavior__next = tl.where((_tcol == _rem - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        action_probs_behavior__next = tl.where((_cols == _rem - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     # actions with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     actions__raw = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1)
@@ -949,7 +914,7 @@ def _retrace_lookback_kernel(
         actions__next = actions__next__raw
     else:
         _s = _shift_next(tl.reshape(actions__raw, (_M, SHIFT_G)), tl.reshape(actions__next__raw, (_M,)), _M, SHIFT_G)
-        actions__next = tl.where((_tcol == _rem - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
+        actions__next = tl.where((_cols == _rem - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
     if c_bar__TENSOR:
         c_bar__next__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1)
         c_bar__next__t = c_bar__next__t__raw.to(ACC)
@@ -978,7 +943,7 @@ def _retrace_lookback_kernel(
         q_values__next = q_values__next__raw.to(ACC)
     else:
         _s = _shift_next(tl.reshape(q_values__raw, (_M, SHIFT_G)), tl.reshape(q_values__next__raw, (_M,)), _M, SHIFT_G)
-        q_values__next = tl.where((_tcol == _rem - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        q_values__next = tl.where((_cols == _rem - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
     rewards = rewards__raw.to(ACC)
     if rho_bar__TENSOR:
@@ -1017,16 +982,11 @@ def _retrace_lookback_kernel(
     # scan A: A_t = alpha_t + beta_t * A_{t+1}
     _alpha = tl.where(_ok, _zero + (rewards - q_values + _sum0*gamma__t*(1.0 - terminateds)), 0.0)
     _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - tl.maximum(terminateds, truncateds))*tl.where((is_last != 0), 0.0, lambda___next__t*tl.minimum(c_bar__next__t, _gather0/action_probs_behavior__next))), 1.0)  # identity past the window end
-    _a, _b, _ea, _eb = tl.associative_scan(
-        (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero + 1.0, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_excl)
-    _a = _flip_groups(_a, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
-    _b = _flip_groups(_b, BLOCK_N, BLOCK_T, SHIFT_G)
-    _ea = _flip_groups(_ea, BLOCK_N, BLOCK_T, SHIFT_G)
-    _eb = _flip_groups(_eb, BLOCK_N, BLOCK_T, SHIFT_G)
+    _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
     # look back over earlier chunks for the carry (decoupled look-back).
-    _agg_a = tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _a, 0.0))
-    _agg_b = tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _b, 0.0))
+    _agg_a = tl.sum(tl.where(_cols[None, :] == 0, _a, 0.0))
+    _agg_b = tl.sum(tl.where(_cols[None, :] == 0, _b, 0.0))
     A__carry = _lookback(_ws_w + 0 * _n_prog, _ws_w + 1 * _n_prog,
                               _ws_w + 2 * _n_prog, _slot, _step, _agg_a, _agg_b,
                               tl.sum(A__carry), 128, ACC)

@@ -42,10 +42,12 @@ TEMPLATE = "module.py.j2"
 # steps each thread holds in reverse order, reversed again in registers, and a forward scan, so
 # the loads keep their vectors) or "natural" (column j holds step j; the scan runs
 # tl.associative_scan(reverse=True), which reverses lanes with shuffles: 24 of the 46 shuffles
-# of a bare two-word scan over 1024 steps on 4 warps). The gather options index natural
-# columns, so with shift="gather" or input_shift="gather" the scans run in natural order.
-# H200, CUDA-graph device time, natural -> grouped (bench/NOTES.md, seventh round): GAE
-# 16384x1024 85.4 -> 74.5 us, masked GAE 124.7 -> 77.3, discounted returns 69.0 -> 55.7.
+# of a bare two-word scan over 1024 steps on 4 warps). The scans run in natural order where
+# grouped does not apply or lost: with shift="gather" or input_shift="gather" (the gathers index
+# natural columns), and in specs with [N, T, K] inputs (Retrace: its tiles hold one step per
+# thread, so the whole chunk is reversed, and the H200 measured grouped 19% slower at
+# 16384x1024). H200, CUDA-graph device time, natural -> grouped (bench/NOTES.md, seventh round):
+# GAE 16384x1024 86.8 -> 75.7 us, masked GAE 124.7 -> 77.2, discounted returns 69.0 -> 55.7.
 OPTIONS = {"shift": "scan", "input_shift": "split", "chain": "joint", "scan_order": "grouped"}
 
 
@@ -138,8 +140,9 @@ def _triton_context(plan: Plan, sy: _Symbols) -> NS:
     _check_options()
     ir = plan.ir
     rev = ir.reverse
-    grouped = rev and OPTIONS["scan_order"] == "grouped" and "gather" not in (
-        OPTIONS["shift"], OPTIONS["input_shift"])
+    grouped = (rev and OPTIONS["scan_order"] == "grouped"
+               and "gather" not in (OPTIONS["shift"], OPTIONS["input_shift"])
+               and not any(i.shape == "NTK" for i in ir.inputs))
     tcol = "_tcol" if grouped else "_cols"  # the chunk column's step, relative to the chunk
     tile = sy.table(sy.triton_tile, [s for sp in plan.sums for s, _ in sp.block.assigns])
     pr = functools.partial(print_expr, TritonPrinter, symbols=tile, spec_name=ir.name)

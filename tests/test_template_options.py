@@ -240,11 +240,13 @@ def test_scan_order(name, family, order, group, T, cache):
     reverse order (SHIFT_G steps a group), each group reversed again in registers before a
     forward scan. On CPU runtime.shift_group picks 1 (the whole chunk reversed); groups of 4
     and 16 are forced here, with 16-step chunks, T = 50 (a partial last chunk) and T = 64 (full
-    tiles, no masks). scan_order="natural" runs the reverse associative scan."""
+    tiles, no masks). scan_order="natural" runs the reverse associative scan, as do specs with
+    [N, T, K] inputs (Retrace) under either option."""
     fn = compile_variant(name, cache, scan_order=order)
     source = inspect.getsource(inspect.getmodule(fn)).split("def _lb_written")[0]
-    assert ("_flip_groups" in source) == (order == "grouped")
-    assert ("reverse=True" in source) == (order == "natural")
+    grouped = order == "grouped" and name != "retrace"
+    assert ("_flip_groups" in source) == grouped
+    assert ("reverse=True" in source) == (not grouped)
     _check(fn, name, 3, 7, f"scan_order={order} {family} SHIFT_G={group} T={T}",
            mock.patch.object(runtime, "shift_group", lambda c, cfg: group), family=family, T=T)
 
