@@ -64,13 +64,18 @@ def _sm_count(index: int) -> int:
 
 # The look-back family (T split across programs), bench/NOTES.md fifth round: chunks of 2048
 # steps on 4 warps; 4096 where 2048 would give fewer than LOOKBACK_PROGRAMS_PER_SM programs per
-# SM (8x262144, 1x1048576); at most half the padded row, so that a row has two chunks or more.
+# SM (8x262144, 1x1048576); 8192 on 8 warps (32 steps a thread, as 4096 on 4) where 4096 would
+# give fewer than LOOKBACK_LONG_PROGRAMS_PER_SM (1x1048576: 256 programs on 132 SMs; seventh
+# round, h200-2026-11-30-g-lookback-sweep: GAE 11.4 -> 10.9 us, V-trace 15.0 -> 14.2, masked
+# GAE 13.6 -> 11.7, discounted returns 10.7 -> 9.9); at most half the padded row, so that a
+# row has two chunks or more.
 # Specs that sum over a trailing axis (K > 1, Retrace) keep 1024 elements on 4 warps (measured
 # in the fourth round; longer chunks not measured for them).
 LOOKBACK_MIN_T = 2048    # rows at least this long may be split
 LOOKBACK_BLOCK_T = 2048
 LOOKBACK_WARPS = 4
 LOOKBACK_PROGRAMS_PER_SM = 8
+LOOKBACK_LONG_PROGRAMS_PER_SM = 2
 LOOKBACK_K_TILE = 1024   # elements (K included) per program when K > 1
 PERSIST_TILE = 512       # tile of persist calls chosen for the tensors they move (one row)
 FAMILIES = ("stream", "persist", "lookback")
@@ -149,10 +154,14 @@ def _lookback_config(c, rows: int, block_k: int, kk: int) -> Config:
                       "lookback")
     block_t = LOOKBACK_BLOCK_T
     sms = _sm_count(c.device.index or 0) if c.device.type == "cuda" else 0
+    warps = LOOKBACK_WARPS
     if rows * -(-c.T // block_t) < LOOKBACK_PROGRAMS_PER_SM * sms:
         block_t *= 2
-    block_t = max(16, min(block_t, _pow2(c.T) // 2))
-    return Config(1, block_t, block_k, LOOKBACK_WARPS, "lookback")
+        if rows * -(-c.T // block_t) < LOOKBACK_LONG_PROGRAMS_PER_SM * sms:
+            block_t, warps = block_t * 2, warps * 2
+    if block_t > _pow2(c.T) // 2:
+        block_t, warps = max(16, _pow2(c.T) // 2), LOOKBACK_WARPS
+    return Config(1, block_t, block_k, warps, "lookback")
 
 
 def _shape_config(c, rows: int, block_k: int, kk: int, time_major: bool) -> Config:

@@ -30,7 +30,10 @@ def _choose(N, T, *, time_major=False, K=1, family=None, streams=3):
     (16384, 4096, (1, 1024, "stream")),   # long rows, many of them: stream in chunks
     (64, 65536, (1, 2048, "lookback")),   # fewer rows than SMs: T split across programs
     (8, 262144, (1, 4096, "lookback")),   # 1024 programs of 2048 would be < 8 per SM
-    (1, 1048576, (1, 4096, "lookback")),
+    (2, 1048576, (1, 4096, "lookback")),  # 512 programs of 4096: >= 2 per SM
+    (1, 1048576, (1, 8192, "lookback")),  # 256 of 4096 would be < 2 per SM: 8192 on 8 warps
+    (1, 16384, (1, 8192, "lookback")),    # at most half the padded row
+    (1, 8192, (1, 4096, "lookback")),     # ... on 4 warps
     (4, 2048, (1, 1024, "lookback")),     # at least two chunks per row
     (256, 8192, (1, 1024, "persist")),    # < 2 rows per SM: one persistent program per row
     (200, 1024, (1, 1024, "stream")),     # few rows but one chunk each: nothing to prefetch
@@ -38,7 +41,7 @@ def _choose(N, T, *, time_major=False, K=1, family=None, streams=3):
 def test_rows_layout(N, T, expected):
     cfg = _choose(N, T)
     assert (cfg.block_n, cfg.block_t, cfg.family) == expected
-    assert cfg.num_warps == 4
+    assert cfg.num_warps == (8 if cfg.block_t == 8192 else 4)
 
 
 @pytest.mark.parametrize("N,T,streams,family", [
