@@ -67,8 +67,10 @@ def _sm_count(index: int) -> int:
 # SM (8x262144, 1x1048576); 8192 on 8 warps (32 steps a thread, as 4096 on 4) where 4096 would
 # give fewer than LOOKBACK_LONG_PROGRAMS_PER_SM (1x1048576: 256 programs on 132 SMs; seventh
 # round, h200-2026-11-30-g-lookback-sweep: GAE 11.4 -> 10.9 us, V-trace 15.0 -> 14.2, masked
-# GAE 13.6 -> 11.7, discounted returns 10.7 -> 9.9); at most half the padded row, so that a
-# row has two chunks or more.
+# GAE 13.6 -> 11.7, discounted returns 10.7 -> 9.9); calls that move PERSIST_TENSORS or more
+# [N, T] tensors take 1024 where 2048 gives enough programs (V-trace with truncations, 9
+# tensors, 186 registers at 2048: 64x65536 60.2 -> 51.2 us in the same sweep; masked GAE, 7
+# tensors, loses 45% at 1024); at most half the padded row, so that a row has two chunks or more.
 # Specs that sum over a trailing axis (K > 1, Retrace) keep 1024 elements on 4 warps (measured
 # in the fourth round; longer chunks not measured for them).
 LOOKBACK_MIN_T = 2048    # rows at least this long may be split
@@ -155,10 +157,13 @@ def _lookback_config(c, rows: int, block_k: int, kk: int) -> Config:
     block_t = LOOKBACK_BLOCK_T
     sms = _sm_count(c.device.index or 0) if c.device.type == "cuda" else 0
     warps = LOOKBACK_WARPS
-    if rows * -(-c.T // block_t) < LOOKBACK_PROGRAMS_PER_SM * sms:
+    programs = rows * -(-c.T // block_t)
+    if programs < LOOKBACK_PROGRAMS_PER_SM * sms:
         block_t *= 2
         if rows * -(-c.T // block_t) < LOOKBACK_LONG_PROGRAMS_PER_SM * sms:
             block_t, warps = block_t * 2, warps * 2
+    elif sms and _streams(c) >= PERSIST_TENSORS:
+        block_t //= 2
     if block_t > _pow2(c.T) // 2:
         block_t, warps = max(16, _pow2(c.T) // 2), LOOKBACK_WARPS
     return Config(1, block_t, block_k, warps, "lookback")

@@ -59,6 +59,16 @@ def test_persist_for_calls_that_move_many_tensors(N, T, streams, family):
         assert (cfg.block_n, cfg.block_t) == (1, config.PERSIST_TILE)
 
 
+@pytest.mark.parametrize("N,T,streams,chunk", [
+    (64, 65536, 9, 1024),    # many tensors and >= 8 programs per SM: shorter chunks
+    (64, 65536, 7, 2048),
+    (1, 1048576, 9, 8192),   # too few programs: long chunks whatever the tensors
+])
+def test_lookback_chunk_for_calls_that_move_many_tensors(N, T, streams, chunk):
+    cfg = _choose(N, T, streams=streams)
+    assert (cfg.family, cfg.block_t) == ("lookback", chunk)
+
+
 def test_persist_for_few_rows_keeps_long_chunks():
     cfg = _choose(256, 8192, streams=9)
     assert (cfg.block_n, cfg.block_t, cfg.family) == (1, 1024, "persist")
