@@ -10,7 +10,8 @@ The dispatch rule in scangen/config.py is read off these tables (bench/NOTES.md 
 ``shift=gather`` reads the state's neighbour through tl.gather instead of the exclusive scan;
 ``input_shift=gather`` takes next(x)/prev(x) of an input from its aligned tile with tl.gather
 instead of a second, unaligned load; ``chain=sequential`` scans chained scans (masked GAE's) one
-after the other; ``scan_order=grouped`` runs reverse scans forward over regrouped steps.
+after the other; ``scan_order=natural`` runs reverse scans as reverse associative scans instead of
+forward over regrouped steps (the default).
 ``--base DIR`` adds each algorithm's module as generated at another revision (DIR/<algo>.py, e.g.
 ``git archive REV generated | tar -x -C DIR --strip-components=1``), under ``<algo>[base]``:
 the generated code before and after a change, measured side by side in one process.
