@@ -292,7 +292,8 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
         consts[(i,)] = (layout_steps(size, block_n, block_t, num_warps)
                         if contiguous and not time_major else 1)
     src = ASTSource(fn=kernel, signature=sig, constexprs=consts, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=num_warps))
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                          options=dict(num_warps=num_warps, enable_fp_fusion=True))  # as runtime.launch
 
 
 def compile_variant(name: str, cache_dir, **options):
