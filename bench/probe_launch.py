@@ -73,13 +73,15 @@ def main():
                      lambda: run(*g, stream_of(dev), function, packed, None, None, None, *a)))
         # the same launch with every tensor passed as its address: Triton's launcher then skips
         # the per-tensor data_ptr() call and cuPointerGetAttribute (bench/NOTES.md, next steps)
-        addr = tuple(x.data_ptr() if isinstance(x, torch.Tensor) else x for x in a)
+        def addresses():
+            return tuple(x.data_ptr() if isinstance(x, torch.Tensor) else x for x in a)
+
+        addr = addresses()
         rows.append(("GAE compiled kernel, launcher alone, pointers as ints",
                      lambda: run(*g, stream_of(dev), function, packed, None, None, None, *addr)))
         rows.append(("the ints built per call, then the launcher",
                      lambda: run(*g, stream_of(dev), function, packed, None, None, None,
-                                 *(x.data_ptr() if isinstance(x, torch.Tensor) else x
-                                   for x in a))))
+                                 *addresses())))
     ce = _empty_many[(1,)](*([x] * 8), *ints, 0.5, 0.25, C0=1, C1=0, C2=1, C3=0)
     rows.append(("empty kernel, 34 args, compiled entry",
                  lambda: ce[(1, 1, 1)](*([x] * 8), *ints, 0.5, 0.25, 1, 0, 1, 0)))

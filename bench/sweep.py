@@ -149,18 +149,18 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     part, parts = map(int, args.part.split("/"))
     cache = Path(tempfile.gettempdir()) / "scangen-sweep-cache"
-    fns = {a: (a, getattr(scangen, f"compute_{a}")) for a in args.algos.split(",")}
+    algos, shapes = args.algos.split(","), args.shapes.split(",")
+    fns = {a: (a, getattr(scangen, f"compute_{a}")) for a in algos}
     for v in filter(None, args.variants.split(",")):
-        for a in args.algos.split(","):  # every algorithm; an option that does not apply renders the same
+        for a in algos:  # every algorithm; an option that does not apply renders the same
             fns[f"{a}[{v}]"] = (a, variant_fn(a, v, cache))
     if args.base is not None:
-        for a in list(fns):
-            if "[" not in a:
-                fns[f"{a}[base]"] = (a, base_fn(a, args.base))
-    cases = [(name, shape) for name in fns for shape in args.shapes.split(",")]
+        for a in algos:
+            fns[f"{a}[base]"] = (a, base_fn(a, args.base))
+    cases = [(name, shape) for name in fns for shape in shapes]
     if args.base is not None:  # each pair twice, in the order new, base, base, new: neither side
         # is always measured first (the first measurement of a case tends to be the slower)
-        cases = [(n, shape) for a in args.algos.split(",") for shape in args.shapes.split(",")
+        cases = [(n, shape) for a in algos for shape in shapes
                  for n in (a, f"{a}[base]", f"{a}[base]", a)]
     rows = []
     bw = None if args.compile_only else bandwidth_gbs()

@@ -157,10 +157,13 @@ def _lookback_config(c, rows: int, block_k: int, kk: int) -> Config:
     block_t = LOOKBACK_BLOCK_T
     sms = _sm_count(c.device.index or 0) if c.device.type == "cuda" else 0
     warps = LOOKBACK_WARPS
-    programs = rows * -(-c.T // block_t)
-    if programs < LOOKBACK_PROGRAMS_PER_SM * sms:
+
+    def programs(chunk):
+        return rows * -(-c.T // chunk)
+
+    if programs(block_t) < LOOKBACK_PROGRAMS_PER_SM * sms:
         block_t *= 2
-        if rows * -(-c.T // block_t) < LOOKBACK_LONG_PROGRAMS_PER_SM * sms:
+        if programs(block_t) < LOOKBACK_LONG_PROGRAMS_PER_SM * sms:
             block_t, warps = block_t * 2, warps * 2
     elif sms and _streams(c) >= PERSIST_TENSORS:
         block_t //= 2

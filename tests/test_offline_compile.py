@@ -122,7 +122,7 @@ for case, (family, bn, bt, nw, general) in json.loads(sys.argv[1]).items():
 print("RESULTS " + json.dumps(out))
 """
 SEQUENTIAL_CASES = {k: CASES[k] for k in ("stream-long", "persist-long", "lookback",
-                                     "lookback-fp64-general")}
+                                          "lookback-fp64-general")}
 
 
 @pytest.fixture(scope="module")
@@ -167,9 +167,9 @@ def grouped_results():
 @pytest.mark.parametrize("name", ["gae", "masked_gae"])
 @pytest.mark.parametrize("case", sorted(GROUPED_CASES))
 def test_grouped_scan_order_compiles_with_fewer_shuffles(grouped_results, name, case):
-    """scan_order="grouped" (render.OPTIONS, the default) compiles for sm_90 in every family, and its forward
-    scan over the chunk's steps, regrouped in registers, shuffles less than the reverse scan,
-    which reverses lanes (bench/NOTES.md, sixth round, item 4)."""
+    """scan_order="grouped" (render.OPTIONS, the default) compiles for sm_90 in every family,
+    and its forward scan over the chunk's steps, regrouped in registers, shuffles less than the
+    reverse scan, which reverses lanes (bench/NOTES.md, sixth round, item 4)."""
     natural, grouped = grouped_results[f"{name}/{case}"]
     assert grouped >= 0 and natural >= 0, (natural, grouped)
     assert grouped < natural, (natural, grouped)
