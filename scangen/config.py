@@ -46,8 +46,6 @@ class Config(NamedTuple):
     num_warps: int
     family: str = "stream"   # "stream" | "persist" | "lookback"
     num_stages: int = 3      # software-pipelining depth of the chunk loop (Triton's default)
-    per_sm: int = 0          # look-back: programs per SM, each taking tickets in a loop and
-    #                          loading the next one's tiles while it works (0: one per ticket)
 
 
 # A function ``call -> Config`` that replaces the rule below (bench/sweep.py measures variants

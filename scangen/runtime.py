@@ -546,19 +546,6 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream",
                       lambda index: torch.cuda.current_stream(index).cuda_stream)
 
 
-def lookback_programs(c: Call, cfg) -> int:
-    """The look-back kernel's grid: one program per ticket (row, chunk), or with ``cfg.per_sm``
-    that many per SM (three on the CPU, so that the interpreter runs programs that take several
-    tickets), never more than the tickets."""
-    tickets = c.R1 * c.R2 * -(-c.T // cfg.block_t)
-    if not cfg.per_sm:
-        return tickets
-    if c.device.type != "cuda":
-        return min(tickets, 3)
-    from .config import _sm_count
-    return min(tickets, cfg.per_sm * _sm_count(c.device.index or 0))
-
-
 def _new_workspace(c: Call, cfg, n_words: int):
     programs = c.R1 * c.R2 * -(-c.T // cfg.block_t)
     size = c.acc.itemsize // 4  # int32 words per word of the accumulation dtype
