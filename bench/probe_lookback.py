@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Where a look-back program's time goes: the look-back kernel of generated modules timed with
+parts of its look-back left out (H200.md's method: time variants, take differences).
+
+    PYTHONPATH=. python3 bench/probe_lookback.py [--algos gae,discounted_returns] [--shapes ...]
+
+Variants of each module's ``_lookback`` (string edits of generated/<algo>.py, loaded beside it):
+  default  as generated
+  nospin   no one-word wait for the nearest predecessor's aggregate before the window reads
+  nowait   publishes its aggregate and inclusive state but reads nothing: carry = the scan's
+           initial value (results wrong past the first chunk: not checked; a lower bound)
+Each is timed by CUDA-graph replay (device time), for each look-back tile, in one process.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent)]
+
+import torch  # noqa: E402
+from triton.testing import do_bench_cudagraph  # noqa: E402
+
+from scangen import config, runtime  # noqa: E402
+from scangen.config import Config  # noqa: E402
+from scangen.testing import assert_close, make_inputs  # noqa: E402
+
+SPIN = re.compile(r"\n    x = tl\.load\(ws_a \+ slot - 1, mask=j >= 0.*?\n        x = tl\.load\(ws_a \+ slot - 1, volatile=True\)",
+                  re.S)
+WAIT = re.compile(r"\n    g_a = agg_a \* 0\.0.*?\n    carry = g_a \+ g_b \* base", re.S)
+
+
+def variant(algo: str, name: str, tmp: Path):
+    src = (HERE.parent / "generated" / f"{algo}.py").read_text()
+    if name == "nospin":
+        src, n = SPIN.subn("", src)
+        assert n == 1, n
+    elif name == "nowait":
+        src, n = WAIT.subn("\n    carry = init", src)
+        assert n == 1, n
+    path = tmp / f"{algo}_{name}.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location(f"probe_{algo}_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, module.OP.function)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--algos", default="gae,discounted_returns,vtrace")
+    ap.add_argument("--shapes", default="64x65536,8x262144,1x1048576")
+    ap.add_argument("--tiles", default="2048x4,4096x4,8192x8", help="block_t x num_warps")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp())
+    print(torch.cuda.get_device_name(), "torch", torch.__version__)
+    for algo in args.algos.split(","):
+        fns = {v: variant(algo, v, tmp) for v in ("default", "nospin", "nowait")}
+        for shape in args.shapes.split(","):
+            N, T = map(int, shape.split("x"))
+            kw = make_inputs(algo, N, T, seed=1, device="cuda")
+            ref = fns["default"](**{k: v.double() if torch.is_tensor(v) and v.is_floating_point()
+                                    else v for k, v in kw.items()}, backend="torch")
+            ref = ref if isinstance(ref, tuple) else (ref,)
+            for tile in args.tiles.split(","):
+                bt, nw = map(int, tile.split("x"))
+                if T < 2 * bt:
+                    continue
+                config.OVERRIDE = lambda c, bt=bt, nw=nw: Config(1, bt, 1, nw, "lookback", 1)
+                line = []
+                for v, fn in fns.items():
+                    runtime._PLANS.clear()
+                    out = fn(**kw, backend="triton")
+                    out = out if isinstance(out, tuple) else (out,)
+                    if v != "nowait":
+                        for o, e in zip(out, ref):
+                            assert_close(o, e, dtype=o.dtype)
+                    us = 1e3 * do_bench_cudagraph(lambda: fn(**kw, backend="triton"), rep=30,
+                                                  return_mode="median")
+                    line.append(f"{v} {us:6.1f}")
+                print(f"{algo:20s} {shape:>10s} bt={bt:5d} w={nw}  " + "  ".join(line), flush=True)
+    config.OVERRIDE = None
+
+
+if __name__ == "__main__":
+    main()
