@@ -7,6 +7,7 @@ parts of its look-back left out (H200.md's method: time variants, take differenc
 Variants of each module's ``_lookback`` (string edits of generated/<algo>.py, loaded beside it):
   default  as generated
   nospin   no one-word wait for the nearest predecessor's aggregate before the window reads
+  w<n>     a look-back window of n predecessors (default 128); w<n>-nospin both
   nowait   publishes its aggregate and inclusive state but reads nothing: carry = the scan's
            initial value (results wrong past the first chunk: not checked; a lower bound)
 Each is timed by CUDA-graph replay (device time), for each look-back tile, in one process.
@@ -37,15 +38,18 @@ WAIT = re.compile(r"\n    g_a = agg_a \* 0\.0.*?\n    carry = g_a \+ g_b \* base
 
 def variant(algo: str, name: str, tmp: Path):
     src = (HERE.parent / "generated" / f"{algo}.py").read_text()
-    if name == "nospin":
+    if name.startswith("w"):
+        src, n = re.subn(r", 128, ACC\)", f", {int(name[1:].split('-')[0])}, ACC)", src)
+        assert n >= 1, n
+    if name.endswith("nospin"):
         src, n = SPIN.subn("", src)
         assert n == 1, n
     elif name == "nowait":
         src, n = WAIT.subn("\n    carry = init", src)
         assert n == 1, n
-    path = tmp / f"{algo}_{name}.py"
+    path = tmp / f"{algo}_{name.replace('-', '_')}.py"
     path.write_text(src)
-    spec = importlib.util.spec_from_file_location(f"probe_{algo}_{name}", path)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return getattr(module, module.OP.function)
@@ -56,11 +60,12 @@ def main() -> None:
     ap.add_argument("--algos", default="gae,discounted_returns,vtrace")
     ap.add_argument("--shapes", default="64x65536,8x262144,1x1048576")
     ap.add_argument("--tiles", default="2048x4,4096x4,8192x8", help="block_t x num_warps")
+    ap.add_argument("--variants", default="default,nospin,nowait")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp())
     print(torch.cuda.get_device_name(), "torch", torch.__version__)
     for algo in args.algos.split(","):
-        fns = {v: variant(algo, v, tmp) for v in ("default", "nospin", "nowait")}
+        fns = {v: variant(algo, v, tmp) for v in args.variants.split(",")}
         for shape in args.shapes.split(","):
             N, T = map(int, shape.split("x"))
             kw = make_inputs(algo, N, T, seed=1, device="cuda")
