@@ -546,6 +546,22 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream",
                       lambda index: torch.cuda.current_stream(index).cuda_stream)
 
 
+# The look-back's window (predecessors read per round trip), H200 sweep of the eighth round
+# (bench/NOTES.md, results/h200-2026-11-30-h-window-probe.txt): 32 where a row has 32 chunks or
+# fewer (64x65536 in 2048-step chunks: less to read and reduce than 128), 512 on 8 warps (1x1048576
+# in 8192-step chunks: 128 predecessors in one window, two words a thread), else 128.
+LB_SMALL_WINDOW = 32
+LB_WINDOW = 128
+LB_WIDE_WINDOW = 512
+
+
+def lookback_window(c: Call, cfg) -> int:
+    """Predecessors the look-back reads per round trip (the kernels' LB_WINDOW)."""
+    if -(-c.T // cfg.block_t) <= LB_SMALL_WINDOW:
+        return LB_SMALL_WINDOW
+    return LB_WIDE_WINDOW if cfg.num_warps >= 8 else LB_WINDOW
+
+
 def _new_workspace(c: Call, cfg, n_words: int):
     programs = c.R1 * c.R2 * -(-c.T // cfg.block_t)
     size = c.acc.itemsize // 4  # int32 words per word of the accumulation dtype

@@ -227,7 +227,7 @@ def make_inputs(algo_name, N, T, *, seed, dtype=torch.float32, device="cpu", tru
 def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps: int = 4,
                     block_n: int = 1, block_t: int = 1024, block_k: int = 1, acc=None,
                     present: bool = True, contiguous: bool = True, time_major: bool = False,
-                    even: bool | None = None):
+                    even: bool | None = None, lb_window: int = 128):
     """Compile one generated kernel to a cubin for ``sm_<arch>`` with no GPU (Triton's frontend,
     its NVIDIA passes and the bundled ptxas): catches what the interpreter lets through (types
     that change across branches or loop iterations) and gives the PTX for a resource report.
@@ -237,6 +237,7 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
     tile full (runtime.even; default: as the launcher sets it for full tiles). ``time_major``
     specialises as it does for time-major ``[T, N]`` buffers with N a multiple of 16 instead:
     row strides and ``R2`` equal to 1 (one row dimension), time strides divisible by 16.
+    ``lb_window``: the look-back's window (runtime.lookback_window).
     """
     import triton
     import triton.language as tl
@@ -251,7 +252,7 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
     params = {p.name for p in op.params}
     ptr = {"float": "*fp32", "flag": "*i8", "index": "*i64"}
     values = dict(BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=block_k, ACC=acc or tl.float32,
-                  EVEN=family != "persist" if even is None else even)
+                  EVEN=family != "persist" if even is None else even, LB_WINDOW=lb_window)
     sig, consts, attrs = {}, {}, {}
     for i, p in enumerate(kernel.params):
         n = p.name

@@ -69,6 +69,19 @@ def test_lookback_chunk_for_calls_that_move_many_tensors(N, T, streams, chunk):
     assert (cfg.family, cfg.block_t) == ("lookback", chunk)
 
 
+@pytest.mark.parametrize("N,T,streams,window", [
+    (64, 65536, 7, 32),      # 32 chunks of 2048 a row: a 32-wide window
+    (64, 65536, 9, 128),     # 64 chunks of 1024 on 4 warps
+    (8, 262144, 7, 128),     # 64 chunks of 4096 on 4 warps
+    (1, 1048576, 7, 512),    # 128 chunks of 8192 on 8 warps: one wide window
+])
+def test_lookback_window(N, T, streams, window):
+    """The look-back's window (runtime.lookback_window) for the rule's look-back configs."""
+    from scangen import runtime
+    cfg = _choose(N, T, streams=streams)
+    assert runtime.lookback_window(NS(T=T), cfg) == window
+
+
 def test_persist_for_few_rows_keeps_long_chunks():
     cfg = _choose(256, 8192, streams=9)
     assert (cfg.block_n, cfg.block_t, cfg.family) == (1, 1024, "persist")
