@@ -4,10 +4,11 @@ parts of its look-back left out (H200.md's method: time variants, take differenc
 
     PYTHONPATH=. python3 bench/probe_lookback.py [--algos gae,discounted_returns] [--shapes ...]
 
-Variants of each module's ``_lookback`` (string edits of generated/<algo>.py, loaded beside it):
-  default  as generated
-  nospin   no one-word wait for the nearest predecessor's aggregate before the window reads
-  w<n>     a look-back window of n predecessors (default 128); w<n>-nospin both
+Variants of each module's look-back (string edits of generated/<algo>.py, loaded beside it):
+  default  as generated (the window runtime.lookback_window picks)
+  w<n>     a window of n predecessors instead
+  spin     a one-word wait for the nearest predecessor's aggregate before the first window
+           (the look-back before aa5c297); w<n>-spin both (single scans' _lookback only)
   nowait   publishes its aggregate and inclusive state but reads nothing: carry = the scan's
            initial value (results wrong past the first chunk: not checked; a lower bound)
 Each is timed by CUDA-graph replay (device time), for each look-back tile, in one process.
@@ -31,19 +32,22 @@ from scangen import config, runtime  # noqa: E402
 from scangen.config import Config  # noqa: E402
 from scangen.testing import assert_close, make_inputs  # noqa: E402
 
-SPIN = re.compile(r"\n    x = tl\.load\(ws_a \+ slot - 1, mask=j >= 0.*?\n        x = tl\.load\(ws_a \+ slot - 1, volatile=True\)",
-                  re.S)
+FIRST_WINDOW = "\n    j = step - 1  # the nearest predecessor not composed yet\n"
+SPIN = FIRST_WINDOW + """    x = tl.load(ws_a + slot - 1, mask=j >= 0, other=0.0, volatile=True)
+    while not _lb_written(x, ACC):
+        x = tl.load(ws_a + slot - 1, volatile=True)
+"""
 WAIT = re.compile(r"\n    g_a = agg_a \* 0\.0.*?\n    carry = g_a \+ g_b \* base", re.S)
 
 
 def variant(algo: str, name: str, tmp: Path):
     src = (HERE.parent / "generated" / f"{algo}.py").read_text()
     if name.startswith("w"):
-        src, n = re.subn(r", 128, ACC\)", f", {int(name[1:].split('-')[0])}, ACC)", src)
+        src, n = re.subn(r"LB_WINDOW, ACC\)", f"{int(name[1:].split('-')[0])}, ACC)", src)
         assert n >= 1, n
-    if name.endswith("nospin"):
-        src, n = SPIN.subn("", src)
-        assert n == 1, n
+    if name.endswith("spin"):
+        assert src.count(FIRST_WINDOW) == 1, algo
+        src = src.replace(FIRST_WINDOW, SPIN)
     elif name == "nowait":
         src, n = WAIT.subn("\n    carry = init", src)
         assert n == 1, n
@@ -60,7 +64,7 @@ def main() -> None:
     ap.add_argument("--algos", default="gae,discounted_returns,vtrace")
     ap.add_argument("--shapes", default="64x65536,8x262144,1x1048576")
     ap.add_argument("--tiles", default="2048x4,4096x4,8192x8", help="block_t x num_warps")
-    ap.add_argument("--variants", default="default,nospin,nowait")
+    ap.add_argument("--variants", default="default,spin,nowait")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp())
     print(torch.cuda.get_device_name(), "torch", torch.__version__)
@@ -68,7 +72,7 @@ def main() -> None:
         fns = {v: variant(algo, v, tmp) for v in args.variants.split(",")}
         for shape in args.shapes.split(","):
             N, T = map(int, shape.split("x"))
-            kw = make_inputs(algo, N, T, seed=1, device="cuda")
+            kw = make_inputs(algo, N, T, seed=1, device="cuda", A=8)
             ref = fns["default"](**{k: v.double() if torch.is_tensor(v) and v.is_floating_point()
                                     else v for k, v in kw.items()}, backend="torch")
             ref = ref if isinstance(ref, tuple) else (ref,)
@@ -76,7 +80,8 @@ def main() -> None:
                 bt, nw = map(int, tile.split("x"))
                 if T < 2 * bt:
                     continue
-                config.OVERRIDE = lambda c, bt=bt, nw=nw: Config(1, bt, 1, nw, "lookback", 1)
+                config.OVERRIDE = lambda c, bt=bt, nw=nw: Config(
+                    1, bt, min(16, config._pow2(c.K)) if c.K > 1 else 1, nw, "lookback", 1)
                 line = []
                 for v, fn in fns.items():
                     runtime._PLANS.clear()
