@@ -5,10 +5,10 @@ parts of its look-back left out (H200.md's method: time variants, take differenc
     PYTHONPATH=. python3 bench/probe_lookback.py [--algos gae,discounted_returns] [--shapes ...]
 
 Variants of each module's look-back (string edits of generated/<algo>.py, loaded beside it):
-  default  as generated (the window runtime.lookback_window picks)
+  default  as generated (the window and wait runtime.lookback_window and lookback_spin pick)
   w<n>     a window of n predecessors instead
-  spin     a one-word wait for the nearest predecessor's aggregate before the first window
-           (the look-back before aa5c297); w<n>-spin both (single scans' _lookback only)
+  spin     with the one-word wait for the nearest predecessor's aggregate before the first
+           window (LB_SPIN on); nospin without it; w<n>-spin, w<n>-nospin both
   nowait   publishes its aggregate and inclusive state but reads nothing: carry = the scan's
            initial value (results wrong past the first chunk: not checked; a lower bound)
 Each is timed by CUDA-graph replay (device time), for each look-back tile, in one process.
@@ -32,22 +32,17 @@ from scangen import config, runtime  # noqa: E402
 from scangen.config import Config  # noqa: E402
 from scangen.testing import assert_close, make_inputs  # noqa: E402
 
-FIRST_WINDOW = "\n    j = step - 1  # the nearest predecessor not composed yet\n"
-SPIN = FIRST_WINDOW + """    x = tl.load(ws_a + slot - 1, mask=j >= 0, other=0.0, volatile=True)
-    while not _lb_written(x, ACC):
-        x = tl.load(ws_a + slot - 1, volatile=True)
-"""
 WAIT = re.compile(r"\n    g_a = agg_a \* 0\.0.*?\n    carry = g_a \+ g_b \* base", re.S)
 
 
 def variant(algo: str, name: str, tmp: Path):
     src = (HERE.parent / "generated" / f"{algo}.py").read_text()
     if name.startswith("w"):
-        src, n = re.subn(r"LB_WINDOW, ACC\)", f"{int(name[1:].split('-')[0])}, ACC)", src)
+        src, n = re.subn(r"LB_WINDOW, LB_SPIN", f"{int(name[1:].split('-')[0])}, LB_SPIN", src)
         assert n >= 1, n
-    if name.endswith("spin"):
-        assert src.count(FIRST_WINDOW) == 1, algo
-        src = src.replace(FIRST_WINDOW, SPIN)
+    if name.endswith("spin"):  # spin / nospin: force the first wait on or off
+        src, n = re.subn(r"LB_SPIN, ACC\)", f"{not name.endswith('nospin')}, ACC)", src)
+        assert n >= 1, n
     elif name == "nowait":
         src, n = WAIT.subn("\n    carry = init", src)
         assert n == 1, n

@@ -112,7 +112,7 @@ def _eligibility_traces_grad_chunked_kernel(
     EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
     # carrying each row's scan state across chunks (reverse in time).
@@ -301,7 +301,7 @@ def _eligibility_traces_grad_persist_kernel(
     EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
 ):
     # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
     # through time in chunks of BLOCK_T steps (reverse in time), one item (tile, chunk)
@@ -568,7 +568,7 @@ def _lb_word(x):
 
 @triton.jit
 def _lookback(ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init, WINDOW: tl.constexpr,
-              ACC: tl.constexpr):
+              SPIN: tl.constexpr, ACC: tl.constexpr):
     """Publish this chunk's aggregate, find its carry from earlier chunks, publish the result.
 
     Every word (aggregate a and b, inclusive state s) is written once, from the all-ones bit
@@ -577,9 +577,11 @@ def _lookback(ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init, WINDOW: tl.const
     WINDOW predecessors at a time (their three words in one round trip to L2), nearest first, up
     to the nearest inclusive state; it reads again until every aggregate before that state is
     written, then composes them with one small scan, so a chain of P predecessors costs about
-    P / WINDOW round trips. WINDOW is chosen per call (runtime.lookback_window); the first window
-    is read at once, with no wait on the nearest predecessor alone (bench/NOTES.md, eighth
-    round: that wait cost up to a quarter of the call)."""
+    P / WINDOW round trips. WINDOW is chosen per call (runtime.lookback_window), and so is SPIN
+    (runtime.lookback_spin): whether to wait on the nearest predecessor's aggregate alone, one
+    word at a time, before the first window. Without that wait most calls run faster; rows of
+    thousands of chunks run faster with it, which keeps their many waiting programs from reading
+    whole windows (bench/NOTES.md, eighth round)."""
     tl.store(ws_a + slot, _lb_word(agg_a))
     tl.store(ws_b + slot, _lb_word(agg_b))
     g_a = agg_a * 0.0  # the predecessors composed so far, nearest outermost
@@ -587,6 +589,10 @@ def _lookback(ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init, WINDOW: tl.const
     base = init
     w = tl.arange(0, WINDOW)
     j = step - 1  # the nearest predecessor not composed yet
+    if SPIN:
+        x = tl.load(ws_a + slot - 1, mask=j >= 0, other=0.0, volatile=True)
+        while not _lb_written(x, ACC):
+            x = tl.load(ws_a + slot - 1, volatile=True)
     while j >= 0:
         idx = j - w  # [WINDOW] predecessors, nearest first
         live = idx >= 0
@@ -675,7 +681,7 @@ def _eligibility_traces_grad_lookback_kernel(
     EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
 ):
     # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
     # take tickets in launch order, so every chunk's predecessors (in scan order) have started
@@ -813,7 +819,7 @@ def _eligibility_traces_grad_lookback_kernel(
     _agg_b = tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _b, 0.0))
     g__z__carry = _lookback(_ws_w + 0 * _n_prog, _ws_w + 1 * _n_prog,
                               _ws_w + 2 * _n_prog, _slot, _step, _agg_a, _agg_b,
-                              tl.sum(g__z__carry), LB_WINDOW, ACC)
+                              tl.sum(g__z__carry), LB_WINDOW, LB_SPIN, ACC)
     g__z = _a + _b * g__z__carry
     _e1 = 1.0 - tl.where((is_first != 0), 0.0, dones__prev)
     _e2 = _e1*g__z*lambda___t
@@ -879,7 +885,7 @@ def _launch(_call, _cfg):
             SHIFT_G=_rt.shift_group(_call, _cfg),
             BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
             ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
-            LB_WINDOW=_rt.lookback_window(_call, _cfg),
+            LB_WINDOW=_rt.lookback_window(_call, _cfg), LB_SPIN=_rt.lookback_spin(_call, _cfg),
         )
         _tiles = -(-(_call.R1 * _call.R2) // _cfg.block_n)  # row tiles
         if _cfg.family == "lookback":  # one program per (row, chunk)

@@ -562,6 +562,18 @@ def lookback_window(c: Call, cfg) -> int:
     return LB_WIDE_WINDOW if cfg.num_warps >= 8 else LB_WINDOW
 
 
+# Rows of more chunks than this wait on the nearest predecessor's aggregate, one word at a time,
+# before reading whole windows (the kernels' LB_SPIN). Same A/B sweep: Retrace 1x1048576, 8192
+# chunks a row, 110 us with the wait against 120 without; Retrace 8x262144, 2048 chunks, 158.5
+# against 140.7; every other few-row call (32-128 chunks) faster without it.
+LB_SPIN_CHUNKS = 4096
+
+
+def lookback_spin(c: Call, cfg) -> bool:
+    """Whether the look-back first waits on its nearest predecessor alone (LB_SPIN)."""
+    return -(-c.T // cfg.block_t) > LB_SPIN_CHUNKS
+
+
 def _new_workspace(c: Call, cfg, n_words: int):
     programs = c.R1 * c.R2 * -(-c.T // cfg.block_t)
     size = c.acc.itemsize // 4  # int32 words per word of the accumulation dtype

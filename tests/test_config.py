@@ -82,6 +82,21 @@ def test_lookback_window(N, T, streams, window):
     assert runtime.lookback_window(NS(T=T), cfg) == window
 
 
+@pytest.mark.parametrize("N,T,K,spin", [
+    (1, 1048576, 8, True),    # Retrace: 8192 chunks of 128 steps a row
+    (8, 262144, 8, False),    # 2048 chunks
+    (1, 1048576, 1, False),   # 128 chunks of 8192 steps
+    (64, 65536, 1, False),
+])
+def test_lookback_spin(N, T, K, spin):
+    """The look-back's first wait on its nearest predecessor (runtime.lookback_spin): only
+    for rows of more than 4096 chunks."""
+    from scangen import runtime
+    cfg = _choose(N, T, K=K)
+    assert cfg.family == "lookback"
+    assert runtime.lookback_spin(NS(T=T), cfg) is spin
+
+
 def test_persist_for_few_rows_keeps_long_chunks():
     cfg = _choose(256, 8192, streams=9)
     assert (cfg.block_n, cfg.block_t, cfg.family) == (1, 1024, "persist")

@@ -230,6 +230,25 @@ def test_lookback_family_matches_reference(name, dtype, monkeypatch):
         runtime.reload_env()
 
 
+@pytest.mark.parametrize("name", ["compute_gae", "compute_masked_gae"])
+def test_lookback_with_its_first_wait(name, monkeypatch):
+    """The look-back kernels with LB_SPIN on (runtime.lookback_spin: rows of many chunks wait on
+    their nearest predecessor alone before reading whole windows), forced here on short rows."""
+    monkeypatch.setenv("SCANGEN_FAMILY", "lookback")
+    monkeypatch.setattr(runtime, "LB_SPIN_CHUNKS", 1)
+    runtime.reload_env()
+    runtime._PLANS.clear()
+    try:
+        for seed in (14, 15):
+            _check(name, make_inputs(name, 2, 2100 if not ON_GPU else 50000, seed=seed), "triton")
+        (plan,) = runtime._PLANS.values()
+        assert plan.kernels["meta"]["LB_SPIN"] is True
+    finally:
+        monkeypatch.delenv("SCANGEN_FAMILY")
+        runtime.reload_env()
+        runtime._PLANS.clear()
+
+
 @pytest.mark.parametrize("name", ALGOS)
 def test_full_and_partial_tiles(name, monkeypatch):
     """Calls whose tiles are all full run without bounds masks (runtime.even): both kinds of
@@ -343,20 +362,21 @@ def test_nan_and_inf_stay_in_their_row(name, backend):
 
 @triton.jit
 def _lookback_probe(ws_a, ws_b, ws_s, vals, out, step, ACC: tl.constexpr,
-                    WINDOW: tl.constexpr):
+                    WINDOW: tl.constexpr, SPIN: tl.constexpr):
     # vals: this chunk's aggregate (a, b) and the initial state
     carry = _gae_lookback(ws_a, ws_b, ws_s, step, step, tl.load(vals), tl.load(vals + 1),
-                          tl.load(vals + 2), WINDOW, ACC)
+                          tl.load(vals + 2), WINDOW, SPIN, ACC)
     tl.store(out, carry)
 
 
-@pytest.mark.parametrize("window", [32, 128, 512])  # the widths runtime.lookback_window picks
+@pytest.mark.parametrize("window,spin", [(32, False), (128, False), (512, False), (128, True)])
 @pytest.mark.parametrize("inclusive_at", [None, 0, 5, 130, 298])
 @pytest.mark.parametrize("acc", [torch.float32, torch.float64])
-def test_lookback_composes_many_predecessors(inclusive_at, acc, window):
+def test_lookback_composes_many_predecessors(inclusive_at, acc, window, spin):
     """The look-back of chunk 300: aggregates of chunks 0..299 are written and at most one
     inclusive state (the rest read as unwritten), so it composes across several windows (one
-    window of 512) in one pass and must match the float64 composition."""
+    window of 512) in one pass and must match the float64 composition; with or without its
+    first wait on the nearest predecessor alone (runtime.lookback_window, lookback_spin)."""
     step = 300
     g = torch.Generator().manual_seed(3)
     a = torch.randn(step + 1, generator=g, dtype=torch.float64)
@@ -378,7 +398,8 @@ def test_lookback_composes_many_predecessors(inclusive_at, acc, window):
     agg_a, agg_b = a[step].to(acc).item(), b[step].to(acc).item()
     vals = torch.tensor([agg_a, agg_b, init], dtype=acc, device=DEVICE)
     _lookback_probe[(1,)](ws_a, ws_b, ws_s, vals, out, step,
-                          ACC=tl.float64 if acc == torch.float64 else tl.float32, WINDOW=window)
+                          ACC=tl.float64 if acc == torch.float64 else tl.float32, WINDOW=window,
+                          SPIN=spin)
     tol = 1e-12 if acc == torch.float64 else 1e-4
     assert abs(out.item() - expected.item()) <= tol * max(1.0, abs(expected.item()))
     # It published its own aggregate and inclusive state.
@@ -390,11 +411,12 @@ _JOINT_LOOKBACK = None  # _lookback_joint of masked GAE rendered with chain="joi
 
 
 @triton.jit
-def _joint_lookback_probe(ws, vals, out, n, step, ACC: tl.constexpr, WINDOW: tl.constexpr):
+def _joint_lookback_probe(ws, vals, out, n, step, ACC: tl.constexpr, WINDOW: tl.constexpr,
+                          SPIN: tl.constexpr):
     # vals: this chunk's aggregate (p, q, r, u, v) and the initial states (second, first)
     c2, c1 = _JOINT_LOOKBACK(ws, n, step, step, tl.load(vals), tl.load(vals + 1),
                              tl.load(vals + 2), tl.load(vals + 3), tl.load(vals + 4),
-                             tl.load(vals + 5), tl.load(vals + 6), WINDOW, ACC)
+                             tl.load(vals + 5), tl.load(vals + 6), WINDOW, SPIN, ACC)
     tl.store(out, c2)
     tl.store(out + 1, c1)
 
@@ -410,10 +432,11 @@ def joint_lookback(tmp_path_factory):
     return _joint_lookback_probe
 
 
-@pytest.mark.parametrize("window", [32, 512])
+@pytest.mark.parametrize("window,spin", [(32, False), (512, False), (128, True)])
 @pytest.mark.parametrize("inclusive_at", [None, 0, 5, 130, 298])
 @pytest.mark.parametrize("acc", [torch.float32, torch.float64])
-def test_joint_lookback_composes_many_predecessors(joint_lookback, inclusive_at, acc, window):
+def test_joint_lookback_composes_many_predecessors(joint_lookback, inclusive_at, acc, window,
+                                                   spin):
     """The joint look-back (chain="joint") of chunk 300: five-word aggregates of chunks 0..299
     written, and at most one inclusive state pair; its carry must match the float64
     composition of the maps x -> [[p, q], [0, r]] x + (u, v) on x = (second, first)."""
@@ -441,7 +464,8 @@ def test_joint_lookback_composes_many_predecessors(joint_lookback, inclusive_at,
     out = torch.zeros(2, dtype=acc, device=DEVICE)
     ws = ws.to(DEVICE)
     joint_lookback[(1,)](ws, vals, out, n, step,
-                         ACC=tl.float64 if acc == torch.float64 else tl.float32, WINDOW=window)
+                         ACC=tl.float64 if acc == torch.float64 else tl.float32, WINDOW=window,
+                         SPIN=spin)
     tol = 1e-12 if acc == torch.float64 else 2e-4
     for got, want in zip(out.tolist(), (x2, x1)):
         assert abs(got - want) <= tol * max(1.0, abs(want)), (got, want)
