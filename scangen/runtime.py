@@ -556,7 +556,11 @@ LB_WIDE_WINDOW = 512
 
 
 def lookback_window(c: Call, cfg) -> int:
-    """Predecessors the look-back reads per round trip (the kernels' LB_WINDOW)."""
+    """Predecessors the look-back reads per round trip (the kernels' LB_WINDOW). A constexpr of
+    every kernel: fixed for the other families, which do not use it, so that a new T does not
+    make Triton compile them again."""
+    if cfg.family != "lookback":
+        return LB_WINDOW
     if -(-c.T // cfg.block_t) <= LB_SMALL_WINDOW:
         return LB_SMALL_WINDOW
     return LB_WIDE_WINDOW if cfg.num_warps >= 8 else LB_WINDOW
@@ -570,8 +574,9 @@ LB_SPIN_CHUNKS = 4096
 
 
 def lookback_spin(c: Call, cfg) -> bool:
-    """Whether the look-back first waits on its nearest predecessor alone (LB_SPIN)."""
-    return -(-c.T // cfg.block_t) > LB_SPIN_CHUNKS
+    """Whether the look-back first waits on its nearest predecessor alone (LB_SPIN; False for
+    the other families, as in lookback_window)."""
+    return cfg.family == "lookback" and -(-c.T // cfg.block_t) > LB_SPIN_CHUNKS
 
 
 def _new_workspace(c: Call, cfg, n_words: int):

@@ -82,6 +82,17 @@ def test_lookback_window(N, T, streams, window):
     assert runtime.lookback_window(NS(T=T), cfg) == window
 
 
+@pytest.mark.parametrize("T", [16, 1024, 65536, 1 << 20])
+def test_lookback_constants_are_fixed_for_the_other_families(T):
+    """LB_WINDOW and LB_SPIN are constexprs of every kernel: the stream and persist families,
+    which do not use them, get the same values at every T (no recompilation per T)."""
+    from scangen import runtime
+    for family in ("stream", "persist"):
+        cfg = _choose(4096, T, family=family)
+        assert (runtime.lookback_window(NS(T=T), cfg), runtime.lookback_spin(NS(T=T), cfg)) \
+            == (runtime.LB_WINDOW, False)
+
+
 @pytest.mark.parametrize("N,T,K,spin", [
     (1, 1048576, 8, True),    # Retrace: 8192 chunks of 128 steps a row
     (8, 262144, 8, False),    # 2048 chunks
