@@ -351,6 +351,15 @@ def _lb_word(x):
 
 
 @triton.jit
+def _lb_wait(word, j, ACC: tl.constexpr):
+    # The look-back's first wait (SPIN): until the nearest predecessor's first aggregate word
+    # (j >= 0) is written, read that one word again.
+    x = tl.load(word, mask=j >= 0, other=0.0, volatile=True)
+    while not _lb_written(x, ACC):
+        x = tl.load(word, volatile=True)
+
+
+@triton.jit
 def _lookback(ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init, WINDOW: tl.constexpr,
               SPIN: tl.constexpr, ACC: tl.constexpr):
     """Publish this chunk's aggregate, find its carry from earlier chunks, publish the result.
@@ -374,9 +383,7 @@ def _lookback(ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init, WINDOW: tl.const
     w = tl.arange(0, WINDOW)
     j = step - 1  # the nearest predecessor not composed yet
     if SPIN:
-        x = tl.load(ws_a + slot - 1, mask=j >= 0, other=0.0, volatile=True)
-        while not _lb_written(x, ACC):
-            x = tl.load(ws_a + slot - 1, volatile=True)
+        _lb_wait(ws_a + slot - 1, j, ACC)
     while j >= 0:
         idx = j - w  # [WINDOW] predecessors, nearest first
         live = idx >= 0

@@ -561,7 +561,7 @@ def lookback_window(c: Call, cfg) -> int:
     make Triton compile them again."""
     if cfg.family != "lookback":
         return LB_WINDOW
-    if -(-c.T // cfg.block_t) <= LB_SMALL_WINDOW:
+    if _row_chunks(c, cfg) <= LB_SMALL_WINDOW:
         return LB_SMALL_WINDOW
     return LB_WIDE_WINDOW if cfg.num_warps >= 8 else LB_WINDOW
 
@@ -576,11 +576,16 @@ LB_SPIN_CHUNKS = 4096
 def lookback_spin(c: Call, cfg) -> bool:
     """Whether the look-back first waits on its nearest predecessor alone (LB_SPIN; False for
     the other families, as in lookback_window)."""
-    return cfg.family == "lookback" and -(-c.T // cfg.block_t) > LB_SPIN_CHUNKS
+    return cfg.family == "lookback" and _row_chunks(c, cfg) > LB_SPIN_CHUNKS
+
+
+def _row_chunks(c: Call, cfg) -> int:
+    """Chunks of BLOCK_T steps in a row."""
+    return -(-c.T // cfg.block_t)
 
 
 def _new_workspace(c: Call, cfg, n_words: int):
-    programs = c.R1 * c.R2 * -(-c.T // cfg.block_t)
+    programs = c.R1 * c.R2 * _row_chunks(c, cfg)
     size = c.acc.itemsize // 4  # int32 words per word of the accumulation dtype
     # One int32 buffer, carved into the counter and the arrays inside the kernel: the host makes
     # one tensor (each tensor view costs microseconds of Python).
