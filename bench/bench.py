@@ -238,19 +238,22 @@ def device_us(fn, args, warmup=None, rep=None):
     return ms * 1e3
 
 
-def call_us(fn, args, target_ms=None, repeats=None, n_max=20000):
+def call_us(fn, args, target_ms=None, repeats=None, n_max=20000, n_fixed=None):
     """Host-timed back-to-back loop: wall time of n calls + one synchronize, / n; median of repeats.
     This is the full call as an application sees it: max(host overhead, device time) per call."""
     target_ms = args.call_ms if target_ms is None else target_ms
     repeats = args.call_repeats if repeats is None else repeats
-    fn()
-    sync(args)
-    t0 = time.perf_counter()
-    for _ in range(3):
+    if n_fixed is not None:
+        n = n_fixed
+    else:
         fn()
-    sync(args)
-    est = max((time.perf_counter() - t0) / 3, 1e-7)
-    n = int(min(n_max, max(3, target_ms * 1e-3 / est)))
+        sync(args)
+        t0 = time.perf_counter()
+        for _ in range(3):
+            fn()
+        sync(args)
+        est = max((time.perf_counter() - t0) / 3, 1e-7)
+        n = int(min(n_max, max(3, target_ms * 1e-3 / est)))
     times = []
     for _ in range(repeats):
         sync(args)
@@ -260,6 +263,23 @@ def call_us(fn, args, target_ms=None, repeats=None, n_max=20000):
         sync(args)
         times.append((time.perf_counter() - t0) / n)
     return statistics.median(times) * 1e6, n
+
+
+def paired_call_us(fn, floor_fn, args):
+    """call_us for `fn` and for the empty launch `floor_fn`, alternating repeat by repeat:
+    ``(fn_us, n, floor_us)``. The host's speed drifts by 2x within one process on the H200
+    host (bench/NOTES.md, ninth round); a floor measured beside each call sees the same host."""
+    repeats = args.call_repeats
+    fn()
+    floor_fn()
+    sync(args)
+    n = call_us(fn, args, repeats=1)[1]
+    nf = call_us(floor_fn, args, repeats=1)[1]
+    times, floors = [], []
+    for _ in range(repeats):
+        floors.append(call_us(floor_fn, args, repeats=1, n_fixed=nf)[0])
+        times.append(call_us(fn, args, repeats=1, n_fixed=n)[0])
+    return statistics.median(times), n, statistics.median(floors)
 
 
 def timed_once(fn, args):
@@ -287,7 +307,7 @@ def _empty_launch(x, n):
     _empty_kernel[(1,)](x, n)
 
 
-def measure_floors(args):
+def measure_floors(args, run=None):
     floors = {}
     # -- device-to-device copy bandwidth (bytes read + bytes written)
     try:
@@ -312,6 +332,8 @@ def measure_floors(args):
             fn()
             sync(args)
             floors["launch_us"] = device_us(fn, args, warmup=25, rep=200)
+            if run is not None:
+                run.floor_fn = fn
             floors["launch_call_us"], floors["launch_call_n"] = call_us(fn, args, target_ms=50, repeats=5,
                                                                         n_max=50000)
             floors["launch_method"] = ("empty @triton.jit kernel (a pointer and an int), grid (1,), launched from "
@@ -330,6 +352,8 @@ def measure_floors(args):
             fn = lambda: (lambda x: x.add_(0))(**next(it))  # noqa: E731
             floors["launch_us"] = host_median(fn, args, n=200)
             floors["launch_call_us"], floors["launch_call_n"] = call_us(fn, args)
+            if run is not None:
+                run.floor_fn = fn
             floors["launch_method"] = "CPU dry run: a 1-element in-place torch op (no Triton launch)"
     except Exception as exc:  # noqa: BLE001
         floors["launch_error"] = short_err(exc)
@@ -562,6 +586,7 @@ class Run:
         self.fatal = None
         self.records = []
         self.floors = {}
+        self.floor_fn = None  # the empty launch, timed beside each scangen call (paired_call_us)
 
     def elapsed(self):
         return time.perf_counter() - T_START
@@ -639,7 +664,10 @@ def stage_scangen(run, rec):
         del out
         fn = cycler(op, sets, backend=args.backend)
         s["us"] = device_us(fn, args)
-        s["call_us"], s["call_n"] = call_us(fn, args)
+        if run.floor_fn is not None:  # the empty launch timed beside the call, repeat by repeat
+            s["call_us"], s["call_n"], s["floor_call_us"] = paired_call_us(fn, run.floor_fn, args)
+        else:
+            s["call_us"], s["call_n"] = call_us(fn, args)
         if args.graph and args.cuda:
             try:  # a failed capture is recorded, not counted as a scangen error
                 s["graph_us"] = 1e3 * triton_testing.do_bench_cudagraph(fn, rep=args.rep_ms,
@@ -762,6 +790,7 @@ def derive(rec, floors):
         d["pct_floor_call"] = 100.0 * rec["floor_us"] / s["call_us"]
     if s.get("us") and L:
         d["x_launch"] = s["us"] / L
+    Lc = s.get("floor_call_us") or Lc  # the floor timed beside this call, where measured
     if s.get("call_us") and Lc:
         d["x_launch_call"] = s["call_us"] / Lc
     s_us = c.get("scangen_us") or s.get("us")  # scangen re-timed beside the compiled baseline
@@ -1162,7 +1191,7 @@ def main(argv=None):
     log(f"scangen bench: {meta.get('gpu')} | torch {meta['torch']} | triton {meta.get('triton')} | "
         f"CUDA {meta.get('cuda')} | scangen {meta['scangen']} {meta.get('git') or ''}"
         + (" | pyyaml missing: stubbed" if YAML_STUBBED else ""))
-    floors = measure_floors(args)
+    floors = measure_floors(args, run)
     run.floors = floors
     log(f"floors: {floors_line(floors)}")
     records = configurations(args)

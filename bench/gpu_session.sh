@@ -23,7 +23,7 @@ if [[ $what == *tests* ]]; then
     > "$WORK/pytest-gpu.log" 2>&1 &
   pids+=($!)
   timeout "${TEST_TIMEOUT:-330}" python3 -m pytest -q -p no:cacheprovider -rf --tb=short \
-    tests/test_torch_integration.py tests/test_ops.py tests/test_golden.py \
+    tests/test_torch_integration.py tests/test_ops.py tests/test_golden.py tests/test_fast_path.py \
     > "$WORK/pytest-ops.log" 2>&1 &
   pids+=($!)
 fi

@@ -156,3 +156,29 @@ def test_lookback_calls_of_one_plan_on_two_streams_at_once(monkeypatch):
     finally:
         monkeypatch.delenv("SCANGEN_FAMILY")
         runtime.reload_env()
+
+
+@pytest.mark.parametrize("family", ["stream", "persist"], indirect=True)
+@pytest.mark.parametrize("name", ALGOS)
+def test_fast_path_results(name, family):
+    """From a plan's third call on, calls go straight to the compiled kernel's launcher
+    (runtime._fast_path). Each call gets new inputs and a new gamma (where the op has one), and
+    its outputs, fresh tensors, match the float64 reference."""
+    runtime._PLANS.clear()
+    fn = getattr(scangen, name)
+    has_gamma = "gamma" in fn.__code__.co_varnames
+    plans = []
+    for call in range(4):
+        x = make_inputs(name, 67, 300, seed=10 + call)
+        if has_gamma:
+            x["gamma"] = 0.9 + 0.02 * call
+        expected = _tuple(reference.REFERENCES[name](**x))
+        dev = {k: v.cuda() if torch.is_tensor(v) else v for k, v in x.items()}
+        got = _tuple(fn(**dev, outputs=None))
+        for g, e in zip(got, expected):
+            assert_close(g.cpu(), e, dtype=g.dtype, name=f"{name} call {call}")
+        plans = list(runtime._PLANS.values())
+    (plan,) = plans
+    assert plan.config.family == family
+    assert plan.kernels.get("fast") is not None, "the plan's calls did not take the fast path"
+    runtime._PLANS.clear()

@@ -1,0 +1,151 @@
+"""The plan's fast path (scangen.runtime._fast_path): after a plan's first direct launch, calls
+with the same signature go from the arguments straight to the compiled kernel's launcher.
+
+Triton's launcher is not available under the interpreter, so these tests stand a recorder in
+for it (as runtime.launch would find a compiled kernel after a first launch on a GPU) and check
+that the fast path passes exactly the arguments the general path passes for the same call. The
+GPU suite (tests/test_gpu.py) checks the fast path's results against the references."""
+import inspect
+from unittest import mock
+
+import pytest
+import torch
+
+import scangen
+from conftest import DEVICE
+from scangen import runtime
+from scangen.testing import as_time_major, make_inputs
+
+
+class Recorder:
+    """Stands in for a compiled kernel's launcher: records each launch's arguments."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, gx, gy, gz, stream, function, packed, *args):
+        self.calls.append(((gx, gy, gz), stream, function, packed, args))
+
+
+def _plan_with_recorder(fn, x, **kw):
+    """Runs one call (Triton's own launch path), then gives its plan a recorder as compiled
+    kernel: the plan's next calls take the direct launch. Returns (plan, recorder)."""
+    runtime._PLANS.clear()
+    kernels = []
+    real = runtime.launch
+
+    def spy(c, kernel, *rest):
+        kernels.append(kernel)
+        real(c, kernel, *rest)
+
+    with mock.patch.object(runtime, "launch", spy):
+        fn(**x, backend="triton", **kw)
+    (plan,) = runtime._PLANS.values()
+    rec = Recorder()
+    (kernel,) = kernels
+    plan.kernels[kernel] = (rec, "function", "packed", lambda device: "stream", 0, None)
+    plan.kernels["direct"] = True
+    return plan, rec
+
+
+def _same_launch(a, b):
+    """Two recorded launches with equal arguments: the same input tensors, equal floats, outputs
+    of the same shape, strides and dtype (each call allocates its own)."""
+    assert a[:4] == b[:4]
+    assert len(a[4]) == len(b[4])
+    for k, (u, v) in enumerate(zip(a[4], b[4])):
+        if isinstance(u, torch.Tensor):
+            assert isinstance(v, torch.Tensor), k
+            if u is not v:  # an output of each call
+                assert (u.shape, u.stride(), u.dtype) == (v.shape, v.stride(), v.dtype), k
+        else:
+            assert type(u) is type(v) and u == v, (k, u, v)
+
+
+CASES = [
+    ("compute_gae", {}, {}),
+    ("compute_gae", {"drop": ("truncateds",)}, {"outputs": ("advantages", "returns")}),
+    ("compute_vtrace", {"drop": ("truncateds",)}, {"outputs": "pg_advantages"}),
+    ("compute_vtrace", {}, {"rho_bar": 0.9}),  # pg_rho_bar follows rho_bar, call by call
+    ("compute_retrace", {}, {}),
+    ("compute_lambda_returns", {}, {}),
+    ("compute_discounted_returns", {}, {}),
+    ("compute_eligibility_traces", {}, {}),
+    ("compute_episodic_prefix_sum", {}, {}),
+    ("compute_masked_gae", {}, {"outputs": ("advantages", "returns")}),
+]
+
+
+@pytest.mark.parametrize("name,prep,kw", CASES, ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize("layout", ["rows", "time-major"])
+def test_fast_path_passes_the_general_paths_arguments(name, prep, kw, layout):
+    fn = getattr(scangen, name)
+
+    def inputs(seed):
+        x = make_inputs(name, 3, 40, seed=seed)
+        for k in prep.get("drop", ()):
+            del x[k]
+        x = {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in x.items()}
+        return as_time_major(x) if layout == "time-major" else x
+
+    plan, rec = _plan_with_recorder(fn, inputs(0), **kw)
+    assert plan.config.family != "lookback"
+    fn(**inputs(1), backend="triton", **kw)  # direct launch: builds the fast path
+    fast = plan.kernels.get("fast")
+    assert fast is not None, "the plan did not get a fast path"
+    for seed, scale in ((2, 0.5), (3, 0.25)):
+        x = inputs(seed)
+        if "gamma" in inspect.signature(fn).parameters:
+            x["gamma"] = scale  # a new float param value reaches the kernel
+        out = fn(**x, backend="triton", **kw)
+        fast_launch = rec.calls[-1]
+        plan.kernels["fast"] = None  # the general path, same arguments
+        again = fn(**x, backend="triton", **kw)
+        plan.kernels["fast"] = fast
+        _same_launch(fast_launch, rec.calls[-1])
+        outs = out if isinstance(out, tuple) else (out,)
+        agains = again if isinstance(again, tuple) else (again,)
+        assert isinstance(out, tuple) == isinstance(again, tuple)
+        for o, a in zip(outs, agains):
+            assert (o.shape, o.stride(), o.dtype) == (a.shape, a.stride(), a.dtype)
+            assert torch.isnan(o).all(), "tests poison outputs: the fast path must too"
+        assert sum(a is o for a in fast_launch[4] for o in outs) == len(outs)
+    runtime._PLANS.clear()
+
+
+def test_fast_path_is_not_taken_where_a_call_rebinds_more():
+    """Tensor params (expanded per call), float64 (params as tensors) and look-back plans (a
+    workspace per stream) stay on the general path."""
+    x = make_inputs("compute_gae", 3, 40, seed=0)
+    x = {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in x.items()}
+    g = torch.full((3, 1), 0.9, device=DEVICE)
+    plan, rec = _plan_with_recorder(scangen.compute_gae, {**x, "gamma": g})
+    scangen.compute_gae(**{**x, "gamma": g}, backend="triton")
+    assert plan.kernels["fast"] is None and len(rec.calls) == 1
+    x64 = {k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v
+           for k, v in x.items()}
+    plan, rec = _plan_with_recorder(scangen.compute_gae, x64)
+    scangen.compute_gae(**x64, backend="triton")
+    assert plan.kernels["fast"] is None and len(rec.calls) == 1
+    with mock.patch.dict(runtime.ENV, {"SCANGEN_FAMILY": "lookback"}):
+        plan, rec = _plan_with_recorder(scangen.compute_gae, x)
+        scangen.compute_gae(**x, backend="triton")
+    assert plan.config.family == "lookback"
+    assert plan.kernels["fast"] is None and len(rec.calls) == 1
+    runtime._PLANS.clear()
+
+
+def test_a_launch_hook_sends_calls_back_to_tritons_path():
+    """While a Triton launch hook is registered (a profiler), calls take Triton's own launch
+    path, which calls the hook, even where the plan has a fast path."""
+    x = make_inputs("compute_gae", 3, 40, seed=0)
+    x = {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in x.items()}
+    plan, rec = _plan_with_recorder(scangen.compute_gae, x)
+    scangen.compute_gae(**x, backend="triton")
+    assert plan.kernels["fast"] is not None and len(rec.calls) == 1
+    with mock.patch.object(runtime, "_hooked", lambda: True):
+        out = scangen.compute_gae(**x, backend="triton")  # the interpreter runs the kernel
+    assert len(rec.calls) == 1 and not torch.isnan(out).any()
+    scangen.compute_gae(**x, backend="triton")
+    assert len(rec.calls) == 2
+    runtime._PLANS.clear()
