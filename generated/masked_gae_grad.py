@@ -997,7 +997,8 @@ def _launch(_call, _cfg):
             SHIFT_G=_rt.shift_group(_call, _cfg),
             BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
             ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
-            LB_WINDOW=_rt.lookback_window(_call, _cfg), LB_SPIN=_rt.lookback_spin(_call, _cfg),
+            LB_WINDOW=_rt.lookback_window(_call, _cfg, 6),
+            LB_SPIN=_rt.lookback_spin(_call, _cfg),
         )
         _tiles = -(-(_call.R1 * _call.R2) // _cfg.block_n)  # row tiles
         if _cfg.family == "lookback":  # one program per (row, chunk)

@@ -27,7 +27,11 @@ TILE = 2048          # elements (K included) of one [BLOCK_N, BLOCK_T, BLOCK_K] 
 MIN_TILE = 512       # ... halved down to this while the grid has fewer than SHORT_PROGRAMS_PER_SM
 SHORT_PROGRAMS_PER_SM = 8
 LONG_TILE = 1024     # ... once a chunk holds 512 elements or more: one row per program
-PERSIST_TENSORS = 8  # long chunks moving this many [N, T] tensors (inputs + outputs) persist
+# Long chunks moving this many [N, T] tensors (inputs + outputs) persist, one row of PERSIST_TILE
+# steps a program: V-trace without truncations (7) at 16384x1024, 117.3 -> 106.0 us, and
+# 1024x1024, 7.05 -> 7.31 (ninth round, results/h200-2026-11-30-i-vtrace-sweep.txt; it was 8
+# from the fourth round, when persist calls kept the stream tile of 1024 steps: 137 us today).
+PERSIST_TENSORS = 7
 MAX_BLOCK_T = 1024   # longer chunks add scan depth without adding parallelism
 MAX_BLOCK_K = 16     # the trailing axis is streamed in slices of this width
 TM_ROWS = 16         # time-major tiles (K = 1): rows per tile, halved down to TM_MIN_ROWS
@@ -67,8 +71,8 @@ def _sm_count(index: int) -> int:
 # SM (8x262144, 1x1048576); 8192 on 8 warps (32 steps a thread, as 4096 on 4) where 4096 would
 # give fewer than LOOKBACK_LONG_PROGRAMS_PER_SM (1x1048576: 256 programs on 132 SMs; seventh
 # round, h200-2026-11-30-g-lookback-sweep: GAE 11.4 -> 10.9 us, V-trace 15.0 -> 14.2, masked
-# GAE 13.6 -> 11.7, discounted returns 10.7 -> 9.9); calls that move PERSIST_TENSORS or more
-# [N, T] tensors take 1024 where 2048 gives enough programs (V-trace with truncations, 9
+# GAE 13.6 -> 11.7, discounted returns 10.7 -> 9.9); calls that move LOOKBACK_MANY_TENSORS or
+# more [N, T] tensors take 1024 where 2048 gives enough programs (V-trace with truncations, 9
 # tensors, 186 registers at 2048: 64x65536 60.2 -> 51.2 us in the same sweep; masked GAE, 7
 # tensors, loses 45% at 1024); at most half the padded row, so that a row has two chunks or more.
 # Specs that sum over a trailing axis (K > 1, Retrace) keep 1024 elements on 4 warps (measured
@@ -80,6 +84,7 @@ LOOKBACK_PROGRAMS_PER_SM = 8
 LOOKBACK_LONG_PROGRAMS_PER_SM = 2
 LOOKBACK_K_TILE = 1024   # elements (K included) per program when K > 1
 PERSIST_TILE = 512       # tile of persist calls chosen for the tensors they move (one row)
+LOOKBACK_MANY_TENSORS = 8  # look-back calls moving this many [N, T] tensors: shorter chunks
 FAMILIES = ("stream", "persist", "lookback")
 
 
@@ -105,7 +110,7 @@ def _gpu_family(c, rows: int, kk: int, cfg: Config, time_major: bool) -> str:
       than one chunk each (each program streams one row) or PERSIST_TENSORS or more [N, T]
       tensors to move.
     - Otherwise fewer rows than two per SM, and long rows: "lookback"; the rest: "stream".
-    H200 measurements behind it: bench/NOTES.md (fourth round)."""
+    H200 measurements behind it: bench/NOTES.md (fourth and ninth rounds)."""
     sms = _sm_count(c.device.index or 0)
     long_rows = c.T >= LOOKBACK_MIN_T
     if rows < sms and long_rows:
@@ -165,7 +170,7 @@ def _lookback_config(c, rows: int, block_k: int, kk: int) -> Config:
         block_t *= 2
         if programs(block_t) < LOOKBACK_LONG_PROGRAMS_PER_SM * sms:
             block_t, warps = block_t * 2, warps * 2
-    elif sms and _streams(c) >= PERSIST_TENSORS:
+    elif sms and _streams(c) >= LOOKBACK_MANY_TENSORS:
         block_t //= 2
     if block_t > _pow2(c.T) // 2:
         block_t, warps = max(16, _pow2(c.T) // 2), LOOKBACK_WARPS

@@ -631,21 +631,26 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream",
 # The look-back's window (predecessors read per round trip), H200 sweep of the eighth round
 # (bench/NOTES.md, results/h200-2026-11-30-h-window-probe.txt): 32 where a row has 32 chunks or
 # fewer (64x65536 in 2048-step chunks: less to read and reduce than 128), 512 on 8 warps (1x1048576
-# in 8192-step chunks: 128 predecessors in one window, two words a thread), else 128.
+# in 8192-step chunks: 128 predecessors in one window, two words a thread), else 128. The wide
+# window is for look-backs of one scan (3 words a predecessor): a joint look-back reads 7, and
+# masked GAE 1x1048576 measured 12.7 us with 512 against 10.9 with 128 (ninth round,
+# results/h200-2026-11-30-i-lookback-probe.txt).
 LB_SMALL_WINDOW = 32
 LB_WINDOW = 128
 LB_WIDE_WINDOW = 512
+LB_WIDE_WORDS = 3  # words a predecessor, at most, for the wide window
 
 
-def lookback_window(c: Call, cfg) -> int:
-    """Predecessors the look-back reads per round trip (the kernels' LB_WINDOW). A constexpr of
-    every kernel: fixed for the other families, which do not use it, so that a new T does not
-    make Triton compile them again."""
+def lookback_window(c: Call, cfg, words: int = 3) -> int:
+    """Predecessors the look-back reads per round trip (the kernels' LB_WINDOW); ``words``: the
+    words it reads per predecessor (3 per scan, 7 per joint pair). A constexpr of every kernel:
+    fixed for the other families, which do not use it, so that a new T does not make Triton
+    compile them again."""
     if cfg.family != "lookback":
         return LB_WINDOW
     if _row_chunks(c, cfg) <= LB_SMALL_WINDOW:
         return LB_SMALL_WINDOW
-    return LB_WIDE_WINDOW if cfg.num_warps >= 8 else LB_WINDOW
+    return LB_WIDE_WINDOW if cfg.num_warps >= 8 and words <= LB_WIDE_WORDS else LB_WINDOW
 
 
 # Rows of more chunks than this wait on the nearest predecessor's aggregate, one word at a time,

@@ -45,8 +45,8 @@ def test_rows_layout(N, T, expected):
 
 
 @pytest.mark.parametrize("N,T,streams,family", [
-    (16384, 1024, 7, "stream"),
-    (16384, 1024, 8, "persist"),   # PERSIST_TENSORS: long chunks that move many tensors
+    (16384, 1024, 6, "stream"),
+    (16384, 1024, 7, "persist"),   # PERSIST_TENSORS: long chunks that move many tensors
     (1024, 1024, 9, "persist"),
     (16384, 512, 9, "persist"),
     (16384, 256, 9, "stream"),     # short chunks stay non-persistent
@@ -80,6 +80,9 @@ def test_lookback_window(N, T, streams, window):
     from scangen import runtime
     cfg = _choose(N, T, streams=streams)
     assert runtime.lookback_window(NS(T=T), cfg) == window
+    # a joint look-back (7 words a predecessor) keeps the 128-wide window on 8 warps
+    joint = runtime.lookback_window(NS(T=T), cfg, 7)
+    assert joint == (runtime.LB_WINDOW if window == runtime.LB_WIDE_WINDOW else window)
 
 
 @pytest.mark.parametrize("T", [16, 1024, 65536, 1 << 20])
