@@ -970,6 +970,8 @@ def floors_line(floors):
         # process (bench/NOTES.md, fourth round, item 6): say which one this process ran in.
         b += (f"; host/device launch ratio {Lc / L:.1f}x (on the H200 host: ~3-3.8x in fast "
               f"processes, 5-6.5x in slow ones, where host-bound columns are inflated)")
+    b += ("; call x launch divides by the empty launch timed beside each call (floor_call_us in "
+          "the json), not by this one")
     return f"{a}; {b}"
 
 

@@ -634,7 +634,9 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream",
 # in 8192-step chunks: 128 predecessors in one window, two words a thread), else 128. The wide
 # window is for look-backs of one scan (3 words a predecessor): a joint look-back reads 7, and
 # masked GAE 1x1048576 measured 12.7 us with 512 against 10.9 with 128 (ninth round,
-# results/h200-2026-11-30-i-lookback-probe.txt).
+# results/h200-2026-11-30-i-lookback-probe.txt). Look-backs over a trailing axis (K > 1,
+# Retrace: chunks of 1024 / K steps, thousands a row) read 32: in two probes of the same round,
+# 64x65536 210 -> 190 us, 1x1048576 111 -> 103, and 8x262144 141 -> 148 (slower).
 LB_SMALL_WINDOW = 32
 LB_WINDOW = 128
 LB_WIDE_WINDOW = 512
@@ -648,7 +650,7 @@ def lookback_window(c: Call, cfg, words: int = 3) -> int:
     compile them again."""
     if cfg.family != "lookback":
         return LB_WINDOW
-    if _row_chunks(c, cfg) <= LB_SMALL_WINDOW:
+    if _row_chunks(c, cfg) <= LB_SMALL_WINDOW or cfg.block_k > 1:
         return LB_SMALL_WINDOW
     return LB_WIDE_WINDOW if cfg.num_warps >= 8 and words <= LB_WIDE_WORDS else LB_WINDOW
 

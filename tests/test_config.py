@@ -85,6 +85,16 @@ def test_lookback_window(N, T, streams, window):
     assert joint == (runtime.LB_WINDOW if window == runtime.LB_WIDE_WINDOW else window)
 
 
+@pytest.mark.parametrize("N,T", [(64, 65536), (8, 262144), (1, 1048576)])
+def test_lookback_window_over_a_trailing_axis(N, T):
+    """Look-backs that sum over a trailing axis (K > 1: Retrace's short chunks) read 32
+    predecessors a round trip."""
+    from scangen import runtime
+    cfg = _choose(N, T, K=8, streams=10)
+    assert cfg.family == "lookback" and cfg.block_k == 8
+    assert runtime.lookback_window(NS(T=T), cfg) == runtime.LB_SMALL_WINDOW
+
+
 @pytest.mark.parametrize("T", [16, 1024, 65536, 1 << 20])
 def test_lookback_constants_are_fixed_for_the_other_families(T):
     """LB_WINDOW and LB_SPIN are constexprs of every kernel: the stream and persist families,
