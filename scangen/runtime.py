@@ -422,7 +422,10 @@ def _call(op, values, key, time_dim, outputs, backend):
     if c.backend == "triton":
         op.launch(c, c.config)
         if plan is not None and "fast" not in c.kernels and "seen" in c.kernels:
-            c.kernels["fast"] = _fast_path(c, values)
+            if c.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                del c.kernels["seen"]  # decided on a call outside capture (no work captured)
+            else:
+                c.kernels["fast"] = _fast_path(c, values)
     else:
         op.torch_impl(c)
     return c.result()
@@ -487,16 +490,16 @@ def _fast_path(c: Call, values: dict):
     order scangen.render gives every kernel), allocates the outputs and calls the launcher with
     the plan's integers and constants. It is built after the plan's first direct launch and
     used only if, on that call's own arguments, it reproduces that launch's argument tuple
-    exactly. Plans that re-bind anything more stay on the general path: look-back calls (a
-    workspace per stream), tensor params, inputs that must be copied, float64 (params travel
-    as tensors)."""
+    exactly. Look-back calls get their workspace as the general path does
+    (:func:`lookback_workspace`: one per stream, a fresh one under CUDA-graph capture). Plans
+    that re-bind anything more stay on the general path: tensor params, inputs that must be
+    copied, float64 (params travel as tensors)."""
     launches = c.kernels.pop("seen")
     if len(launches) != 1:  # one launch per call is what the fast path makes
         return None
     kernel, grid, seen, meta = launches[0]
     entry = c.kernels.get(kernel)
-    if (entry is None or c.config.family == "lookback" or c.ptargets or c.copied
-            or c.acc == torch.float64):
+    if entry is None or c.ptargets or c.copied or c.acc == torch.float64:
         return None
     op = c.op
     slots, env = [], {"_rt": sys.modules[__name__], "_nan": float("nan")}
@@ -513,6 +516,14 @@ def _fast_path(c: Call, values: dict):
         slots.append("None")
     outs = {n: f"_o{k}" for k, n in enumerate(c.requested)}
     slots += [outs.get(o, "None") for o in op.outputs]
+    if c.config.family == "lookback":  # the workspace follows the outputs
+        words = _workspace_words(c, c.config, (*seen, None)[len(slots)])
+        if words is None:
+            return None
+        plan = c._clone()  # the plan's constants only: no tensors of this call kept alive
+        plan.tensors, plan.params, plan.outs = {}, {}, {}
+        env.update(_workspace=lookback_workspace, _plan=plan, _cfg=c.config, _words=words)
+        slots.append("_workspace(_plan, _cfg, _words)")
     tail = (*seen[len(slots):], *meta.values())
     if len(seen) < len(slots) or any(isinstance(x, torch.Tensor) for x in tail):
         return None
@@ -671,6 +682,16 @@ def lookback_spin(c: Call, cfg) -> bool:
 def _row_chunks(c: Call, cfg) -> int:
     """Chunks of BLOCK_T steps in a row."""
     return -(-c.T // cfg.block_t)
+
+
+def _workspace_words(c: Call, cfg, ws) -> int | None:
+    """The ``n_words`` a look-back workspace made by :func:`_new_workspace` was sized for, or
+    None if ``ws`` is not such a workspace."""
+    if not isinstance(ws, torch.Tensor) or ws.dtype != torch.int32:
+        return None
+    per_word = 2 * (c.acc.itemsize // 4) * c.R1 * c.R2 * _row_chunks(c, cfg)
+    words, rest = divmod(ws.numel() - 2, per_word)
+    return words if words > 0 and rest == 0 else None
 
 
 def _new_workspace(c: Call, cfg, n_words: int):

@@ -113,9 +113,33 @@ def test_fast_path_passes_the_general_paths_arguments(name, prep, kw, layout):
     runtime._PLANS.clear()
 
 
+@pytest.mark.parametrize("name", ["compute_gae", "compute_masked_gae", "compute_retrace"])
+def test_fast_path_of_lookback_plans_passes_the_workspace(name):
+    """Look-back plans pass the plan's workspace for the current stream, as the general path
+    does (one kept per stream; single, joint and trailing-axis look-backs)."""
+    x = make_inputs(name, 2, 300, seed=0)
+    x = {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in x.items()}
+    fn = getattr(scangen, name)
+    with mock.patch.dict(runtime.ENV, {"SCANGEN_FAMILY": "lookback"}):
+        plan, rec = _plan_with_recorder(fn, x)
+        fn(**x, backend="triton")
+        assert plan.config.family == "lookback"
+        fast = plan.kernels["fast"]
+        assert fast is not None
+        (ws,) = plan.kernels["workspaces"].values()
+        fn(**x, backend="triton")
+        fast_launch = rec.calls[-1]
+        plan.kernels["fast"] = None
+        fn(**x, backend="triton")
+        plan.kernels["fast"] = fast
+    _same_launch(fast_launch, rec.calls[-1])
+    assert sum(a is ws for a in fast_launch[4]) == 1
+    runtime._PLANS.clear()
+
+
 def test_fast_path_is_not_taken_where_a_call_rebinds_more():
-    """Tensor params (expanded per call), float64 (params as tensors) and look-back plans (a
-    workspace per stream) stay on the general path."""
+    """Tensor params (expanded per call) and float64 (params as tensors) stay on the general
+    path."""
     x = make_inputs("compute_gae", 3, 40, seed=0)
     x = {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in x.items()}
     g = torch.full((3, 1), 0.9, device=DEVICE)
@@ -126,11 +150,6 @@ def test_fast_path_is_not_taken_where_a_call_rebinds_more():
            for k, v in x.items()}
     plan, rec = _plan_with_recorder(scangen.compute_gae, x64)
     scangen.compute_gae(**x64, backend="triton")
-    assert plan.kernels["fast"] is None and len(rec.calls) == 1
-    with mock.patch.dict(runtime.ENV, {"SCANGEN_FAMILY": "lookback"}):
-        plan, rec = _plan_with_recorder(scangen.compute_gae, x)
-        scangen.compute_gae(**x, backend="triton")
-    assert plan.config.family == "lookback"
     assert plan.kernels["fast"] is None and len(rec.calls) == 1
     runtime._PLANS.clear()
 

@@ -158,7 +158,7 @@ def test_lookback_calls_of_one_plan_on_two_streams_at_once(monkeypatch):
         runtime.reload_env()
 
 
-@pytest.mark.parametrize("family", ["stream", "persist"], indirect=True)
+@pytest.mark.parametrize("family", ["stream", "persist", "lookback"], indirect=True)
 @pytest.mark.parametrize("name", ALGOS)
 def test_fast_path_results(name, family):
     """From a plan's third call on, calls go straight to the compiled kernel's launcher
