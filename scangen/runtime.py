@@ -491,29 +491,33 @@ def _fast_path(c: Call, values: dict):
     the plan's integers and constants. It is built after the plan's first direct launch and
     used only if, on that call's own arguments, it reproduces that launch's argument tuple
     exactly. Look-back calls get their workspace as the general path does
-    (:func:`lookback_workspace`: one per stream, a fresh one under CUDA-graph capture). Plans
-    that re-bind anything more stay on the general path: tensor params, inputs that must be
-    copied, float64 (params travel as tensors)."""
+    (:func:`lookback_workspace`: one per stream, a fresh one under CUDA-graph capture); tensor
+    params are expanded to their target per call, as :meth:`Call.bind` does (so calls through
+    the custom op, autograd and torch.compile, whose params are 0-dim tensors, take the fast
+    path too). Plans that re-bind anything more stay on the general path: inputs or params
+    that must be copied, float64 (float params travel as new tensors)."""
     launches = c.kernels.pop("seen")
     if len(launches) != 1:  # one launch per call is what the fast path makes
         return None
     kernel, grid, seen, meta = launches[0]
     entry = c.kernels.get(kernel)
-    if entry is None or c.ptargets or c.copied or c.acc == torch.float64:
+    if entry is None or c.copied or c.acc == torch.float64:
         return None
     op = c.op
     slots, env = [], {"_rt": sys.modules[__name__], "_nan": float("nan")}
     for i in op.inputs:  # present inputs are passed as given (no copies: checked above)
         slots.append(f"v[{i.name!r}]" if i.name in c.tensors else "None")
     bind = {name: (kind, arg) for name, kind, arg in c.bind_params}
-    for k, p in enumerate(op.params):
+    for k, p in enumerate(op.params):  # (value, pointer) each, as runtime.param_ptrs
         kind, arg = bind[p.name]
-        if kind == 1:
-            slots.append(f"float(v[{arg!r}])")
+        if kind == 2:  # a tensor, expanded to its target (a view: no copies, checked above)
+            env[f"_t{k}"] = c.ptargets[p.name]
+            slots += ["0.0", f"v[{arg!r}].expand(_t{k})"]
+        elif kind == 1:  # a float of this call
+            slots += [f"float(v[{arg!r}])", "None"]
         else:  # fixed by the signature
             env[f"_p{k}"] = arg
-            slots.append(f"_p{k}")
-        slots.append("None")
+            slots += [f"_p{k}", "None"]
     outs = {n: f"_o{k}" for k, n in enumerate(c.requested)}
     slots += [outs.get(o, "None") for o in op.outputs]
     if c.config.family == "lookback":  # the workspace follows the outputs
@@ -550,8 +554,17 @@ def _fast_path(c: Call, values: dict):
     # the same arguments as the launch just made, for this call's values and outputs?
     mine = eval(compile(f"({', '.join(slots)},)", "<scangen fast path check>", "eval"),
                 {**env, "v": values, **{outs[n]: o for n, o in c.outs.items()}})
-    same = all(a is b or (type(a) is float and a == b) for a, b in zip(mine, seen))
+    same = all(a is b or (type(a) is float and a == b) or _same_view(a, b)
+               for a, b in zip(mine, seen))
     return fast if same else None
+
+
+def _same_view(a, b) -> bool:
+    """Two tensors that address the same elements the same way (a param's expand(), made
+    again)."""
+    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+            and (a.data_ptr(), a.shape, a.stride(), a.dtype, a.device)
+            == (b.data_ptr(), b.shape, b.stride(), b.dtype, b.device))
 
 
 def shift_group(c: Call, cfg) -> int:

@@ -137,15 +137,46 @@ def test_fast_path_of_lookback_plans_passes_the_workspace(name):
     runtime._PLANS.clear()
 
 
-def test_fast_path_is_not_taken_where_a_call_rebinds_more():
-    """Tensor params (expanded per call) and float64 (params as tensors) stay on the general
-    path."""
+@pytest.mark.parametrize("shape", [(), (3, 1), (3, 40)], ids=["0-dim", "per-row", "per-step"])
+def test_fast_path_expands_tensor_params(shape):
+    """Tensor params (0-dim, as the custom op passes floats; per row; per step) are expanded
+    per call on the fast path, to the same view the general path passes; a new tensor's
+    values reach the kernel."""
     x = make_inputs("compute_gae", 3, 40, seed=0)
     x = {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in x.items()}
-    g = torch.full((3, 1), 0.9, device=DEVICE)
+
+    def gamma(value):
+        return torch.full(shape, value, device=DEVICE)
+
+    plan, rec = _plan_with_recorder(scangen.compute_gae, {**x, "gamma": gamma(0.9)})
+    scangen.compute_gae(**x, gamma=gamma(0.8), backend="triton")
+    fast = plan.kernels["fast"]
+    assert fast is not None
+    g = gamma(0.7)
+    scangen.compute_gae(**x, gamma=g, backend="triton")
+    fast_launch = rec.calls[-1]
+    plan.kernels["fast"] = None
+    scangen.compute_gae(**x, gamma=g, backend="triton")
+    plan.kernels["fast"] = fast
+    _same_launch(fast_launch, rec.calls[-1])
+    (ptr,) = [a for a in fast_launch[4] if isinstance(a, torch.Tensor)
+              and a.data_ptr() == g.data_ptr()]
+    assert (ptr == 0.7).all() and ptr.shape == (3, 40)
+    runtime._PLANS.clear()
+
+
+def test_fast_path_is_not_taken_where_a_call_rebinds_more():
+    """Params that must be copied (strides that do not merge) and float64 (float params travel
+    as new tensors) stay on the general path."""
+    x = make_inputs("compute_gae", 6, 40, seed=0)  # [B, N, T] = [2, 3, 40]
+    x = {k: v.to(DEVICE).reshape(2, 3, *v.shape[1:]) if torch.is_tensor(v) else v
+         for k, v in x.items()}
+    g = torch.full((3, 2, 40), 0.9, device=DEVICE).permute(1, 0, 2)  # B and N do not merge
     plan, rec = _plan_with_recorder(scangen.compute_gae, {**x, "gamma": g})
     scangen.compute_gae(**{**x, "gamma": g}, backend="triton")
+    assert "gamma" in plan.copied
     assert plan.kernels["fast"] is None and len(rec.calls) == 1
+    x = {k: v.reshape(6, *v.shape[2:]) if torch.is_tensor(v) else v for k, v in x.items()}
     x64 = {k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v
            for k, v in x.items()}
     plan, rec = _plan_with_recorder(scangen.compute_gae, x64)
@@ -167,4 +198,26 @@ def test_a_launch_hook_sends_calls_back_to_tritons_path():
     assert len(rec.calls) == 1 and not torch.isnan(out).any()
     scangen.compute_gae(**x, backend="triton")
     assert len(rec.calls) == 2
+    runtime._PLANS.clear()
+
+
+def test_calls_through_the_custom_op_take_the_fast_path():
+    """Calls that need autograd go through the torch.library op, which passes float params as
+    0-dim tensors: their plan gets a fast path too, with the general path's arguments."""
+    x = make_inputs("compute_gae", 3, 40, seed=0)
+    x = {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in x.items()}
+    x["rewards"].requires_grad_(True)
+    plan, rec = _plan_with_recorder(scangen.compute_gae, x)
+    assert plan.ptargets, "the custom op passes its params as tensors"
+    scangen.compute_gae(**x, gamma=0.5, backend="triton")
+    fast = plan.kernels["fast"]
+    assert fast is not None
+    scangen.compute_gae(**x, gamma=0.25, backend="triton")
+    fast_launch = rec.calls[-1]
+    plan.kernels["fast"] = None
+    scangen.compute_gae(**x, gamma=0.25, backend="triton")
+    _same_launch(fast_launch, rec.calls[-1])
+    gammas = [a for a in fast_launch[4] if isinstance(a, torch.Tensor) and a.dim() == 2
+              and a.stride() == (0, 0)]
+    assert any((g == 0.25).all() for g in gammas)
     runtime._PLANS.clear()
