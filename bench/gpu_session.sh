@@ -18,6 +18,9 @@ mkdir -p "$WORK"
   python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'; } \
   > "$WORK/env.txt" 2>&1
 pids=()
+# Tests alone may take most of a device call: the ops suite beside test_gpu.py needs more than
+# 330 s (ninth round); beside a sweep they keep the shorter limit.
+if [[ $what == tests ]]; then TEST_TIMEOUT=${TEST_TIMEOUT:-540}; fi
 if [[ $what == *tests* ]]; then
   timeout "${TEST_TIMEOUT:-330}" python3 -m pytest -q -p no:cacheprovider -rf --tb=short tests/test_gpu.py \
     > "$WORK/pytest-gpu.log" 2>&1 &
