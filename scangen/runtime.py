@@ -496,8 +496,8 @@ def _fast_path(c: Call, values: dict):
     the custom op, autograd and torch.compile, whose params are 0-dim tensors, take the fast
     path too). Plans that re-bind anything more stay on the general path: inputs or params
     that must be copied, float64 (float params travel as new tensors)."""
-    launches = c.kernels.pop("seen")
-    if len(launches) != 1:  # one launch per call is what the fast path makes
+    launches = c.kernels.pop("seen", None)  # None: another thread took it first
+    if launches is None or len(launches) != 1:  # the fast path makes one launch per call
         return None
     kernel, grid, seen, meta = launches[0]
     entry = c.kernels.get(kernel)
