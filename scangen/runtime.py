@@ -423,7 +423,7 @@ def _call(op, values, key, time_dim, outputs, backend):
         op.launch(c, c.config)
         if plan is not None and "fast" not in c.kernels and "seen" in c.kernels:
             if c.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-                del c.kernels["seen"]  # decided on a call outside capture (no work captured)
+                c.kernels.pop("seen", None)  # decided outside capture (no work captured)
             else:
                 c.kernels["fast"] = _fast_path(c, values)
     else:
