@@ -270,10 +270,7 @@ def paired_call_us(fn, floor_fn, args):
     ``(fn_us, n, floor_us)``. The host's speed drifts by 2x within one process on the H200
     host (bench/NOTES.md, ninth round); a floor measured beside each call sees the same host."""
     repeats = args.call_repeats
-    fn()
-    floor_fn()
-    sync(args)
-    n = call_us(fn, args, repeats=1)[1]
+    n = call_us(fn, args, repeats=1)[1]  # each warms up and sizes its loop
     nf = call_us(floor_fn, args, repeats=1)[1]
     times, floors = [], []
     for _ in range(repeats):

@@ -521,7 +521,7 @@ def _fast_path(c: Call, values: dict):
     outs = {n: f"_o{k}" for k, n in enumerate(c.requested)}
     slots += [outs.get(o, "None") for o in op.outputs]
     if c.config.family == "lookback":  # the workspace follows the outputs
-        words = _workspace_words(c, c.config, (*seen, None)[len(slots)])
+        words = c.kernels.get("lb_words")
         if words is None:
             return None
         plan = c._clone()  # the plan's constants only: no tensors of this call kept alive
@@ -642,6 +642,7 @@ def lookback_workspace(c: Call, cfg, n_words: int):
         if len(kept) >= MAX_WORKSPACE_STREAMS:  # many short-lived streams: forget the oldest
             del kept[next(iter(kept))]
         ws = kept[stream] = _new_workspace(c, cfg, n_words)
+        c.kernels["lb_words"] = n_words  # for the plan's fast path (new streams)
     return ws
 
 
@@ -695,16 +696,6 @@ def lookback_spin(c: Call, cfg) -> bool:
 def _row_chunks(c: Call, cfg) -> int:
     """Chunks of BLOCK_T steps in a row."""
     return -(-c.T // cfg.block_t)
-
-
-def _workspace_words(c: Call, cfg, ws) -> int | None:
-    """The ``n_words`` a look-back workspace made by :func:`_new_workspace` was sized for, or
-    None if ``ws`` is not such a workspace."""
-    if not isinstance(ws, torch.Tensor) or ws.dtype != torch.int32:
-        return None
-    per_word = 2 * (c.acc.itemsize // 4) * c.R1 * c.R2 * _row_chunks(c, cfg)
-    words, rest = divmod(ws.numel() - 2, per_word)
-    return words if words > 0 and rest == 0 else None
 
 
 def _new_workspace(c: Call, cfg, n_words: int):
