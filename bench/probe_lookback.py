@@ -11,16 +11,13 @@ Variants of each module's look-back (string edits of generated/<algo>.py, loaded
            window (LB_SPIN on); nospin without it; w<n>-spin, w<n>-nospin both
   nowait   publishes its aggregate and inclusive state but reads nothing: carry = the scan's
            initial value (results wrong past the first chunk: not checked; a lower bound)
-Modifiers joined to a variant with "+" (e.g. nowait+pid+noclear; results not checked):
-  pid      the program's id instead of a ticket from the atomic counter (only with nowait: the
-           look-back's order is then not guaranteed)
-  relaxed  the ticket's atomic with sem="relaxed" instead of the default acq_rel
+Modifiers joined to a variant with "+" (e.g. nowait+pid+noclear; results checked for pid and
+ticket alone):
+  pid      the program's chunk from its id (LB_PID on); ticket: from the counter (LB_PID off)
   noclear  no reset of the other half's words
   nostore  the outputs are not stored (the compiler then drops their arithmetic)
-  pidslot  the program's chunk from its id (CUB's assumption: blocks start in increasing order),
-           the atomic counter (relaxed) only for the workspace half, the reset of the other
-           half's words at the end of the kernel: nothing waits on the atomic before the
-           loads (results checked)
+(The first probe of the tenth round, results/h200-2026-11-30-j-probe.txt, used modifiers written
+for the kernels before LB_PID; see git history.)
 Each is timed by CUDA-graph replay (device time), for each look-back tile, in one process.
 """
 from __future__ import annotations
@@ -43,9 +40,6 @@ from scangen.config import Config  # noqa: E402
 from scangen.testing import assert_close, make_inputs  # noqa: E402
 
 WAIT = re.compile(r"\n    g_a = agg_a \* 0\.0.*?\n    carry = g_a \+ g_b \* base", re.S)
-
-
-TICKET = "tl.atomic_add(_ws.to(tl.pointer_type(tl.int64), bitcast=True), 1) + 1"
 CLEAR = re.compile(r"\n    for _w in tl\.static_range\(\d+\):.*?\n        tl\.store\(_ws_clear[^\n]*")
 OUT_STORE = re.compile(r"^(\s+)tl\.store\(\w+__optr [^\n]*$", re.M)
 
@@ -55,21 +49,10 @@ def modify(src: str, name: str, mods: list) -> str:
     head, sep, kernel = src.partition("_lookback_kernel(")
     body, sep2, rest = kernel.partition("\ndef _launch(")
     for m in mods:
-        if m == "pid":
-            assert name == "nowait", "pid only with nowait"
-            body, n = re.subn(re.escape(TICKET), "tl.program_id(0).to(tl.int64)", body)
-        elif m == "relaxed":
-            body, n = re.subn(re.escape(TICKET),
-                              TICKET.replace(", 1)", ", 1, sem=\"relaxed\")"), body)
+        if m in ("pid", "ticket"):
+            body, n = re.subn(r"\bif LB_PID:", f"if {m == 'pid'}:", body)
         elif m == "noclear":
             body, n = CLEAR.subn("", body)
-        elif m == "pidslot":
-            body, n = re.subn(r"_ticket = " + re.escape(TICKET) + r"[^\n]*\n(\s+_half = [^\n]*\n)\s+_ticket = [^\n]*\n",
-                              lambda g: ("_count = " + TICKET.replace(", 1)", ", 1, sem=\"relaxed\")")
-                                         + "\n" + g.group(1).replace("_ticket", "_count")
-                                         + "    _ticket = tl.program_id(0)\n"), body)
-            clear = CLEAR.search(body).group(0)
-            body = CLEAR.sub("", body).rstrip("\n") + clear + "\n\n"
         elif m == "nostore":
             body, n = OUT_STORE.subn(r"\1pass", body)
         else:
@@ -127,7 +110,7 @@ def main() -> None:
                     runtime._PLANS.clear()
                     out = fn(**kw, backend="triton")
                     out = out if isinstance(out, tuple) else (out,)
-                    if v.split("+")[0] != "nowait" and not set(v.split("+")[1:]) - {"pidslot"}:
+                    if v.split("+")[0] != "nowait" and not set(v.split("+")[1:]) - {"pid", "ticket"}:
                         for o, e in zip(out, ref):
                             assert_close(o, e, dtype=o.dtype)
                     us = 1e3 * do_bench_cudagraph(lambda: fn(**kw, backend="triton"), rep=30,

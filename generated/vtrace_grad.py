@@ -193,7 +193,7 @@ def _vtrace_grad_chunked_kernel(
     EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
     # carrying each row's scan state across chunks (forward in time).
@@ -632,7 +632,7 @@ def _vtrace_grad_persist_kernel(
     EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
     # through time in chunks of BLOCK_T steps (forward in time), one item (tile, chunk)
@@ -1394,30 +1394,36 @@ def _vtrace_grad_lookback_kernel(
     EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
-    # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. Programs
-    # take tickets in launch order, so every chunk's predecessors (in scan order) have started
-    # and the look-back cannot deadlock.
+    # Few rows, long T: one program per (row, chunk) so the whole GPU works on every row. A
+    # program's chunk comes after its predecessors' (in scan order) in the order programs
+    # start, so they have started and the look-back cannot deadlock: tickets taken from a
+    # counter in the order programs reach it, or (LB_PID, runtime.lookback_pid) the program's
+    # id, as CUB's single-pass scans do on the hardware's rule that a grid's programs start in
+    # increasing order of id; with it no load waits on the counter's round trip.
     # The workspace (runtime.lookback_workspace), kept across the calls of a plan on one stream:
-    # an int64 ticket counter that only grows, then two halves of 3 arrays of words (each
+    # an int64 counter that only grows, then two halves of 3 arrays of words (each
     # scan's aggregate a and b and inclusive state; a joint pair's seven words), one word per
-    # (row, chunk). The call that takes tickets c * P .. c * P + P - 1 (P programs) works in
-    # half c % 2, which the call before it left all-one bits, and resets its words of the other
-    # half for the next call: no fill per call, and the replays of a CUDA graph advance the
-    # counter as calls do.
+    # (row, chunk). The call that counts c * P .. c * P + P - 1 (P programs) works in half
+    # c % 2, which the call before it left all-one bits, and resets its words of the other half
+    # for the next call (at the end: nothing else waits on those stores): no fill per call, and
+    # the replays of a CUDA graph advance the counter as calls do.
     _n_prog = R1 * R2 * tl.cdiv(T, BLOCK_T)
-    _ticket = tl.atomic_add(_ws.to(tl.pointer_type(tl.int64), bitcast=True), 1) + 1  # from -1
-    _half = (_ticket // _n_prog) % 2
-    _ticket = (_ticket % _n_prog).to(tl.int32)
+    _counter = _ws.to(tl.pointer_type(tl.int64), bitcast=True)
+    if LB_PID:
+        _count = tl.atomic_add(_counter, 1, sem="relaxed") + 1  # from -1; read at the look-back
+        _ticket = tl.program_id(0)
+    else:
+        _count = tl.atomic_add(_counter, 1) + 1
+        _ticket = (_count % _n_prog).to(tl.int32)
+    _half = (_count // _n_prog) % 2
     _tile = _ticket % (R1 * R2)
     _step = _ticket // (R1 * R2)
     _slot = _tile * tl.cdiv(T, BLOCK_T) + _step  # this program's word in every array
     _ws_w = (_ws + 2).to(tl.pointer_type(ACC), bitcast=True) + _half * 3 * _n_prog
     _ws_clear = ((_ws + 2).to(tl.pointer_type(tl.int64 if ACC == tl.float64 else tl.int32), bitcast=True)
                  + (1 - _half) * 3 * _n_prog + _slot)
-    for _w in tl.static_range(3):  # no program of this call reads that half
-        tl.store(_ws_clear + _w * _n_prog, -1)
     _rows = _tile + tl.arange(0, BLOCK_N)  # [1]: BLOCK_N == 1
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
@@ -1715,6 +1721,8 @@ def _vtrace_grad_lookback_kernel(
         tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e33*(_e16 - _e10) + _e36*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
     if STORE_d__pg_rho_bar:
         tl.store(d__pg_rho_bar__optr + d__pg_rho_bar__orow[:, None] + _t[None, :] * d__pg_rho_bar__ost, (_zero + (_e19*tl.where((_e15 != 0), 1.0, 0.0))).to(d__pg_rho_bar__optr.dtype.element_ty), mask=_ok)
+    for _w in tl.static_range(3):  # no program of this call reads that half
+        tl.store(_ws_clear + _w * _n_prog, -1)
 
 
 def _launch(_call, _cfg):
@@ -1812,6 +1820,7 @@ def _launch(_call, _cfg):
             ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
             LB_WINDOW=_rt.lookback_window(_call, _cfg, 3),
             LB_SPIN=_rt.lookback_spin(_call, _cfg),
+            LB_PID=_rt.lookback_pid(_call, _cfg),
         )
         _tiles = -(-(_call.R1 * _call.R2) // _cfg.block_n)  # row tiles
         if _cfg.family == "lookback":  # one program per (row, chunk)

@@ -693,6 +693,26 @@ def lookback_spin(c: Call, cfg) -> bool:
     return cfg.family == "lookback" and _row_chunks(c, cfg) > LB_SPIN_CHUNKS
 
 
+# Look-back grids of at least this many programs per SM take each program's chunk from its id
+# (the kernels' LB_PID), not from a ticket of the atomic counter, whose round trip every load of
+# the program waited on. Probe of 815ec66's modules (results/h200-2026-11-30-j-probe.txt, us,
+# ticket -> id): 2048 programs (64x65536 in 2048-step chunks, 15.5 per SM) GAE 32.2 -> 27.8,
+# V-trace 57.7 -> 43.7; Retrace 64x65536 and 8x262144 (thousands of 128-step chunks) 189.6 ->
+# 164.0 and 148.1 -> 125.4; fewer programs per SM mixed (GAE 8x262144, 3.9 per SM, 12.6 ->
+# 16.0; discounted returns 1x1048576, one per SM, 8.6 -> 9.7).
+LB_PID_PROGRAMS_PER_SM = 8
+
+
+def lookback_pid(c: Call, cfg) -> bool:
+    """Whether look-back programs take their chunks in the order of their ids (LB_PID) rather
+    than from tickets; False for the other families and off the GPU (as in lookback_window)."""
+    if cfg.family != "lookback" or c.device.type != "cuda":
+        return False
+    from .config import _sm_count
+    programs = c.R1 * c.R2 * _row_chunks(c, cfg)
+    return programs >= LB_PID_PROGRAMS_PER_SM * _sm_count(c.device.index or 0)
+
+
 def _row_chunks(c: Call, cfg) -> int:
     """Chunks of BLOCK_T steps in a row."""
     return -(-c.T // cfg.block_t)

@@ -97,13 +97,14 @@ def test_lookback_window_over_a_trailing_axis(N, T):
 
 @pytest.mark.parametrize("T", [16, 1024, 65536, 1 << 20])
 def test_lookback_constants_are_fixed_for_the_other_families(T):
-    """LB_WINDOW and LB_SPIN are constexprs of every kernel: the stream and persist families,
+    """LB_WINDOW, LB_SPIN and LB_PID are constexprs of every kernel: the stream and persist families,
     which do not use them, get the same values at every T (no recompilation per T)."""
     from scangen import runtime
     for family in ("stream", "persist"):
         cfg = _choose(4096, T, family=family)
-        assert (runtime.lookback_window(NS(T=T), cfg), runtime.lookback_spin(NS(T=T), cfg)) \
-            == (runtime.LB_WINDOW, False)
+        c = NS(T=T)
+        assert (runtime.lookback_window(c, cfg), runtime.lookback_spin(c, cfg),
+                runtime.lookback_pid(c, cfg)) == (runtime.LB_WINDOW, False, False)
 
 
 @pytest.mark.parametrize("N,T,K,spin", [
@@ -119,6 +120,25 @@ def test_lookback_spin(N, T, K, spin):
     cfg = _choose(N, T, K=K)
     assert cfg.family == "lookback"
     assert runtime.lookback_spin(NS(T=T), cfg) is spin
+
+
+@pytest.mark.parametrize("N,T,K,pid", [
+    (64, 65536, 1, True),     # 2048 programs of 2048 steps: 15.5 per SM
+    (8, 262144, 1, False),    # 512 programs of 4096 steps: 3.9 per SM
+    (1, 1048576, 1, False),   # 128 programs of 8192 steps
+    (8, 262144, 8, True),     # Retrace: 128-step chunks, 16384 programs
+    (1, 1048576, 8, True),
+])
+def test_lookback_pid(N, T, K, pid):
+    """The look-back takes chunks in the order of program ids (runtime.lookback_pid) where the
+    grid has 8 programs per SM or more, on a GPU only."""
+    from scangen import runtime
+    cfg = _choose(N, T, K=K)
+    assert cfg.family == "lookback"
+    with mock.patch.object(config, "_sm_count", lambda index: 132):
+        on_gpu = NS(R1=N, R2=1, T=T, device=torch.device("cuda", 0))
+        assert runtime.lookback_pid(on_gpu, cfg) is pid
+        assert runtime.lookback_pid(NS(R1=N, R2=1, T=T, device=torch.device("cpu")), cfg) is False
 
 
 def test_persist_for_few_rows_keeps_long_chunks():

@@ -249,6 +249,26 @@ def test_lookback_with_its_first_wait(name, monkeypatch):
         runtime._PLANS.clear()
 
 
+@pytest.mark.parametrize("name", ["compute_gae", "compute_masked_gae"])
+def test_lookback_in_program_id_order(name, monkeypatch):
+    """The look-back kernels with LB_PID on (runtime.lookback_pid: chunks in the order of
+    program ids, the counter only for the workspace half), forced here for every call; three
+    calls on one plan, so that its workspace halves alternate."""
+    monkeypatch.setenv("SCANGEN_FAMILY", "lookback")
+    monkeypatch.setattr(runtime, "lookback_pid", lambda c, cfg: cfg.family == "lookback")
+    runtime.reload_env()
+    runtime._PLANS.clear()
+    try:
+        for seed in (16, 17, 18):
+            _check(name, make_inputs(name, 2, 2100 if not ON_GPU else 50000, seed=seed), "triton")
+        (plan,) = runtime._PLANS.values()
+        assert plan.kernels["meta"]["LB_PID"] is True
+    finally:
+        monkeypatch.delenv("SCANGEN_FAMILY")
+        runtime.reload_env()
+        runtime._PLANS.clear()
+
+
 @pytest.mark.parametrize("name", ALGOS)
 def test_full_and_partial_tiles(name, monkeypatch):
     """Calls whose tiles are all full run without bounds masks (runtime.even): both kinds of
