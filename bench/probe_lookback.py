@@ -6,6 +6,8 @@ parts of its look-back left out (H200.md's method: time variants, take differenc
 
 Variants of each module's look-back (string edits of generated/<algo>.py, loaded beside it):
   default  as generated (the window and wait runtime.lookback_window and lookback_spin pick)
+  @<name>  another build of the module, from ab_base/<algo>_<name>.py beside bench/ (an A/B
+           against an earlier commit's modules); a variant named twice is timed twice
   w<n>     a window of n predecessors instead
   spin     with the one-word wait for the nearest predecessor's aggregate before the first
            window (LB_SPIN on); nospin without it; w<n>-spin, w<n>-nospin both
@@ -62,8 +64,12 @@ def modify(src: str, name: str, mods: list) -> str:
 
 
 def variant(algo: str, name: str, tmp: Path):
-    src = (HERE.parent / "generated" / f"{algo}.py").read_text()
     name, *mods = name.split("+")
+    if name.startswith("@"):  # another build of the module: <root>/ab_base/<algo>_<name>.py
+        src = (HERE.parent / "ab_base" / f"{algo}_{name[1:]}.py").read_text()
+        name = "default"
+    else:
+        src = (HERE.parent / "generated" / f"{algo}.py").read_text()
     src = modify(src, name, mods)
     if name.startswith("w"):
         src, n = re.subn(r"LB_WINDOW, LB_SPIN", f"{int(name[1:].split('-')[0])}, LB_SPIN", src)
@@ -74,7 +80,7 @@ def variant(algo: str, name: str, tmp: Path):
     elif name == "nowait":
         src, n = WAIT.subn("\n    carry = init", src)
         assert n == 1, n
-    path = tmp / f"{algo}_{'_'.join([name, *mods]).replace('-', '_')}.py"
+    path = tmp / f"{algo}_{re.sub(r'[^A-Za-z0-9_]', '_', '_'.join([name, *mods, str(len(src))]))}.py"
     path.write_text(src)
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
@@ -92,11 +98,13 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp())
     print(torch.cuda.get_device_name(), "torch", torch.__version__)
     for algo in args.algos.split(","):
-        fns = {v: variant(algo, v, tmp) for v in args.variants.split(",")}
+        made = {}
+        fns = [(v, made.get(v) or made.setdefault(v, variant(algo, v, tmp)))
+               for v in args.variants.split(",")]
         for shape in args.shapes.split(","):
             N, T = map(int, shape.split("x"))
             kw = make_inputs(algo, N, T, seed=1, device="cuda", A=8)
-            ref = next(iter(fns.values()))(**{k: v.double() if torch.is_tensor(v) and v.is_floating_point()
+            ref = fns[0][1](**{k: v.double() if torch.is_tensor(v) and v.is_floating_point()
                                     else v for k, v in kw.items()}, backend="torch")
             ref = ref if isinstance(ref, tuple) else (ref,)
             for tile in args.tiles.split(","):
@@ -106,7 +114,7 @@ def main() -> None:
                 config.OVERRIDE = lambda c, bt=bt, nw=nw: Config(
                     1, bt, min(16, config._pow2(c.K)) if c.K > 1 else 1, nw, "lookback", 1)
                 line = []
-                for v, fn in fns.items():
+                for v, fn in fns:
                     runtime._PLANS.clear()
                     out = fn(**kw, backend="triton")
                     out = out if isinstance(out, tuple) else (out,)
