@@ -7,7 +7,8 @@ parts of its look-back left out (H200.md's method: time variants, take differenc
 Variants of each module's look-back (string edits of generated/<algo>.py, loaded beside it):
   default  as generated (the window and wait runtime.lookback_window and lookback_spin pick)
   @<name>  another build of the module, from ab_base/<algo>_<name>.py beside bench/ (an A/B
-           against an earlier commit's modules); a variant named twice is timed twice
+           against an earlier commit's modules: git show <rev>:generated/<algo>.py; ab_base/
+           is git-ignored); a variant named twice is timed twice
   w<n>     a window of n predecessors instead
   spin     with the one-word wait for the nearest predecessor's aggregate before the first
            window (LB_SPIN on); nospin without it; w<n>-spin, w<n>-nospin both
