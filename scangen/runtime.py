@@ -623,7 +623,7 @@ def persistent_programs(c: Call) -> int:
 
 
 def lookback_workspace(c: Call, cfg, n_words: int):
-    """The look-back family's workspace: an int64 ticket counter, then two halves of
+    """The look-back family's workspace: an int64 call counter (tickets), then two halves of
     ``n_words`` arrays of aggregate / inclusive-state words (three per scan, seven per joint
     pair), one word per (row, chunk), made all-one bits once (the counter reads -1, every word
     "not written yet"). Each call works in one half and resets the other for the next call (see
@@ -695,11 +695,11 @@ def lookback_spin(c: Call, cfg) -> bool:
 
 # Look-back grids of at least this many programs per SM take each program's chunk from its id
 # (the kernels' LB_PID), not from a ticket of the atomic counter, whose round trip every load of
-# the program waited on. Probe of 815ec66's modules (results/h200-2026-11-30-j-probe.txt, us,
-# ticket -> id): 2048 programs (64x65536 in 2048-step chunks, 15.5 per SM) GAE 32.2 -> 27.8,
-# V-trace 57.7 -> 43.7; Retrace 64x65536 and 8x262144 (thousands of 128-step chunks) 189.6 ->
-# 164.0 and 148.1 -> 125.4; fewer programs per SM mixed (GAE 8x262144, 3.9 per SM, 12.6 ->
-# 16.0; discounted returns 1x1048576, one per SM, 8.6 -> 9.7).
+# the program waited on. H200, us, ticket -> id (results/h200-2026-11-30-j-ab-probe.txt and
+# -j-probe.txt): 2048 programs (64x65536 in 2048-step chunks, 15.5 per SM) GAE 32.4 -> 26.8,
+# V-trace 58.7 -> 43.6; Retrace 64x65536 and 8x262144 (thousands of 128-step chunks) 189.6 ->
+# 164.0 and 148.1 -> 125.4. With every program resident at once the ids lose: GAE 8x262144
+# (3.9 per SM) 12.6 -> 16.1, discounted returns 1x1048576 (one per SM) 8.8 -> 9.9.
 LB_PID_PROGRAMS_PER_SM = 8
 
 
