@@ -20,15 +20,16 @@ import scangen.generated
 ROOT = Path(__file__).resolve().parent.parent
 MODULES = sorted(m.name for m in pkgutil.iter_modules(scangen.generated.__path__))
 CASES = {  # name: (family, block_n, block_t, num_warps, fp64 and absent inputs and any strides,
-    #               look-back chunks in program-id order: LB_PID)
-    "stream-short": ("stream", 64, 32, 4, False, False),
-    "stream-long": ("stream", 1, 1024, 4, False, False),
-    "lookback": ("lookback", 1, 1024, 4, False, False),
-    "lookback-pid": ("lookback", 1, 1024, 4, False, True),
-    "persist-long": ("persist", 1, 1024, 4, False, False),
-    "persist-fp64-general": ("persist", 2, 256, 4, True, False),
-    "stream-fp64-general": ("stream", 4, 256, 4, True, False),
-    "lookback-fp64-general": ("lookback", 1, 1024, 4, True, False),
+    #               look-back variant: "" one program per ticket, "pid" LB_PID, "persist" LB_PERSIST)
+    "stream-short": ("stream", 64, 32, 4, False, ""),
+    "stream-long": ("stream", 1, 1024, 4, False, ""),
+    "lookback": ("lookback", 1, 1024, 4, False, ""),
+    "lookback-pid": ("lookback", 1, 1024, 4, False, "pid"),
+    "lookback-persist": ("lookback", 1, 1024, 4, False, "persist"),
+    "persist-long": ("persist", 1, 1024, 4, False, ""),
+    "persist-fp64-general": ("persist", 2, 256, 4, True, ""),
+    "stream-fp64-general": ("stream", 4, 256, 4, True, ""),
+    "lookback-fp64-general": ("lookback", 1, 1024, 4, True, ""),
 }
 
 CHILD = r"""
@@ -40,11 +41,12 @@ out = {}
 for name in modules:
     module = importlib.import_module("scangen.generated." + name)
     k = 8 if any(i.shape == "NTK" for i in module.OP.inputs) else 1
-    for case, (family, bn, bt, nw, general, pid) in cases.items():
+    for case, (family, bn, bt, nw, general, lb) in cases.items():
         try:
             c = compile_offline(module, family, block_n=bn, block_t=max(16, bt // k), block_k=k,
                                 num_warps=nw, acc=tl.float64 if general else None,
-                                present=not general, contiguous=not general, lb_pid=pid)
+                                present=not general, contiguous=not general,
+                                lb_pid=lb == "pid", lb_persist=lb == "persist")
             out[name + "/" + case] = "ok" if c.asm.get("cubin") else "no cubin"
         except Exception as exc:
             out[name + "/" + case] = "".join(traceback.format_exception_only(exc))[-2000:]
@@ -113,18 +115,20 @@ from scangen.testing import compile_offline, compile_variant
 fn = compile_variant("masked_gae", Path(tempfile.mkdtemp()), chain="sequential")
 module = sys.modules[fn.__module__]
 out = {}
-for case, (family, bn, bt, nw, general, pid) in json.loads(sys.argv[1]).items():
+for case, (family, bn, bt, nw, general, lb) in json.loads(sys.argv[1]).items():
     try:
         c = compile_offline(module, family, block_n=bn, block_t=bt, num_warps=nw,
                             acc=tl.float64 if general else None, present=not general,
-                            contiguous=not general, lb_pid=pid)
+                            contiguous=not general, lb_pid=lb == "pid",
+                            lb_persist=lb == "persist")
         out[case] = "ok" if c.asm.get("cubin") else "no cubin"
     except Exception as exc:
         out[case] = "".join(traceback.format_exception_only(exc))[-2000:]
 print("RESULTS " + json.dumps(out))
 """
 SEQUENTIAL_CASES = {k: CASES[k] for k in ("stream-long", "persist-long", "lookback",
-                                          "lookback-pid", "lookback-fp64-general")}
+                                          "lookback-pid", "lookback-persist",
+                                          "lookback-fp64-general")}
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +154,7 @@ cache = Path(tempfile.mkdtemp())
 out = {}
 for name, default in (("gae", grouped), ("masked_gae", grouped_masked)):
     natural = sys.modules[compile_variant(name, cache, scan_order="natural").__module__]
-    for case, (family, bn, bt, nw, general, pid) in json.loads(sys.argv[1]).items():
+    for case, (family, bn, bt, nw, general, lb) in json.loads(sys.argv[1]).items():
         counts = []
         for module in (natural, default):
             c = compile_offline(module, family, block_n=bn, block_t=bt, num_warps=nw)
