@@ -256,8 +256,7 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
     ptr = {"float": "*fp32", "flag": "*i8", "index": "*i64"}
     values = dict(BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=block_k, ACC=acc or tl.float32,
                   EVEN=family != "persist" if even is None else even, LB_WINDOW=lb_window,
-                  LB_SPIN=lb_spin, LB_PID=lb_pid,
-                  LB_PERSIST=lb_persist)
+                  LB_SPIN=lb_spin, LB_PID=lb_pid, LB_PERSIST=lb_persist)
     sig, consts, attrs = {}, {}, {}
     for i, p in enumerate(kernel.params):
         n = p.name

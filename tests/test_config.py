@@ -97,8 +97,8 @@ def test_lookback_window_over_a_trailing_axis(N, T):
 
 @pytest.mark.parametrize("T", [16, 1024, 65536, 1 << 20])
 def test_lookback_constants_are_fixed_for_the_other_families(T):
-    """LB_WINDOW, LB_SPIN and LB_PID are constexprs of every kernel: the stream and persist families,
-    which do not use them, get the same values at every T (no recompilation per T)."""
+    """LB_WINDOW, LB_SPIN and LB_PID are constexprs of every kernel: the stream and persist
+    families, which do not use them, get the same values at every T (no recompilation per T)."""
     from scangen import runtime
     for family in ("stream", "persist"):
         cfg = _choose(4096, T, family=family)
