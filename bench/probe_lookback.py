@@ -43,7 +43,7 @@ from scangen.config import Config  # noqa: E402
 from scangen.testing import assert_close, make_inputs  # noqa: E402
 
 WAIT = re.compile(r"\n    g_a = agg_a \* 0\.0.*?\n    carry = g_a \+ g_b \* base", re.S)
-CLEAR = re.compile(r"\n    for _w in tl\.static_range\(\d+\):.*?\n        tl\.store\(_ws_clear[^\n]*")
+CLEAR = re.compile(r"\n( +)for _w in tl\.static_range\(\d+\):[^\n]*\n +tl\.store\(_ws_clear[^\n]*")
 OUT_STORE = re.compile(r"^(\s+)tl\.store\(\w+__optr [^\n]*$", re.M)
 
 
@@ -55,7 +55,7 @@ def modify(src: str, name: str, mods: list) -> str:
         if m in ("pid", "ticket"):
             body, n = re.subn(r"\bif LB_PID:", f"if {m == 'pid'}:", body)
         elif m == "noclear":
-            body, n = CLEAR.subn("", body)
+            body, n = CLEAR.subn(lambda g: "\n" + g.group(1) + "pass", body)
         elif m == "nostore":
             body, n = OUT_STORE.subn(r"\1pass", body)
         else:
@@ -81,7 +81,8 @@ def variant(algo: str, name: str, tmp: Path):
     elif name == "nowait":
         src, n = WAIT.subn("\n    carry = init", src)
         assert n == 1, n
-    path = tmp / f"{algo}_{re.sub(r'[^A-Za-z0-9_]', '_', '_'.join([name, *mods, str(len(src))]))}.py"
+    stem = re.sub(r"[^A-Za-z0-9_]", "_", "_".join([name, *mods, str(len(src))]))
+    path = tmp / f"{algo}_{stem}.py"
     path.write_text(src)
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
@@ -119,7 +120,8 @@ def main() -> None:
                     runtime._PLANS.clear()
                     out = fn(**kw, backend="triton")
                     out = out if isinstance(out, tuple) else (out,)
-                    if v.split("+")[0] != "nowait" and not set(v.split("+")[1:]) - {"pid", "ticket"}:
+                    base, *mods = v.split("+")
+                    if base != "nowait" and not set(mods) - {"pid", "ticket"}:
                         for o, e in zip(out, ref):
                             assert_close(o, e, dtype=o.dtype)
                     us = 1e3 * do_bench_cudagraph(lambda: fn(**kw, backend="triton"), rep=30,
