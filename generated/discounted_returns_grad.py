@@ -1094,7 +1094,7 @@ def _discounted_returns_grad_lookback_kernel(
         if STORE_d__gamma:
             tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e2*bootstrap_values + g__G*(1.0 - _e1)*tl.where((is_last != 0), 0.0, st__G__next))).to(d__gamma__optr.dtype.element_ty), mask=_ok)
         if LB_PID:  # at the end, so that no load waits on the counter
-            for _w in tl.static_range(3):
+            for _w in tl.static_range(3):  # no program of this call reads that half
                 tl.store(_ws_clear + _w * _n_prog, -1)
 
 def _launch(_call, _cfg):

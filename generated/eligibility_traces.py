@@ -781,7 +781,7 @@ def _eligibility_traces_lookback_kernel(
         if STORE_st__z:
             tl.store(st__z__optr + st__z__orow[:, None] + _t[None, :] * st__z__ost, (_zero + (z)).to(st__z__optr.dtype.element_ty), mask=_ok)
         if LB_PID:  # at the end, so that no load waits on the counter
-            for _w in tl.static_range(3):
+            for _w in tl.static_range(3):  # no program of this call reads that half
                 tl.store(_ws_clear + _w * _n_prog, -1)
 
 def _launch(_call, _cfg):

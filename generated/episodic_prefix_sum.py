@@ -725,7 +725,7 @@ def _episodic_prefix_sum_lookback_kernel(
         if STORE_st__C:
             tl.store(st__C__optr + st__C__orow[:, None] + _t[None, :] * st__C__ost, (_zero + (C)).to(st__C__optr.dtype.element_ty), mask=_ok)
         if LB_PID:  # at the end, so that no load waits on the counter
-            for _w in tl.static_range(3):
+            for _w in tl.static_range(3):  # no program of this call reads that half
                 tl.store(_ws_clear + _w * _n_prog, -1)
 
 def _launch(_call, _cfg):

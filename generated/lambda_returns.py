@@ -819,7 +819,7 @@ def _lambda_returns_lookback_kernel(
         if STORE_st__G:
             tl.store(st__G__optr + st__G__orow[:, None] + _t[None, :] * st__G__ost, (_zero + (G)).to(st__G__optr.dtype.element_ty), mask=_ok)
         if LB_PID:  # at the end, so that no load waits on the counter
-            for _w in tl.static_range(3):
+            for _w in tl.static_range(3):  # no program of this call reads that half
                 tl.store(_ws_clear + _w * _n_prog, -1)
 
 def _launch(_call, _cfg):

@@ -882,7 +882,7 @@ def _masked_gae_lookback_kernel(
         if STORE_st__A:
             tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
         if LB_PID:  # at the end, so that no load waits on the counter
-            for _w in tl.static_range(7):
+            for _w in tl.static_range(7):  # no program of this call reads that half
                 tl.store(_ws_clear + _w * _n_prog, -1)
 
 def _launch(_call, _cfg):

@@ -2290,7 +2290,7 @@ def _vtrace_grad_lookback_kernel(
         if STORE_d__pg_rho_bar:
             tl.store(d__pg_rho_bar__optr + d__pg_rho_bar__orow[:, None] + _t[None, :] * d__pg_rho_bar__ost, (_zero + (_e19*tl.where((_e15 != 0), 1.0, 0.0))).to(d__pg_rho_bar__optr.dtype.element_ty), mask=_ok)
         if LB_PID:  # at the end, so that no load waits on the counter
-            for _w in tl.static_range(3):
+            for _w in tl.static_range(3):  # no program of this call reads that half
                 tl.store(_ws_clear + _w * _n_prog, -1)
 
 def _launch(_call, _cfg):
