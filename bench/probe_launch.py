@@ -1,9 +1,11 @@
 """Where the time of a small call goes: the empty-launch floor, an empty kernel with as many
-arguments as a generated kernel, scangen's host path alone (general and fast path), the full
-call on either path, and Triton's launcher alone.
+arguments as a generated kernel, scangen's host path alone (general and fast path) and its
+pieces (the signature, the outputs' allocation), the full call on either path, and Triton's
+launcher alone.
 
-Run on the GPU: PYTHONPATH=. python3 bench/probe_launch.py
+Run on the GPU: PYTHONPATH=. python3 bench/probe_launch.py [--algos gae,vtrace] [--shape 4096x128]
 """
+import argparse
 import statistics
 import time
 import types
@@ -14,7 +16,6 @@ import triton.language as tl
 
 import scangen
 from scangen import runtime
-from scangen.generated import gae
 from scangen.testing import make_inputs
 
 
@@ -42,44 +43,108 @@ def host_us(fn, n=2000):
 
 
 def stubbed(fast):
-    """A copy of a plan's fast-path function whose launcher does nothing: scangen's host work
-    alone on the fast path."""
+    """A copy of a plan's fast-path function (either) whose launcher does nothing: scangen's
+    host work alone on that path."""
     return types.FunctionType(fast.__code__, {**fast.__globals__, "_run": lambda *a: None})
 
 
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--algos", default="gae", help="comma-separated built-ins")
+    ap.add_argument("--shape", default="4096x128", help="N x T")
+    args = ap.parse_args()
+    n, t = (int(v) for v in args.shape.split("x"))
     x = torch.empty(1 << 20, device="cuda")
     ints = list(range(3, 27))
-    inputs = make_inputs("gae", 4096, 128, seed=0, device="cuda")
-    for _ in range(3):  # compile, first direct launch (builds the fast path), fast path
-        scangen.compute_gae(**inputs)
-    (plan,) = [p for p in runtime._PLANS.values() if p.op.name == "gae"]
-    fast = plan.kernels.get("fast")
-    print(f"# GAE 4096x128: family {plan.config.family}, fast path "
-          f"{'built' if fast is not None else 'NOT built'}")
-
-    def on_plan(value):  # runs the call with the plan's fast path set to `value`
-        def call():
-            plan.kernels["fast"] = value
-            try:
-                scangen.compute_gae(**inputs)
-            finally:
-                plan.kernels["fast"] = fast
-        return call
-
-    noop = gae.OP._replace(launch=lambda c, cfg: None)
     rows = [("empty kernel", lambda: _empty[(1,)]()),
             ("empty kernel, 34 args", lambda: _empty_many[(1,)](*([x] * 8), *ints, 0.5, 0.25,
-                                                               C0=1, C1=0, C2=1, C3=0)),
-            ("scangen general path, no launch (GAE 4096x128)",
-             lambda: runtime.call(noop, {**{k: None for k in ("truncateds", "bootstrap_values",
-                                                              "last_value")}, **inputs,
-                                         "gamma": 0.99, "lambda_": 0.95})),
-            ("scangen full call, general path (GAE 4096x128)", on_plan(None))]
+                                                               C0=1, C1=0, C2=1, C3=0))]
+    ce = _empty_many[(1,)](*([x] * 8), *ints, 0.5, 0.25, C0=1, C1=0, C2=1, C3=0)
+    rows.append(("empty kernel, 34 args, compiled entry",
+                 lambda: ce[(1, 1, 1)](*([x] * 8), *ints, 0.5, 0.25, 1, 0, 1, 0)))
+    for algo in args.algos.split(","):
+        rows += algo_rows(algo, n, t)
+    # five rounds over every row, so that a change of the host's speed during the probe shows
+    # as spread in each row rather than as a difference between rows
+    times = {name: [] for name, _ in rows}
+    for _ in range(5):
+        for name, fn in rows:
+            times[name].append(host_us(fn, n=1000))
+    floor = statistics.median(times["empty kernel"])
+    for name, _ in rows:
+        t = sorted(times[name])
+        print(f"{name:58s} {statistics.median(t):8.2f} us/call (host-timed loop; median of 5, "
+              f"{t[0]:.2f}-{t[-1]:.2f}; {statistics.median(t) / floor:.2f}x the empty kernel)")
+    for name, fn in rows:
+        ms = triton.testing.do_bench(fn, warmup=50, rep=200, return_mode="median")
+        print(f"{name:58s} {ms * 1e3:8.2f} us (do_bench median)")
+
+
+def algo_rows(algo, n, t):
+    """The rows of one built-in at N x T: its host path on either path, the pieces of the fast
+    path, and its compiled kernel launched by Triton's entry and by the launcher alone."""
+    fn = getattr(scangen, f"compute_{algo}")
+    inputs = make_inputs(algo, n, t, seed=0, device="cuda")
+    for _ in range(3):  # compile, first direct launch (builds the fast path), fast path
+        fn(**inputs)
+    (plan,) = [p for p in runtime._PLANS.values() if p.op.name == algo]
+    fast = plan.kernels.get("fast")
+    tag = f"{algo} {n}x{t}"
+    print(f"# {tag}: family {plan.config.family}, fast path "
+          f"{'built' if fast is not None else 'NOT built'}, guarded fast path "
+          f"{'built' if plan.kernels.get('guarded') is not None else 'NOT built'}, "
+          f"{len(plan.requested)} outputs")
+
+    guarded = plan.kernels.get("guarded")
+
+    def on_plan(value, guard=None):  # the call with the plan's fast paths set to these
+        def call():
+            plan.kernels.update(fast=value, guarded=guard)
+            runtime._RECENT[id(plan.op)] = (plan.op, guard)  # what the signature path sets
+            try:
+                fn(**inputs)
+            finally:
+                plan.kernels.update(fast=fast, guarded=guarded)
+        return call
+
+    got = {}
+    real_call = runtime.call
+
+    def grab(op, values, **kw):  # the arguments the generated function passes to runtime.call
+        got.update(values=values, kw=kw)
+        return real_call(op, values, **kw)
+    runtime.call = grab
+    try:
+        fn(**inputs)
+    finally:
+        runtime.call = real_call
+    rows = [(f"{tag}: full call, general path", on_plan(None))]
     if fast is not None:
-        rows += [("scangen fast path, launcher stubbed", on_plan(stubbed(fast))),
-                 ("scangen full call, fast path (GAE 4096x128)",
-                  lambda: scangen.compute_gae(**inputs))]
+        values, kw = got["values"], got["kw"]
+        like = [values[plan.proto]] * len(plan.requested) if plan.proto is not None else []
+        dt = plan.out_dtype
+        rows += [(f"{tag}: fast path, launcher stubbed", on_plan(stubbed(fast))),
+                 (f"{tag}: signature alone", lambda: runtime._signature(
+                     plan.op, values, kw["time_dim"], kw["outputs"], kw["backend"])),
+                 (f"{tag}: outputs' allocation alone",
+                  lambda: [torch.empty_like(v, dtype=dt) for v in like]),
+                 (f"{tag}: full call, fast path", on_plan(fast))]
+        if guarded is not None:
+            rows += [(f"{tag}: guarded fast path, launcher stubbed",
+                      on_plan(fast, stubbed(guarded))),
+                     (f"{tag}: full call, guarded fast path", on_plan(fast, guarded))]
+        tensors = [v for v in values.values() if isinstance(v, torch.Tensor)]
+        rows.append((f"{tag}: data_ptr() of its {len(tensors)} tensors",
+                     lambda: [v.data_ptr() for v in tensors]))
+        try:  # torch's C check of sizes, strides, dtype, device, requires_grad (dynamo's old guard)
+            from torch._C._dynamo.guards import TensorGuards
+            guard = TensorGuards(*tensors, dynamic_dims_sizes=[list(v.shape) for v in tensors],
+                                 dynamic_dims_strides=[list(v.stride()) for v in tensors])
+            assert guard.check(*tensors)
+            rows.append((f"{tag}: TensorGuards.check of its {len(tensors)} tensors",
+                         lambda: guard.check(*tensors)))
+        except (ImportError, TypeError, AssertionError) as exc:
+            print(f"# no TensorGuards: {exc!r}")
     # The pieces of a launch: Triton's compiled-kernel entry with the same arguments, without
     # scangen's Python around it (captured from one real call on the general path).
     seen = {}
@@ -96,26 +161,11 @@ def main():
     if seen.get("compiled") is not None:
         run, function, packed, stream_of, dev, k = seen["compiled"]
         g, a = seen["grid"], seen["args"]
-        rows.append((f"GAE compiled kernel, Triton's entry ({len(a)} args)", lambda: k[g](*a)))
-        rows.append((f"GAE compiled kernel, launcher alone ({len(a)} args)",
+        rows.append((f"{tag}: compiled kernel, Triton's entry ({len(a)} args)",
+                     lambda: k[g](*a)))
+        rows.append((f"{tag}: compiled kernel, launcher alone ({len(a)} args)",
                      lambda: run(*g, stream_of(dev), function, packed, None, None, None, *a)))
-    ce = _empty_many[(1,)](*([x] * 8), *ints, 0.5, 0.25, C0=1, C1=0, C2=1, C3=0)
-    rows.append(("empty kernel, 34 args, compiled entry",
-                 lambda: ce[(1, 1, 1)](*([x] * 8), *ints, 0.5, 0.25, 1, 0, 1, 0)))
-    # five rounds over every row, so that a change of the host's speed during the probe shows
-    # as spread in each row rather than as a difference between rows
-    times = {name: [] for name, _ in rows}
-    for _ in range(5):
-        for name, fn in rows:
-            times[name].append(host_us(fn, n=1000))
-    floor = statistics.median(times["empty kernel"])
-    for name, _ in rows:
-        t = sorted(times[name])
-        print(f"{name:50s} {statistics.median(t):8.2f} us/call (host-timed loop; median of 5, "
-              f"{t[0]:.2f}-{t[-1]:.2f}; {statistics.median(t) / floor:.2f}x the empty kernel)")
-    for name, fn in rows:
-        ms = triton.testing.do_bench(fn, warmup=50, rep=200, return_mode="median")
-        print(f"{name:50s} {ms * 1e3:8.2f} us (do_bench median)")
+    return rows
 
 
 if __name__ == "__main__":

@@ -341,8 +341,21 @@ def _check_tensor(fn: str, info: InputInfo, t) -> None:
                         f"got {str(t.dtype).replace('torch.', '')}")
 
 
-_PLANS: dict = {}
+class _PlanCache(dict):
+    """Plans by signature (:func:`_signature`). Clearing it (tests do, after changing the
+    dispatch rule) also forgets each op's most recent guarded fast path (``_RECENT``)."""
+
+    def clear(self):
+        _RECENT.clear()
+        super().clear()
+
+
+_PLANS: dict = _PlanCache()
 _MAX_PLANS = 4096
+# id(op) -> (op, guarded): the guarded fast path (see _fast_path) of the plan an op's last call
+# used, tried before the signature is built; a plan without one leaves (op, None).
+_RECENT: dict = {}
+_MISS = object()  # what a guarded fast path returns for arguments it does not cover
 
 
 def _signature(op: OpInfo, values: dict, time_dim, outputs, backend):
@@ -372,6 +385,11 @@ def call(op: OpInfo, values: dict, *, time_dim: int = -1, outputs=None, backend=
     else straight to the implementation (no dispatcher overhead)."""
     if torch.compiler.is_compiling():
         return _dispatch(op, values, time_dim, outputs, backend)
+    recent = _RECENT.get(id(op))
+    if recent is not None and recent[1] is not None and recent[0] is op and not _hooked():
+        out = recent[1](values, time_dim, outputs, backend)
+        if out is not _MISS:
+            return out
     try:
         key, grad = _signature(op, values, time_dim, outputs, backend)
     except TypeError:  # an unhashable argument: no plan, the checks will explain
@@ -404,6 +422,7 @@ def _call(op, values, key, time_dim, outputs, backend):
     if plan is not None:
         fast = plan.kernels.get("fast")
         if fast is not None and not _hooked():
+            _RECENT[id(op)] = (op, plan.kernels.get("guarded"))
             return fast(values)
         c = plan.bind(values)
     else:
@@ -425,7 +444,8 @@ def _call(op, values, key, time_dim, outputs, backend):
             if c.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
                 c.kernels.pop("seen", None)  # decided outside capture (no work captured)
             else:
-                c.kernels["fast"] = _fast_path(c, values)
+                c.kernels["fast"], c.kernels["guarded"] = _fast_path(
+                    c, values, (time_dim, outputs, backend))
     else:
         op.torch_impl(c)
     return c.result()
@@ -478,31 +498,38 @@ def _hooked() -> bool:
     return hook is not None and getattr(hook, "calls", True)
 
 
-def _fast_path(c: Call, values: dict):
-    """A plan's fast path: one generated function from the call's arguments straight to the
-    compiled kernel's launcher, or None where the plan does not qualify.
+def _fast_path(c: Call, values: dict, how: tuple = (-1, None, None)):
+    """A plan's fast paths: ``(fast, guarded)``, two generated functions from the call's
+    arguments straight to the compiled kernel's launcher, or ``(None, None)`` where the plan
+    does not qualify (``guarded`` alone may be None).
 
     A plan's direct launches (see :func:`launch`) still spend most of a small call's host time
     re-binding the arguments into a :class:`Call`, building the pointer tuple and allocating
     through the generic helpers. Everything but the tensors, the float params and the outputs
-    is fixed by the plan's signature, so the function generated here reads ``values`` in the
-    kernel's argument order (inputs, then each param's value and pointer, then outputs: the
-    order scangen.render gives every kernel), allocates the outputs and calls the launcher with
-    the plan's integers and constants. It is built after the plan's first direct launch and
-    used only if, on that call's own arguments, it reproduces that launch's argument tuple
-    exactly. Look-back calls get their workspace as the general path does
-    (:func:`lookback_workspace`: one per stream, a fresh one under CUDA-graph capture); tensor
-    params are expanded to their target per call, as :meth:`Call.bind` does (so calls through
-    the custom op, autograd and torch.compile, whose params are 0-dim tensors, take the fast
-    path too). Plans that re-bind anything more stay on the general path: inputs or params
-    that must be copied, float64 (float params travel as new tensors)."""
+    is fixed by the plan's signature, so ``fast(values)``, taken once the signature matched,
+    reads ``values`` in the kernel's argument order (inputs, then each param's value and
+    pointer, then outputs: the order scangen.render gives every kernel), allocates the outputs
+    and calls the launcher with the plan's integers and constants. It is built after the plan's
+    first direct launch and used only if, on that call's own arguments, it reproduces that
+    launch's argument tuple exactly. Look-back calls get their workspace as the general path
+    does (:func:`lookback_workspace`: one per stream, a fresh one under CUDA-graph capture);
+    tensor params are expanded to their target per call, as :meth:`Call.bind` does (so calls
+    through the custom op, autograd and torch.compile, whose params are 0-dim tensors, take the
+    fast path too). Plans that re-bind anything more stay on the general path: inputs or params
+    that must be copied, float64 (float params travel as new tensors).
+
+    ``guarded(values, time_dim, outputs, backend)`` (``how``: this call's last three) is tried first on an op's next call
+    (:func:`call`), before any signature is built: it checks the same things the signature
+    holds, more cheaply (see :func:`_guarded_source`), and returns ``_MISS`` where they differ.
+    It passes the tensors' addresses to the launcher as integers, read once for the alignment
+    check, so the launcher asks neither the tensors nor the driver about them again."""
     launches = c.kernels.pop("seen", None)  # None: another thread took it first
     if launches is None or len(launches) != 1:  # the fast path makes one launch per call
-        return None
+        return None, None
     kernel, grid, seen, meta = launches[0]
     entry = c.kernels.get(kernel)
     if entry is None or c.copied or c.acc == torch.float64:
-        return None
+        return None, None
     op = c.op
     slots, env = [], {"_rt": sys.modules[__name__], "_nan": float("nan")}
     for i in op.inputs:  # present inputs are passed as given (no copies: checked above)
@@ -523,14 +550,14 @@ def _fast_path(c: Call, values: dict):
     if c.config.family == "lookback":  # the workspace follows the outputs
         words = c.kernels.get("lb_words")
         if words is None:
-            return None
+            return None, None
         plan = c._clone()  # the plan's constants only: no tensors of this call kept alive
         plan.tensors, plan.params, plan.outs = {}, {}, {}
         env.update(_workspace=lookback_workspace, _plan=plan, _cfg=c.config, _words=words)
         slots.append("_workspace(_plan, _cfg, _words)")
     tail = (*seen[len(slots):], *meta.values())
     if len(seen) < len(slots) or any(isinstance(x, torch.Tensor) for x in tail):
-        return None
+        return None, None
     run, function, packed, stream_of, device, _ = entry
     env.update(_run=run, _function=function, _packed=packed, _stream=stream_of, _device=device,
                _g0=grid[0], _g1=grid[1], _g2=grid[2], _tail=tail, _dtype=c.out_dtype,
@@ -540,15 +567,15 @@ def _fast_path(c: Call, values: dict):
              else "_empty(_shape, dtype=_dtype, device=_dev)")
     names = [outs[n] for n in c.requested]
     ret = names[0] if c.single else f"({', '.join(names)},)"
-    src = "\n".join([
-        "def fast(v):",
+    body = [
         *[f"    {o} = {alloc}" for o in names],
         "    if _rt.POISON_OUTPUTS:",
         *[f"        {o}.fill_(_nan)" for o in names],
         "    _run(_g0, _g1, _g2, _stream(_device), _function, _packed, None, None,",
-        f"         None, {', '.join(slots)}, *_tail)",
+        "         None, {slots}, *_tail)",
         f"    return {ret}",
-    ])
+    ]
+    src = "\n".join(["def fast(v):", *body]).replace("{slots}", ", ".join(slots))
     exec(compile(src, f"<scangen fast path: {op.name}>", "exec"), env)
     fast = env["fast"]
     # the same arguments as the launch just made, for this call's values and outputs?
@@ -556,7 +583,67 @@ def _fast_path(c: Call, values: dict):
                 {**env, "v": values, **{outs[n]: o for n, o in c.outs.items()}})
     same = all(a is b or (type(a) is float and a == b) or _same_view(a, b)
                for a, b in zip(mine, seen))
-    return fast if same else None
+    if not same:
+        return None, None
+    return fast, _guarded(c, values, how, slots, names, body, env)
+
+
+def _guarded(c: Call, values: dict, how: tuple, slots: list, outs: list, body: list, env: dict):
+    """The guarded fast path of :func:`_fast_path`, or None where torch has no C check of
+    tensor metadata or the plan's tensors are not all 16-byte aligned or need no gradient."""
+    tensors = [n for n, v in values.items() if isinstance(v, torch.Tensor)]
+    if (_TensorGuards is None or not tensors
+            or any(values[n].data_ptr() % 16 or values[n].requires_grad for n in tensors)):
+        return None
+    try:  # sizes, strides, dtype, device, dispatch keys, requires_grad and type of each
+        check = _TensorGuards(*(values[n] for n in tensors),
+                              dynamic_dims_sizes=[list(values[n].shape) for n in tensors],
+                              dynamic_dims_strides=[list(values[n].stride()) for n in tensors])
+        if not check.check(*(values[n] for n in tensors)):
+            return None
+    except (TypeError, RuntimeError):  # another torch's signature: the signature path only
+        return None
+    env = {**env, "_check": check.check, "_MISS": _MISS, "_ENV": ENV}
+    x = {n: f"_x{k}" for k, n in enumerate(tensors)}
+    # everything _signature puts in the key, in the same terms
+    conds = ["td != _td", "outputs != _outputs", "backend != _backend",
+             f"_ENV['SCANGEN_BACKEND'] != {ENV['SCANGEN_BACKEND']!r}",
+             f"_ENV['SCANGEN_FAMILY'] != {ENV['SCANGEN_FAMILY']!r}"]
+    env["_td"], env["_outputs"], env["_backend"] = how  # the call's time_dim, outputs, backend
+    for k, (n, v) in enumerate(values.items()):
+        if v is None:
+            conds.append(f"v[{n!r}] is not None")
+        elif type(v) is float:
+            conds.append(f"type(v[{n!r}]) is not float")
+        elif not isinstance(v, torch.Tensor):
+            env[f"_v{k}"], env[f"_y{k}"] = type(v), v
+            conds.append(f"type(v[{n!r}]) is not _v{k} or v[{n!r}] != _y{k}")
+    ptrs = [f"_a{k}" for k in range(len(tensors))]
+    lines = ["def guarded(v, td, outputs, backend):",
+             f"    if {' or '.join(conds)}:",
+             "        return _MISS",
+             *[f"    {x[n]} = v[{n!r}]" for n in tensors],
+             f"    if not _check({', '.join(x.values())}):",
+             "        return _MISS",
+             *[f"    {a} = {x[n]}.data_ptr()" for a, n in zip(ptrs, tensors)],
+             f"    if ({' | '.join(ptrs)}) & 15:",
+             "        return _MISS"]
+    # the inputs' addresses as integers; the outputs' too, read from the fresh tensors
+    addr = {f"v[{n!r}]": a for n, a in zip(tensors, ptrs)}
+    slots = [addr.get(s, f"{s}.data_ptr()" if s in outs else s) for s in slots]
+    for ln in body:
+        for n in tensors:  # the tensors already read (the outputs' prototype)
+            ln = ln.replace(f"v[{n!r}]", x[n])
+        lines.append(ln.replace("{slots}", ", ".join(slots)))
+    src = "\n".join(lines)
+    exec(compile(src, f"<scangen guarded fast path: {c.op.name}>", "exec"), env)
+    return env["guarded"]
+
+
+try:  # torch's C check of tensor metadata (TorchDynamo's former tensor guard)
+    from torch._C._dynamo.guards import TensorGuards as _TensorGuards
+except ImportError:
+    _TensorGuards = None
 
 
 def _same_view(a, b) -> bool:

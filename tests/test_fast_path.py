@@ -5,6 +5,7 @@ Triton's launcher is not available under the interpreter, so these tests stand a
 for it (as runtime.launch would find a compiled kernel after a first launch on a GPU) and check
 that the fast path passes exactly the arguments the general path passes for the same call. The
 GPU suite (tests/test_gpu.py) checks the fast path's results against the references."""
+import contextlib
 import inspect
 from unittest import mock
 
@@ -62,6 +63,41 @@ def _same_launch(a, b):
             assert type(u) is type(v) and u == v, (k, u, v)
 
 
+def _same_addresses(guarded, outs_g, general, outs_n):
+    """A launch of the guarded fast path, which passes addresses as integers, against one of the
+    general path, which passes tensors: the kernel gets the same addresses (each call's own
+    outputs in the same slots) and equal other arguments."""
+    assert guarded[:4] == general[:4]
+    assert len(guarded[4]) == len(general[4])
+    mine = {o.data_ptr(): f"output {k}" for k, o in enumerate(outs_g)}
+    theirs = {o.data_ptr(): f"output {k}" for k, o in enumerate(outs_n)}
+    for k, (u, v) in enumerate(zip(guarded[4], general[4])):
+        if isinstance(v, torch.Tensor):
+            u = u.data_ptr() if isinstance(u, torch.Tensor) else u
+            assert type(u) is int, (k, u)
+            assert mine.get(u, u) == theirs.get(v.data_ptr(), v.data_ptr()), k
+        else:
+            assert type(u) is type(v) and u == v, (k, u, v)
+    assert sum(type(a) is int and a in mine for a in guarded[4]) == len(outs_g)
+
+
+@contextlib.contextmanager
+def path(plan, which):
+    """Calls of ``plan`` take ``which`` of its paths: "general", or "fast" (the fast path
+    without the guarded one, as after a signature lookup)."""
+    kept, recent = dict(plan.kernels), dict(runtime._RECENT)
+    plan.kernels["guarded"] = None
+    if which == "general":
+        plan.kernels["fast"] = None
+    runtime._RECENT.clear()
+    try:
+        yield
+    finally:
+        plan.kernels.update(fast=kept["fast"], guarded=kept["guarded"])
+        runtime._RECENT.clear()
+        runtime._RECENT.update(recent)
+
+
 CASES = [
     ("compute_gae", {}, {}),
     ("compute_gae", {"drop": ("truncateds",)}, {"outputs": ("advantages", "returns")}),
@@ -90,26 +126,34 @@ def test_fast_path_passes_the_general_paths_arguments(name, prep, kw, layout):
 
     plan, rec = _plan_with_recorder(fn, inputs(0), **kw)
     assert plan.config.family != "lookback"
-    fn(**inputs(1), backend="triton", **kw)  # direct launch: builds the fast path
-    fast = plan.kernels.get("fast")
-    assert fast is not None, "the plan did not get a fast path"
+    fn(**inputs(1), backend="triton", **kw)  # direct launch: builds the fast paths
+    assert plan.kernels.get("fast") is not None, "the plan did not get a fast path"
+    assert plan.kernels.get("guarded") is not None, "the plan did not get a guarded fast path"
+    fn(**inputs(1), backend="triton", **kw)  # through the signature: the op's recent plan
     for seed, scale in ((2, 0.5), (3, 0.25)):
         x = inputs(seed)
         if "gamma" in inspect.signature(fn).parameters:
             x["gamma"] = scale  # a new float param value reaches the kernel
-        out = fn(**x, backend="triton", **kw)
+        n = len(rec.calls)
+        out = fn(**x, backend="triton", **kw)  # the guarded fast path
+        assert len(rec.calls) == n + 1
+        guarded_launch = rec.calls[-1]
+        with path(plan, "fast"):
+            fast_out = fn(**x, backend="triton", **kw)
         fast_launch = rec.calls[-1]
-        plan.kernels["fast"] = None  # the general path, same arguments
-        again = fn(**x, backend="triton", **kw)
-        plan.kernels["fast"] = fast
+        with path(plan, "general"):
+            again = fn(**x, backend="triton", **kw)
         _same_launch(fast_launch, rec.calls[-1])
-        outs = out if isinstance(out, tuple) else (out,)
-        agains = again if isinstance(again, tuple) else (again,)
-        assert isinstance(out, tuple) == isinstance(again, tuple)
-        for o, a in zip(outs, agains):
+        outs, fasts, agains = ((o if isinstance(o, tuple) else (o,))
+                               for o in (out, fast_out, again))
+        _same_addresses(guarded_launch, outs, rec.calls[-1], agains)
+        assert isinstance(out, tuple) == isinstance(again, tuple) == isinstance(fast_out, tuple)
+        for o, f, a in zip(outs, fasts, agains):
             assert (o.shape, o.stride(), o.dtype) == (a.shape, a.stride(), a.dtype)
-            assert torch.isnan(o).all(), "tests poison outputs: the fast path must too"
-        assert sum(a is o for a in fast_launch[4] for o in outs) == len(outs)
+            assert (f.shape, f.stride(), f.dtype) == (a.shape, a.stride(), a.dtype)
+            assert torch.isnan(o).all() and torch.isnan(f).all(), \
+                "tests poison outputs: the fast paths must too"
+        assert sum(a is o for a in fast_launch[4] for o in fasts) == len(fasts)
     runtime._PLANS.clear()
 
 
@@ -124,16 +168,21 @@ def test_fast_path_of_lookback_plans_passes_the_workspace(name):
         plan, rec = _plan_with_recorder(fn, x)
         fn(**x, backend="triton")
         assert plan.config.family == "lookback"
-        fast = plan.kernels["fast"]
-        assert fast is not None
+        assert plan.kernels["fast"] is not None and plan.kernels["guarded"] is not None
         (ws,) = plan.kernels["workspaces"].values()
-        fn(**x, backend="triton")
+        fn(**x, backend="triton")  # through the signature: the op's recent plan
+        out = fn(**x, backend="triton")  # the guarded fast path
+        guarded_launch = rec.calls[-1]
+        with path(plan, "fast"):
+            fn(**x, backend="triton")
         fast_launch = rec.calls[-1]
-        plan.kernels["fast"] = None
-        fn(**x, backend="triton")
-        plan.kernels["fast"] = fast
+        with path(plan, "general"):
+            again = fn(**x, backend="triton")
     _same_launch(fast_launch, rec.calls[-1])
+    _same_addresses(guarded_launch, out if isinstance(out, tuple) else (out,), rec.calls[-1],
+                    again if isinstance(again, tuple) else (again,))
     assert sum(a is ws for a in fast_launch[4]) == 1
+    assert sum(a is ws for a in guarded_launch[4]) == 1
     runtime._PLANS.clear()
 
 
@@ -152,16 +201,22 @@ def test_fast_path_expands_tensor_params(shape):
     scangen.compute_gae(**x, gamma=gamma(0.8), backend="triton")
     fast = plan.kernels["fast"]
     assert fast is not None
+    assert plan.kernels["guarded"] is not None
+    scangen.compute_gae(**x, gamma=gamma(0.75), backend="triton")  # the op's recent plan
     g = gamma(0.7)
-    scangen.compute_gae(**x, gamma=g, backend="triton")
+    out = scangen.compute_gae(**x, gamma=g, backend="triton")  # the guarded fast path
+    guarded_launch = rec.calls[-1]
+    with path(plan, "fast"):
+        scangen.compute_gae(**x, gamma=g, backend="triton")
     fast_launch = rec.calls[-1]
-    plan.kernels["fast"] = None
-    scangen.compute_gae(**x, gamma=g, backend="triton")
-    plan.kernels["fast"] = fast
+    with path(plan, "general"):
+        again = scangen.compute_gae(**x, gamma=g, backend="triton")
     _same_launch(fast_launch, rec.calls[-1])
-    (ptr,) = [a for a in fast_launch[4] if isinstance(a, torch.Tensor)
-              and a.data_ptr() == g.data_ptr()]
-    assert (ptr == 0.7).all() and ptr.shape == (3, 40)
+    _same_addresses(guarded_launch, (out,), rec.calls[-1], (again,))
+    for launch in (fast_launch, guarded_launch):
+        (ptr,) = [a for a in launch[4] if isinstance(a, torch.Tensor)
+                  and a.data_ptr() == g.data_ptr()]
+        assert (ptr == 0.7).all() and ptr.shape == (3, 40)
     runtime._PLANS.clear()
 
 
@@ -214,10 +269,72 @@ def test_calls_through_the_custom_op_take_the_fast_path():
     assert fast is not None
     scangen.compute_gae(**x, gamma=0.25, backend="triton")
     fast_launch = rec.calls[-1]
-    plan.kernels["fast"] = None
-    scangen.compute_gae(**x, gamma=0.25, backend="triton")
+    with path(plan, "general"):
+        scangen.compute_gae(**x, gamma=0.25, backend="triton")
     _same_launch(fast_launch, rec.calls[-1])
     gammas = [a for a in fast_launch[4] if isinstance(a, torch.Tensor) and a.dim() == 2
               and a.stride() == (0, 0)]
     assert any((g == 0.25).all() for g in gammas)
     runtime._PLANS.clear()
+
+
+def test_guarded_fast_path_misses_whatever_the_signature_holds():
+    """The guarded fast path, tried on an op's next call before any signature is built, takes
+    exactly the calls whose signature matches its plan's (runtime._signature): another shape,
+    strides, dtype, alignment, presence of an optional input, param type, time_dim, outputs,
+    backend, environment switch, or a tensor that needs a gradient each go elsewhere."""
+    x = make_inputs("compute_gae", 3, 40, seed=0)
+    x = {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in x.items()}
+    plan, rec = _plan_with_recorder(scangen.compute_gae, x)
+    scangen.compute_gae(**x, backend="triton")  # builds the fast paths
+    guarded = plan.kernels["guarded"]
+    assert guarded is not None
+    scangen.compute_gae(**x, backend="triton")  # through the signature: the op's recent plan
+    op = plan.op
+    assert runtime._RECENT[id(op)] == (op, guarded)
+    hits = []
+
+    def spy(*args):
+        out = guarded(*args)
+        hits.append(out is not runtime._MISS)
+        return out
+
+    def took(**change):
+        """Whether a call with ``change`` applied to ``x`` took the guarded path."""
+        runtime._RECENT[id(op)] = (op, spy)
+        kw = {k: change.pop(k) for k in ("time_dim", "outputs") if k in change}
+        backend = change.pop("backend", "triton")
+        y = {k: v for k, v in {**x, **change}.items() if v is not _DROP}
+        n = len(hits)
+        scangen.compute_gae(**y, backend=backend, **kw)
+        assert len(hits) == n + 1, "the guarded path was not tried"
+        return hits[-1]
+
+    r = x["rewards"]
+    assert took()
+    assert took(rewards=r.clone(), gamma=0.5)  # new tensors and float values: the same plan
+    offset = torch.empty(r.numel() + 1, device=DEVICE)[1:].view(r.shape)  # 4 bytes off
+    offset.copy_(r)
+    for change in [dict(rewards=torch.cat([r, r[:1]])[:3, :39]),  # another shape
+                   dict(rewards=r.t().contiguous().t()),  # other strides
+                   dict(rewards=r.double()),
+                   dict(rewards=offset),  # the same sizes and strides, misaligned
+                   dict(truncateds=_DROP),
+                   dict(gamma=torch.tensor(0.99, device=DEVICE)),
+                   dict(gamma=1),
+                   dict(time_dim=1),  # the same axis, named differently: another signature
+                   dict(outputs="returns"),
+                   dict(backend=None)]:
+        if "rewards" in change and change["rewards"].shape != r.shape:
+            for k in ("values", "terminateds", "truncateds", "bootstrap_values"):
+                change[k] = x[k][:3, :39]
+        assert not took(**change), change
+    with mock.patch.dict(runtime.ENV, {"SCANGEN_FAMILY": "stream"}):
+        assert not took()
+    with torch.no_grad():
+        assert not took(rewards=r.clone().requires_grad_(True))
+    runtime._PLANS.clear()
+    assert not runtime._RECENT, "clearing the plans forgets the guarded paths"
+
+
+_DROP = object()  # took(): leave this argument out
