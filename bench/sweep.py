@@ -46,15 +46,13 @@ SHAPES = ["16384x1024", "4096x128", "32768x16", "256x8192", "64x65536", "1x10485
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def candidates(N: int, T: int, K: int, quick: bool = False, tiles=None,
-               per_sm=(0,)) -> list[Config]:
+def candidates(N: int, T: int, K: int, quick: bool = False, tiles=None) -> list[Config]:
     """Stream tiles of 1024 and 2048 elements (K included) with chunks from T/4 to T (at most
     1024), 4 or 8 warps, in the persist family too for chunks of 512 elements or more; for long
     rows also the look-back family with 1024-4096 steps per program (8192 from 2^18 steps).
     ``quick``: 1024-element stream tiles with the longest two chunk lengths, pipelining on and
     off, and the look-back family. ``tiles`` replaces the stream tile sizes (e.g. (256, 512)
-    for more, smaller programs at small shapes). ``per_sm``: the look-back's grids (0: one
-    program per chunk; n: n persistent programs per SM, Config.per_sm)."""
+    for more, smaller programs at small shapes)."""
     out = []
     kk = min(K, 16) if K > 1 else 1
     tp = max(16, 1 << (T - 1).bit_length())
@@ -73,8 +71,7 @@ def candidates(N: int, T: int, K: int, quick: bool = False, tiles=None,
     if T >= 4096:
         for bt in (1024, 2048, 4096) + ((8192,) if T >= 1 << 18 else ()):
             for nw in (4, 8):
-                for p in per_sm:
-                    out.append(Config(1, max(16, bt // kk), kk, nw, "lookback", 1, p))
+                out.append(Config(1, max(16, bt // kk), kk, nw, "lookback", 1))
     return out
 
 
@@ -145,8 +142,6 @@ def main() -> None:
                     help="the calls without truncations (bench.py's notrunc variant)")
     ap.add_argument("--families", default="", help="keep only these candidate families, "
                     "e.g. lookback (the default configuration is measured regardless)")
-    ap.add_argument("--lb-per-sm", default="0", help="look-back grids to sweep, e.g. 0,1,2,4 "
-                    "(0: one program per chunk; n: n persistent programs per SM)")
     ap.add_argument("--time-budget", type=float, default=1e9)
     args = ap.parse_args()
     from triton.testing import do_bench, do_bench_cudagraph
@@ -190,8 +185,7 @@ def main() -> None:
         runtime._PLANS.clear()
         cfgs = (time_major_candidates(N, T, K) if args.layout == "time-major" else
                 candidates(N, T, K, args.quick,
-                           tuple(int(x) for x in args.tiles.split(",")) if args.tiles else None,
-                           tuple(int(x) for x in args.lb_per_sm.split(","))))
+                           tuple(int(x) for x in args.tiles.split(",")) if args.tiles else None))
         if args.families:
             cfgs = [c for c in cfgs if c.family in args.families.split(",")]
         for cfg in [None] + cfgs:
@@ -239,7 +233,7 @@ def main() -> None:
         c = best["config"]
         print(f"{name:26s} {shape:>11s} default {base['us']:8.1f} us {base['pct_floor']:5.1f}% | best "
               f"{best['us']:8.1f} us {best['pct_floor']:5.1f}% {c['family'][:4]} bn={c['block_n']} "
-              f"bt={c['block_t']} w={c['num_warps']} s={c['num_stages']} p={c.get('per_sm', 0)} "
+              f"bt={c['block_t']} w={c['num_warps']} s={c['num_stages']} "
               f"regs={best.get('regs')} "
               f"spills={best.get('spills')} errors={errs}")
 

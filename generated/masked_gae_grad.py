@@ -121,7 +121,7 @@ def _masked_gae_grad_chunked_kernel(
     EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LB_PERSIST: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
     # carrying each row's scan state across chunks (forward in time).
@@ -335,7 +335,7 @@ def _masked_gae_grad_persist_kernel(
     EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LB_PERSIST: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
     # through time in chunks of BLOCK_T steps (forward in time), one item (tile, chunk)
@@ -767,502 +767,196 @@ def _masked_gae_grad_lookback_kernel(
     EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LB_PERSIST: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # Few rows, long T: the whole GPU works on every row. Each (row, chunk) is one ticket (all
     # rows' first chunks in scan order, then their second, ...) whose carry comes from the
-    # tickets before it in its row by a decoupled look-back. A ticket's chunk comes after its
-    # predecessors' in the order programs start, so they have started and the look-back cannot
-    # deadlock. Without LB_PERSIST, one program per ticket: tickets taken from a counter in the
-    # order programs reach it, or (LB_PID, runtime.lookback_pid) the program's id, as CUB's
-    # single-pass scans do on the hardware's rule that a grid's programs start in increasing
-    # order of id; with it no load waits on the counter's round trip. With LB_PERSIST
-    # (Config.per_sm > 0, runtime.lookback_programs): a few programs per SM, each taking
-    # tickets from the counter until they run out and issuing its next ticket's loads before
-    # it scans and looks back for the current one; the holder of the earliest unfinished
-    # ticket is working on it, so it cannot deadlock either. Those tickets are relaxed atomics:
-    # an acq_rel one fences, and would wait for the previous ticket's stores.
+    # tickets before it in its row by a decoupled look-back. One program per ticket: tickets
+    # taken from a counter in the order programs reach it, or (LB_PID, runtime.lookback_pid)
+    # the program's id, as CUB's single-pass scans do on the hardware's rule that a grid's
+    # programs start in increasing order of id; with it no load waits on the counter's round
+    # trip. Either way a ticket's chunk comes after its predecessors' in the order programs
+    # start, so they have started and the look-back cannot deadlock. (A persistent variant, a
+    # few programs per SM taking tickets in a loop, measured slower than one program per
+    # ticket at every shape, best tile against best tile: bench/NOTES.md, eleventh round.)
     # The workspace (runtime.lookback_workspace), kept across the calls of a plan on one stream:
     # an int64 counter that only grows, then two halves of 6 arrays of words (each
     # scan's aggregate a and b and inclusive state; a joint pair's seven words), one word per
-    # ticket. A call counts S = P tickets (P: tickets of one call; with LB_PERSIST, P + the
-    # programs, each of which draws one past the last); the call that counts c * S .. c * S +
-    # S - 1 works in half c % 2, which the call before it left all-one bits, and resets its
-    # words of the other half for the next call (first, or with LB_PID last: bench/NOTES.md,
-    # tenth round, measured both): no fill per call, and the replays of a CUDA graph advance
-    # the counter as calls do.
+    # ticket. A call counts P tickets (P: tickets of one call); the call that counts c * P ..
+    # c * P + P - 1 works in half c % 2, which the call before it left all-one bits, and resets
+    # its words of the other half for the next call (first, or with LB_PID last:
+    # bench/NOTES.md, tenth round, measured both): no fill per call, and the replays of a CUDA
+    # graph advance the counter as calls do.
     _n_prog = R1 * R2 * tl.cdiv(T, BLOCK_T)
     _counter = _ws.to(tl.pointer_type(tl.int64), bitcast=True)
-    if LB_PERSIST:
-        _cols = tl.arange(0, BLOCK_T)
-        _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-        _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
-        _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-        _n_chunks = tl.cdiv(T, BLOCK_T)
-        _span = _n_prog + tl.num_programs(0)
-        _tk = tl.atomic_add(_counter, 1, sem="relaxed") + 1  # from -1
-        _half = (_tk // _span) % 2
-        _tk = (_tk % _span).to(tl.int32)
-        _ws_w = (_ws + 2).to(tl.pointer_type(ACC), bitcast=True) + _half * 6 * _n_prog
-        _ws_clear = ((_ws + 2).to(tl.pointer_type(tl.int64 if ACC == tl.float64 else tl.int32), bitcast=True)
-                     + (1 - _half) * 6 * _n_prog)
-        _ld = tl.where(_tk < _n_prog, _tk, 0)  # a program with no ticket loads a valid one
-        _tile = _ld % (R1 * R2)
-        _step = _ld // (R1 * R2)
-        _slot = _tile * _n_chunks + _step  # this ticket's word in every array
-        _chunk = _step
-        _rows = _tile + tl.arange(0, BLOCK_N)  # [1]: BLOCK_N == 1
-        _row_ok = _rows < R1 * R2
-        _r1 = (_rows // R2).to(tl.int64)
-        _r2 = (_rows % R2).to(tl.int64)
-        token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2  # [BN] int64 row offsets
-        values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
-        response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2  # [BN] int64 row offsets
-        st__nv__row = _r1 * st__nv__s1 + _r2 * st__nv__s2  # [BN] int64 row offsets
-        st__A__row = _r1 * st__A__s1 + _r2 * st__A__s2  # [BN] int64 row offsets
-        gy__advantages__row = _r1 * gy__advantages__s1 + _r2 * gy__advantages__s2  # [BN] int64 row offsets
-        gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2  # [BN] int64 row offsets
-        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
-        d__token_level_rewards__orow = _r1 * d__token_level_rewards__os1 + _r2 * d__token_level_rewards__os2  # [BN] int64 row offsets
-        d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2  # [BN] int64 row offsets
-        d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
-        d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
-        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
-        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
-        _t0 = _chunk * BLOCK_T
-        _rem = T - _t0
-        _t = _t0.to(tl.int64) + _cols  # [BT] int64
-        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
-            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
-        else:
-            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
-        _t_next = tl.minimum(_t + 1, T - 1)
-        _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        if gamma__TENSOR:
-            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
-        if gamma__TENSOR:
-            gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
-        if HAS_gy__advantages:
-            gy__advantages__raw = tl.load(gy__advantages__ptr + gy__advantages__row[:, None] + _t[None, :] * gy__advantages__st, mask=_ok, other=1)
-        if HAS_gy__returns:
-            gy__returns__raw = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1)
-        if lambda___TENSOR:
-            lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
-        if lambda___TENSOR:
-            lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
-        # response_mask with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
-        response_mask__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            response_mask__prev__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t_prev[None, :] * response_mask__st, mask=_ok, other=1)
-        else:
-            _te = _g - 1  # [BT / G] the step before each group
-            response_mask__prev__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _te[None, :] * response_mask__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-        # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
-        st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1)
-        else:
-            _te = _g + SHIFT_G  # [BT / G] the step after each group
-            st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-        # st__nv with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
-        st__nv__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t[None, :] * st__nv__st, mask=_ok, other=1)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            st__nv__next__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t_next[None, :] * st__nv__st, mask=_ok, other=1)
-        else:
-            _te = _g + SHIFT_G  # [BT / G] the step after each group
-            st__nv__next__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _te[None, :] * st__nv__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-        while _tk < _n_prog:
-            # the next ticket's raw tiles (this one's again past the last ticket: valid
-            # addresses, and nothing is done with them)
-            _nx = ((tl.atomic_add(_counter, 1, sem="relaxed") + 1) % _span).to(tl.int32)
-            _ld = tl.where(_nx < _n_prog, _nx, _tk)
-            _tile = _ld % (R1 * R2)
-            _step = _ld // (R1 * R2)
-            _slot = _tile * _n_chunks + _step  # this ticket's word in every array
-            _chunk = _step
-            _rows = _tile + tl.arange(0, BLOCK_N)  # [1]: BLOCK_N == 1
-            _row_ok = _rows < R1 * R2
-            _r1 = (_rows // R2).to(tl.int64)
-            _r2 = (_rows % R2).to(tl.int64)
-            token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2  # [BN] int64 row offsets
-            values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
-            response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2  # [BN] int64 row offsets
-            st__nv__row = _r1 * st__nv__s1 + _r2 * st__nv__s2  # [BN] int64 row offsets
-            st__A__row = _r1 * st__A__s1 + _r2 * st__A__s2  # [BN] int64 row offsets
-            gy__advantages__row = _r1 * gy__advantages__s1 + _r2 * gy__advantages__s2  # [BN] int64 row offsets
-            gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2  # [BN] int64 row offsets
-            gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-            lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
-            d__token_level_rewards__orow = _r1 * d__token_level_rewards__os1 + _r2 * d__token_level_rewards__os2  # [BN] int64 row offsets
-            d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2  # [BN] int64 row offsets
-            d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
-            d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
-            # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
-            # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
-            _t0 = _chunk * BLOCK_T
-            _rem = T - _t0
-            _t = _t0.to(tl.int64) + _cols  # [BT] int64
-            if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
-                _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
-            else:
-                _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-            _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
-            _t_next = tl.minimum(_t + 1, T - 1)
-            _t_prev = tl.maximum(_t - 1, 0)
-            is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-            is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-            is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-            if gamma__TENSOR:
-                gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
-            if gamma__TENSOR:
-                gamma__prev__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
-            if HAS_gy__advantages:
-                gy__advantages__raw__nx = tl.load(gy__advantages__ptr + gy__advantages__row[:, None] + _t[None, :] * gy__advantages__st, mask=_ok, other=1)
-            if HAS_gy__returns:
-                gy__returns__raw__nx = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1)
-            if lambda___TENSOR:
-                lambda___t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
-            if lambda___TENSOR:
-                lambda___prev__t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
-            # response_mask with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-            # steps per thread, and one strided load per group gives the step beyond the group
-            response_mask__raw__nx = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1)
-            if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                response_mask__prev__raw__nx = tl.load(response_mask__ptr + response_mask__row[:, None] + _t_prev[None, :] * response_mask__st, mask=_ok, other=1)
-            else:
-                _te = _g - 1  # [BT / G] the step before each group
-                response_mask__prev__raw__nx = tl.load(response_mask__ptr + response_mask__row[:, None] + _te[None, :] * response_mask__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-            # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-            # steps per thread, and one strided load per group gives the step beyond the group
-            st__A__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
-            if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                st__A__next__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1)
-            else:
-                _te = _g + SHIFT_G  # [BT / G] the step after each group
-                st__A__next__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-            # st__nv with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-            # steps per thread, and one strided load per group gives the step beyond the group
-            st__nv__raw__nx = tl.load(st__nv__ptr + st__nv__row[:, None] + _t[None, :] * st__nv__st, mask=_ok, other=1)
-            if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                st__nv__next__raw__nx = tl.load(st__nv__ptr + st__nv__row[:, None] + _t_next[None, :] * st__nv__st, mask=_ok, other=1)
-            else:
-                _te = _g + SHIFT_G  # [BT / G] the step after each group
-                st__nv__next__raw__nx = tl.load(st__nv__ptr + st__nv__row[:, None] + _te[None, :] * st__nv__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-            # this ticket, from the tiles loaded one iteration ago
-            _tile = _tk % (R1 * R2)
-            _step = _tk // (R1 * R2)
-            _slot = _tile * _n_chunks + _step  # this ticket's word in every array
-            _chunk = _step
-            _rows = _tile + tl.arange(0, BLOCK_N)  # [1]: BLOCK_N == 1
-            _row_ok = _rows < R1 * R2
-            _r1 = (_rows // R2).to(tl.int64)
-            _r2 = (_rows % R2).to(tl.int64)
-            token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2  # [BN] int64 row offsets
-            values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
-            response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2  # [BN] int64 row offsets
-            st__nv__row = _r1 * st__nv__s1 + _r2 * st__nv__s2  # [BN] int64 row offsets
-            st__A__row = _r1 * st__A__s1 + _r2 * st__A__s2  # [BN] int64 row offsets
-            gy__advantages__row = _r1 * gy__advantages__s1 + _r2 * gy__advantages__s2  # [BN] int64 row offsets
-            gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2  # [BN] int64 row offsets
-            gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-            lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
-            d__token_level_rewards__orow = _r1 * d__token_level_rewards__os1 + _r2 * d__token_level_rewards__os2  # [BN] int64 row offsets
-            d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2  # [BN] int64 row offsets
-            d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
-            d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
-            # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
-            # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
-            _t0 = _chunk * BLOCK_T
-            _rem = T - _t0
-            _t = _t0.to(tl.int64) + _cols  # [BT] int64
-            if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
-                _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
-            else:
-                _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-            _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
-            _t_next = tl.minimum(_t + 1, T - 1)
-            _t_prev = tl.maximum(_t - 1, 0)
-            is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-            is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-            is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-            for _w in tl.static_range(6):  # no program of this call reads that half
-                tl.store(_ws_clear + _w * _n_prog + _slot, -1)
-            
-            g__A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-            g__nv__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-            if gamma__TENSOR:
-                gamma__t = gamma__t__raw.to(ACC)
-            else:
-                gamma__t = _zero + gamma
-            if gamma__TENSOR:
-                gamma__prev__t = gamma__prev__t__raw.to(ACC)
-            else:
-                gamma__prev__t = _zero + gamma
-            if HAS_gy__advantages:
-                gy__advantages = gy__advantages__raw.to(ACC)
-            else:
-                gy__advantages = _zero + 0.0
-            if HAS_gy__returns:
-                gy__returns = gy__returns__raw.to(ACC)
-            else:
-                gy__returns = _zero + 0.0
-            if lambda___TENSOR:
-                lambda___t = lambda___t__raw.to(ACC)
-            else:
-                lambda___t = _zero + lambda_
-            if lambda___TENSOR:
-                lambda___prev__t = lambda___prev__t__raw.to(ACC)
-            else:
-                lambda___prev__t = _zero + lambda_
-            response_mask = response_mask__raw.to(ACC)
-            if SHIFT_G == 1:
-                response_mask__prev = response_mask__prev__raw.to(ACC)
-            else:
-                _s = _shift_prev(tl.reshape(response_mask__raw, (_M, SHIFT_G)), tl.reshape(response_mask__prev__raw, (_M,)), _M, SHIFT_G)
-                response_mask__prev = tl.where((_cols == 0 - _t0)[None, :], response_mask, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-            st__A = st__A__raw.to(ACC)
-            if SHIFT_G == 1:
-                st__A__next = st__A__next__raw.to(ACC)
-            else:
-                _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(st__A__next__raw, (_M,)), _M, SHIFT_G)
-                st__A__next = tl.where((_cols == _rem - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-            st__nv = st__nv__raw.to(ACC)
-            if SHIFT_G == 1:
-                st__nv__next = st__nv__next__raw.to(ACC)
-            else:
-                _s = _shift_next(tl.reshape(st__nv__raw, (_M, SHIFT_G)), tl.reshape(st__nv__next__raw, (_M,)), _M, SHIFT_G)
-                st__nv__next = tl.where((_cols == _rem - 1)[None, :], st__nv, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-            # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
-            _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
-            _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev + gamma__prev__t*lambda___prev__t*response_mask__prev)), 1.0)  # identity past the window end
-            _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
-            # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
-            # look back over earlier chunks for the carry (decoupled look-back).
-            _agg_a = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _a, 0.0))
-            _agg_b = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _b, 0.0))
-            g__A__carry = _lookback(_ws_w + 0 * _n_prog, _ws_w + 1 * _n_prog,
-                                      _ws_w + 2 * _n_prog, _slot, _step, _agg_a, _agg_b,
-                                      tl.sum(g__A__carry), LB_WINDOW, LB_SPIN, ACC)
-            g__A = _a + _b * g__A__carry
-            g__A__prev = _ea + _eb * g__A__carry  # the state one step nearer the carry
-            # scan g__nv: g__nv_t = alpha_t + beta_t * g__nv_{t-1}
-            _alpha = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*response_mask__prev*tl.where((is_last__prev != 0), 0.0, 1.0))), 0.0)
-            _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev)), 1.0)  # identity past the window end
-            _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
-            # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
-            # look back over earlier chunks for the carry (decoupled look-back).
-            _agg_a = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _a, 0.0))
-            _agg_b = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _b, 0.0))
-            g__nv__carry = _lookback(_ws_w + 3 * _n_prog, _ws_w + 4 * _n_prog,
-                                      _ws_w + 5 * _n_prog, _slot, _step, _agg_a, _agg_b,
-                                      tl.sum(g__nv__carry), LB_WINDOW, LB_SPIN, ACC)
-            g__nv = _a + _b * g__nv__carry
-            _e1 = g__A*response_mask
-            _e2 = _e1*tl.where((is_last != 0), 0.0, st__A__next)
-            if STORE_d__token_level_rewards:
-                tl.store(d__token_level_rewards__optr + d__token_level_rewards__orow[:, None] + _t[None, :] * d__token_level_rewards__ost, (_zero + (_e1)).to(d__token_level_rewards__optr.dtype.element_ty), mask=_ok)
-            if STORE_d__values:
-                tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__returns - _e1 + g__nv*response_mask)).to(d__values__optr.dtype.element_ty), mask=_ok)
-            if STORE_d__gamma:
-                tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e1*tl.where((is_last != 0), 0.0, st__nv__next) + _e2*lambda___t)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
-            if STORE_d__lambda_:
-                tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e2*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
-            if gamma__TENSOR:
-                gamma__t__raw = gamma__t__raw__nx
-            if gamma__TENSOR:
-                gamma__prev__t__raw = gamma__prev__t__raw__nx
-            if HAS_gy__advantages:
-                gy__advantages__raw = gy__advantages__raw__nx
-            if HAS_gy__returns:
-                gy__returns__raw = gy__returns__raw__nx
-            if lambda___TENSOR:
-                lambda___t__raw = lambda___t__raw__nx
-            if lambda___TENSOR:
-                lambda___prev__t__raw = lambda___prev__t__raw__nx
-            response_mask__raw = response_mask__raw__nx
-            response_mask__prev__raw = response_mask__prev__raw__nx
-            st__A__raw = st__A__raw__nx
-            st__A__next__raw = st__A__next__raw__nx
-            st__nv__raw = st__nv__raw__nx
-            st__nv__next__raw = st__nv__next__raw__nx
-            _tk = _nx
+    if LB_PID:
+        _count = tl.atomic_add(_counter, 1, sem="relaxed") + 1  # from -1; read at the look-back
+        _ticket = tl.program_id(0)
     else:
-        if LB_PID:
-            _count = tl.atomic_add(_counter, 1, sem="relaxed") + 1  # from -1; read at the look-back
-            _ticket = tl.program_id(0)
-        else:
-            _count = tl.atomic_add(_counter, 1) + 1
-            _ticket = (_count % _n_prog).to(tl.int32)
-        _half = (_count // _n_prog) % 2
-        _tile = _ticket % (R1 * R2)
-        _step = _ticket // (R1 * R2)
-        _slot = _tile * tl.cdiv(T, BLOCK_T) + _step  # this program's word in every array
-        _ws_w = (_ws + 2).to(tl.pointer_type(ACC), bitcast=True) + _half * 6 * _n_prog
-        _ws_clear = ((_ws + 2).to(tl.pointer_type(tl.int64 if ACC == tl.float64 else tl.int32), bitcast=True)
-                     + (1 - _half) * 6 * _n_prog + _slot)
-        if not LB_PID:
-            for _w in tl.static_range(6):  # no program of this call reads that half
-                tl.store(_ws_clear + _w * _n_prog, -1)
-        _rows = _tile + tl.arange(0, BLOCK_N)  # [1]: BLOCK_N == 1
-        _row_ok = _rows < R1 * R2
-        _r1 = (_rows // R2).to(tl.int64)
-        _r2 = (_rows % R2).to(tl.int64)
-        token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2  # [BN] int64 row offsets
-        values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
-        response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2  # [BN] int64 row offsets
-        st__nv__row = _r1 * st__nv__s1 + _r2 * st__nv__s2  # [BN] int64 row offsets
-        st__A__row = _r1 * st__A__s1 + _r2 * st__A__s2  # [BN] int64 row offsets
-        gy__advantages__row = _r1 * gy__advantages__s1 + _r2 * gy__advantages__s2  # [BN] int64 row offsets
-        gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2  # [BN] int64 row offsets
-        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
-        d__token_level_rewards__orow = _r1 * d__token_level_rewards__os1 + _r2 * d__token_level_rewards__os2  # [BN] int64 row offsets
-        d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2  # [BN] int64 row offsets
-        d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
-        d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
+        _count = tl.atomic_add(_counter, 1) + 1
+        _ticket = (_count % _n_prog).to(tl.int32)
+    _half = (_count // _n_prog) % 2
+    _tile = _ticket % (R1 * R2)
+    _step = _ticket // (R1 * R2)
+    _slot = _tile * tl.cdiv(T, BLOCK_T) + _step  # this program's word in every array
+    _ws_w = (_ws + 2).to(tl.pointer_type(ACC), bitcast=True) + _half * 6 * _n_prog
+    _ws_clear = ((_ws + 2).to(tl.pointer_type(tl.int64 if ACC == tl.float64 else tl.int32), bitcast=True)
+                 + (1 - _half) * 6 * _n_prog + _slot)
+    if not LB_PID:
+        for _w in tl.static_range(6):  # no program of this call reads that half
+            tl.store(_ws_clear + _w * _n_prog, -1)
+    _rows = _tile + tl.arange(0, BLOCK_N)  # [1]: BLOCK_N == 1
+    _row_ok = _rows < R1 * R2
+    _r1 = (_rows // R2).to(tl.int64)
+    _r2 = (_rows % R2).to(tl.int64)
+    token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2  # [BN] int64 row offsets
+    values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
+    response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2  # [BN] int64 row offsets
+    st__nv__row = _r1 * st__nv__s1 + _r2 * st__nv__s2  # [BN] int64 row offsets
+    st__A__row = _r1 * st__A__s1 + _r2 * st__A__s2  # [BN] int64 row offsets
+    gy__advantages__row = _r1 * gy__advantages__s1 + _r2 * gy__advantages__s2  # [BN] int64 row offsets
+    gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2  # [BN] int64 row offsets
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+    d__token_level_rewards__orow = _r1 * d__token_level_rewards__os1 + _r2 * d__token_level_rewards__os2  # [BN] int64 row offsets
+    d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2  # [BN] int64 row offsets
+    d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
+    d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
 
-        g__A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-        g__nv__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-        _cols = tl.arange(0, BLOCK_T)
-        _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-        _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
-        _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-        _n_chunks = tl.cdiv(T, BLOCK_T)
+    g__A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
+    g__nv__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
+    _cols = tl.arange(0, BLOCK_T)
+    _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
+    _n_chunks = tl.cdiv(T, BLOCK_T)
 
-        _chunk = _step
-        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
-        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
-        _t0 = _chunk * BLOCK_T
-        _rem = T - _t0
-        _t = _t0.to(tl.int64) + _cols  # [BT] int64
-        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
-            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
-        else:
-            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
-        _t_next = tl.minimum(_t + 1, T - 1)
-        _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        if gamma__TENSOR:
-            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
-            gamma__t = gamma__t__raw.to(ACC)
-        else:
-            gamma__t = _zero + gamma
-        if gamma__TENSOR:
-            gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
-            gamma__prev__t = gamma__prev__t__raw.to(ACC)
-        else:
-            gamma__prev__t = _zero + gamma
-        if HAS_gy__advantages:
-            gy__advantages__raw = tl.load(gy__advantages__ptr + gy__advantages__row[:, None] + _t[None, :] * gy__advantages__st, mask=_ok, other=1)
-            gy__advantages = gy__advantages__raw.to(ACC)
-        else:
-            gy__advantages = _zero + 0.0
-        if HAS_gy__returns:
-            gy__returns__raw = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1)
-            gy__returns = gy__returns__raw.to(ACC)
-        else:
-            gy__returns = _zero + 0.0
-        if lambda___TENSOR:
-            lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
-            lambda___t = lambda___t__raw.to(ACC)
-        else:
-            lambda___t = _zero + lambda_
-        if lambda___TENSOR:
-            lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
-            lambda___prev__t = lambda___prev__t__raw.to(ACC)
-        else:
-            lambda___prev__t = _zero + lambda_
-        # response_mask with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
-        response_mask__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            response_mask__prev__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t_prev[None, :] * response_mask__st, mask=_ok, other=1)
-        else:
-            _te = _g - 1  # [BT / G] the step before each group
-            response_mask__prev__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _te[None, :] * response_mask__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-        response_mask = response_mask__raw.to(ACC)
-        if SHIFT_G == 1:
-            response_mask__prev = response_mask__prev__raw.to(ACC)
-        else:
-            _s = _shift_prev(tl.reshape(response_mask__raw, (_M, SHIFT_G)), tl.reshape(response_mask__prev__raw, (_M,)), _M, SHIFT_G)
-            response_mask__prev = tl.where((_cols == 0 - _t0)[None, :], response_mask, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-        # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
-        st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1)
-        else:
-            _te = _g + SHIFT_G  # [BT / G] the step after each group
-            st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-        st__A = st__A__raw.to(ACC)
-        if SHIFT_G == 1:
-            st__A__next = st__A__next__raw.to(ACC)
-        else:
-            _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(st__A__next__raw, (_M,)), _M, SHIFT_G)
-            st__A__next = tl.where((_cols == _rem - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-        # st__nv with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
-        st__nv__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t[None, :] * st__nv__st, mask=_ok, other=1)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            st__nv__next__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t_next[None, :] * st__nv__st, mask=_ok, other=1)
-        else:
-            _te = _g + SHIFT_G  # [BT / G] the step after each group
-            st__nv__next__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _te[None, :] * st__nv__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-        st__nv = st__nv__raw.to(ACC)
-        if SHIFT_G == 1:
-            st__nv__next = st__nv__next__raw.to(ACC)
-        else:
-            _s = _shift_next(tl.reshape(st__nv__raw, (_M, SHIFT_G)), tl.reshape(st__nv__next__raw, (_M,)), _M, SHIFT_G)
-            st__nv__next = tl.where((_cols == _rem - 1)[None, :], st__nv, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-        # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
-        _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
-        _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev + gamma__prev__t*lambda___prev__t*response_mask__prev)), 1.0)  # identity past the window end
-        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
-        # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
-        # look back over earlier chunks for the carry (decoupled look-back).
-        _agg_a = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _a, 0.0))
-        _agg_b = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _b, 0.0))
-        g__A__carry = _lookback(_ws_w + 0 * _n_prog, _ws_w + 1 * _n_prog,
-                                  _ws_w + 2 * _n_prog, _slot, _step, _agg_a, _agg_b,
-                                  tl.sum(g__A__carry), LB_WINDOW, LB_SPIN, ACC)
-        g__A = _a + _b * g__A__carry
-        g__A__prev = _ea + _eb * g__A__carry  # the state one step nearer the carry
-        # scan g__nv: g__nv_t = alpha_t + beta_t * g__nv_{t-1}
-        _alpha = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*response_mask__prev*tl.where((is_last__prev != 0), 0.0, 1.0))), 0.0)
-        _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev)), 1.0)  # identity past the window end
-        _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
-        # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
-        # look back over earlier chunks for the carry (decoupled look-back).
-        _agg_a = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _a, 0.0))
-        _agg_b = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _b, 0.0))
-        g__nv__carry = _lookback(_ws_w + 3 * _n_prog, _ws_w + 4 * _n_prog,
-                                  _ws_w + 5 * _n_prog, _slot, _step, _agg_a, _agg_b,
-                                  tl.sum(g__nv__carry), LB_WINDOW, LB_SPIN, ACC)
-        g__nv = _a + _b * g__nv__carry
-        _e1 = g__A*response_mask
-        _e2 = _e1*tl.where((is_last != 0), 0.0, st__A__next)
-        if STORE_d__token_level_rewards:
-            tl.store(d__token_level_rewards__optr + d__token_level_rewards__orow[:, None] + _t[None, :] * d__token_level_rewards__ost, (_zero + (_e1)).to(d__token_level_rewards__optr.dtype.element_ty), mask=_ok)
-        if STORE_d__values:
-            tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__returns - _e1 + g__nv*response_mask)).to(d__values__optr.dtype.element_ty), mask=_ok)
-        if STORE_d__gamma:
-            tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e1*tl.where((is_last != 0), 0.0, st__nv__next) + _e2*lambda___t)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
-        if STORE_d__lambda_:
-            tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e2*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
-        if LB_PID:  # at the end, so that no load waits on the counter
-            for _w in tl.static_range(6):  # no program of this call reads that half
-                tl.store(_ws_clear + _w * _n_prog, -1)
+    _chunk = _step
+    # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+    # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+    _t0 = _chunk * BLOCK_T
+    _rem = T - _t0
+    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+        _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+    else:
+        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+    _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
+    _t_next = tl.minimum(_t + 1, T - 1)
+    _t_prev = tl.maximum(_t - 1, 0)
+    is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+    if gamma__TENSOR:
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__t = gamma__t__raw.to(ACC)
+    else:
+        gamma__t = _zero + gamma
+    if gamma__TENSOR:
+        gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__prev__t = gamma__prev__t__raw.to(ACC)
+    else:
+        gamma__prev__t = _zero + gamma
+    if HAS_gy__advantages:
+        gy__advantages__raw = tl.load(gy__advantages__ptr + gy__advantages__row[:, None] + _t[None, :] * gy__advantages__st, mask=_ok, other=1)
+        gy__advantages = gy__advantages__raw.to(ACC)
+    else:
+        gy__advantages = _zero + 0.0
+    if HAS_gy__returns:
+        gy__returns__raw = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1)
+        gy__returns = gy__returns__raw.to(ACC)
+    else:
+        gy__returns = _zero + 0.0
+    if lambda___TENSOR:
+        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___t = lambda___t__raw.to(ACC)
+    else:
+        lambda___t = _zero + lambda_
+    if lambda___TENSOR:
+        lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___prev__t = lambda___prev__t__raw.to(ACC)
+    else:
+        lambda___prev__t = _zero + lambda_
+    # response_mask with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    response_mask__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        response_mask__prev__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t_prev[None, :] * response_mask__st, mask=_ok, other=1)
+    else:
+        _te = _g - 1  # [BT / G] the step before each group
+        response_mask__prev__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _te[None, :] * response_mask__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+    response_mask = response_mask__raw.to(ACC)
+    if SHIFT_G == 1:
+        response_mask__prev = response_mask__prev__raw.to(ACC)
+    else:
+        _s = _shift_prev(tl.reshape(response_mask__raw, (_M, SHIFT_G)), tl.reshape(response_mask__prev__raw, (_M,)), _M, SHIFT_G)
+        response_mask__prev = tl.where((_cols == 0 - _t0)[None, :], response_mask, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+    # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1)
+    else:
+        _te = _g + SHIFT_G  # [BT / G] the step after each group
+        st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+    st__A = st__A__raw.to(ACC)
+    if SHIFT_G == 1:
+        st__A__next = st__A__next__raw.to(ACC)
+    else:
+        _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(st__A__next__raw, (_M,)), _M, SHIFT_G)
+        st__A__next = tl.where((_cols == _rem - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+    # st__nv with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    st__nv__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t[None, :] * st__nv__st, mask=_ok, other=1)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        st__nv__next__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t_next[None, :] * st__nv__st, mask=_ok, other=1)
+    else:
+        _te = _g + SHIFT_G  # [BT / G] the step after each group
+        st__nv__next__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _te[None, :] * st__nv__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+    st__nv = st__nv__raw.to(ACC)
+    if SHIFT_G == 1:
+        st__nv__next = st__nv__next__raw.to(ACC)
+    else:
+        _s = _shift_next(tl.reshape(st__nv__raw, (_M, SHIFT_G)), tl.reshape(st__nv__next__raw, (_M,)), _M, SHIFT_G)
+        st__nv__next = tl.where((_cols == _rem - 1)[None, :], st__nv, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+    # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
+    _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
+    _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev + gamma__prev__t*lambda___prev__t*response_mask__prev)), 1.0)  # identity past the window end
+    _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
+    # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
+    # look back over earlier chunks for the carry (decoupled look-back).
+    _agg_a = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _a, 0.0))
+    _agg_b = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _b, 0.0))
+    g__A__carry = _lookback(_ws_w + 0 * _n_prog, _ws_w + 1 * _n_prog,
+                              _ws_w + 2 * _n_prog, _slot, _step, _agg_a, _agg_b,
+                              tl.sum(g__A__carry), LB_WINDOW, LB_SPIN, ACC)
+    g__A = _a + _b * g__A__carry
+    g__A__prev = _ea + _eb * g__A__carry  # the state one step nearer the carry
+    # scan g__nv: g__nv_t = alpha_t + beta_t * g__nv_{t-1}
+    _alpha = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*response_mask__prev*tl.where((is_last__prev != 0), 0.0, 1.0))), 0.0)
+    _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev)), 1.0)  # identity past the window end
+    _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
+    # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
+    # look back over earlier chunks for the carry (decoupled look-back).
+    _agg_a = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _a, 0.0))
+    _agg_b = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _b, 0.0))
+    g__nv__carry = _lookback(_ws_w + 3 * _n_prog, _ws_w + 4 * _n_prog,
+                              _ws_w + 5 * _n_prog, _slot, _step, _agg_a, _agg_b,
+                              tl.sum(g__nv__carry), LB_WINDOW, LB_SPIN, ACC)
+    g__nv = _a + _b * g__nv__carry
+    _e1 = g__A*response_mask
+    _e2 = _e1*tl.where((is_last != 0), 0.0, st__A__next)
+    if STORE_d__token_level_rewards:
+        tl.store(d__token_level_rewards__optr + d__token_level_rewards__orow[:, None] + _t[None, :] * d__token_level_rewards__ost, (_zero + (_e1)).to(d__token_level_rewards__optr.dtype.element_ty), mask=_ok)
+    if STORE_d__values:
+        tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__returns - _e1 + g__nv*response_mask)).to(d__values__optr.dtype.element_ty), mask=_ok)
+    if STORE_d__gamma:
+        tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e1*tl.where((is_last != 0), 0.0, st__nv__next) + _e2*lambda___t)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
+    if STORE_d__lambda_:
+        tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e2*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
+    if LB_PID:  # at the end, so that no load waits on the counter
+        for _w in tl.static_range(6):  # no program of this call reads that half
+            tl.store(_ws_clear + _w * _n_prog, -1)
 
 def _launch(_call, _cfg):
     """Launch one kernel family on the canonical call ``_call`` (see scangen.runtime.Call)."""
@@ -1322,11 +1016,10 @@ def _launch(_call, _cfg):
             LB_WINDOW=_rt.lookback_window(_call, _cfg, 6),
             LB_SPIN=_rt.lookback_spin(_call, _cfg),
             LB_PID=_rt.lookback_pid(_call, _cfg),
-            LB_PERSIST=_cfg.per_sm > 0,
         )
         _tiles = -(-(_call.R1 * _call.R2) // _cfg.block_n)  # row tiles
-        if _cfg.family == "lookback":  # one program per (row, chunk), or a few per SM
-            _k["grid"] = (_rt.lookback_programs(_call, _cfg),)
+        if _cfg.family == "lookback":  # one program per ticket (row, chunk)
+            _k["grid"] = (_rt.lookback_tickets(_call, _cfg),)
         elif _cfg.family == "persist":
             _k["grid"] = (min(_tiles, _rt.persistent_programs(_call)),)
         else:

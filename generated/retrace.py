@@ -139,7 +139,7 @@ def _retrace_chunked_kernel(
     K_DENSE: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LB_PERSIST: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
     # carrying each row's scan state across chunks (reverse in time).
@@ -379,7 +379,7 @@ def _retrace_persist_kernel(
     K_DENSE: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LB_PERSIST: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
     # through time in chunks of BLOCK_T steps (reverse in time), one item (tile, chunk)
@@ -835,507 +835,199 @@ def _retrace_lookback_kernel(
     K_DENSE: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LB_PERSIST: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # Few rows, long T: the whole GPU works on every row. Each (row, chunk) is one ticket (all
     # rows' first chunks in scan order, then their second, ...) whose carry comes from the
-    # tickets before it in its row by a decoupled look-back. A ticket's chunk comes after its
-    # predecessors' in the order programs start, so they have started and the look-back cannot
-    # deadlock. Without LB_PERSIST, one program per ticket: tickets taken from a counter in the
-    # order programs reach it, or (LB_PID, runtime.lookback_pid) the program's id, as CUB's
-    # single-pass scans do on the hardware's rule that a grid's programs start in increasing
-    # order of id; with it no load waits on the counter's round trip. With LB_PERSIST
-    # (Config.per_sm > 0, runtime.lookback_programs): a few programs per SM, each taking
-    # tickets from the counter until they run out and issuing its next ticket's loads before
-    # it scans and looks back for the current one; the holder of the earliest unfinished
-    # ticket is working on it, so it cannot deadlock either. Those tickets are relaxed atomics:
-    # an acq_rel one fences, and would wait for the previous ticket's stores.
+    # tickets before it in its row by a decoupled look-back. One program per ticket: tickets
+    # taken from a counter in the order programs reach it, or (LB_PID, runtime.lookback_pid)
+    # the program's id, as CUB's single-pass scans do on the hardware's rule that a grid's
+    # programs start in increasing order of id; with it no load waits on the counter's round
+    # trip. Either way a ticket's chunk comes after its predecessors' in the order programs
+    # start, so they have started and the look-back cannot deadlock. (A persistent variant, a
+    # few programs per SM taking tickets in a loop, measured slower than one program per
+    # ticket at every shape, best tile against best tile: bench/NOTES.md, eleventh round.)
     # The workspace (runtime.lookback_workspace), kept across the calls of a plan on one stream:
     # an int64 counter that only grows, then two halves of 3 arrays of words (each
     # scan's aggregate a and b and inclusive state; a joint pair's seven words), one word per
-    # ticket. A call counts S = P tickets (P: tickets of one call; with LB_PERSIST, P + the
-    # programs, each of which draws one past the last); the call that counts c * S .. c * S +
-    # S - 1 works in half c % 2, which the call before it left all-one bits, and resets its
-    # words of the other half for the next call (first, or with LB_PID last: bench/NOTES.md,
-    # tenth round, measured both): no fill per call, and the replays of a CUDA graph advance
-    # the counter as calls do.
+    # ticket. A call counts P tickets (P: tickets of one call); the call that counts c * P ..
+    # c * P + P - 1 works in half c % 2, which the call before it left all-one bits, and resets
+    # its words of the other half for the next call (first, or with LB_PID last:
+    # bench/NOTES.md, tenth round, measured both): no fill per call, and the replays of a CUDA
+    # graph advance the counter as calls do.
     _n_prog = R1 * R2 * tl.cdiv(T, BLOCK_T)
     _counter = _ws.to(tl.pointer_type(tl.int64), bitcast=True)
-    if LB_PERSIST:
-        _cols = tl.arange(0, BLOCK_T)
-        _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-        _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
-        _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-        _n_chunks = tl.cdiv(T, BLOCK_T)
-        _span = _n_prog + tl.num_programs(0)
-        _tk = tl.atomic_add(_counter, 1, sem="relaxed") + 1  # from -1
-        _half = (_tk // _span) % 2
-        _tk = (_tk % _span).to(tl.int32)
-        _ws_w = (_ws + 2).to(tl.pointer_type(ACC), bitcast=True) + _half * 3 * _n_prog
-        _ws_clear = ((_ws + 2).to(tl.pointer_type(tl.int64 if ACC == tl.float64 else tl.int32), bitcast=True)
-                     + (1 - _half) * 3 * _n_prog)
-        _ld = tl.where(_tk < _n_prog, _tk, 0)  # a program with no ticket loads a valid one
-        _tile = _ld % (R1 * R2)
-        _step = _ld // (R1 * R2)
-        _slot = _tile * _n_chunks + _step  # this ticket's word in every array
-        _chunk = _n_chunks - 1 - _step
-        _rows = _tile + tl.arange(0, BLOCK_N)  # [1]: BLOCK_N == 1
-        _row_ok = _rows < R1 * R2
-        _r1 = (_rows // R2).to(tl.int64)
-        _r2 = (_rows % R2).to(tl.int64)
-        action_probs_target__row = _r1 * action_probs_target__s1 + _r2 * action_probs_target__s2  # [BN] int64 row offsets
-        action_probs_behavior__row = _r1 * action_probs_behavior__s1 + _r2 * action_probs_behavior__s2  # [BN] int64 row offsets
-        q_values__row = _r1 * q_values__s1 + _r2 * q_values__s2  # [BN] int64 row offsets
-        next_q_values_all__row = _r1 * next_q_values_all__s1 + _r2 * next_q_values_all__s2  # [BN] int64 row offsets
-        actions__row = _r1 * actions__s1 + _r2 * actions__s2  # [BN] int64 row offsets
-        rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
-        terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
-        truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
-        next_action_probs_target__row = _r1 * next_action_probs_target__s1 + _r2 * next_action_probs_target__s2  # [BN] int64 row offsets
-        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
-        c_bar__row = _r1 * c_bar__s1 + _r2 * c_bar__s2  # [BN] int64 row offsets
-        rho_bar__row = _r1 * rho_bar__s1 + _r2 * rho_bar__s2  # [BN] int64 row offsets
-        targets__orow = _r1 * targets__os1 + _r2 * targets__os2  # [BN] int64 row offsets
-        advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
-        st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
-        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
-        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
-        _t0 = _chunk * BLOCK_T
-        _rem = T - _t0
-        _t = _t0.to(tl.int64) + _cols  # [BT] int64
-        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
-            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
-        else:
-            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
-        _t_next = tl.minimum(_t + 1, T - 1)
-        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
-        action_probs_behavior__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            action_probs_behavior__next__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t_next[None, :] * action_probs_behavior__st, mask=_ok, other=1)
-        else:
-            _te = _g + SHIFT_G  # [BT / G] the step after each group
-            action_probs_behavior__next__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _te[None, :] * action_probs_behavior__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-        # actions with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
-        actions__raw = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            actions__next__raw = tl.load(actions__ptr + actions__row[:, None] + _t_next[None, :] * actions__st, mask=_ok, other=1)
-        else:
-            _te = _g + SHIFT_G  # [BT / G] the step after each group
-            actions__next__raw = tl.load(actions__ptr + actions__row[:, None] + _te[None, :] * actions__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-        if c_bar__TENSOR:
-            c_bar__next__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1)
-        if gamma__TENSOR:
-            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
-        if lambda___TENSOR:
-            lambda___next__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1)
-        # q_values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
-        q_values__raw = tl.load(q_values__ptr + q_values__row[:, None] + _t[None, :] * q_values__st, mask=_ok, other=1)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            q_values__next__raw = tl.load(q_values__ptr + q_values__row[:, None] + _t_next[None, :] * q_values__st, mask=_ok, other=1)
-        else:
-            _te = _g + SHIFT_G  # [BT / G] the step after each group
-            q_values__next__raw = tl.load(q_values__ptr + q_values__row[:, None] + _te[None, :] * q_values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-        rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
-        if rho_bar__TENSOR:
-            rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1)
-        terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
-        if HAS_truncateds:
-            truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
-        while _tk < _n_prog:
-            # the next ticket's raw tiles (this one's again past the last ticket: valid
-            # addresses, and nothing is done with them)
-            _nx = ((tl.atomic_add(_counter, 1, sem="relaxed") + 1) % _span).to(tl.int32)
-            _ld = tl.where(_nx < _n_prog, _nx, _tk)
-            _tile = _ld % (R1 * R2)
-            _step = _ld // (R1 * R2)
-            _slot = _tile * _n_chunks + _step  # this ticket's word in every array
-            _chunk = _n_chunks - 1 - _step
-            _rows = _tile + tl.arange(0, BLOCK_N)  # [1]: BLOCK_N == 1
-            _row_ok = _rows < R1 * R2
-            _r1 = (_rows // R2).to(tl.int64)
-            _r2 = (_rows % R2).to(tl.int64)
-            action_probs_target__row = _r1 * action_probs_target__s1 + _r2 * action_probs_target__s2  # [BN] int64 row offsets
-            action_probs_behavior__row = _r1 * action_probs_behavior__s1 + _r2 * action_probs_behavior__s2  # [BN] int64 row offsets
-            q_values__row = _r1 * q_values__s1 + _r2 * q_values__s2  # [BN] int64 row offsets
-            next_q_values_all__row = _r1 * next_q_values_all__s1 + _r2 * next_q_values_all__s2  # [BN] int64 row offsets
-            actions__row = _r1 * actions__s1 + _r2 * actions__s2  # [BN] int64 row offsets
-            rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
-            terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
-            truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
-            next_action_probs_target__row = _r1 * next_action_probs_target__s1 + _r2 * next_action_probs_target__s2  # [BN] int64 row offsets
-            gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-            lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
-            c_bar__row = _r1 * c_bar__s1 + _r2 * c_bar__s2  # [BN] int64 row offsets
-            rho_bar__row = _r1 * rho_bar__s1 + _r2 * rho_bar__s2  # [BN] int64 row offsets
-            targets__orow = _r1 * targets__os1 + _r2 * targets__os2  # [BN] int64 row offsets
-            advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
-            st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
-            # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
-            # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
-            _t0 = _chunk * BLOCK_T
-            _rem = T - _t0
-            _t = _t0.to(tl.int64) + _cols  # [BT] int64
-            if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
-                _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
-            else:
-                _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-            _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
-            _t_next = tl.minimum(_t + 1, T - 1)
-            is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-            # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-            # steps per thread, and one strided load per group gives the step beyond the group
-            action_probs_behavior__raw__nx = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1)
-            if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                action_probs_behavior__next__raw__nx = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t_next[None, :] * action_probs_behavior__st, mask=_ok, other=1)
-            else:
-                _te = _g + SHIFT_G  # [BT / G] the step after each group
-                action_probs_behavior__next__raw__nx = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _te[None, :] * action_probs_behavior__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-            # actions with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-            # steps per thread, and one strided load per group gives the step beyond the group
-            actions__raw__nx = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1)
-            if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                actions__next__raw__nx = tl.load(actions__ptr + actions__row[:, None] + _t_next[None, :] * actions__st, mask=_ok, other=1)
-            else:
-                _te = _g + SHIFT_G  # [BT / G] the step after each group
-                actions__next__raw__nx = tl.load(actions__ptr + actions__row[:, None] + _te[None, :] * actions__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-            if c_bar__TENSOR:
-                c_bar__next__t__raw__nx = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1)
-            if gamma__TENSOR:
-                gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
-            if lambda___TENSOR:
-                lambda___next__t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1)
-            # q_values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-            # steps per thread, and one strided load per group gives the step beyond the group
-            q_values__raw__nx = tl.load(q_values__ptr + q_values__row[:, None] + _t[None, :] * q_values__st, mask=_ok, other=1)
-            if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                q_values__next__raw__nx = tl.load(q_values__ptr + q_values__row[:, None] + _t_next[None, :] * q_values__st, mask=_ok, other=1)
-            else:
-                _te = _g + SHIFT_G  # [BT / G] the step after each group
-                q_values__next__raw__nx = tl.load(q_values__ptr + q_values__row[:, None] + _te[None, :] * q_values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-            rewards__raw__nx = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
-            if rho_bar__TENSOR:
-                rho_bar__t__raw__nx = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1)
-            terminateds__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
-            if HAS_truncateds:
-                truncateds__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
-            # this ticket, from the tiles loaded one iteration ago
-            _tile = _tk % (R1 * R2)
-            _step = _tk // (R1 * R2)
-            _slot = _tile * _n_chunks + _step  # this ticket's word in every array
-            _chunk = _n_chunks - 1 - _step
-            _rows = _tile + tl.arange(0, BLOCK_N)  # [1]: BLOCK_N == 1
-            _row_ok = _rows < R1 * R2
-            _r1 = (_rows // R2).to(tl.int64)
-            _r2 = (_rows % R2).to(tl.int64)
-            action_probs_target__row = _r1 * action_probs_target__s1 + _r2 * action_probs_target__s2  # [BN] int64 row offsets
-            action_probs_behavior__row = _r1 * action_probs_behavior__s1 + _r2 * action_probs_behavior__s2  # [BN] int64 row offsets
-            q_values__row = _r1 * q_values__s1 + _r2 * q_values__s2  # [BN] int64 row offsets
-            next_q_values_all__row = _r1 * next_q_values_all__s1 + _r2 * next_q_values_all__s2  # [BN] int64 row offsets
-            actions__row = _r1 * actions__s1 + _r2 * actions__s2  # [BN] int64 row offsets
-            rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
-            terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
-            truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
-            next_action_probs_target__row = _r1 * next_action_probs_target__s1 + _r2 * next_action_probs_target__s2  # [BN] int64 row offsets
-            gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-            lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
-            c_bar__row = _r1 * c_bar__s1 + _r2 * c_bar__s2  # [BN] int64 row offsets
-            rho_bar__row = _r1 * rho_bar__s1 + _r2 * rho_bar__s2  # [BN] int64 row offsets
-            targets__orow = _r1 * targets__os1 + _r2 * targets__os2  # [BN] int64 row offsets
-            advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
-            st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
-            # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
-            # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
-            _t0 = _chunk * BLOCK_T
-            _rem = T - _t0
-            _t = _t0.to(tl.int64) + _cols  # [BT] int64
-            if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
-                _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
-            else:
-                _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-            _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
-            _t_next = tl.minimum(_t + 1, T - 1)
-            is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-            for _w in tl.static_range(3):  # no program of this call reads that half
-                tl.store(_ws_clear + _w * _n_prog + _slot, -1)
-            
-            A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-            action_probs_behavior = action_probs_behavior__raw.to(ACC)
-            if SHIFT_G == 1:
-                action_probs_behavior__next = action_probs_behavior__next__raw.to(ACC)
-            else:
-                _s = _shift_next(tl.reshape(action_probs_behavior__raw, (_M, SHIFT_G)), tl.reshape(action_probs_behavior__next__raw, (_M,)), _M, SHIFT_G)
-                action_probs_behavior__next = tl.where((_cols == _rem - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-            actions = actions__raw
-            if SHIFT_G == 1:
-                actions__next = actions__next__raw
-            else:
-                _s = _shift_next(tl.reshape(actions__raw, (_M, SHIFT_G)), tl.reshape(actions__next__raw, (_M,)), _M, SHIFT_G)
-                actions__next = tl.where((_cols == _rem - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
-            if c_bar__TENSOR:
-                c_bar__next__t = c_bar__next__t__raw.to(ACC)
-            else:
-                c_bar__next__t = _zero + c_bar
-            if gamma__TENSOR:
-                gamma__t = gamma__t__raw.to(ACC)
-            else:
-                gamma__t = _zero + gamma
-            if lambda___TENSOR:
-                lambda___next__t = lambda___next__t__raw.to(ACC)
-            else:
-                lambda___next__t = _zero + lambda_
-            q_values = q_values__raw.to(ACC)
-            if SHIFT_G == 1:
-                q_values__next = q_values__next__raw.to(ACC)
-            else:
-                _s = _shift_next(tl.reshape(q_values__raw, (_M, SHIFT_G)), tl.reshape(q_values__next__raw, (_M,)), _M, SHIFT_G)
-                q_values__next = tl.where((_cols == _rem - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-            rewards = rewards__raw.to(ACC)
-            if rho_bar__TENSOR:
-                rho_bar__t = rho_bar__t__raw.to(ACC)
-            else:
-                rho_bar__t = _zero + rho_bar
-            terminateds = terminateds__raw.to(ACC)
-            if HAS_truncateds:
-                truncateds = truncateds__raw.to(ACC)
-            else:
-                truncateds = _zero + 0.0
-            _gi = actions__next.to(tl.int64)
-            _gok = (_gi >= 0) & (_gi < K)
-            _gather0 = tl.load(action_probs_target__ptr + action_probs_target__row[:, None] + _t_next[None, :] * action_probs_target__st + _gi * action_probs_target__sk, mask=_ok & _gok, other=0).to(ACC)
-            _gather0 = tl.where(_gok, _gather0, float("nan"))  # out-of-range index -> NaN
-            _gi = actions.to(tl.int64)
-            _gok = (_gi >= 0) & (_gi < K)
-            _gather1 = tl.load(action_probs_target__ptr + action_probs_target__row[:, None] + _t[None, :] * action_probs_target__st + _gi * action_probs_target__sk, mask=_ok & _gok, other=0).to(ACC)
-            _gather1 = tl.where(_gok, _gather1, float("nan"))  # out-of-range index -> NaN
-            _sum0 = _zero
-            for _k0 in range(0, K, BLOCK_K):
-                _k = (_k0 + tl.arange(0, BLOCK_K)).to(tl.int64)  # [BK]
-                _okk = _ok[:, :, None] & (_k < K)[None, None, :]  # [BN, BT, BK]
-                if K_DENSE:  # K == BLOCK_K and [.., T, K] contiguous: offsets t * BLOCK_K + k keep 16-byte vectors
-                    next_action_probs_target__k = tl.load(next_action_probs_target__ptr + next_action_probs_target__row[:, None, None] + (_t[None, :] * BLOCK_K)[:, :, None] + tl.arange(0, BLOCK_K)[None, None, :], mask=_ok[:, :, None], other=0).to(ACC)
-                else:
-                    next_action_probs_target__k = tl.load(next_action_probs_target__ptr + (next_action_probs_target__row[:, None] + _t[None, :] * next_action_probs_target__st)[:, :, None] + _k[None, None, :] * next_action_probs_target__sk, mask=_okk, other=0).to(ACC)
-                if K_DENSE:  # K == BLOCK_K and [.., T, K] contiguous: offsets t * BLOCK_K + k keep 16-byte vectors
-                    next_q_values_all__k = tl.load(next_q_values_all__ptr + next_q_values_all__row[:, None, None] + (_t[None, :] * BLOCK_K)[:, :, None] + tl.arange(0, BLOCK_K)[None, None, :], mask=_ok[:, :, None], other=0).to(ACC)
-                else:
-                    next_q_values_all__k = tl.load(next_q_values_all__ptr + (next_q_values_all__row[:, None] + _t[None, :] * next_q_values_all__st)[:, :, None] + _k[None, None, :] * next_q_values_all__sk, mask=_okk, other=0).to(ACC)
-                _sum0 += tl.sum(tl.where(_okk, next_action_probs_target__k*next_q_values_all__k, 0.0), axis=2)
-            # scan A: A_t = alpha_t + beta_t * A_{t+1}
-            _alpha = tl.where(_ok, _zero + (rewards - q_values + _sum0*gamma__t*(1.0 - terminateds)), 0.0)
-            _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - tl.maximum(terminateds, truncateds))*tl.where((is_last != 0), 0.0, lambda___next__t*tl.minimum(c_bar__next__t, _gather0/action_probs_behavior__next))), 1.0)  # identity past the window end
-            _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
-            # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
-            # look back over earlier chunks for the carry (decoupled look-back).
-            _agg_a = tl.sum(tl.where(_cols[None, :] == 0, _a, 0.0))
-            _agg_b = tl.sum(tl.where(_cols[None, :] == 0, _b, 0.0))
-            A__carry = _lookback(_ws_w + 0 * _n_prog, _ws_w + 1 * _n_prog,
-                                      _ws_w + 2 * _n_prog, _slot, _step, _agg_a, _agg_b,
-                                      tl.sum(A__carry), LB_WINDOW, LB_SPIN, ACC)
-            A = _a + _b * A__carry
-            A__next = _ea + _eb * A__carry  # the state one step nearer the carry
-            if STORE_targets:
-                tl.store(targets__optr + targets__orow[:, None] + _t[None, :] * targets__ost, (_zero + (A + q_values)).to(targets__optr.dtype.element_ty), mask=_ok)
-            if STORE_advantages:
-                tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + ((rewards - q_values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds)) != 0), _sum0, tl.where((is_last != 0), 0.0, A__next) + tl.where((is_last != 0), 0.0, q_values__next)))*tl.minimum(rho_bar__t, _gather1/action_probs_behavior))).to(advantages__optr.dtype.element_ty), mask=_ok)
-            if STORE_st__A:
-                tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
-            action_probs_behavior__raw = action_probs_behavior__raw__nx
-            action_probs_behavior__next__raw = action_probs_behavior__next__raw__nx
-            actions__raw = actions__raw__nx
-            actions__next__raw = actions__next__raw__nx
-            if c_bar__TENSOR:
-                c_bar__next__t__raw = c_bar__next__t__raw__nx
-            if gamma__TENSOR:
-                gamma__t__raw = gamma__t__raw__nx
-            if lambda___TENSOR:
-                lambda___next__t__raw = lambda___next__t__raw__nx
-            q_values__raw = q_values__raw__nx
-            q_values__next__raw = q_values__next__raw__nx
-            rewards__raw = rewards__raw__nx
-            if rho_bar__TENSOR:
-                rho_bar__t__raw = rho_bar__t__raw__nx
-            terminateds__raw = terminateds__raw__nx
-            if HAS_truncateds:
-                truncateds__raw = truncateds__raw__nx
-            _tk = _nx
+    if LB_PID:
+        _count = tl.atomic_add(_counter, 1, sem="relaxed") + 1  # from -1; read at the look-back
+        _ticket = tl.program_id(0)
     else:
-        if LB_PID:
-            _count = tl.atomic_add(_counter, 1, sem="relaxed") + 1  # from -1; read at the look-back
-            _ticket = tl.program_id(0)
-        else:
-            _count = tl.atomic_add(_counter, 1) + 1
-            _ticket = (_count % _n_prog).to(tl.int32)
-        _half = (_count // _n_prog) % 2
-        _tile = _ticket % (R1 * R2)
-        _step = _ticket // (R1 * R2)
-        _slot = _tile * tl.cdiv(T, BLOCK_T) + _step  # this program's word in every array
-        _ws_w = (_ws + 2).to(tl.pointer_type(ACC), bitcast=True) + _half * 3 * _n_prog
-        _ws_clear = ((_ws + 2).to(tl.pointer_type(tl.int64 if ACC == tl.float64 else tl.int32), bitcast=True)
-                     + (1 - _half) * 3 * _n_prog + _slot)
-        if not LB_PID:
-            for _w in tl.static_range(3):  # no program of this call reads that half
-                tl.store(_ws_clear + _w * _n_prog, -1)
-        _rows = _tile + tl.arange(0, BLOCK_N)  # [1]: BLOCK_N == 1
-        _row_ok = _rows < R1 * R2
-        _r1 = (_rows // R2).to(tl.int64)
-        _r2 = (_rows % R2).to(tl.int64)
-        action_probs_target__row = _r1 * action_probs_target__s1 + _r2 * action_probs_target__s2  # [BN] int64 row offsets
-        action_probs_behavior__row = _r1 * action_probs_behavior__s1 + _r2 * action_probs_behavior__s2  # [BN] int64 row offsets
-        q_values__row = _r1 * q_values__s1 + _r2 * q_values__s2  # [BN] int64 row offsets
-        next_q_values_all__row = _r1 * next_q_values_all__s1 + _r2 * next_q_values_all__s2  # [BN] int64 row offsets
-        actions__row = _r1 * actions__s1 + _r2 * actions__s2  # [BN] int64 row offsets
-        rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
-        terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
-        truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
-        next_action_probs_target__row = _r1 * next_action_probs_target__s1 + _r2 * next_action_probs_target__s2  # [BN] int64 row offsets
-        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
-        c_bar__row = _r1 * c_bar__s1 + _r2 * c_bar__s2  # [BN] int64 row offsets
-        rho_bar__row = _r1 * rho_bar__s1 + _r2 * rho_bar__s2  # [BN] int64 row offsets
-        targets__orow = _r1 * targets__os1 + _r2 * targets__os2  # [BN] int64 row offsets
-        advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
-        st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
+        _count = tl.atomic_add(_counter, 1) + 1
+        _ticket = (_count % _n_prog).to(tl.int32)
+    _half = (_count // _n_prog) % 2
+    _tile = _ticket % (R1 * R2)
+    _step = _ticket // (R1 * R2)
+    _slot = _tile * tl.cdiv(T, BLOCK_T) + _step  # this program's word in every array
+    _ws_w = (_ws + 2).to(tl.pointer_type(ACC), bitcast=True) + _half * 3 * _n_prog
+    _ws_clear = ((_ws + 2).to(tl.pointer_type(tl.int64 if ACC == tl.float64 else tl.int32), bitcast=True)
+                 + (1 - _half) * 3 * _n_prog + _slot)
+    if not LB_PID:
+        for _w in tl.static_range(3):  # no program of this call reads that half
+            tl.store(_ws_clear + _w * _n_prog, -1)
+    _rows = _tile + tl.arange(0, BLOCK_N)  # [1]: BLOCK_N == 1
+    _row_ok = _rows < R1 * R2
+    _r1 = (_rows // R2).to(tl.int64)
+    _r2 = (_rows % R2).to(tl.int64)
+    action_probs_target__row = _r1 * action_probs_target__s1 + _r2 * action_probs_target__s2  # [BN] int64 row offsets
+    action_probs_behavior__row = _r1 * action_probs_behavior__s1 + _r2 * action_probs_behavior__s2  # [BN] int64 row offsets
+    q_values__row = _r1 * q_values__s1 + _r2 * q_values__s2  # [BN] int64 row offsets
+    next_q_values_all__row = _r1 * next_q_values_all__s1 + _r2 * next_q_values_all__s2  # [BN] int64 row offsets
+    actions__row = _r1 * actions__s1 + _r2 * actions__s2  # [BN] int64 row offsets
+    rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
+    terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
+    truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
+    next_action_probs_target__row = _r1 * next_action_probs_target__s1 + _r2 * next_action_probs_target__s2  # [BN] int64 row offsets
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+    c_bar__row = _r1 * c_bar__s1 + _r2 * c_bar__s2  # [BN] int64 row offsets
+    rho_bar__row = _r1 * rho_bar__s1 + _r2 * rho_bar__s2  # [BN] int64 row offsets
+    targets__orow = _r1 * targets__os1 + _r2 * targets__os2  # [BN] int64 row offsets
+    advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
+    st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
 
-        A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-        _cols = tl.arange(0, BLOCK_T)
-        _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-        _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
-        _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-        _n_chunks = tl.cdiv(T, BLOCK_T)
+    A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
+    _cols = tl.arange(0, BLOCK_T)
+    _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
+    _n_chunks = tl.cdiv(T, BLOCK_T)
 
-        _chunk = _n_chunks - 1 - _step
-        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
-        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
-        _t0 = _chunk * BLOCK_T
-        _rem = T - _t0
-        _t = _t0.to(tl.int64) + _cols  # [BT] int64
-        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
-            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+    _chunk = _n_chunks - 1 - _step
+    # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+    # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+    _t0 = _chunk * BLOCK_T
+    _rem = T - _t0
+    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+        _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+    else:
+        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+    _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
+    _t_next = tl.minimum(_t + 1, T - 1)
+    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+    # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    action_probs_behavior__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        action_probs_behavior__next__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t_next[None, :] * action_probs_behavior__st, mask=_ok, other=1)
+    else:
+        _te = _g + SHIFT_G  # [BT / G] the step after each group
+        action_probs_behavior__next__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _te[None, :] * action_probs_behavior__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+    action_probs_behavior = action_probs_behavior__raw.to(ACC)
+    if SHIFT_G == 1:
+        action_probs_behavior__next = action_probs_behavior__next__raw.to(ACC)
+    else:
+        _s = _shift_next(tl.reshape(action_probs_behavior__raw, (_M, SHIFT_G)), tl.reshape(action_probs_behavior__next__raw, (_M,)), _M, SHIFT_G)
+        action_probs_behavior__next = tl.where((_cols == _rem - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+    # actions with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    actions__raw = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        actions__next__raw = tl.load(actions__ptr + actions__row[:, None] + _t_next[None, :] * actions__st, mask=_ok, other=1)
+    else:
+        _te = _g + SHIFT_G  # [BT / G] the step after each group
+        actions__next__raw = tl.load(actions__ptr + actions__row[:, None] + _te[None, :] * actions__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+    actions = actions__raw
+    if SHIFT_G == 1:
+        actions__next = actions__next__raw
+    else:
+        _s = _shift_next(tl.reshape(actions__raw, (_M, SHIFT_G)), tl.reshape(actions__next__raw, (_M,)), _M, SHIFT_G)
+        actions__next = tl.where((_cols == _rem - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
+    if c_bar__TENSOR:
+        c_bar__next__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1)
+        c_bar__next__t = c_bar__next__t__raw.to(ACC)
+    else:
+        c_bar__next__t = _zero + c_bar
+    if gamma__TENSOR:
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__t = gamma__t__raw.to(ACC)
+    else:
+        gamma__t = _zero + gamma
+    if lambda___TENSOR:
+        lambda___next__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___next__t = lambda___next__t__raw.to(ACC)
+    else:
+        lambda___next__t = _zero + lambda_
+    # q_values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    q_values__raw = tl.load(q_values__ptr + q_values__row[:, None] + _t[None, :] * q_values__st, mask=_ok, other=1)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        q_values__next__raw = tl.load(q_values__ptr + q_values__row[:, None] + _t_next[None, :] * q_values__st, mask=_ok, other=1)
+    else:
+        _te = _g + SHIFT_G  # [BT / G] the step after each group
+        q_values__next__raw = tl.load(q_values__ptr + q_values__row[:, None] + _te[None, :] * q_values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+    q_values = q_values__raw.to(ACC)
+    if SHIFT_G == 1:
+        q_values__next = q_values__next__raw.to(ACC)
+    else:
+        _s = _shift_next(tl.reshape(q_values__raw, (_M, SHIFT_G)), tl.reshape(q_values__next__raw, (_M,)), _M, SHIFT_G)
+        q_values__next = tl.where((_cols == _rem - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+    rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
+    rewards = rewards__raw.to(ACC)
+    if rho_bar__TENSOR:
+        rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1)
+        rho_bar__t = rho_bar__t__raw.to(ACC)
+    else:
+        rho_bar__t = _zero + rho_bar
+    terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
+    terminateds = terminateds__raw.to(ACC)
+    if HAS_truncateds:
+        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
+        truncateds = truncateds__raw.to(ACC)
+    else:
+        truncateds = _zero + 0.0
+    _gi = actions__next.to(tl.int64)
+    _gok = (_gi >= 0) & (_gi < K)
+    _gather0 = tl.load(action_probs_target__ptr + action_probs_target__row[:, None] + _t_next[None, :] * action_probs_target__st + _gi * action_probs_target__sk, mask=_ok & _gok, other=0).to(ACC)
+    _gather0 = tl.where(_gok, _gather0, float("nan"))  # out-of-range index -> NaN
+    _gi = actions.to(tl.int64)
+    _gok = (_gi >= 0) & (_gi < K)
+    _gather1 = tl.load(action_probs_target__ptr + action_probs_target__row[:, None] + _t[None, :] * action_probs_target__st + _gi * action_probs_target__sk, mask=_ok & _gok, other=0).to(ACC)
+    _gather1 = tl.where(_gok, _gather1, float("nan"))  # out-of-range index -> NaN
+    _sum0 = _zero
+    for _k0 in range(0, K, BLOCK_K):
+        _k = (_k0 + tl.arange(0, BLOCK_K)).to(tl.int64)  # [BK]
+        _okk = _ok[:, :, None] & (_k < K)[None, None, :]  # [BN, BT, BK]
+        if K_DENSE:  # K == BLOCK_K and [.., T, K] contiguous: offsets t * BLOCK_K + k keep 16-byte vectors
+            next_action_probs_target__k = tl.load(next_action_probs_target__ptr + next_action_probs_target__row[:, None, None] + (_t[None, :] * BLOCK_K)[:, :, None] + tl.arange(0, BLOCK_K)[None, None, :], mask=_ok[:, :, None], other=0).to(ACC)
         else:
-            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
-        _t_next = tl.minimum(_t + 1, T - 1)
-        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
-        action_probs_behavior__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            action_probs_behavior__next__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t_next[None, :] * action_probs_behavior__st, mask=_ok, other=1)
+            next_action_probs_target__k = tl.load(next_action_probs_target__ptr + (next_action_probs_target__row[:, None] + _t[None, :] * next_action_probs_target__st)[:, :, None] + _k[None, None, :] * next_action_probs_target__sk, mask=_okk, other=0).to(ACC)
+        if K_DENSE:  # K == BLOCK_K and [.., T, K] contiguous: offsets t * BLOCK_K + k keep 16-byte vectors
+            next_q_values_all__k = tl.load(next_q_values_all__ptr + next_q_values_all__row[:, None, None] + (_t[None, :] * BLOCK_K)[:, :, None] + tl.arange(0, BLOCK_K)[None, None, :], mask=_ok[:, :, None], other=0).to(ACC)
         else:
-            _te = _g + SHIFT_G  # [BT / G] the step after each group
-            action_probs_behavior__next__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _te[None, :] * action_probs_behavior__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-        action_probs_behavior = action_probs_behavior__raw.to(ACC)
-        if SHIFT_G == 1:
-            action_probs_behavior__next = action_probs_behavior__next__raw.to(ACC)
-        else:
-            _s = _shift_next(tl.reshape(action_probs_behavior__raw, (_M, SHIFT_G)), tl.reshape(action_probs_behavior__next__raw, (_M,)), _M, SHIFT_G)
-            action_probs_behavior__next = tl.where((_cols == _rem - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-        # actions with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
-        actions__raw = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            actions__next__raw = tl.load(actions__ptr + actions__row[:, None] + _t_next[None, :] * actions__st, mask=_ok, other=1)
-        else:
-            _te = _g + SHIFT_G  # [BT / G] the step after each group
-            actions__next__raw = tl.load(actions__ptr + actions__row[:, None] + _te[None, :] * actions__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-        actions = actions__raw
-        if SHIFT_G == 1:
-            actions__next = actions__next__raw
-        else:
-            _s = _shift_next(tl.reshape(actions__raw, (_M, SHIFT_G)), tl.reshape(actions__next__raw, (_M,)), _M, SHIFT_G)
-            actions__next = tl.where((_cols == _rem - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
-        if c_bar__TENSOR:
-            c_bar__next__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1)
-            c_bar__next__t = c_bar__next__t__raw.to(ACC)
-        else:
-            c_bar__next__t = _zero + c_bar
-        if gamma__TENSOR:
-            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
-            gamma__t = gamma__t__raw.to(ACC)
-        else:
-            gamma__t = _zero + gamma
-        if lambda___TENSOR:
-            lambda___next__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1)
-            lambda___next__t = lambda___next__t__raw.to(ACC)
-        else:
-            lambda___next__t = _zero + lambda_
-        # q_values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
-        q_values__raw = tl.load(q_values__ptr + q_values__row[:, None] + _t[None, :] * q_values__st, mask=_ok, other=1)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            q_values__next__raw = tl.load(q_values__ptr + q_values__row[:, None] + _t_next[None, :] * q_values__st, mask=_ok, other=1)
-        else:
-            _te = _g + SHIFT_G  # [BT / G] the step after each group
-            q_values__next__raw = tl.load(q_values__ptr + q_values__row[:, None] + _te[None, :] * q_values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-        q_values = q_values__raw.to(ACC)
-        if SHIFT_G == 1:
-            q_values__next = q_values__next__raw.to(ACC)
-        else:
-            _s = _shift_next(tl.reshape(q_values__raw, (_M, SHIFT_G)), tl.reshape(q_values__next__raw, (_M,)), _M, SHIFT_G)
-            q_values__next = tl.where((_cols == _rem - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-        rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
-        rewards = rewards__raw.to(ACC)
-        if rho_bar__TENSOR:
-            rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1)
-            rho_bar__t = rho_bar__t__raw.to(ACC)
-        else:
-            rho_bar__t = _zero + rho_bar
-        terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
-        terminateds = terminateds__raw.to(ACC)
-        if HAS_truncateds:
-            truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
-            truncateds = truncateds__raw.to(ACC)
-        else:
-            truncateds = _zero + 0.0
-        _gi = actions__next.to(tl.int64)
-        _gok = (_gi >= 0) & (_gi < K)
-        _gather0 = tl.load(action_probs_target__ptr + action_probs_target__row[:, None] + _t_next[None, :] * action_probs_target__st + _gi * action_probs_target__sk, mask=_ok & _gok, other=0).to(ACC)
-        _gather0 = tl.where(_gok, _gather0, float("nan"))  # out-of-range index -> NaN
-        _gi = actions.to(tl.int64)
-        _gok = (_gi >= 0) & (_gi < K)
-        _gather1 = tl.load(action_probs_target__ptr + action_probs_target__row[:, None] + _t[None, :] * action_probs_target__st + _gi * action_probs_target__sk, mask=_ok & _gok, other=0).to(ACC)
-        _gather1 = tl.where(_gok, _gather1, float("nan"))  # out-of-range index -> NaN
-        _sum0 = _zero
-        for _k0 in range(0, K, BLOCK_K):
-            _k = (_k0 + tl.arange(0, BLOCK_K)).to(tl.int64)  # [BK]
-            _okk = _ok[:, :, None] & (_k < K)[None, None, :]  # [BN, BT, BK]
-            if K_DENSE:  # K == BLOCK_K and [.., T, K] contiguous: offsets t * BLOCK_K + k keep 16-byte vectors
-                next_action_probs_target__k = tl.load(next_action_probs_target__ptr + next_action_probs_target__row[:, None, None] + (_t[None, :] * BLOCK_K)[:, :, None] + tl.arange(0, BLOCK_K)[None, None, :], mask=_ok[:, :, None], other=0).to(ACC)
-            else:
-                next_action_probs_target__k = tl.load(next_action_probs_target__ptr + (next_action_probs_target__row[:, None] + _t[None, :] * next_action_probs_target__st)[:, :, None] + _k[None, None, :] * next_action_probs_target__sk, mask=_okk, other=0).to(ACC)
-            if K_DENSE:  # K == BLOCK_K and [.., T, K] contiguous: offsets t * BLOCK_K + k keep 16-byte vectors
-                next_q_values_all__k = tl.load(next_q_values_all__ptr + next_q_values_all__row[:, None, None] + (_t[None, :] * BLOCK_K)[:, :, None] + tl.arange(0, BLOCK_K)[None, None, :], mask=_ok[:, :, None], other=0).to(ACC)
-            else:
-                next_q_values_all__k = tl.load(next_q_values_all__ptr + (next_q_values_all__row[:, None] + _t[None, :] * next_q_values_all__st)[:, :, None] + _k[None, None, :] * next_q_values_all__sk, mask=_okk, other=0).to(ACC)
-            _sum0 += tl.sum(tl.where(_okk, next_action_probs_target__k*next_q_values_all__k, 0.0), axis=2)
-        # scan A: A_t = alpha_t + beta_t * A_{t+1}
-        _alpha = tl.where(_ok, _zero + (rewards - q_values + _sum0*gamma__t*(1.0 - terminateds)), 0.0)
-        _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - tl.maximum(terminateds, truncateds))*tl.where((is_last != 0), 0.0, lambda___next__t*tl.minimum(c_bar__next__t, _gather0/action_probs_behavior__next))), 1.0)  # identity past the window end
-        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
-        # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
-        # look back over earlier chunks for the carry (decoupled look-back).
-        _agg_a = tl.sum(tl.where(_cols[None, :] == 0, _a, 0.0))
-        _agg_b = tl.sum(tl.where(_cols[None, :] == 0, _b, 0.0))
-        A__carry = _lookback(_ws_w + 0 * _n_prog, _ws_w + 1 * _n_prog,
-                                  _ws_w + 2 * _n_prog, _slot, _step, _agg_a, _agg_b,
-                                  tl.sum(A__carry), LB_WINDOW, LB_SPIN, ACC)
-        A = _a + _b * A__carry
-        A__next = _ea + _eb * A__carry  # the state one step nearer the carry
-        if STORE_targets:
-            tl.store(targets__optr + targets__orow[:, None] + _t[None, :] * targets__ost, (_zero + (A + q_values)).to(targets__optr.dtype.element_ty), mask=_ok)
-        if STORE_advantages:
-            tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + ((rewards - q_values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds)) != 0), _sum0, tl.where((is_last != 0), 0.0, A__next) + tl.where((is_last != 0), 0.0, q_values__next)))*tl.minimum(rho_bar__t, _gather1/action_probs_behavior))).to(advantages__optr.dtype.element_ty), mask=_ok)
-        if STORE_st__A:
-            tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
-        if LB_PID:  # at the end, so that no load waits on the counter
-            for _w in tl.static_range(3):  # no program of this call reads that half
-                tl.store(_ws_clear + _w * _n_prog, -1)
+            next_q_values_all__k = tl.load(next_q_values_all__ptr + (next_q_values_all__row[:, None] + _t[None, :] * next_q_values_all__st)[:, :, None] + _k[None, None, :] * next_q_values_all__sk, mask=_okk, other=0).to(ACC)
+        _sum0 += tl.sum(tl.where(_okk, next_action_probs_target__k*next_q_values_all__k, 0.0), axis=2)
+    # scan A: A_t = alpha_t + beta_t * A_{t+1}
+    _alpha = tl.where(_ok, _zero + (rewards - q_values + _sum0*gamma__t*(1.0 - terminateds)), 0.0)
+    _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - tl.maximum(terminateds, truncateds))*tl.where((is_last != 0), 0.0, lambda___next__t*tl.minimum(c_bar__next__t, _gather0/action_probs_behavior__next))), 1.0)  # identity past the window end
+    _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
+    # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
+    # look back over earlier chunks for the carry (decoupled look-back).
+    _agg_a = tl.sum(tl.where(_cols[None, :] == 0, _a, 0.0))
+    _agg_b = tl.sum(tl.where(_cols[None, :] == 0, _b, 0.0))
+    A__carry = _lookback(_ws_w + 0 * _n_prog, _ws_w + 1 * _n_prog,
+                              _ws_w + 2 * _n_prog, _slot, _step, _agg_a, _agg_b,
+                              tl.sum(A__carry), LB_WINDOW, LB_SPIN, ACC)
+    A = _a + _b * A__carry
+    A__next = _ea + _eb * A__carry  # the state one step nearer the carry
+    if STORE_targets:
+        tl.store(targets__optr + targets__orow[:, None] + _t[None, :] * targets__ost, (_zero + (A + q_values)).to(targets__optr.dtype.element_ty), mask=_ok)
+    if STORE_advantages:
+        tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + ((rewards - q_values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds)) != 0), _sum0, tl.where((is_last != 0), 0.0, A__next) + tl.where((is_last != 0), 0.0, q_values__next)))*tl.minimum(rho_bar__t, _gather1/action_probs_behavior))).to(advantages__optr.dtype.element_ty), mask=_ok)
+    if STORE_st__A:
+        tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
+    if LB_PID:  # at the end, so that no load waits on the counter
+        for _w in tl.static_range(3):  # no program of this call reads that half
+            tl.store(_ws_clear + _w * _n_prog, -1)
 
 def _launch(_call, _cfg):
     """Launch one kernel family on the canonical call ``_call`` (see scangen.runtime.Call)."""
@@ -1400,11 +1092,10 @@ def _launch(_call, _cfg):
             LB_WINDOW=_rt.lookback_window(_call, _cfg, 3),
             LB_SPIN=_rt.lookback_spin(_call, _cfg),
             LB_PID=_rt.lookback_pid(_call, _cfg),
-            LB_PERSIST=_cfg.per_sm > 0,
         )
         _tiles = -(-(_call.R1 * _call.R2) // _cfg.block_n)  # row tiles
-        if _cfg.family == "lookback":  # one program per (row, chunk), or a few per SM
-            _k["grid"] = (_rt.lookback_programs(_call, _cfg),)
+        if _cfg.family == "lookback":  # one program per ticket (row, chunk)
+            _k["grid"] = (_rt.lookback_tickets(_call, _cfg),)
         elif _cfg.family == "persist":
             _k["grid"] = (min(_tiles, _rt.persistent_programs(_call)),)
         else:

@@ -193,7 +193,7 @@ def _vtrace_grad_chunked_kernel(
     EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LB_PERSIST: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
     # carrying each row's scan state across chunks (forward in time).
@@ -632,7 +632,7 @@ def _vtrace_grad_persist_kernel(
     EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LB_PERSIST: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
     # through time in chunks of BLOCK_T steps (forward in time), one item (tile, chunk)
@@ -1394,904 +1394,344 @@ def _vtrace_grad_lookback_kernel(
     EVEN: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LB_PERSIST: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # Few rows, long T: the whole GPU works on every row. Each (row, chunk) is one ticket (all
     # rows' first chunks in scan order, then their second, ...) whose carry comes from the
-    # tickets before it in its row by a decoupled look-back. A ticket's chunk comes after its
-    # predecessors' in the order programs start, so they have started and the look-back cannot
-    # deadlock. Without LB_PERSIST, one program per ticket: tickets taken from a counter in the
-    # order programs reach it, or (LB_PID, runtime.lookback_pid) the program's id, as CUB's
-    # single-pass scans do on the hardware's rule that a grid's programs start in increasing
-    # order of id; with it no load waits on the counter's round trip. With LB_PERSIST
-    # (Config.per_sm > 0, runtime.lookback_programs): a few programs per SM, each taking
-    # tickets from the counter until they run out and issuing its next ticket's loads before
-    # it scans and looks back for the current one; the holder of the earliest unfinished
-    # ticket is working on it, so it cannot deadlock either. Those tickets are relaxed atomics:
-    # an acq_rel one fences, and would wait for the previous ticket's stores.
+    # tickets before it in its row by a decoupled look-back. One program per ticket: tickets
+    # taken from a counter in the order programs reach it, or (LB_PID, runtime.lookback_pid)
+    # the program's id, as CUB's single-pass scans do on the hardware's rule that a grid's
+    # programs start in increasing order of id; with it no load waits on the counter's round
+    # trip. Either way a ticket's chunk comes after its predecessors' in the order programs
+    # start, so they have started and the look-back cannot deadlock. (A persistent variant, a
+    # few programs per SM taking tickets in a loop, measured slower than one program per
+    # ticket at every shape, best tile against best tile: bench/NOTES.md, eleventh round.)
     # The workspace (runtime.lookback_workspace), kept across the calls of a plan on one stream:
     # an int64 counter that only grows, then two halves of 3 arrays of words (each
     # scan's aggregate a and b and inclusive state; a joint pair's seven words), one word per
-    # ticket. A call counts S = P tickets (P: tickets of one call; with LB_PERSIST, P + the
-    # programs, each of which draws one past the last); the call that counts c * S .. c * S +
-    # S - 1 works in half c % 2, which the call before it left all-one bits, and resets its
-    # words of the other half for the next call (first, or with LB_PID last: bench/NOTES.md,
-    # tenth round, measured both): no fill per call, and the replays of a CUDA graph advance
-    # the counter as calls do.
+    # ticket. A call counts P tickets (P: tickets of one call); the call that counts c * P ..
+    # c * P + P - 1 works in half c % 2, which the call before it left all-one bits, and resets
+    # its words of the other half for the next call (first, or with LB_PID last:
+    # bench/NOTES.md, tenth round, measured both): no fill per call, and the replays of a CUDA
+    # graph advance the counter as calls do.
     _n_prog = R1 * R2 * tl.cdiv(T, BLOCK_T)
     _counter = _ws.to(tl.pointer_type(tl.int64), bitcast=True)
-    if LB_PERSIST:
-        _cols = tl.arange(0, BLOCK_T)
-        _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-        _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
-        _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-        _n_chunks = tl.cdiv(T, BLOCK_T)
-        _span = _n_prog + tl.num_programs(0)
-        _tk = tl.atomic_add(_counter, 1, sem="relaxed") + 1  # from -1
-        _half = (_tk // _span) % 2
-        _tk = (_tk % _span).to(tl.int32)
-        _ws_w = (_ws + 2).to(tl.pointer_type(ACC), bitcast=True) + _half * 3 * _n_prog
-        _ws_clear = ((_ws + 2).to(tl.pointer_type(tl.int64 if ACC == tl.float64 else tl.int32), bitcast=True)
-                     + (1 - _half) * 3 * _n_prog)
-        _ld = tl.where(_tk < _n_prog, _tk, 0)  # a program with no ticket loads a valid one
-        _tile = _ld % (R1 * R2)
-        _step = _ld // (R1 * R2)
-        _slot = _tile * _n_chunks + _step  # this ticket's word in every array
-        _chunk = _step
-        _rows = _tile + tl.arange(0, BLOCK_N)  # [1]: BLOCK_N == 1
-        _row_ok = _rows < R1 * R2
-        _r1 = (_rows // R2).to(tl.int64)
-        _r2 = (_rows % R2).to(tl.int64)
-        log_pi_target__row = _r1 * log_pi_target__s1 + _r2 * log_pi_target__s2  # [BN] int64 row offsets
-        log_pi_behavior__row = _r1 * log_pi_behavior__s1 + _r2 * log_pi_behavior__s2  # [BN] int64 row offsets
-        values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
-        rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
-        terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
-        truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
-        bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
-        last_value__row = _r1 * last_value__s1 + _r2 * last_value__s2  # [BN] int64 row offsets
-        st__A__row = _r1 * st__A__s1 + _r2 * st__A__s2  # [BN] int64 row offsets
-        gy__targets__row = _r1 * gy__targets__s1 + _r2 * gy__targets__s2  # [BN] int64 row offsets
-        gy__pg_advantages__row = _r1 * gy__pg_advantages__s1 + _r2 * gy__pg_advantages__s2  # [BN] int64 row offsets
-        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-        rho_bar__row = _r1 * rho_bar__s1 + _r2 * rho_bar__s2  # [BN] int64 row offsets
-        c_bar__row = _r1 * c_bar__s1 + _r2 * c_bar__s2  # [BN] int64 row offsets
-        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
-        pg_rho_bar__row = _r1 * pg_rho_bar__s1 + _r2 * pg_rho_bar__s2  # [BN] int64 row offsets
-        d__log_pi_target__orow = _r1 * d__log_pi_target__os1 + _r2 * d__log_pi_target__os2  # [BN] int64 row offsets
-        d__log_pi_behavior__orow = _r1 * d__log_pi_behavior__os1 + _r2 * d__log_pi_behavior__os2  # [BN] int64 row offsets
-        d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2  # [BN] int64 row offsets
-        d__rewards__orow = _r1 * d__rewards__os1 + _r2 * d__rewards__os2  # [BN] int64 row offsets
-        d__bootstrap_values__orow = _r1 * d__bootstrap_values__os1 + _r2 * d__bootstrap_values__os2  # [BN] int64 row offsets
-        d__last_value__orow = _r1 * d__last_value__os1 + _r2 * d__last_value__os2  # [BN] int64 row offsets
-        d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
-        d__rho_bar__orow = _r1 * d__rho_bar__os1 + _r2 * d__rho_bar__os2  # [BN] int64 row offsets
-        d__c_bar__orow = _r1 * d__c_bar__os1 + _r2 * d__c_bar__os2  # [BN] int64 row offsets
-        d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
-        d__pg_rho_bar__orow = _r1 * d__pg_rho_bar__os1 + _r2 * d__pg_rho_bar__os2  # [BN] int64 row offsets
-        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
-        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
-        _t0 = _chunk * BLOCK_T
-        _rem = T - _t0
-        _t = _t0.to(tl.int64) + _cols  # [BT] int64
-        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
-            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
-        else:
-            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
-        _t_next = tl.minimum(_t + 1, T - 1)
-        _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        if HAS_bootstrap_values:
-            bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
-        if c_bar__TENSOR:
-            c_bar__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t[None, :] * c_bar__st, mask=_ok, other=1)
-        if c_bar__TENSOR:
-            c_bar__prev__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_prev[None, :] * c_bar__st, mask=_ok, other=1)
-        if gamma__TENSOR:
-            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
-        if gamma__TENSOR:
-            gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
-        if HAS_gy__pg_advantages:
-            # gy__pg_advantages with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-            # steps per thread, and one strided load per group gives the step beyond the group
-            gy__pg_advantages__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t[None, :] * gy__pg_advantages__st, mask=_ok, other=1)
-            if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                gy__pg_advantages__prev__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t_prev[None, :] * gy__pg_advantages__st, mask=_ok, other=1)
-            else:
-                _te = _g - 1  # [BT / G] the step before each group
-                gy__pg_advantages__prev__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _te[None, :] * gy__pg_advantages__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-        if HAS_gy__targets:
-            gy__targets__raw = tl.load(gy__targets__ptr + gy__targets__row[:, None] + _t[None, :] * gy__targets__st, mask=_ok, other=1)
-        if lambda___TENSOR:
-            lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
-        if lambda___TENSOR:
-            lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
-        # log_pi_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
-        log_pi_behavior__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            log_pi_behavior__prev__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t_prev[None, :] * log_pi_behavior__st, mask=_ok, other=1)
-        else:
-            _te = _g - 1  # [BT / G] the step before each group
-            log_pi_behavior__prev__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _te[None, :] * log_pi_behavior__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-        # log_pi_target with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
-        log_pi_target__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            log_pi_target__prev__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t_prev[None, :] * log_pi_target__st, mask=_ok, other=1)
-        else:
-            _te = _g - 1  # [BT / G] the step before each group
-            log_pi_target__prev__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _te[None, :] * log_pi_target__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-        if pg_rho_bar__TENSOR:
-            pg_rho_bar__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1)
-        if pg_rho_bar__TENSOR:
-            pg_rho_bar__prev__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t_prev[None, :] * pg_rho_bar__st, mask=_ok, other=1)
-        rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
-        if rho_bar__TENSOR:
-            rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1)
-        if rho_bar__TENSOR:
-            rho_bar__prev__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t_prev[None, :] * rho_bar__st, mask=_ok, other=1)
-        # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
-        st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1)
-        else:
-            _te = _g + SHIFT_G  # [BT / G] the step after each group
-            st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-        # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
-        terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1)
-        else:
-            _te = _g - 1  # [BT / G] the step before each group
-            terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-        if HAS_truncateds:
-            # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-            # steps per thread, and one strided load per group gives the step beyond the group
-            truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
-            if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1)
-            else:
-                _te = _g - 1  # [BT / G] the step before each group
-                truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-        # values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
-        values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            values__next__raw = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1)
-        else:
-            _te = _g + SHIFT_G  # [BT / G] the step after each group
-            values__next__raw = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-        while _tk < _n_prog:
-            # the next ticket's raw tiles (this one's again past the last ticket: valid
-            # addresses, and nothing is done with them)
-            _nx = ((tl.atomic_add(_counter, 1, sem="relaxed") + 1) % _span).to(tl.int32)
-            _ld = tl.where(_nx < _n_prog, _nx, _tk)
-            _tile = _ld % (R1 * R2)
-            _step = _ld // (R1 * R2)
-            _slot = _tile * _n_chunks + _step  # this ticket's word in every array
-            _chunk = _step
-            _rows = _tile + tl.arange(0, BLOCK_N)  # [1]: BLOCK_N == 1
-            _row_ok = _rows < R1 * R2
-            _r1 = (_rows // R2).to(tl.int64)
-            _r2 = (_rows % R2).to(tl.int64)
-            log_pi_target__row = _r1 * log_pi_target__s1 + _r2 * log_pi_target__s2  # [BN] int64 row offsets
-            log_pi_behavior__row = _r1 * log_pi_behavior__s1 + _r2 * log_pi_behavior__s2  # [BN] int64 row offsets
-            values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
-            rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
-            terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
-            truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
-            bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
-            last_value__row = _r1 * last_value__s1 + _r2 * last_value__s2  # [BN] int64 row offsets
-            st__A__row = _r1 * st__A__s1 + _r2 * st__A__s2  # [BN] int64 row offsets
-            gy__targets__row = _r1 * gy__targets__s1 + _r2 * gy__targets__s2  # [BN] int64 row offsets
-            gy__pg_advantages__row = _r1 * gy__pg_advantages__s1 + _r2 * gy__pg_advantages__s2  # [BN] int64 row offsets
-            gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-            rho_bar__row = _r1 * rho_bar__s1 + _r2 * rho_bar__s2  # [BN] int64 row offsets
-            c_bar__row = _r1 * c_bar__s1 + _r2 * c_bar__s2  # [BN] int64 row offsets
-            lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
-            pg_rho_bar__row = _r1 * pg_rho_bar__s1 + _r2 * pg_rho_bar__s2  # [BN] int64 row offsets
-            d__log_pi_target__orow = _r1 * d__log_pi_target__os1 + _r2 * d__log_pi_target__os2  # [BN] int64 row offsets
-            d__log_pi_behavior__orow = _r1 * d__log_pi_behavior__os1 + _r2 * d__log_pi_behavior__os2  # [BN] int64 row offsets
-            d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2  # [BN] int64 row offsets
-            d__rewards__orow = _r1 * d__rewards__os1 + _r2 * d__rewards__os2  # [BN] int64 row offsets
-            d__bootstrap_values__orow = _r1 * d__bootstrap_values__os1 + _r2 * d__bootstrap_values__os2  # [BN] int64 row offsets
-            d__last_value__orow = _r1 * d__last_value__os1 + _r2 * d__last_value__os2  # [BN] int64 row offsets
-            d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
-            d__rho_bar__orow = _r1 * d__rho_bar__os1 + _r2 * d__rho_bar__os2  # [BN] int64 row offsets
-            d__c_bar__orow = _r1 * d__c_bar__os1 + _r2 * d__c_bar__os2  # [BN] int64 row offsets
-            d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
-            d__pg_rho_bar__orow = _r1 * d__pg_rho_bar__os1 + _r2 * d__pg_rho_bar__os2  # [BN] int64 row offsets
-            # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
-            # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
-            _t0 = _chunk * BLOCK_T
-            _rem = T - _t0
-            _t = _t0.to(tl.int64) + _cols  # [BT] int64
-            if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
-                _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
-            else:
-                _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-            _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
-            _t_next = tl.minimum(_t + 1, T - 1)
-            _t_prev = tl.maximum(_t - 1, 0)
-            is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-            is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-            is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-            if HAS_bootstrap_values:
-                bootstrap_values__raw__nx = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
-            if c_bar__TENSOR:
-                c_bar__t__raw__nx = tl.load(c_bar__ptr + c_bar__row[:, None] + _t[None, :] * c_bar__st, mask=_ok, other=1)
-            if c_bar__TENSOR:
-                c_bar__prev__t__raw__nx = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_prev[None, :] * c_bar__st, mask=_ok, other=1)
-            if gamma__TENSOR:
-                gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
-            if gamma__TENSOR:
-                gamma__prev__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
-            if HAS_gy__pg_advantages:
-                # gy__pg_advantages with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-                # steps per thread, and one strided load per group gives the step beyond the group
-                gy__pg_advantages__raw__nx = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t[None, :] * gy__pg_advantages__st, mask=_ok, other=1)
-                if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                    gy__pg_advantages__prev__raw__nx = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t_prev[None, :] * gy__pg_advantages__st, mask=_ok, other=1)
-                else:
-                    _te = _g - 1  # [BT / G] the step before each group
-                    gy__pg_advantages__prev__raw__nx = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _te[None, :] * gy__pg_advantages__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-            if HAS_gy__targets:
-                gy__targets__raw__nx = tl.load(gy__targets__ptr + gy__targets__row[:, None] + _t[None, :] * gy__targets__st, mask=_ok, other=1)
-            if lambda___TENSOR:
-                lambda___t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
-            if lambda___TENSOR:
-                lambda___prev__t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
-            # log_pi_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-            # steps per thread, and one strided load per group gives the step beyond the group
-            log_pi_behavior__raw__nx = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1)
-            if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                log_pi_behavior__prev__raw__nx = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t_prev[None, :] * log_pi_behavior__st, mask=_ok, other=1)
-            else:
-                _te = _g - 1  # [BT / G] the step before each group
-                log_pi_behavior__prev__raw__nx = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _te[None, :] * log_pi_behavior__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-            # log_pi_target with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-            # steps per thread, and one strided load per group gives the step beyond the group
-            log_pi_target__raw__nx = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1)
-            if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                log_pi_target__prev__raw__nx = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t_prev[None, :] * log_pi_target__st, mask=_ok, other=1)
-            else:
-                _te = _g - 1  # [BT / G] the step before each group
-                log_pi_target__prev__raw__nx = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _te[None, :] * log_pi_target__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-            if pg_rho_bar__TENSOR:
-                pg_rho_bar__t__raw__nx = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1)
-            if pg_rho_bar__TENSOR:
-                pg_rho_bar__prev__t__raw__nx = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t_prev[None, :] * pg_rho_bar__st, mask=_ok, other=1)
-            rewards__raw__nx = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
-            if rho_bar__TENSOR:
-                rho_bar__t__raw__nx = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1)
-            if rho_bar__TENSOR:
-                rho_bar__prev__t__raw__nx = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t_prev[None, :] * rho_bar__st, mask=_ok, other=1)
-            # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-            # steps per thread, and one strided load per group gives the step beyond the group
-            st__A__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
-            if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                st__A__next__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1)
-            else:
-                _te = _g + SHIFT_G  # [BT / G] the step after each group
-                st__A__next__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-            # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-            # steps per thread, and one strided load per group gives the step beyond the group
-            terminateds__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
-            if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                terminateds__prev__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1)
-            else:
-                _te = _g - 1  # [BT / G] the step before each group
-                terminateds__prev__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-            if HAS_truncateds:
-                # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-                # steps per thread, and one strided load per group gives the step beyond the group
-                truncateds__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
-                if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                    truncateds__prev__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1)
-                else:
-                    _te = _g - 1  # [BT / G] the step before each group
-                    truncateds__prev__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-            # values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-            # steps per thread, and one strided load per group gives the step beyond the group
-            values__raw__nx = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1)
-            if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                values__next__raw__nx = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1)
-            else:
-                _te = _g + SHIFT_G  # [BT / G] the step after each group
-                values__next__raw__nx = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-            # this ticket, from the tiles loaded one iteration ago
-            _tile = _tk % (R1 * R2)
-            _step = _tk // (R1 * R2)
-            _slot = _tile * _n_chunks + _step  # this ticket's word in every array
-            _chunk = _step
-            _rows = _tile + tl.arange(0, BLOCK_N)  # [1]: BLOCK_N == 1
-            _row_ok = _rows < R1 * R2
-            _r1 = (_rows // R2).to(tl.int64)
-            _r2 = (_rows % R2).to(tl.int64)
-            log_pi_target__row = _r1 * log_pi_target__s1 + _r2 * log_pi_target__s2  # [BN] int64 row offsets
-            log_pi_behavior__row = _r1 * log_pi_behavior__s1 + _r2 * log_pi_behavior__s2  # [BN] int64 row offsets
-            values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
-            rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
-            terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
-            truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
-            bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
-            last_value__row = _r1 * last_value__s1 + _r2 * last_value__s2  # [BN] int64 row offsets
-            st__A__row = _r1 * st__A__s1 + _r2 * st__A__s2  # [BN] int64 row offsets
-            gy__targets__row = _r1 * gy__targets__s1 + _r2 * gy__targets__s2  # [BN] int64 row offsets
-            gy__pg_advantages__row = _r1 * gy__pg_advantages__s1 + _r2 * gy__pg_advantages__s2  # [BN] int64 row offsets
-            gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-            rho_bar__row = _r1 * rho_bar__s1 + _r2 * rho_bar__s2  # [BN] int64 row offsets
-            c_bar__row = _r1 * c_bar__s1 + _r2 * c_bar__s2  # [BN] int64 row offsets
-            lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
-            pg_rho_bar__row = _r1 * pg_rho_bar__s1 + _r2 * pg_rho_bar__s2  # [BN] int64 row offsets
-            d__log_pi_target__orow = _r1 * d__log_pi_target__os1 + _r2 * d__log_pi_target__os2  # [BN] int64 row offsets
-            d__log_pi_behavior__orow = _r1 * d__log_pi_behavior__os1 + _r2 * d__log_pi_behavior__os2  # [BN] int64 row offsets
-            d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2  # [BN] int64 row offsets
-            d__rewards__orow = _r1 * d__rewards__os1 + _r2 * d__rewards__os2  # [BN] int64 row offsets
-            d__bootstrap_values__orow = _r1 * d__bootstrap_values__os1 + _r2 * d__bootstrap_values__os2  # [BN] int64 row offsets
-            d__last_value__orow = _r1 * d__last_value__os1 + _r2 * d__last_value__os2  # [BN] int64 row offsets
-            d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
-            d__rho_bar__orow = _r1 * d__rho_bar__os1 + _r2 * d__rho_bar__os2  # [BN] int64 row offsets
-            d__c_bar__orow = _r1 * d__c_bar__os1 + _r2 * d__c_bar__os2  # [BN] int64 row offsets
-            d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
-            d__pg_rho_bar__orow = _r1 * d__pg_rho_bar__os1 + _r2 * d__pg_rho_bar__os2  # [BN] int64 row offsets
-            # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
-            # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
-            _t0 = _chunk * BLOCK_T
-            _rem = T - _t0
-            _t = _t0.to(tl.int64) + _cols  # [BT] int64
-            if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
-                _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
-            else:
-                _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-            _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
-            _t_next = tl.minimum(_t + 1, T - 1)
-            _t_prev = tl.maximum(_t - 1, 0)
-            is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-            is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-            is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-            for _w in tl.static_range(3):  # no program of this call reads that half
-                tl.store(_ws_clear + _w * _n_prog + _slot, -1)
-            if HAS_last_value:
-                last_value = tl.load(last_value__ptr + last_value__row, mask=_row_ok, other=0).to(ACC)
-            else:
-                last_value = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-            g__A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-            if HAS_bootstrap_values:
-                bootstrap_values = bootstrap_values__raw.to(ACC)
-            else:
-                bootstrap_values = _zero + 0.0
-            if c_bar__TENSOR:
-                c_bar__t = c_bar__t__raw.to(ACC)
-            else:
-                c_bar__t = _zero + c_bar
-            if c_bar__TENSOR:
-                c_bar__prev__t = c_bar__prev__t__raw.to(ACC)
-            else:
-                c_bar__prev__t = _zero + c_bar
-            if gamma__TENSOR:
-                gamma__t = gamma__t__raw.to(ACC)
-            else:
-                gamma__t = _zero + gamma
-            if gamma__TENSOR:
-                gamma__prev__t = gamma__prev__t__raw.to(ACC)
-            else:
-                gamma__prev__t = _zero + gamma
-            if HAS_gy__pg_advantages:
-                gy__pg_advantages = gy__pg_advantages__raw.to(ACC)
-                if SHIFT_G == 1:
-                    gy__pg_advantages__prev = gy__pg_advantages__prev__raw.to(ACC)
-                else:
-                    _s = _shift_prev(tl.reshape(gy__pg_advantages__raw, (_M, SHIFT_G)), tl.reshape(gy__pg_advantages__prev__raw, (_M,)), _M, SHIFT_G)
-                    gy__pg_advantages__prev = tl.where((_cols == 0 - _t0)[None, :], gy__pg_advantages, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-            else:
-                gy__pg_advantages = _zero + 0.0
-                gy__pg_advantages__prev = _zero + 0.0
-            if HAS_gy__targets:
-                gy__targets = gy__targets__raw.to(ACC)
-            else:
-                gy__targets = _zero + 0.0
-            if lambda___TENSOR:
-                lambda___t = lambda___t__raw.to(ACC)
-            else:
-                lambda___t = _zero + lambda_
-            if lambda___TENSOR:
-                lambda___prev__t = lambda___prev__t__raw.to(ACC)
-            else:
-                lambda___prev__t = _zero + lambda_
-            log_pi_behavior = log_pi_behavior__raw.to(ACC)
-            if SHIFT_G == 1:
-                log_pi_behavior__prev = log_pi_behavior__prev__raw.to(ACC)
-            else:
-                _s = _shift_prev(tl.reshape(log_pi_behavior__raw, (_M, SHIFT_G)), tl.reshape(log_pi_behavior__prev__raw, (_M,)), _M, SHIFT_G)
-                log_pi_behavior__prev = tl.where((_cols == 0 - _t0)[None, :], log_pi_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-            log_pi_target = log_pi_target__raw.to(ACC)
-            if SHIFT_G == 1:
-                log_pi_target__prev = log_pi_target__prev__raw.to(ACC)
-            else:
-                _s = _shift_prev(tl.reshape(log_pi_target__raw, (_M, SHIFT_G)), tl.reshape(log_pi_target__prev__raw, (_M,)), _M, SHIFT_G)
-                log_pi_target__prev = tl.where((_cols == 0 - _t0)[None, :], log_pi_target, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-            if pg_rho_bar__TENSOR:
-                pg_rho_bar__t = pg_rho_bar__t__raw.to(ACC)
-            else:
-                pg_rho_bar__t = _zero + pg_rho_bar
-            if pg_rho_bar__TENSOR:
-                pg_rho_bar__prev__t = pg_rho_bar__prev__t__raw.to(ACC)
-            else:
-                pg_rho_bar__prev__t = _zero + pg_rho_bar
-            rewards = rewards__raw.to(ACC)
-            if rho_bar__TENSOR:
-                rho_bar__t = rho_bar__t__raw.to(ACC)
-            else:
-                rho_bar__t = _zero + rho_bar
-            if rho_bar__TENSOR:
-                rho_bar__prev__t = rho_bar__prev__t__raw.to(ACC)
-            else:
-                rho_bar__prev__t = _zero + rho_bar
-            st__A = st__A__raw.to(ACC)
-            if SHIFT_G == 1:
-                st__A__next = st__A__next__raw.to(ACC)
-            else:
-                _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(st__A__next__raw, (_M,)), _M, SHIFT_G)
-                st__A__next = tl.where((_cols == _rem - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-            terminateds = terminateds__raw.to(ACC)
-            if SHIFT_G == 1:
-                terminateds__prev = terminateds__prev__raw.to(ACC)
-            else:
-                _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(terminateds__prev__raw, (_M,)), _M, SHIFT_G)
-                terminateds__prev = tl.where((_cols == 0 - _t0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-            if HAS_truncateds:
-                truncateds = truncateds__raw.to(ACC)
-                if SHIFT_G == 1:
-                    truncateds__prev = truncateds__prev__raw.to(ACC)
-                else:
-                    _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(truncateds__prev__raw, (_M,)), _M, SHIFT_G)
-                    truncateds__prev = tl.where((_cols == 0 - _t0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-            else:
-                truncateds = _zero + 0.0
-                truncateds__prev = _zero + 0.0
-            values = values__raw.to(ACC)
-            if SHIFT_G == 1:
-                values__next = values__next__raw.to(ACC)
-            else:
-                _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
-                values__next = tl.where((_cols == _rem - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-            # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
-            _e1 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
-            _e2 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
-            _e3 = gamma__prev__t*lambda___prev__t
-            _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((pg_rho_bar__prev__t <= _e1), pg_rho_bar__prev__t, _e1)*tl.where((tl.where((is_last__prev != 0), 1.0, _e2) != 0), 0.0, 1.0))), 0.0)
-            _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*tl.where((c_bar__prev__t <= _e1), c_bar__prev__t, _e1))), 1.0)  # identity past the window end
-            _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
-            # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
-            # look back over earlier chunks for the carry (decoupled look-back).
-            _agg_a = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _a, 0.0))
-            _agg_b = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _b, 0.0))
-            g__A__carry = _lookback(_ws_w + 0 * _n_prog, _ws_w + 1 * _n_prog,
-                                      _ws_w + 2 * _n_prog, _slot, _step, _agg_a, _agg_b,
-                                      tl.sum(g__A__carry), LB_WINDOW, LB_SPIN, ACC)
-            g__A = _a + _b * g__A__carry
-            g__A__prev = _ea + _eb * g__A__carry  # the state one step nearer the carry
-            _e4 = tl.exp(log_pi_target - log_pi_behavior)
-            _e5 = (rho_bar__t <= _e4)
-            _e6 = tl.where((terminateds >= truncateds), terminateds, truncateds)
-            _e7 = tl.where((is_last != 0), 1.0, _e6)
-            _e8 = tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values)
-            _e9 = tl.where((is_last != 0), 0.0, values__next)
-            _e10 = tl.where((_e7 != 0), _e8, _e9)
-            _e11 = 1.0 - terminateds
-            _e12 = _e11*gamma__t
-            _e13 = rewards - values
-            _e14 = g__A*(_e13 + _e10*_e12)
-            _e15 = (pg_rho_bar__t <= _e4)
-            _e16 = tl.where((_e7 != 0), _e8, _e9 + tl.where((is_last != 0), 0.0, st__A__next))
-            _e17 = 1.0 - lambda___t
-            _e18 = _e10*_e17 + _e16*lambda___t
-            _e19 = gy__pg_advantages*(_e13 + _e12*_e18)
-            _e20 = (c_bar__t <= _e4)
-            _e21 = 1.0 - _e6
-            _e22 = tl.where((is_last != 0), 0.0, st__A__next)
-            _e23 = _e21*_e22*g__A*gamma__t*lambda___t
-            _e24 = _e14*_e4*tl.where((_e5 != 0), 0.0, 1.0) + _e19*_e4*tl.where((_e15 != 0), 0.0, 1.0) + _e23*_e4*tl.where((_e20 != 0), 0.0, 1.0)
-            _e25 = g__A*tl.where((_e5 != 0), rho_bar__t, _e4)
-            _e26 = gy__pg_advantages*tl.where((_e15 != 0), pg_rho_bar__t, _e4)
-            _e27 = tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0), 0.0, 1.0)
-            _e28 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
-            _e29 = gamma__prev__t*(1.0 - terminateds__prev)
-            _e30 = tl.where((is_last != 0), 1.0, 0.0)
-            _e31 = tl.where((_e7 != 0), 1.0, 0.0)
-            _e32 = _e31*(_e30 + tl.where((is_last != 0), 0.0, 1.0))
-            _e33 = _e12*_e26
-            _e34 = _e12*_e25
-            _e35 = _e30*_e31
-            _e36 = _e21*_e22*g__A*tl.where((_e20 != 0), c_bar__t, _e4)
-            if STORE_d__log_pi_target:
-                tl.store(d__log_pi_target__optr + d__log_pi_target__orow[:, None] + _t[None, :] * d__log_pi_target__ost, (_zero + (_e24)).to(d__log_pi_target__optr.dtype.element_ty), mask=_ok)
-            if STORE_d__log_pi_behavior:
-                tl.store(d__log_pi_behavior__optr + d__log_pi_behavior__orow[:, None] + _t[None, :] * d__log_pi_behavior__ost, (_zero + (-_e24)).to(d__log_pi_behavior__optr.dtype.element_ty), mask=_ok)
-            if STORE_d__values:
-                tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__targets - _e25 - _e26 + tl.where((is_first != 0), 0.0, _e27*_e29*g__A__prev*tl.where((rho_bar__prev__t <= _e28), rho_bar__prev__t, _e28)) + tl.where((is_first != 0), 0.0, _e29*gy__pg_advantages__prev*(_e27*lambda___prev__t + _e27*(1.0 - lambda___prev__t))*tl.where((pg_rho_bar__prev__t <= _e28), pg_rho_bar__prev__t, _e28)))).to(d__values__optr.dtype.element_ty), mask=_ok)
-            if STORE_d__rewards:
-                tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (_e25 + _e26)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
-            if STORE_d__bootstrap_values:
-                tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e32*_e34 + _e33*(_e17*_e32 + _e32*lambda___t))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
-            if STORE_d__last_value:
-                tl.store(d__last_value__optr + d__last_value__orow[:, None] + _t[None, :] * d__last_value__ost, (_zero + (_e33*(_e17*_e35 + _e35*lambda___t) + _e34*_e35)).to(d__last_value__optr.dtype.element_ty), mask=_ok)
-            if STORE_d__gamma:
-                tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e36*lambda___t + _e10*_e11*_e25 + _e11*_e18*_e26)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
-            if STORE_d__rho_bar:
-                tl.store(d__rho_bar__optr + d__rho_bar__orow[:, None] + _t[None, :] * d__rho_bar__ost, (_zero + (_e14*tl.where((_e5 != 0), 1.0, 0.0))).to(d__rho_bar__optr.dtype.element_ty), mask=_ok)
-            if STORE_d__c_bar:
-                tl.store(d__c_bar__optr + d__c_bar__orow[:, None] + _t[None, :] * d__c_bar__ost, (_zero + (_e23*tl.where((_e20 != 0), 1.0, 0.0))).to(d__c_bar__optr.dtype.element_ty), mask=_ok)
-            if STORE_d__lambda_:
-                tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e33*(_e16 - _e10) + _e36*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
-            if STORE_d__pg_rho_bar:
-                tl.store(d__pg_rho_bar__optr + d__pg_rho_bar__orow[:, None] + _t[None, :] * d__pg_rho_bar__ost, (_zero + (_e19*tl.where((_e15 != 0), 1.0, 0.0))).to(d__pg_rho_bar__optr.dtype.element_ty), mask=_ok)
-            if HAS_bootstrap_values:
-                bootstrap_values__raw = bootstrap_values__raw__nx
-            if c_bar__TENSOR:
-                c_bar__t__raw = c_bar__t__raw__nx
-            if c_bar__TENSOR:
-                c_bar__prev__t__raw = c_bar__prev__t__raw__nx
-            if gamma__TENSOR:
-                gamma__t__raw = gamma__t__raw__nx
-            if gamma__TENSOR:
-                gamma__prev__t__raw = gamma__prev__t__raw__nx
-            if HAS_gy__pg_advantages:
-                gy__pg_advantages__raw = gy__pg_advantages__raw__nx
-                gy__pg_advantages__prev__raw = gy__pg_advantages__prev__raw__nx
-            if HAS_gy__targets:
-                gy__targets__raw = gy__targets__raw__nx
-            if lambda___TENSOR:
-                lambda___t__raw = lambda___t__raw__nx
-            if lambda___TENSOR:
-                lambda___prev__t__raw = lambda___prev__t__raw__nx
-            log_pi_behavior__raw = log_pi_behavior__raw__nx
-            log_pi_behavior__prev__raw = log_pi_behavior__prev__raw__nx
-            log_pi_target__raw = log_pi_target__raw__nx
-            log_pi_target__prev__raw = log_pi_target__prev__raw__nx
-            if pg_rho_bar__TENSOR:
-                pg_rho_bar__t__raw = pg_rho_bar__t__raw__nx
-            if pg_rho_bar__TENSOR:
-                pg_rho_bar__prev__t__raw = pg_rho_bar__prev__t__raw__nx
-            rewards__raw = rewards__raw__nx
-            if rho_bar__TENSOR:
-                rho_bar__t__raw = rho_bar__t__raw__nx
-            if rho_bar__TENSOR:
-                rho_bar__prev__t__raw = rho_bar__prev__t__raw__nx
-            st__A__raw = st__A__raw__nx
-            st__A__next__raw = st__A__next__raw__nx
-            terminateds__raw = terminateds__raw__nx
-            terminateds__prev__raw = terminateds__prev__raw__nx
-            if HAS_truncateds:
-                truncateds__raw = truncateds__raw__nx
-                truncateds__prev__raw = truncateds__prev__raw__nx
-            values__raw = values__raw__nx
-            values__next__raw = values__next__raw__nx
-            _tk = _nx
+    if LB_PID:
+        _count = tl.atomic_add(_counter, 1, sem="relaxed") + 1  # from -1; read at the look-back
+        _ticket = tl.program_id(0)
     else:
-        if LB_PID:
-            _count = tl.atomic_add(_counter, 1, sem="relaxed") + 1  # from -1; read at the look-back
-            _ticket = tl.program_id(0)
-        else:
-            _count = tl.atomic_add(_counter, 1) + 1
-            _ticket = (_count % _n_prog).to(tl.int32)
-        _half = (_count // _n_prog) % 2
-        _tile = _ticket % (R1 * R2)
-        _step = _ticket // (R1 * R2)
-        _slot = _tile * tl.cdiv(T, BLOCK_T) + _step  # this program's word in every array
-        _ws_w = (_ws + 2).to(tl.pointer_type(ACC), bitcast=True) + _half * 3 * _n_prog
-        _ws_clear = ((_ws + 2).to(tl.pointer_type(tl.int64 if ACC == tl.float64 else tl.int32), bitcast=True)
-                     + (1 - _half) * 3 * _n_prog + _slot)
-        if not LB_PID:
-            for _w in tl.static_range(3):  # no program of this call reads that half
-                tl.store(_ws_clear + _w * _n_prog, -1)
-        _rows = _tile + tl.arange(0, BLOCK_N)  # [1]: BLOCK_N == 1
-        _row_ok = _rows < R1 * R2
-        _r1 = (_rows // R2).to(tl.int64)
-        _r2 = (_rows % R2).to(tl.int64)
-        log_pi_target__row = _r1 * log_pi_target__s1 + _r2 * log_pi_target__s2  # [BN] int64 row offsets
-        log_pi_behavior__row = _r1 * log_pi_behavior__s1 + _r2 * log_pi_behavior__s2  # [BN] int64 row offsets
-        values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
-        rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
-        terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
-        truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
-        bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
-        last_value__row = _r1 * last_value__s1 + _r2 * last_value__s2  # [BN] int64 row offsets
-        st__A__row = _r1 * st__A__s1 + _r2 * st__A__s2  # [BN] int64 row offsets
-        gy__targets__row = _r1 * gy__targets__s1 + _r2 * gy__targets__s2  # [BN] int64 row offsets
-        gy__pg_advantages__row = _r1 * gy__pg_advantages__s1 + _r2 * gy__pg_advantages__s2  # [BN] int64 row offsets
-        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-        rho_bar__row = _r1 * rho_bar__s1 + _r2 * rho_bar__s2  # [BN] int64 row offsets
-        c_bar__row = _r1 * c_bar__s1 + _r2 * c_bar__s2  # [BN] int64 row offsets
-        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
-        pg_rho_bar__row = _r1 * pg_rho_bar__s1 + _r2 * pg_rho_bar__s2  # [BN] int64 row offsets
-        d__log_pi_target__orow = _r1 * d__log_pi_target__os1 + _r2 * d__log_pi_target__os2  # [BN] int64 row offsets
-        d__log_pi_behavior__orow = _r1 * d__log_pi_behavior__os1 + _r2 * d__log_pi_behavior__os2  # [BN] int64 row offsets
-        d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2  # [BN] int64 row offsets
-        d__rewards__orow = _r1 * d__rewards__os1 + _r2 * d__rewards__os2  # [BN] int64 row offsets
-        d__bootstrap_values__orow = _r1 * d__bootstrap_values__os1 + _r2 * d__bootstrap_values__os2  # [BN] int64 row offsets
-        d__last_value__orow = _r1 * d__last_value__os1 + _r2 * d__last_value__os2  # [BN] int64 row offsets
-        d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
-        d__rho_bar__orow = _r1 * d__rho_bar__os1 + _r2 * d__rho_bar__os2  # [BN] int64 row offsets
-        d__c_bar__orow = _r1 * d__c_bar__os1 + _r2 * d__c_bar__os2  # [BN] int64 row offsets
-        d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
-        d__pg_rho_bar__orow = _r1 * d__pg_rho_bar__os1 + _r2 * d__pg_rho_bar__os2  # [BN] int64 row offsets
-        if HAS_last_value:
-            last_value = tl.load(last_value__ptr + last_value__row, mask=_row_ok, other=0).to(ACC)
-        else:
-            last_value = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-        g__A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-        _cols = tl.arange(0, BLOCK_T)
-        _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-        _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
-        _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-        _n_chunks = tl.cdiv(T, BLOCK_T)
+        _count = tl.atomic_add(_counter, 1) + 1
+        _ticket = (_count % _n_prog).to(tl.int32)
+    _half = (_count // _n_prog) % 2
+    _tile = _ticket % (R1 * R2)
+    _step = _ticket // (R1 * R2)
+    _slot = _tile * tl.cdiv(T, BLOCK_T) + _step  # this program's word in every array
+    _ws_w = (_ws + 2).to(tl.pointer_type(ACC), bitcast=True) + _half * 3 * _n_prog
+    _ws_clear = ((_ws + 2).to(tl.pointer_type(tl.int64 if ACC == tl.float64 else tl.int32), bitcast=True)
+                 + (1 - _half) * 3 * _n_prog + _slot)
+    if not LB_PID:
+        for _w in tl.static_range(3):  # no program of this call reads that half
+            tl.store(_ws_clear + _w * _n_prog, -1)
+    _rows = _tile + tl.arange(0, BLOCK_N)  # [1]: BLOCK_N == 1
+    _row_ok = _rows < R1 * R2
+    _r1 = (_rows // R2).to(tl.int64)
+    _r2 = (_rows % R2).to(tl.int64)
+    log_pi_target__row = _r1 * log_pi_target__s1 + _r2 * log_pi_target__s2  # [BN] int64 row offsets
+    log_pi_behavior__row = _r1 * log_pi_behavior__s1 + _r2 * log_pi_behavior__s2  # [BN] int64 row offsets
+    values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
+    rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
+    terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
+    truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
+    bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
+    last_value__row = _r1 * last_value__s1 + _r2 * last_value__s2  # [BN] int64 row offsets
+    st__A__row = _r1 * st__A__s1 + _r2 * st__A__s2  # [BN] int64 row offsets
+    gy__targets__row = _r1 * gy__targets__s1 + _r2 * gy__targets__s2  # [BN] int64 row offsets
+    gy__pg_advantages__row = _r1 * gy__pg_advantages__s1 + _r2 * gy__pg_advantages__s2  # [BN] int64 row offsets
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+    rho_bar__row = _r1 * rho_bar__s1 + _r2 * rho_bar__s2  # [BN] int64 row offsets
+    c_bar__row = _r1 * c_bar__s1 + _r2 * c_bar__s2  # [BN] int64 row offsets
+    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+    pg_rho_bar__row = _r1 * pg_rho_bar__s1 + _r2 * pg_rho_bar__s2  # [BN] int64 row offsets
+    d__log_pi_target__orow = _r1 * d__log_pi_target__os1 + _r2 * d__log_pi_target__os2  # [BN] int64 row offsets
+    d__log_pi_behavior__orow = _r1 * d__log_pi_behavior__os1 + _r2 * d__log_pi_behavior__os2  # [BN] int64 row offsets
+    d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2  # [BN] int64 row offsets
+    d__rewards__orow = _r1 * d__rewards__os1 + _r2 * d__rewards__os2  # [BN] int64 row offsets
+    d__bootstrap_values__orow = _r1 * d__bootstrap_values__os1 + _r2 * d__bootstrap_values__os2  # [BN] int64 row offsets
+    d__last_value__orow = _r1 * d__last_value__os1 + _r2 * d__last_value__os2  # [BN] int64 row offsets
+    d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
+    d__rho_bar__orow = _r1 * d__rho_bar__os1 + _r2 * d__rho_bar__os2  # [BN] int64 row offsets
+    d__c_bar__orow = _r1 * d__c_bar__os1 + _r2 * d__c_bar__os2  # [BN] int64 row offsets
+    d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
+    d__pg_rho_bar__orow = _r1 * d__pg_rho_bar__os1 + _r2 * d__pg_rho_bar__os2  # [BN] int64 row offsets
+    if HAS_last_value:
+        last_value = tl.load(last_value__ptr + last_value__row, mask=_row_ok, other=0).to(ACC)
+    else:
+        last_value = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
+    g__A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
+    _cols = tl.arange(0, BLOCK_T)
+    _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
+    _n_chunks = tl.cdiv(T, BLOCK_T)
 
-        _chunk = _step
-        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
-        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
-        _t0 = _chunk * BLOCK_T
-        _rem = T - _t0
-        _t = _t0.to(tl.int64) + _cols  # [BT] int64
-        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
-            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
-        else:
-            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
-        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
-        _t_next = tl.minimum(_t + 1, T - 1)
-        _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        if HAS_bootstrap_values:
-            bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
-            bootstrap_values = bootstrap_values__raw.to(ACC)
-        else:
-            bootstrap_values = _zero + 0.0
-        if c_bar__TENSOR:
-            c_bar__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t[None, :] * c_bar__st, mask=_ok, other=1)
-            c_bar__t = c_bar__t__raw.to(ACC)
-        else:
-            c_bar__t = _zero + c_bar
-        if c_bar__TENSOR:
-            c_bar__prev__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_prev[None, :] * c_bar__st, mask=_ok, other=1)
-            c_bar__prev__t = c_bar__prev__t__raw.to(ACC)
-        else:
-            c_bar__prev__t = _zero + c_bar
-        if gamma__TENSOR:
-            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
-            gamma__t = gamma__t__raw.to(ACC)
-        else:
-            gamma__t = _zero + gamma
-        if gamma__TENSOR:
-            gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
-            gamma__prev__t = gamma__prev__t__raw.to(ACC)
-        else:
-            gamma__prev__t = _zero + gamma
-        if HAS_gy__pg_advantages:
-            # gy__pg_advantages with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-            # steps per thread, and one strided load per group gives the step beyond the group
-            gy__pg_advantages__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t[None, :] * gy__pg_advantages__st, mask=_ok, other=1)
-            if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                gy__pg_advantages__prev__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t_prev[None, :] * gy__pg_advantages__st, mask=_ok, other=1)
-            else:
-                _te = _g - 1  # [BT / G] the step before each group
-                gy__pg_advantages__prev__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _te[None, :] * gy__pg_advantages__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-            gy__pg_advantages = gy__pg_advantages__raw.to(ACC)
-            if SHIFT_G == 1:
-                gy__pg_advantages__prev = gy__pg_advantages__prev__raw.to(ACC)
-            else:
-                _s = _shift_prev(tl.reshape(gy__pg_advantages__raw, (_M, SHIFT_G)), tl.reshape(gy__pg_advantages__prev__raw, (_M,)), _M, SHIFT_G)
-                gy__pg_advantages__prev = tl.where((_cols == 0 - _t0)[None, :], gy__pg_advantages, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-        else:
-            gy__pg_advantages = _zero + 0.0
-            gy__pg_advantages__prev = _zero + 0.0
-        if HAS_gy__targets:
-            gy__targets__raw = tl.load(gy__targets__ptr + gy__targets__row[:, None] + _t[None, :] * gy__targets__st, mask=_ok, other=1)
-            gy__targets = gy__targets__raw.to(ACC)
-        else:
-            gy__targets = _zero + 0.0
-        if lambda___TENSOR:
-            lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
-            lambda___t = lambda___t__raw.to(ACC)
-        else:
-            lambda___t = _zero + lambda_
-        if lambda___TENSOR:
-            lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
-            lambda___prev__t = lambda___prev__t__raw.to(ACC)
-        else:
-            lambda___prev__t = _zero + lambda_
-        # log_pi_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    _chunk = _step
+    # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
+    # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
+    _t0 = _chunk * BLOCK_T
+    _rem = T - _t0
+    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
+        _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
+    else:
+        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+    _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
+    _t_next = tl.minimum(_t + 1, T - 1)
+    _t_prev = tl.maximum(_t - 1, 0)
+    is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+    if HAS_bootstrap_values:
+        bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
+        bootstrap_values = bootstrap_values__raw.to(ACC)
+    else:
+        bootstrap_values = _zero + 0.0
+    if c_bar__TENSOR:
+        c_bar__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t[None, :] * c_bar__st, mask=_ok, other=1)
+        c_bar__t = c_bar__t__raw.to(ACC)
+    else:
+        c_bar__t = _zero + c_bar
+    if c_bar__TENSOR:
+        c_bar__prev__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_prev[None, :] * c_bar__st, mask=_ok, other=1)
+        c_bar__prev__t = c_bar__prev__t__raw.to(ACC)
+    else:
+        c_bar__prev__t = _zero + c_bar
+    if gamma__TENSOR:
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__t = gamma__t__raw.to(ACC)
+    else:
+        gamma__t = _zero + gamma
+    if gamma__TENSOR:
+        gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__prev__t = gamma__prev__t__raw.to(ACC)
+    else:
+        gamma__prev__t = _zero + gamma
+    if HAS_gy__pg_advantages:
+        # gy__pg_advantages with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        log_pi_behavior__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1)
+        gy__pg_advantages__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t[None, :] * gy__pg_advantages__st, mask=_ok, other=1)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            log_pi_behavior__prev__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t_prev[None, :] * log_pi_behavior__st, mask=_ok, other=1)
+            gy__pg_advantages__prev__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t_prev[None, :] * gy__pg_advantages__st, mask=_ok, other=1)
         else:
             _te = _g - 1  # [BT / G] the step before each group
-            log_pi_behavior__prev__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _te[None, :] * log_pi_behavior__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-        log_pi_behavior = log_pi_behavior__raw.to(ACC)
+            gy__pg_advantages__prev__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _te[None, :] * gy__pg_advantages__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        gy__pg_advantages = gy__pg_advantages__raw.to(ACC)
         if SHIFT_G == 1:
-            log_pi_behavior__prev = log_pi_behavior__prev__raw.to(ACC)
+            gy__pg_advantages__prev = gy__pg_advantages__prev__raw.to(ACC)
         else:
-            _s = _shift_prev(tl.reshape(log_pi_behavior__raw, (_M, SHIFT_G)), tl.reshape(log_pi_behavior__prev__raw, (_M,)), _M, SHIFT_G)
-            log_pi_behavior__prev = tl.where((_cols == 0 - _t0)[None, :], log_pi_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-        # log_pi_target with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+            _s = _shift_prev(tl.reshape(gy__pg_advantages__raw, (_M, SHIFT_G)), tl.reshape(gy__pg_advantages__prev__raw, (_M,)), _M, SHIFT_G)
+            gy__pg_advantages__prev = tl.where((_cols == 0 - _t0)[None, :], gy__pg_advantages, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+    else:
+        gy__pg_advantages = _zero + 0.0
+        gy__pg_advantages__prev = _zero + 0.0
+    if HAS_gy__targets:
+        gy__targets__raw = tl.load(gy__targets__ptr + gy__targets__row[:, None] + _t[None, :] * gy__targets__st, mask=_ok, other=1)
+        gy__targets = gy__targets__raw.to(ACC)
+    else:
+        gy__targets = _zero + 0.0
+    if lambda___TENSOR:
+        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___t = lambda___t__raw.to(ACC)
+    else:
+        lambda___t = _zero + lambda_
+    if lambda___TENSOR:
+        lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___prev__t = lambda___prev__t__raw.to(ACC)
+    else:
+        lambda___prev__t = _zero + lambda_
+    # log_pi_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    log_pi_behavior__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        log_pi_behavior__prev__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t_prev[None, :] * log_pi_behavior__st, mask=_ok, other=1)
+    else:
+        _te = _g - 1  # [BT / G] the step before each group
+        log_pi_behavior__prev__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _te[None, :] * log_pi_behavior__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+    log_pi_behavior = log_pi_behavior__raw.to(ACC)
+    if SHIFT_G == 1:
+        log_pi_behavior__prev = log_pi_behavior__prev__raw.to(ACC)
+    else:
+        _s = _shift_prev(tl.reshape(log_pi_behavior__raw, (_M, SHIFT_G)), tl.reshape(log_pi_behavior__prev__raw, (_M,)), _M, SHIFT_G)
+        log_pi_behavior__prev = tl.where((_cols == 0 - _t0)[None, :], log_pi_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+    # log_pi_target with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    log_pi_target__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        log_pi_target__prev__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t_prev[None, :] * log_pi_target__st, mask=_ok, other=1)
+    else:
+        _te = _g - 1  # [BT / G] the step before each group
+        log_pi_target__prev__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _te[None, :] * log_pi_target__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+    log_pi_target = log_pi_target__raw.to(ACC)
+    if SHIFT_G == 1:
+        log_pi_target__prev = log_pi_target__prev__raw.to(ACC)
+    else:
+        _s = _shift_prev(tl.reshape(log_pi_target__raw, (_M, SHIFT_G)), tl.reshape(log_pi_target__prev__raw, (_M,)), _M, SHIFT_G)
+        log_pi_target__prev = tl.where((_cols == 0 - _t0)[None, :], log_pi_target, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+    if pg_rho_bar__TENSOR:
+        pg_rho_bar__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1)
+        pg_rho_bar__t = pg_rho_bar__t__raw.to(ACC)
+    else:
+        pg_rho_bar__t = _zero + pg_rho_bar
+    if pg_rho_bar__TENSOR:
+        pg_rho_bar__prev__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t_prev[None, :] * pg_rho_bar__st, mask=_ok, other=1)
+        pg_rho_bar__prev__t = pg_rho_bar__prev__t__raw.to(ACC)
+    else:
+        pg_rho_bar__prev__t = _zero + pg_rho_bar
+    rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
+    rewards = rewards__raw.to(ACC)
+    if rho_bar__TENSOR:
+        rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1)
+        rho_bar__t = rho_bar__t__raw.to(ACC)
+    else:
+        rho_bar__t = _zero + rho_bar
+    if rho_bar__TENSOR:
+        rho_bar__prev__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t_prev[None, :] * rho_bar__st, mask=_ok, other=1)
+        rho_bar__prev__t = rho_bar__prev__t__raw.to(ACC)
+    else:
+        rho_bar__prev__t = _zero + rho_bar
+    # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1)
+    else:
+        _te = _g + SHIFT_G  # [BT / G] the step after each group
+        st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+    st__A = st__A__raw.to(ACC)
+    if SHIFT_G == 1:
+        st__A__next = st__A__next__raw.to(ACC)
+    else:
+        _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(st__A__next__raw, (_M,)), _M, SHIFT_G)
+        st__A__next = tl.where((_cols == _rem - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+    # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1)
+    else:
+        _te = _g - 1  # [BT / G] the step before each group
+        terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+    terminateds = terminateds__raw.to(ACC)
+    if SHIFT_G == 1:
+        terminateds__prev = terminateds__prev__raw.to(ACC)
+    else:
+        _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(terminateds__prev__raw, (_M,)), _M, SHIFT_G)
+        terminateds__prev = tl.where((_cols == 0 - _t0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+    if HAS_truncateds:
+        # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        log_pi_target__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1)
+        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            log_pi_target__prev__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t_prev[None, :] * log_pi_target__st, mask=_ok, other=1)
+            truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1)
         else:
             _te = _g - 1  # [BT / G] the step before each group
-            log_pi_target__prev__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _te[None, :] * log_pi_target__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-        log_pi_target = log_pi_target__raw.to(ACC)
+            truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        truncateds = truncateds__raw.to(ACC)
         if SHIFT_G == 1:
-            log_pi_target__prev = log_pi_target__prev__raw.to(ACC)
+            truncateds__prev = truncateds__prev__raw.to(ACC)
         else:
-            _s = _shift_prev(tl.reshape(log_pi_target__raw, (_M, SHIFT_G)), tl.reshape(log_pi_target__prev__raw, (_M,)), _M, SHIFT_G)
-            log_pi_target__prev = tl.where((_cols == 0 - _t0)[None, :], log_pi_target, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-        if pg_rho_bar__TENSOR:
-            pg_rho_bar__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1)
-            pg_rho_bar__t = pg_rho_bar__t__raw.to(ACC)
-        else:
-            pg_rho_bar__t = _zero + pg_rho_bar
-        if pg_rho_bar__TENSOR:
-            pg_rho_bar__prev__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t_prev[None, :] * pg_rho_bar__st, mask=_ok, other=1)
-            pg_rho_bar__prev__t = pg_rho_bar__prev__t__raw.to(ACC)
-        else:
-            pg_rho_bar__prev__t = _zero + pg_rho_bar
-        rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
-        rewards = rewards__raw.to(ACC)
-        if rho_bar__TENSOR:
-            rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1)
-            rho_bar__t = rho_bar__t__raw.to(ACC)
-        else:
-            rho_bar__t = _zero + rho_bar
-        if rho_bar__TENSOR:
-            rho_bar__prev__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t_prev[None, :] * rho_bar__st, mask=_ok, other=1)
-            rho_bar__prev__t = rho_bar__prev__t__raw.to(ACC)
-        else:
-            rho_bar__prev__t = _zero + rho_bar
-        # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
-        st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1)
-        else:
-            _te = _g + SHIFT_G  # [BT / G] the step after each group
-            st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-        st__A = st__A__raw.to(ACC)
-        if SHIFT_G == 1:
-            st__A__next = st__A__next__raw.to(ACC)
-        else:
-            _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(st__A__next__raw, (_M,)), _M, SHIFT_G)
-            st__A__next = tl.where((_cols == _rem - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-        # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
-        terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1)
-        else:
-            _te = _g - 1  # [BT / G] the step before each group
-            terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-        terminateds = terminateds__raw.to(ACC)
-        if SHIFT_G == 1:
-            terminateds__prev = terminateds__prev__raw.to(ACC)
-        else:
-            _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(terminateds__prev__raw, (_M,)), _M, SHIFT_G)
-            terminateds__prev = tl.where((_cols == 0 - _t0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-        if HAS_truncateds:
-            # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-            # steps per thread, and one strided load per group gives the step beyond the group
-            truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
-            if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1)
-            else:
-                _te = _g - 1  # [BT / G] the step before each group
-                truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-            truncateds = truncateds__raw.to(ACC)
-            if SHIFT_G == 1:
-                truncateds__prev = truncateds__prev__raw.to(ACC)
-            else:
-                _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(truncateds__prev__raw, (_M,)), _M, SHIFT_G)
-                truncateds__prev = tl.where((_cols == 0 - _t0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-        else:
-            truncateds = _zero + 0.0
-            truncateds__prev = _zero + 0.0
-        # values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
-        values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            values__next__raw = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1)
-        else:
-            _te = _g + SHIFT_G  # [BT / G] the step after each group
-            values__next__raw = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-        values = values__raw.to(ACC)
-        if SHIFT_G == 1:
-            values__next = values__next__raw.to(ACC)
-        else:
-            _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
-            values__next = tl.where((_cols == _rem - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-        # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
-        _e1 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
-        _e2 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
-        _e3 = gamma__prev__t*lambda___prev__t
-        _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((pg_rho_bar__prev__t <= _e1), pg_rho_bar__prev__t, _e1)*tl.where((tl.where((is_last__prev != 0), 1.0, _e2) != 0), 0.0, 1.0))), 0.0)
-        _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*tl.where((c_bar__prev__t <= _e1), c_bar__prev__t, _e1))), 1.0)  # identity past the window end
-        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
-        # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
-        # look back over earlier chunks for the carry (decoupled look-back).
-        _agg_a = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _a, 0.0))
-        _agg_b = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _b, 0.0))
-        g__A__carry = _lookback(_ws_w + 0 * _n_prog, _ws_w + 1 * _n_prog,
-                                  _ws_w + 2 * _n_prog, _slot, _step, _agg_a, _agg_b,
-                                  tl.sum(g__A__carry), LB_WINDOW, LB_SPIN, ACC)
-        g__A = _a + _b * g__A__carry
-        g__A__prev = _ea + _eb * g__A__carry  # the state one step nearer the carry
-        _e4 = tl.exp(log_pi_target - log_pi_behavior)
-        _e5 = (rho_bar__t <= _e4)
-        _e6 = tl.where((terminateds >= truncateds), terminateds, truncateds)
-        _e7 = tl.where((is_last != 0), 1.0, _e6)
-        _e8 = tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values)
-        _e9 = tl.where((is_last != 0), 0.0, values__next)
-        _e10 = tl.where((_e7 != 0), _e8, _e9)
-        _e11 = 1.0 - terminateds
-        _e12 = _e11*gamma__t
-        _e13 = rewards - values
-        _e14 = g__A*(_e13 + _e10*_e12)
-        _e15 = (pg_rho_bar__t <= _e4)
-        _e16 = tl.where((_e7 != 0), _e8, _e9 + tl.where((is_last != 0), 0.0, st__A__next))
-        _e17 = 1.0 - lambda___t
-        _e18 = _e10*_e17 + _e16*lambda___t
-        _e19 = gy__pg_advantages*(_e13 + _e12*_e18)
-        _e20 = (c_bar__t <= _e4)
-        _e21 = 1.0 - _e6
-        _e22 = tl.where((is_last != 0), 0.0, st__A__next)
-        _e23 = _e21*_e22*g__A*gamma__t*lambda___t
-        _e24 = _e14*_e4*tl.where((_e5 != 0), 0.0, 1.0) + _e19*_e4*tl.where((_e15 != 0), 0.0, 1.0) + _e23*_e4*tl.where((_e20 != 0), 0.0, 1.0)
-        _e25 = g__A*tl.where((_e5 != 0), rho_bar__t, _e4)
-        _e26 = gy__pg_advantages*tl.where((_e15 != 0), pg_rho_bar__t, _e4)
-        _e27 = tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0), 0.0, 1.0)
-        _e28 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
-        _e29 = gamma__prev__t*(1.0 - terminateds__prev)
-        _e30 = tl.where((is_last != 0), 1.0, 0.0)
-        _e31 = tl.where((_e7 != 0), 1.0, 0.0)
-        _e32 = _e31*(_e30 + tl.where((is_last != 0), 0.0, 1.0))
-        _e33 = _e12*_e26
-        _e34 = _e12*_e25
-        _e35 = _e30*_e31
-        _e36 = _e21*_e22*g__A*tl.where((_e20 != 0), c_bar__t, _e4)
-        if STORE_d__log_pi_target:
-            tl.store(d__log_pi_target__optr + d__log_pi_target__orow[:, None] + _t[None, :] * d__log_pi_target__ost, (_zero + (_e24)).to(d__log_pi_target__optr.dtype.element_ty), mask=_ok)
-        if STORE_d__log_pi_behavior:
-            tl.store(d__log_pi_behavior__optr + d__log_pi_behavior__orow[:, None] + _t[None, :] * d__log_pi_behavior__ost, (_zero + (-_e24)).to(d__log_pi_behavior__optr.dtype.element_ty), mask=_ok)
-        if STORE_d__values:
-            tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__targets - _e25 - _e26 + tl.where((is_first != 0), 0.0, _e27*_e29*g__A__prev*tl.where((rho_bar__prev__t <= _e28), rho_bar__prev__t, _e28)) + tl.where((is_first != 0), 0.0, _e29*gy__pg_advantages__prev*(_e27*lambda___prev__t + _e27*(1.0 - lambda___prev__t))*tl.where((pg_rho_bar__prev__t <= _e28), pg_rho_bar__prev__t, _e28)))).to(d__values__optr.dtype.element_ty), mask=_ok)
-        if STORE_d__rewards:
-            tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (_e25 + _e26)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
-        if STORE_d__bootstrap_values:
-            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e32*_e34 + _e33*(_e17*_e32 + _e32*lambda___t))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
-        if STORE_d__last_value:
-            tl.store(d__last_value__optr + d__last_value__orow[:, None] + _t[None, :] * d__last_value__ost, (_zero + (_e33*(_e17*_e35 + _e35*lambda___t) + _e34*_e35)).to(d__last_value__optr.dtype.element_ty), mask=_ok)
-        if STORE_d__gamma:
-            tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e36*lambda___t + _e10*_e11*_e25 + _e11*_e18*_e26)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
-        if STORE_d__rho_bar:
-            tl.store(d__rho_bar__optr + d__rho_bar__orow[:, None] + _t[None, :] * d__rho_bar__ost, (_zero + (_e14*tl.where((_e5 != 0), 1.0, 0.0))).to(d__rho_bar__optr.dtype.element_ty), mask=_ok)
-        if STORE_d__c_bar:
-            tl.store(d__c_bar__optr + d__c_bar__orow[:, None] + _t[None, :] * d__c_bar__ost, (_zero + (_e23*tl.where((_e20 != 0), 1.0, 0.0))).to(d__c_bar__optr.dtype.element_ty), mask=_ok)
-        if STORE_d__lambda_:
-            tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e33*(_e16 - _e10) + _e36*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
-        if STORE_d__pg_rho_bar:
-            tl.store(d__pg_rho_bar__optr + d__pg_rho_bar__orow[:, None] + _t[None, :] * d__pg_rho_bar__ost, (_zero + (_e19*tl.where((_e15 != 0), 1.0, 0.0))).to(d__pg_rho_bar__optr.dtype.element_ty), mask=_ok)
-        if LB_PID:  # at the end, so that no load waits on the counter
-            for _w in tl.static_range(3):  # no program of this call reads that half
-                tl.store(_ws_clear + _w * _n_prog, -1)
+            _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(truncateds__prev__raw, (_M,)), _M, SHIFT_G)
+            truncateds__prev = tl.where((_cols == 0 - _t0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+    else:
+        truncateds = _zero + 0.0
+        truncateds__prev = _zero + 0.0
+    # values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
+    # steps per thread, and one strided load per group gives the step beyond the group
+    values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1)
+    if SHIFT_G == 1:  # one step per thread: the plain shifted load
+        values__next__raw = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1)
+    else:
+        _te = _g + SHIFT_G  # [BT / G] the step after each group
+        values__next__raw = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+    values = values__raw.to(ACC)
+    if SHIFT_G == 1:
+        values__next = values__next__raw.to(ACC)
+    else:
+        _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
+        values__next = tl.where((_cols == _rem - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+    # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
+    _e1 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
+    _e2 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
+    _e3 = gamma__prev__t*lambda___prev__t
+    _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((pg_rho_bar__prev__t <= _e1), pg_rho_bar__prev__t, _e1)*tl.where((tl.where((is_last__prev != 0), 1.0, _e2) != 0), 0.0, 1.0))), 0.0)
+    _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*tl.where((c_bar__prev__t <= _e1), c_bar__prev__t, _e1))), 1.0)  # identity past the window end
+    _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
+    # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
+    # look back over earlier chunks for the carry (decoupled look-back).
+    _agg_a = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _a, 0.0))
+    _agg_b = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _b, 0.0))
+    g__A__carry = _lookback(_ws_w + 0 * _n_prog, _ws_w + 1 * _n_prog,
+                              _ws_w + 2 * _n_prog, _slot, _step, _agg_a, _agg_b,
+                              tl.sum(g__A__carry), LB_WINDOW, LB_SPIN, ACC)
+    g__A = _a + _b * g__A__carry
+    g__A__prev = _ea + _eb * g__A__carry  # the state one step nearer the carry
+    _e4 = tl.exp(log_pi_target - log_pi_behavior)
+    _e5 = (rho_bar__t <= _e4)
+    _e6 = tl.where((terminateds >= truncateds), terminateds, truncateds)
+    _e7 = tl.where((is_last != 0), 1.0, _e6)
+    _e8 = tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values)
+    _e9 = tl.where((is_last != 0), 0.0, values__next)
+    _e10 = tl.where((_e7 != 0), _e8, _e9)
+    _e11 = 1.0 - terminateds
+    _e12 = _e11*gamma__t
+    _e13 = rewards - values
+    _e14 = g__A*(_e13 + _e10*_e12)
+    _e15 = (pg_rho_bar__t <= _e4)
+    _e16 = tl.where((_e7 != 0), _e8, _e9 + tl.where((is_last != 0), 0.0, st__A__next))
+    _e17 = 1.0 - lambda___t
+    _e18 = _e10*_e17 + _e16*lambda___t
+    _e19 = gy__pg_advantages*(_e13 + _e12*_e18)
+    _e20 = (c_bar__t <= _e4)
+    _e21 = 1.0 - _e6
+    _e22 = tl.where((is_last != 0), 0.0, st__A__next)
+    _e23 = _e21*_e22*g__A*gamma__t*lambda___t
+    _e24 = _e14*_e4*tl.where((_e5 != 0), 0.0, 1.0) + _e19*_e4*tl.where((_e15 != 0), 0.0, 1.0) + _e23*_e4*tl.where((_e20 != 0), 0.0, 1.0)
+    _e25 = g__A*tl.where((_e5 != 0), rho_bar__t, _e4)
+    _e26 = gy__pg_advantages*tl.where((_e15 != 0), pg_rho_bar__t, _e4)
+    _e27 = tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0), 0.0, 1.0)
+    _e28 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
+    _e29 = gamma__prev__t*(1.0 - terminateds__prev)
+    _e30 = tl.where((is_last != 0), 1.0, 0.0)
+    _e31 = tl.where((_e7 != 0), 1.0, 0.0)
+    _e32 = _e31*(_e30 + tl.where((is_last != 0), 0.0, 1.0))
+    _e33 = _e12*_e26
+    _e34 = _e12*_e25
+    _e35 = _e30*_e31
+    _e36 = _e21*_e22*g__A*tl.where((_e20 != 0), c_bar__t, _e4)
+    if STORE_d__log_pi_target:
+        tl.store(d__log_pi_target__optr + d__log_pi_target__orow[:, None] + _t[None, :] * d__log_pi_target__ost, (_zero + (_e24)).to(d__log_pi_target__optr.dtype.element_ty), mask=_ok)
+    if STORE_d__log_pi_behavior:
+        tl.store(d__log_pi_behavior__optr + d__log_pi_behavior__orow[:, None] + _t[None, :] * d__log_pi_behavior__ost, (_zero + (-_e24)).to(d__log_pi_behavior__optr.dtype.element_ty), mask=_ok)
+    if STORE_d__values:
+        tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__targets - _e25 - _e26 + tl.where((is_first != 0), 0.0, _e27*_e29*g__A__prev*tl.where((rho_bar__prev__t <= _e28), rho_bar__prev__t, _e28)) + tl.where((is_first != 0), 0.0, _e29*gy__pg_advantages__prev*(_e27*lambda___prev__t + _e27*(1.0 - lambda___prev__t))*tl.where((pg_rho_bar__prev__t <= _e28), pg_rho_bar__prev__t, _e28)))).to(d__values__optr.dtype.element_ty), mask=_ok)
+    if STORE_d__rewards:
+        tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (_e25 + _e26)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
+    if STORE_d__bootstrap_values:
+        tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e32*_e34 + _e33*(_e17*_e32 + _e32*lambda___t))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
+    if STORE_d__last_value:
+        tl.store(d__last_value__optr + d__last_value__orow[:, None] + _t[None, :] * d__last_value__ost, (_zero + (_e33*(_e17*_e35 + _e35*lambda___t) + _e34*_e35)).to(d__last_value__optr.dtype.element_ty), mask=_ok)
+    if STORE_d__gamma:
+        tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e36*lambda___t + _e10*_e11*_e25 + _e11*_e18*_e26)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
+    if STORE_d__rho_bar:
+        tl.store(d__rho_bar__optr + d__rho_bar__orow[:, None] + _t[None, :] * d__rho_bar__ost, (_zero + (_e14*tl.where((_e5 != 0), 1.0, 0.0))).to(d__rho_bar__optr.dtype.element_ty), mask=_ok)
+    if STORE_d__c_bar:
+        tl.store(d__c_bar__optr + d__c_bar__orow[:, None] + _t[None, :] * d__c_bar__ost, (_zero + (_e23*tl.where((_e20 != 0), 1.0, 0.0))).to(d__c_bar__optr.dtype.element_ty), mask=_ok)
+    if STORE_d__lambda_:
+        tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e33*(_e16 - _e10) + _e36*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
+    if STORE_d__pg_rho_bar:
+        tl.store(d__pg_rho_bar__optr + d__pg_rho_bar__orow[:, None] + _t[None, :] * d__pg_rho_bar__ost, (_zero + (_e19*tl.where((_e15 != 0), 1.0, 0.0))).to(d__pg_rho_bar__optr.dtype.element_ty), mask=_ok)
+    if LB_PID:  # at the end, so that no load waits on the counter
+        for _w in tl.static_range(3):  # no program of this call reads that half
+            tl.store(_ws_clear + _w * _n_prog, -1)
 
 def _launch(_call, _cfg):
     """Launch one kernel family on the canonical call ``_call`` (see scangen.runtime.Call)."""
@@ -2389,11 +1829,10 @@ def _launch(_call, _cfg):
             LB_WINDOW=_rt.lookback_window(_call, _cfg, 3),
             LB_SPIN=_rt.lookback_spin(_call, _cfg),
             LB_PID=_rt.lookback_pid(_call, _cfg),
-            LB_PERSIST=_cfg.per_sm > 0,
         )
         _tiles = -(-(_call.R1 * _call.R2) // _cfg.block_n)  # row tiles
-        if _cfg.family == "lookback":  # one program per (row, chunk), or a few per SM
-            _k["grid"] = (_rt.lookback_programs(_call, _cfg),)
+        if _cfg.family == "lookback":  # one program per ticket (row, chunk)
+            _k["grid"] = (_rt.lookback_tickets(_call, _cfg),)
         elif _cfg.family == "persist":
             _k["grid"] = (min(_tiles, _rt.persistent_programs(_call)),)
         else:

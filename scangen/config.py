@@ -50,9 +50,6 @@ class Config(NamedTuple):
     num_warps: int
     family: str = "stream"   # "stream" | "persist" | "lookback"
     num_stages: int = 3      # software-pipelining depth of the chunk loop (Triton's default)
-    per_sm: int = 0          # look-back: persistent programs per SM, each taking tickets in a
-    #                          loop and loading the next one's tiles while it works on the
-    #                          current one (0: one program per ticket; the rule keeps 0)
 
 
 # A function ``call -> Config`` that replaces the rule below (bench/sweep.py measures variants

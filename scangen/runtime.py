@@ -793,24 +793,16 @@ LB_PID_PROGRAMS_PER_SM = 8
 def lookback_pid(c: Call, cfg) -> bool:
     """Whether look-back programs take their chunks in the order of their ids (LB_PID) rather
     than from tickets; False for the other families and off the GPU (as in lookback_window)."""
-    if cfg.family != "lookback" or c.device.type != "cuda" or cfg.per_sm:
+    if cfg.family != "lookback" or c.device.type != "cuda":
         return False
     from .config import _sm_count
     programs = c.R1 * c.R2 * _row_chunks(c, cfg)
     return programs >= LB_PID_PROGRAMS_PER_SM * _sm_count(c.device.index or 0)
 
 
-def lookback_programs(c: Call, cfg) -> int:
-    """The look-back kernel's grid: one program per ticket (row, chunk), or with
-    ``cfg.per_sm`` that many per SM (three off the GPU, so that the interpreter runs programs
-    that take several tickets), never more than the tickets."""
-    tickets = c.R1 * c.R2 * _row_chunks(c, cfg)
-    if not cfg.per_sm:
-        return tickets
-    if c.device.type != "cuda":
-        return min(tickets, 3)
-    from .config import _sm_count
-    return min(tickets, cfg.per_sm * _sm_count(c.device.index or 0))
+def lookback_tickets(c: Call, cfg) -> int:
+    """The look-back kernel's grid: one program per ticket (row, chunk)."""
+    return c.R1 * c.R2 * _row_chunks(c, cfg)
 
 
 def _row_chunks(c: Call, cfg) -> int:

@@ -228,7 +228,7 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
                     block_n: int = 1, block_t: int = 1024, block_k: int = 1, acc=None,
                     present: bool = True, contiguous: bool = True, time_major: bool = False,
                     even: bool | None = None, lb_window: int = 128, lb_spin: bool = False,
-                    lb_pid: bool = False, lb_persist: bool = False):
+                    lb_pid: bool = False):
     """Compile one generated kernel to a cubin for ``sm_<arch>`` with no GPU (Triton's frontend,
     its NVIDIA passes and the bundled ptxas): catches what the interpreter lets through (types
     that change across branches or loop iterations) and gives the PTX for a resource report.
@@ -239,8 +239,7 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
     specialises as it does for time-major ``[T, N]`` buffers with N a multiple of 16 instead:
     row strides and ``R2`` equal to 1 (one row dimension), time strides divisible by 16.
     ``lb_window``, ``lb_spin``, ``lb_pid``: the look-back's window, wait and order
-    (runtime.lookback_window, lookback_spin and lookback_pid); ``lb_persist``: its persistent
-    programs (``Config.per_sm > 0``).
+    (runtime.lookback_window, lookback_spin and lookback_pid).
     """
     import triton
     import triton.language as tl
@@ -256,7 +255,7 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
     ptr = {"float": "*fp32", "flag": "*i8", "index": "*i64"}
     values = dict(BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=block_k, ACC=acc or tl.float32,
                   EVEN=family != "persist" if even is None else even, LB_WINDOW=lb_window,
-                  LB_SPIN=lb_spin, LB_PID=lb_pid, LB_PERSIST=lb_persist)
+                  LB_SPIN=lb_spin, LB_PID=lb_pid)
     sig, consts, attrs = {}, {}, {}
     for i, p in enumerate(kernel.params):
         n = p.name

@@ -20,12 +20,11 @@ import scangen.generated
 ROOT = Path(__file__).resolve().parent.parent
 MODULES = sorted(m.name for m in pkgutil.iter_modules(scangen.generated.__path__))
 CASES = {  # name: (family, block_n, block_t, num_warps, fp64 and absent inputs and any strides,
-    #               look-back variant: "" one program per ticket, "pid" LB_PID, "persist" LB_PERSIST)
+    #               look-back variant: "" tickets from the counter, "pid" LB_PID)
     "stream-short": ("stream", 64, 32, 4, False, ""),
     "stream-long": ("stream", 1, 1024, 4, False, ""),
     "lookback": ("lookback", 1, 1024, 4, False, ""),
     "lookback-pid": ("lookback", 1, 1024, 4, False, "pid"),
-    "lookback-persist": ("lookback", 1, 1024, 4, False, "persist"),
     "persist-long": ("persist", 1, 1024, 4, False, ""),
     "persist-fp64-general": ("persist", 2, 256, 4, True, ""),
     "stream-fp64-general": ("stream", 4, 256, 4, True, ""),
@@ -46,7 +45,7 @@ for name in modules:
             c = compile_offline(module, family, block_n=bn, block_t=max(16, bt // k), block_k=k,
                                 num_warps=nw, acc=tl.float64 if general else None,
                                 present=not general, contiguous=not general,
-                                lb_pid=lb == "pid", lb_persist=lb == "persist")
+                                lb_pid=lb == "pid")
             out[name + "/" + case] = "ok" if c.asm.get("cubin") else "no cubin"
         except Exception as exc:
             out[name + "/" + case] = "".join(traceback.format_exception_only(exc))[-2000:]
@@ -119,16 +118,14 @@ for case, (family, bn, bt, nw, general, lb) in json.loads(sys.argv[1]).items():
     try:
         c = compile_offline(module, family, block_n=bn, block_t=bt, num_warps=nw,
                             acc=tl.float64 if general else None, present=not general,
-                            contiguous=not general, lb_pid=lb == "pid",
-                            lb_persist=lb == "persist")
+                            contiguous=not general, lb_pid=lb == "pid")
         out[case] = "ok" if c.asm.get("cubin") else "no cubin"
     except Exception as exc:
         out[case] = "".join(traceback.format_exception_only(exc))[-2000:]
 print("RESULTS " + json.dumps(out))
 """
 SEQUENTIAL_CASES = {k: CASES[k] for k in ("stream-long", "persist-long", "lookback",
-                                          "lookback-pid", "lookback-persist",
-                                          "lookback-fp64-general")}
+                                          "lookback-pid", "lookback-fp64-general")}
 
 
 @pytest.fixture(scope="module")

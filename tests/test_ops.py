@@ -12,7 +12,7 @@ import triton.language as tl
 
 import scangen
 from conftest import BACKENDS, DEVICE, ON_GPU
-from scangen import config, reference, runtime
+from scangen import reference, runtime
 from scangen.generated.gae import _lookback as _gae_lookback
 from scangen.testing import assert_close, make_inputs
 
@@ -266,26 +266,6 @@ def test_lookback_in_program_id_order(name, monkeypatch):
     finally:
         monkeypatch.delenv("SCANGEN_FAMILY")
         runtime.reload_env()
-        runtime._PLANS.clear()
-
-
-@pytest.mark.parametrize("name", ["compute_gae", "compute_masked_gae", "compute_vtrace"])
-def test_lookback_persistent_programs(name, monkeypatch):
-    """The look-back kernel's persistent programs (Config.per_sm > 0, LB_PERSIST: a few
-    programs take tickets in a loop, each loading its next ticket's tiles first; three programs
-    in the interpreter, so that each takes several tickets); three calls on one plan, so that
-    its workspace halves alternate."""
-    monkeypatch.setattr(config, "OVERRIDE",
-                        lambda c: config.Config(1, 256, 1, 4, "lookback", 3, per_sm=2))
-    runtime._PLANS.clear()
-    try:
-        for seed in (19, 20, 21):
-            _check(name, make_inputs(name, 2, 2100 if not ON_GPU else 50000, seed=seed), "triton")
-        (plan,) = runtime._PLANS.values()
-        assert plan.kernels["meta"]["LB_PERSIST"] is True
-        tickets = 2 * -(-plan.T // 256)
-        assert plan.kernels["grid"][0] == runtime.lookback_programs(plan, plan.config) < tickets
-    finally:
         runtime._PLANS.clear()
 
 
