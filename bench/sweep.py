@@ -49,7 +49,8 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 def candidates(N: int, T: int, K: int, quick: bool = False, tiles=None) -> list[Config]:
     """Stream tiles of 1024 and 2048 elements (K included) with chunks from T/4 to T (at most
     1024), 4 or 8 warps, in the persist family too for chunks of 512 elements or more; for long
-    rows also the look-back family with 1024-4096 steps per program (8192 from 2^18 steps).
+    rows also the look-back family with 1024-4096 steps per program (8192 from 2^18 steps; 16
+    warps too from 4096).
     ``quick``: 1024-element stream tiles with the longest two chunk lengths, pipelining on and
     off, and the look-back family. ``tiles`` replaces the stream tile sizes (e.g. (256, 512)
     for more, smaller programs at small shapes)."""
@@ -70,7 +71,7 @@ def candidates(N: int, T: int, K: int, quick: bool = False, tiles=None) -> list[
                         out.append(Config(bn, bt, kk, nw, "persist", ns))
     if T >= 4096:
         for bt in (1024, 2048, 4096) + ((8192,) if T >= 1 << 18 else ()):
-            for nw in (4, 8):
+            for nw in (4, 8, 16) if bt >= 4096 and kk == 1 else (4, 8):
                 out.append(Config(1, max(16, bt // kk), kk, nw, "lookback", 1))
     return out
 
