@@ -14,6 +14,8 @@ SWEEP_ALGOS=${SWEEP_ALGOS:-gae,vtrace,retrace,lambda_returns,episodic_prefix_sum
 SWEEP_ARGS=${SWEEP_ARGS:---quick}
 WORK=${WORK:-/tmp/gpu_session}  # logs gathered here, then packed into one file under $OUT
 mkdir -p "$WORK"
+# logs of an earlier call on a machine kept warm would be packed and printed again
+rm -f "$WORK"/pytest-*.log "$WORK"/sweep.txt "$WORK"/sweep.json "$WORK"/probe.txt "$WORK"/bench.log
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
   python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'; } \
   > "$WORK/env.txt" 2>&1
