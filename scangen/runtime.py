@@ -9,6 +9,8 @@ time-major ``[T, N]``, ``[B, N, T]`` and ``[N, T, F]`` all reach the kernel unch
 """
 from __future__ import annotations
 
+import ctypes
+import functools
 import math
 import sys
 from typing import Callable, NamedTuple
@@ -715,14 +717,13 @@ def lookback_workspace(c: Call, cfg, n_words: int):
     pair), one word per (row, chunk), made all-one bits once (the counter reads -1, every word
     "not written yet"). Each call works in one half and resets the other for the next call (see
     the kernel), so a plan keeps its workspace across calls, one per CUDA stream (calls on two
-    streams may run at once), and a call costs no fill. Under CUDA-graph capture a fresh
-    workspace is made and filled inside the graph: one kept across calls would be filled only
-    when the graph first replays."""
+    streams may run at once), and a call costs no fill. Under CUDA-graph capture see
+    :func:`_captured_workspace`."""
     stream = 0
     if c.device.type == "cuda":
-        if torch.cuda.is_current_stream_capturing():
-            return _new_workspace(c, cfg, n_words)
         stream = _raw_stream(c.device.index or 0)
+        if torch.cuda.is_current_stream_capturing():
+            return _captured_workspace(c, cfg, n_words, stream)
     kept = c.kernels.setdefault("workspaces", {})
     ws = kept.get(stream)
     if ws is None:
@@ -730,7 +731,95 @@ def lookback_workspace(c: Call, cfg, n_words: int):
             del kept[next(iter(kept))]
         ws = kept[stream] = _new_workspace(c, cfg, n_words)
         c.kernels["lb_words"] = n_words  # for the plan's fast path (new streams)
+    if "spare_ready" not in c.kernels and c.device.type == "cuda":
+        _spare(c, cfg, n_words)
     return ws
+
+
+def _spare(c: Call, cfg, n_words: int) -> None:
+    """An eager call's part in keeping a spare workspace for the plan's next capture: make one
+    (filled on this stream, an event recorded after the fill) where there is none, else mark it
+    ready once its event has completed, outside any capture, so that a graph never replays
+    before the spare's fill is done, whatever stream it replays on."""
+    k = c.kernels
+    spare = k.get("spare")
+    if spare is None:
+        if _HELD[0] + _workspace_bytes(c, cfg, n_words) <= MAX_HELD_BYTES:
+            ws = _new_workspace(c, cfg, n_words)
+            k["spare"] = (ws, torch.cuda.current_stream(c.device).record_event())
+    elif spare[1].query():
+        k["spare_ready"] = True
+
+
+def _captured_workspace(c: Call, cfg, n_words: int, stream: int):
+    """The workspace of a call under CUDA-graph capture. The calls of one plan on one stream of
+    one capture (stream order: as eager calls on one stream) share one workspace, which the
+    graph's replays advance as calls do. It is the plan's spare if an earlier eager call made
+    one whose fill has completed (nothing to fill in the graph; the spare is then kept for the
+    life of the process, since the graph writes it on every replay, and never handed to
+    another capture, since two graphs may replay at once), else a fresh one filled inside the
+    graph (once a replay, not once a call). Without the capture's id (the driver's
+    ``cuStreamGetCaptureInfo``), every call makes a fresh one filled in the graph."""
+    capture = _capture_id(stream)
+    if capture is None:
+        return _new_workspace(c, cfg, n_words)
+    k = c.kernels
+    held = k.get("captured")
+    if held is None or held[0] != capture:  # this capture's first call of the plan
+        held = k["captured"] = (capture, {})
+    ws = held[1].get(stream)
+    if ws is None:
+        if k.pop("spare_ready", False):
+            ws = k.pop("spare")[0]
+            _HELD[0] += ws.numel() * ws.element_size()
+            _HELD.append(ws)
+        else:
+            ws = _new_workspace(c, cfg, n_words)
+        held[1][stream] = ws
+    return ws
+
+
+# Spares handed to captures, kept for the life of the process (after the byte count): a graph
+# keeps writing the one it was captured with. Plans stop making spares beyond this many bytes.
+_HELD: list = [0]
+MAX_HELD_BYTES = 64 << 20
+
+
+def _workspace_bytes(c: Call, cfg, n_words: int) -> int:
+    return 4 * (2 + 2 * n_words * (c.acc.itemsize // 4) * c.R1 * c.R2 * _row_chunks(c, cfg))
+
+
+def _capture_id(stream: int):
+    """The id of the capture in progress on ``stream`` (a raw CUDA stream handle), or None where
+    the driver does not say."""
+    fn = _capture_info()
+    if fn is None:
+        return None
+    status, ident = ctypes.c_int(0), ctypes.c_uint64(0)
+    try:
+        err = fn(ctypes.c_void_p(stream), ctypes.byref(status), ctypes.byref(ident))
+    except (OSError, ctypes.ArgumentError):
+        return None
+    return ident.value if err == 0 and status.value == 1 else None  # 1: capture active
+
+
+@functools.lru_cache(maxsize=None)
+def _capture_info():
+    """The driver's cuStreamGetCaptureInfo (stream, status*, id*), or None."""
+    for lib in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            cuda = ctypes.CDLL(lib)
+        except OSError:
+            continue
+        for name, extra in (("cuStreamGetCaptureInfo_v2", 3), ("cuStreamGetCaptureInfo", 0)):
+            fn = getattr(cuda, name, None)
+            if fn is None:
+                continue
+            fn.restype = ctypes.c_int
+            if extra:  # its (graph, dependencies, count) out-parameters are optional: NULL
+                return lambda s, st, i, fn=fn: fn(s, st, i, None, None, None)
+            return fn
+    return None
 
 
 MAX_WORKSPACE_STREAMS = 8

@@ -95,8 +95,8 @@ def test_low_precision_on_gpu(dtype):
                                           ("lookback", (4, 8192))])
 def test_cuda_graph_capture_and_replay(family, shape, monkeypatch):
     """Each kernel family captured in a CUDA graph and replayed twice on new inputs (the
-    look-back's workspace is made and filled inside the graph, so every replay starts clean),
-    then called eagerly again on both streams (the look-back's kept workspaces)."""
+    look-back's workspace: the plan's spare, filled outside the graph, or one filled inside
+    it), then called eagerly again on both streams (the look-back's kept workspaces)."""
     monkeypatch.setenv("SCANGEN_FAMILY", family)
     runtime.reload_env()
     try:
@@ -129,6 +129,82 @@ def test_cuda_graph_capture_and_replay(family, shape, monkeypatch):
             expected = reference.compute_gae(**{k: v.cpu() if torch.is_tensor(v) else v
                                                 for k, v in fresh.items()})
             assert_close(got.cpu(), expected, dtype=got.dtype, name=f"{family} eager after graph")
+    finally:
+        monkeypatch.delenv("SCANGEN_FAMILY")
+        runtime.reload_env()
+
+
+def test_lookback_captures_share_no_workspace(monkeypatch):
+    """Look-back calls under CUDA-graph capture (runtime._captured_workspace): the first
+    capture after eager calls takes the plan's spare workspace, filled outside the graph; a
+    second capture, with no eager call between, fills its own inside the graph; two calls of
+    the plan in one capture share one. The two graphs, replayed in turn and then at once on two
+    streams, and eager calls after them, all match the reference."""
+    monkeypatch.setenv("SCANGEN_FAMILY", "lookback")
+    runtime.reload_env()
+    runtime._PLANS.clear()
+    try:
+        shape = (4, 8192)
+        static = [make_inputs("gae", *shape, seed=30 + i, device="cuda") for i in range(3)]
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):  # warm up: compile, plan, and a spare whose fill has completed
+                scangen.compute_gae(**static[0])
+            torch.cuda.synchronize()
+            scangen.compute_gae(**static[0])
+        torch.cuda.current_stream().wait_stream(side)
+        (plan,) = [p for p in runtime._PLANS.values()
+                   if p.config is not None and p.config.family == "lookback"]
+        assert plan.kernels.get("spare_ready"), "the spare's fill was not seen complete"
+        spare = plan.kernels["spare"][0]
+        held = runtime._HELD[0]
+        g1, g2 = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g1):
+            out1 = scangen.compute_gae(**static[0])
+        assert "spare" not in plan.kernels and runtime._HELD[-1] is spare
+        assert runtime._HELD[0] == held + spare.numel() * 4
+        with torch.cuda.graph(g2):  # no eager call between: no spare; two calls, one workspace
+            out2 = scangen.compute_gae(**static[1])
+            out3 = scangen.compute_gae(**static[2])
+        (ws,) = plan.kernels["captured"][1].values()
+        assert ws is not spare
+
+        def check(seed):
+            fresh = [make_inputs("gae", *shape, seed=seed + i, device="cuda") for i in range(3)]
+            for s_, f in zip(static, fresh):
+                for k, v in f.items():
+                    if torch.is_tensor(v):
+                        s_[k].copy_(v)
+            return [reference.compute_gae(**{k: v.cpu() if torch.is_tensor(v) else v
+                                             for k, v in f.items()}) for f in fresh]
+
+        for seed in (40, 50):  # in turn
+            expected = check(seed)
+            g1.replay()
+            g2.replay()
+            torch.cuda.synchronize()
+            for got, e in zip((out1, out2, out3), expected):
+                assert_close(got.cpu(), e, dtype=got.dtype, name=f"graphs in turn {seed}")
+        expected = check(60)
+        streams = [torch.cuda.Stream() for _ in range(2)]
+        for st in streams:
+            st.wait_stream(torch.cuda.current_stream())
+        for _ in range(3):  # at once, on two streams: neither graph's workspace is the other's
+            with torch.cuda.stream(streams[0]):
+                g1.replay()
+            with torch.cuda.stream(streams[1]):
+                g2.replay()
+        torch.cuda.synchronize()
+        for got, e in zip((out1, out2, out3), expected):
+            assert_close(got.cpu(), e, dtype=got.dtype, name="graphs at once")
+        fresh = make_inputs("gae", *shape, seed=70, device="cuda")
+        got = scangen.compute_gae(**fresh)  # eager again: the stream's own workspace
+        torch.cuda.synchronize()
+        expected = reference.compute_gae(**{k: v.cpu() if torch.is_tensor(v) else v
+                                            for k, v in fresh.items()})
+        assert_close(got.cpu(), expected, dtype=got.dtype, name="eager after graphs")
+        assert "spare" in plan.kernels, "an eager call makes the next capture's spare"
     finally:
         monkeypatch.delenv("SCANGEN_FAMILY")
         runtime.reload_env()
