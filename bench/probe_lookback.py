@@ -21,7 +21,8 @@ ticket and keptws alone):
   nostore  the outputs are not stored (the compiler then drops their arithmetic)
   keptws   under CUDA-graph capture, the workspace made (and filled) by the variant's first,
            eager call instead of a fresh one filled inside the graph (what the fill kernel in
-           the graph costs; the kernel is unchanged)
+           the graph costs; the kernel is unchanged). Since 51863b9 captured calls take a spare
+           filled outside the graph themselves (runtime._captured_workspace): the two match
 (The first probe of the tenth round, results/h200-2026-11-30-j-probe.txt, used modifiers written
 for the kernels before LB_PID; see git history.)
 Each is timed by CUDA-graph replay (device time), for each look-back tile, in one process.
