@@ -151,7 +151,8 @@ def algo_rows(algo, n, t):
     real = runtime.launch
 
     def spy(c, kernel, grid, args, meta, cfg):
-        seen.update(compiled=c.kernels.get(kernel), grid=(*grid, 1, 1)[:3], args=(*args, *meta.values()))
+        seen.update(compiled=c.kernels.get(kernel), grid=(*grid, 1, 1)[:3],
+                    args=(*args, *meta.values()))
         real(c, kernel, grid, args, meta, cfg)
     runtime.launch = spy
     try:

@@ -514,15 +514,16 @@ def _fast_path(c: Call, values: dict, how: tuple = (-1, None, None)):
     and calls the launcher with the plan's integers and constants. It is built after the plan's
     first direct launch and used only if, on that call's own arguments, it reproduces that
     launch's argument tuple exactly. Look-back calls get their workspace as the general path
-    does (:func:`lookback_workspace`: one per stream, a fresh one under CUDA-graph capture);
+    does (:func:`lookback_workspace`: one per stream, or one per capture and stream);
     tensor params are expanded to their target per call, as :meth:`Call.bind` does (so calls
     through the custom op, autograd and torch.compile, whose params are 0-dim tensors, take the
     fast path too). Plans that re-bind anything more stay on the general path: inputs or params
     that must be copied, float64 (float params travel as new tensors).
 
-    ``guarded(values, time_dim, outputs, backend)`` (``how``: this call's last three) is tried first on an op's next call
-    (:func:`call`), before any signature is built: it checks the same things the signature
-    holds, more cheaply (see :func:`_guarded_source`), and returns ``_MISS`` where they differ.
+    ``guarded(values, time_dim, outputs, backend)`` (``how``: this call's last three) is tried
+    first on an op's next call (:func:`call`), before any signature is built: it checks the
+    same things the signature holds, more cheaply (see :func:`_guarded`), and returns ``_MISS``
+    where they differ.
     It passes the tensors' addresses to the launcher as integers, read once for the alignment
     check, so the launcher asks neither the tensors nor the driver about them again."""
     launches = c.kernels.pop("seen", None)  # None: another thread took it first
@@ -592,7 +593,8 @@ def _fast_path(c: Call, values: dict, how: tuple = (-1, None, None)):
 
 def _guarded(c: Call, values: dict, how: tuple, slots: list, outs: list, body: list, env: dict):
     """The guarded fast path of :func:`_fast_path`, or None where torch has no C check of
-    tensor metadata or the plan's tensors are not all 16-byte aligned or need no gradient."""
+    tensor metadata, or the plan's tensors are not all 16-byte aligned, or one of them
+    requires a gradient."""
     tensors = [n for n, v in values.items() if isinstance(v, torch.Tensor)]
     if (_TensorGuards is None or not tensors
             or any(values[n].data_ptr() % 16 or values[n].requires_grad for n in tensors)):
