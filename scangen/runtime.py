@@ -746,7 +746,7 @@ def _spare(c: Call, cfg, n_words: int) -> None:
     k = c.kernels
     spare = k.get("spare")
     if spare is None:
-        if _HELD[0] + _workspace_bytes(c, cfg, n_words) <= MAX_HELD_BYTES:
+        if _HELD[0] + 4 * _workspace_int32s(c, cfg, n_words) <= MAX_HELD_BYTES:
             ws = _new_workspace(c, cfg, n_words)
             k["spare"] = (ws, torch.cuda.current_stream(c.device).record_event())
     elif spare[1].query():
@@ -785,10 +785,6 @@ def _captured_workspace(c: Call, cfg, n_words: int, stream: int):
 # keeps writing the one it was captured with. Plans stop making spares beyond this many bytes.
 _HELD: list = [0]
 MAX_HELD_BYTES = 64 << 20
-
-
-def _workspace_bytes(c: Call, cfg, n_words: int) -> int:
-    return 4 * (2 + 2 * n_words * (c.acc.itemsize // 4) * c.R1 * c.R2 * _row_chunks(c, cfg))
 
 
 def _capture_id(stream: int):
@@ -887,8 +883,7 @@ def lookback_pid(c: Call, cfg) -> bool:
     if cfg.family != "lookback" or c.device.type != "cuda":
         return False
     from .config import _sm_count
-    programs = c.R1 * c.R2 * _row_chunks(c, cfg)
-    return programs >= LB_PID_PROGRAMS_PER_SM * _sm_count(c.device.index or 0)
+    return lookback_tickets(c, cfg) >= LB_PID_PROGRAMS_PER_SM * _sm_count(c.device.index or 0)
 
 
 def lookback_tickets(c: Call, cfg) -> int:
@@ -902,12 +897,17 @@ def _row_chunks(c: Call, cfg) -> int:
 
 
 def _new_workspace(c: Call, cfg, n_words: int):
-    programs = c.R1 * c.R2 * _row_chunks(c, cfg)
-    size = c.acc.itemsize // 4  # int32 words per word of the accumulation dtype
     # One int32 buffer, carved into the counter and the arrays inside the kernel: the host makes
     # one tensor (each tensor view costs microseconds of Python).
-    return torch.full((2 + 2 * n_words * size * programs,), -1, dtype=torch.int32,
+    return torch.full((_workspace_int32s(c, cfg, n_words),), -1, dtype=torch.int32,
                       device=c.device)
+
+
+def _workspace_int32s(c: Call, cfg, n_words: int) -> int:
+    """The workspace's size in int32 words: the int64 counter, then two halves of ``n_words``
+    arrays of one word (of the accumulation dtype) per ticket."""
+    size = c.acc.itemsize // 4  # int32 words per word of the accumulation dtype
+    return 2 + 2 * n_words * size * lookback_tickets(c, cfg)
 
 
 def param_ptrs(c: Call, dummy) -> tuple:
