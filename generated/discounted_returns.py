@@ -127,7 +127,7 @@ def _discounted_returns_chunked_kernel(
         else:
             truncateds = _zero + 0.0
         # scan G: G_t = alpha_t + beta_t * G_{t+1}
-        _e1 = tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds))
+        _e1 = tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL))
         _alpha = tl.where(_ok, _zero + (rewards + _e1*bootstrap_values*gamma__t*(1.0 - terminateds)), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - _e1)), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan(
@@ -310,7 +310,7 @@ def _discounted_returns_persist_kernel(
         else:
             truncateds = _zero + 0.0
         # scan G: G_t = alpha_t + beta_t * G_{t+1}
-        _e1 = tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds))
+        _e1 = tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL))
         _alpha = tl.where(_ok, _zero + (rewards + _e1*bootstrap_values*gamma__t*(1.0 - terminateds)), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - _e1)), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan(
@@ -544,7 +544,7 @@ def _discounted_returns_lookback_kernel(
     else:
         truncateds = _zero + 0.0
     # scan G: G_t = alpha_t + beta_t * G_{t+1}
-    _e1 = tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds))
+    _e1 = tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL))
     _alpha = tl.where(_ok, _zero + (rewards + _e1*bootstrap_values*gamma__t*(1.0 - terminateds)), 0.0)
     _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - _e1)), 1.0)  # identity past the window end
     _a, _b = tl.associative_scan(

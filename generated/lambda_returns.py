@@ -146,7 +146,7 @@ def _lambda_returns_chunked_kernel(
         else:
             truncateds = _zero + 0.0
         # scan G: G_t = alpha_t + beta_t * G_{t+1}
-        _e1 = lambda___t*(1.0 - tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds)))
+        _e1 = lambda___t*(1.0 - tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)))
         _alpha = tl.where(_ok, _zero + (rewards + gamma__t*(1.0 - _e1)*(1.0 - terminateds)*tl.where((HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values)), 0.0)
         _beta = tl.where(_ok, _zero + (_e1*gamma__t), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan(
@@ -356,7 +356,7 @@ def _lambda_returns_persist_kernel(
         else:
             truncateds = _zero + 0.0
         # scan G: G_t = alpha_t + beta_t * G_{t+1}
-        _e1 = lambda___t*(1.0 - tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds)))
+        _e1 = lambda___t*(1.0 - tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)))
         _alpha = tl.where(_ok, _zero + (rewards + gamma__t*(1.0 - _e1)*(1.0 - terminateds)*tl.where((HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values)), 0.0)
         _beta = tl.where(_ok, _zero + (_e1*gamma__t), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan(
@@ -612,7 +612,7 @@ def _lambda_returns_lookback_kernel(
     else:
         truncateds = _zero + 0.0
     # scan G: G_t = alpha_t + beta_t * G_{t+1}
-    _e1 = lambda___t*(1.0 - tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds)))
+    _e1 = lambda___t*(1.0 - tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)))
     _alpha = tl.where(_ok, _zero + (rewards + gamma__t*(1.0 - _e1)*(1.0 - terminateds)*tl.where((HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values)), 0.0)
     _beta = tl.where(_ok, _zero + (_e1*gamma__t), 1.0)  # identity past the window end
     _a, _b = tl.associative_scan(

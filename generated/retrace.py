@@ -279,7 +279,7 @@ def _retrace_chunked_kernel(
             _sum0 += tl.sum(tl.where(_okk, next_action_probs_target__k*next_q_values_all__k, 0.0), axis=2)
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _alpha = tl.where(_ok, _zero + (rewards - q_values + _sum0*gamma__t*(1.0 - terminateds)), 0.0)
-        _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - tl.maximum(terminateds, truncateds))*tl.where((is_last != 0), 0.0, lambda___next__t*tl.minimum(c_bar__next__t, _gather0/action_probs_behavior__next))), 1.0)  # identity past the window end
+        _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL))*tl.where((is_last != 0), 0.0, lambda___next__t*tl.minimum(c_bar__next__t, _gather0/action_probs_behavior__next, propagate_nan=tl.PropagateNan.ALL))), 1.0)  # identity past the window end
         _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
         A = _a + _b * A__carry[:, None]
         A__next = _ea + _eb * A__carry[:, None]  # the state one step nearer the carry
@@ -288,7 +288,7 @@ def _retrace_chunked_kernel(
         if STORE_targets:
             tl.store(targets__optr + targets__orow[:, None] + _t[None, :] * targets__ost, (_zero + (A + q_values)).to(targets__optr.dtype.element_ty), mask=_ok)
         if STORE_advantages:
-            tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + ((rewards - q_values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds)) != 0), _sum0, tl.where((is_last != 0), 0.0, A__next) + tl.where((is_last != 0), 0.0, q_values__next)))*tl.minimum(rho_bar__t, _gather1/action_probs_behavior))).to(advantages__optr.dtype.element_ty), mask=_ok)
+            tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + ((rewards - q_values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)) != 0), _sum0, tl.where((is_last != 0), 0.0, A__next) + tl.where((is_last != 0), 0.0, q_values__next)))*tl.minimum(rho_bar__t, _gather1/action_probs_behavior, propagate_nan=tl.PropagateNan.ALL))).to(advantages__optr.dtype.element_ty), mask=_ok)
         if STORE_st__A:
             tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
 
@@ -639,7 +639,7 @@ def _retrace_persist_kernel(
             _sum0 += tl.sum(tl.where(_okk, next_action_probs_target__k*next_q_values_all__k, 0.0), axis=2)
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _alpha = tl.where(_ok, _zero + (rewards - q_values + _sum0*gamma__t*(1.0 - terminateds)), 0.0)
-        _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - tl.maximum(terminateds, truncateds))*tl.where((is_last != 0), 0.0, lambda___next__t*tl.minimum(c_bar__next__t, _gather0/action_probs_behavior__next))), 1.0)  # identity past the window end
+        _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL))*tl.where((is_last != 0), 0.0, lambda___next__t*tl.minimum(c_bar__next__t, _gather0/action_probs_behavior__next, propagate_nan=tl.PropagateNan.ALL))), 1.0)  # identity past the window end
         _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
         A = _a + _b * A__carry[:, None]
         A__next = _ea + _eb * A__carry[:, None]  # the state one step nearer the carry
@@ -648,7 +648,7 @@ def _retrace_persist_kernel(
         if STORE_targets:
             tl.store(targets__optr + targets__orow[:, None] + _t[None, :] * targets__ost, (_zero + (A + q_values)).to(targets__optr.dtype.element_ty), mask=_ok)
         if STORE_advantages:
-            tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + ((rewards - q_values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds)) != 0), _sum0, tl.where((is_last != 0), 0.0, A__next) + tl.where((is_last != 0), 0.0, q_values__next)))*tl.minimum(rho_bar__t, _gather1/action_probs_behavior))).to(advantages__optr.dtype.element_ty), mask=_ok)
+            tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + ((rewards - q_values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)) != 0), _sum0, tl.where((is_last != 0), 0.0, A__next) + tl.where((is_last != 0), 0.0, q_values__next)))*tl.minimum(rho_bar__t, _gather1/action_probs_behavior, propagate_nan=tl.PropagateNan.ALL))).to(advantages__optr.dtype.element_ty), mask=_ok)
         if STORE_st__A:
             tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
         action_probs_behavior__raw = action_probs_behavior__raw__nx
@@ -1008,7 +1008,7 @@ def _retrace_lookback_kernel(
         _sum0 += tl.sum(tl.where(_okk, next_action_probs_target__k*next_q_values_all__k, 0.0), axis=2)
     # scan A: A_t = alpha_t + beta_t * A_{t+1}
     _alpha = tl.where(_ok, _zero + (rewards - q_values + _sum0*gamma__t*(1.0 - terminateds)), 0.0)
-    _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - tl.maximum(terminateds, truncateds))*tl.where((is_last != 0), 0.0, lambda___next__t*tl.minimum(c_bar__next__t, _gather0/action_probs_behavior__next))), 1.0)  # identity past the window end
+    _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL))*tl.where((is_last != 0), 0.0, lambda___next__t*tl.minimum(c_bar__next__t, _gather0/action_probs_behavior__next, propagate_nan=tl.PropagateNan.ALL))), 1.0)  # identity past the window end
     _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
     # look back over earlier chunks for the carry (decoupled look-back).
@@ -1022,7 +1022,7 @@ def _retrace_lookback_kernel(
     if STORE_targets:
         tl.store(targets__optr + targets__orow[:, None] + _t[None, :] * targets__ost, (_zero + (A + q_values)).to(targets__optr.dtype.element_ty), mask=_ok)
     if STORE_advantages:
-        tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + ((rewards - q_values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds)) != 0), _sum0, tl.where((is_last != 0), 0.0, A__next) + tl.where((is_last != 0), 0.0, q_values__next)))*tl.minimum(rho_bar__t, _gather1/action_probs_behavior))).to(advantages__optr.dtype.element_ty), mask=_ok)
+        tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + ((rewards - q_values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)) != 0), _sum0, tl.where((is_last != 0), 0.0, A__next) + tl.where((is_last != 0), 0.0, q_values__next)))*tl.minimum(rho_bar__t, _gather1/action_probs_behavior, propagate_nan=tl.PropagateNan.ALL))).to(advantages__optr.dtype.element_ty), mask=_ok)
     if STORE_st__A:
         tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
     if LB_PID:  # at the end, so that no load waits on the counter

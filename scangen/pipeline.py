@@ -7,6 +7,7 @@ from .ir import IR
 from .lower import lower
 from .plan import plan
 from .render import render
+from .render_numba import render_numba
 from .spec import Spec, as_spec
 from .validate import validate
 
@@ -24,13 +25,26 @@ def generate(spec_or_path, source: str | None = None) -> tuple[IR, str]:
 def generate_with_grad(spec_or_path, source: str | None = None):
     """``(ir, forward module, backward module or None)``: the forward can also store its scan
     states; the backward is the spec's adjoint (scangen.adjoint), compiled the same way."""
+    ir, files = generate_modules(spec_or_path, source)
+    return ir, files[""], files.get("_grad")
+
+
+def generate_modules(spec_or_path, source: str | None = None) -> tuple[IR, dict[str, str]]:
+    """``(ir, {suffix: module source})``: ``""`` the forward module (Triton kernels, torch path,
+    public function), ``"_numba"`` its CPU kernels, and where the adjoint could be generated
+    ``"_grad"`` / ``"_grad_numba"`` the backward op's. The forward can also store its scan
+    states; the backward is the spec's adjoint (scangen.adjoint), compiled the same way."""
     spec: Spec = as_spec(spec_or_path)
     ir = lower(validate(spec))
     source = source or spec.source
-    forward = render(plan(with_states(ir)), source)
+    forward = plan(with_states(ir))
+    files = {"": render(forward, source), "_numba": render_numba(forward, source)}
     backward = adjoint_ir(ir)
-    try:
-        grad = render(plan(backward), f"{source} (adjoint)") if backward is not None else None
-    except SpecError:  # a derivative the printers cannot write: autograd differentiates the
-        grad = None    # generated torch path instead (scangen.ops)
-    return ir, forward, grad
+    if backward is not None:
+        try:
+            grad = plan(backward)
+            files["_grad"] = render(grad, f"{source} (adjoint)")
+            files["_grad_numba"] = render_numba(grad, f"{source} (adjoint)")
+        except SpecError:  # a derivative the printers cannot write: autograd differentiates
+            files.pop("_grad", None)  # the generated torch path instead (scangen.ops)
+    return ir, files

@@ -1,4 +1,4 @@
-"""SymPy printers for the two targets: Triton (inside ``@triton.jit`` kernels) and torch.
+"""SymPy printers for the targets: Triton (inside ``@triton.jit`` kernels), torch and numba.
 
 Each printer has an explicit function table and fails, naming the spec, on anything it does not
 know, so an unsupported expression is a build-time error instead of broken generated code.
@@ -66,11 +66,11 @@ class _Printer(StrPrinter):
         raise SpecError(f"only integer powers up to 4 and square roots are supported by "
                         f"{self.target}", source=self.spec_name, expr=str(expr))
 
-    def _minmax(self, expr, fn):
+    def _minmax(self, expr, fn, extra=""):
         args = [self._print(a) for a in expr.args]
         out = args[0]
         for a in args[1:]:
-            out = f"{fn}({out}, {a})"
+            out = f"{fn}({out}, {a}{extra})"
         return out
 
     def _print_Where(self, expr):
@@ -95,11 +95,15 @@ class TritonPrinter(_Printer):
     sqrt = "tl.sqrt"
     where = "tl.where"
 
+    # NaN-propagating, as torch.minimum: a NaN operand (an out-of-range gather, a NaN input)
+    # must not be clipped into a finite value
+    _NAN = ", propagate_nan=tl.PropagateNan.ALL"
+
     def _print_Min(self, expr):
-        return self._minmax(expr, "tl.minimum")
+        return self._minmax(expr, "tl.minimum", self._NAN)
 
     def _print_Max(self, expr):
-        return self._minmax(expr, "tl.maximum")
+        return self._minmax(expr, "tl.maximum", self._NAN)
 
 
 class TorchPrinter(_Printer):
@@ -115,8 +119,28 @@ class TorchPrinter(_Printer):
         return self._minmax(expr, "_tp.maximum")
 
 
+class NumbaPrinter(_Printer):
+    """Scalar code inside ``@numba.njit`` kernels (``scangen.numba_kernels`` as ``_nk``)."""
+
+    target = "numba"
+    functions = {"exp": "np.exp", "log": "np.log", "Abs": "abs", "sqrt": "np.sqrt"}
+    sqrt = "np.sqrt"
+    where = "_nk.where"
+
+    def _print_Where(self, expr):
+        c, a, b = expr.args
+        cond = self._print(c) if isinstance(c, _Indicator) else f"{self._print(c)} != 0"
+        return f"({self._print(a)} if {cond} else {self._print(b)})"
+
+    def _print_Min(self, expr):  # NaN-propagating, as torch.minimum
+        return self._minmax(expr, "_nk.minimum")
+
+    def _print_Max(self, expr):
+        return self._minmax(expr, "_nk.maximum")
+
+
 def print_expr(printer_cls, expr, symbols, spec_name) -> str:
     return printer_cls(symbols, spec_name).doprint(expr)
 
 
-__all__ = ["TritonPrinter", "TorchPrinter", "print_expr", "Where"]
+__all__ = ["TritonPrinter", "TorchPrinter", "NumbaPrinter", "print_expr", "Where"]

@@ -17,6 +17,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from . import numbapath
 from .config import choose_config
 from .env import ENV, reload_env  # noqa: F401 (re-exported: scangen.runtime.reload_env)
 
@@ -60,16 +61,31 @@ def _interpreting() -> bool:
     return (ENV["TRITON_INTERPRET"] or "0") not in ("", "0")
 
 
+BACKENDS = ("auto", "triton", "numba", "torch")
+
+
 def select_backend(fn: str, backend: str | None, device: torch.device) -> str:
+    """``auto``: Triton for CUDA tensors, numba for CPU tensors (torch where numba is not
+    installed), the torch path on every other device."""
     choice = backend if backend is not None else (ENV["SCANGEN_BACKEND"] or "auto")
-    if choice not in ("auto", "triton", "torch"):
+    if choice not in BACKENDS:
         source = "backend" if backend is not None else "SCANGEN_BACKEND"
-        raise ValueError(f"{fn}(): {source} must be 'auto', 'triton' or 'torch', got {choice!r}")
+        raise ValueError(f"{fn}(): {source} must be one of "
+                         f"{', '.join(repr(b) for b in BACKENDS)}, got {choice!r}")
     if choice == "auto":
-        return "triton" if device.type == "cuda" else "torch"
+        if device.type == "cuda":
+            return "triton"
+        return "numba" if device.type == "cpu" and numbapath.available() else "torch"
     if choice == "triton" and device.type != "cuda" and not _interpreting():
         raise ValueError(f"{fn}(): backend='triton' needs CUDA tensors, or TRITON_INTERPRET=1 "
                          f"set before scangen is imported to run the kernels on the CPU")
+    if choice == "numba":
+        if device.type != "cpu":
+            raise ValueError(f"{fn}(): backend='numba' needs CPU tensors, got {device.type} "
+                             f"tensors")
+        if not numbapath.available():
+            raise ValueError(f"{fn}(): backend='numba' needs numba installed "
+                             f"(pip install numba)")
     return choice
 
 
@@ -448,6 +464,8 @@ def _call(op, values, key, time_dim, outputs, backend):
             else:
                 c.kernels["fast"], c.kernels["guarded"] = _fast_path(
                     c, values, (time_dim, outputs, backend))
+    elif c.backend == "numba":
+        numbapath.launch(c, op)
     else:
         op.torch_impl(c)
     return c.result()

@@ -4,6 +4,7 @@ Without a GPU the Triton kernels run under TRITON_INTERPRET=1 (numpy), which mus
 any kernel module is imported, hence here. Outputs are poisoned with NaN before every kernel
 runs, so an element a kernel forgets to write can never pass a comparison.
 """
+import importlib.util
 import os
 
 import torch
@@ -17,7 +18,9 @@ from scangen import runtime  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 ON_GPU = DEVICE == "cuda"
-BACKENDS = ("torch", "triton")
+# numba runs on CPU tensors only: on a CUDA machine the tests' inputs live on the GPU.
+HAS_NUMBA = importlib.util.find_spec("numba") is not None
+BACKENDS = ("torch", "triton") + (("numba",) if HAS_NUMBA and not ON_GPU else ())
 
 
 @pytest.fixture(autouse=True)

@@ -85,7 +85,7 @@ CHILD = textwrap.dedent("""\
     done = torch.rand(3, 37, generator=g) < 0.2
     device = "cuda" if torch.cuda.is_available() else "cpu"
     res = {}
-    for backend in ("torch", "triton"):
+    for backend in ("torch", "triton") + (("numba",) if device == "cpu" else ()):
         ret, twice = fn(x.to(device), done.to(device), backend=backend)
         res[backend] = [ret.cpu().tolist(), twice.cpu().tolist()]
     print(json.dumps(res))
@@ -99,8 +99,10 @@ def _entries(cache: Path):
 def _check_entry(entry: Path, name: str):
     """One committed entry: the module and a meta.json naming its key and versions."""
     files = {p.name for p in entry.iterdir()} - {"__pycache__"}
-    # the op, its generated backward, the commit marker; no half-written .tmp files left
-    assert files == {f"{name}.py", f"{name}_grad.py", "meta.json"}, files
+    # the op, its generated backward, their CPU kernels, the commit marker; no half-written
+    # .tmp files left
+    assert files == {f"{name}.py", f"{name}_grad.py", f"{name}_numba.py",
+                     f"{name}_grad_numba.py", "meta.json"}, files
     meta = json.loads((entry / "meta.json").read_text())
     assert entry.name == f"{name}-{meta['key'][:24]}"
     assert meta["spec"] == name and meta["function"] == name
@@ -139,7 +141,8 @@ def test_four_processes_compile_the_same_spec_at_once(tmp_path):
     ret, twice = _expected(*_inputs())
     for out, _ in results:
         res = json.loads(out.strip().splitlines()[-1])
-        for backend in ("torch", "triton"):
+        assert {"torch", "triton"} <= set(res), res
+        for backend in res:  # torch, triton and, on the CPU, numba
             got_ret, got_twice = (torch.tensor(v, dtype=torch.float64) for v in res[backend])
             torch.testing.assert_close(got_ret, ret, atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(got_twice, twice, atol=1e-5, rtol=1e-5)
@@ -179,7 +182,8 @@ def test_killed_build_leaves_nothing_that_loads(tmp_path, when):
     assert not (entry / "meta.json").exists()
     files = {p.name for p in entry.iterdir()}
     if when == "before-meta":
-        assert files == {f"{name}.py", f"{name}_grad.py"}
+        assert files == {f"{name}.py", f"{name}_grad.py", f"{name}_numba.py",
+                         f"{name}_grad_numba.py"}
         # Damage the uncommitted module too: an uncommitted entry is never trusted.
         (entry / f"{name}.py").write_text("raise RuntimeError('half-built module loaded')\n")
     else:

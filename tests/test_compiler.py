@@ -78,8 +78,10 @@ def test_checked_in_generated_folder_is_fresh():
 
 def test_build_writes_only_changes_and_check_detects_staleness(tmp_path):
     specs = [BUILTINS["gae"], BUILTINS["discounted_returns"]]
-    assert build(specs, tmp_path) == ["__init__.py", "discounted_returns.py",
-                                      "discounted_returns_grad.py", "gae.py", "gae_grad.py"]
+    assert build(specs, tmp_path) == [
+        "__init__.py", "discounted_returns.py", "discounted_returns_grad.py",
+        "discounted_returns_grad_numba.py", "discounted_returns_numba.py", "gae.py",
+        "gae_grad.py", "gae_grad_numba.py", "gae_numba.py"]
     mtime = os.stat(tmp_path / "gae.py").st_mtime_ns
     assert build(specs, tmp_path) == []
     assert os.stat(tmp_path / "gae.py").st_mtime_ns == mtime

@@ -1,0 +1,171 @@
+"""The CPU backend's host side: runs an op's generated numba kernels (``<module>_numba.py``).
+
+numba is imported only here, and only when the numba backend runs, so scangen imports and runs
+where numba is absent (``auto`` then takes the torch path on CPU tensors). The kernels take each
+tensor as a flat NumPy view of its storage (no copy; half-precision tensors are widened to
+float32 once, as numba has no bfloat16) and the canonical ``[R1, R2, T]`` strides of
+:class:`scangen.runtime.Call` packed into one int64 array (scangen.render_numba).
+
+Threads: the kernels release the GIL, and the rows (or tiles of time-major rows) of one call are
+split over ``torch.get_num_threads()`` threads: the caller and a shared pool. Calls from several
+Python threads at once share that pool, so they never start more threads than it holds; small
+calls run on the caller's thread alone.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import torch
+
+_HALF = (torch.float16, torch.bfloat16)
+# Time-major tiles: rows swept innermost per step. 256 float64 carries per scan fit in L1.
+TILE_ROWS = 256
+# Below this many steps in all, splitting a call over threads costs more than it saves.
+MIN_PARALLEL_STEPS = 32768
+
+
+def available() -> bool:
+    """Whether numba can be imported (checked once; ``auto`` falls back to torch without it)."""
+    if "ok" not in _AVAILABLE:
+        _AVAILABLE["ok"] = importlib.util.find_spec("numba") is not None
+    return _AVAILABLE["ok"]
+
+
+_AVAILABLE: dict = {}
+_LOCK = threading.Lock()
+
+
+def kernels_of(op):
+    """The generated numba module of ``op``: ``<forward module>_numba``, beside its file."""
+    name = op.launch.__module__ + "_numba"
+    module = sys.modules.get(name)
+    if module is not None:
+        return module
+    with _LOCK:
+        module = sys.modules.get(name)
+        if module is None:
+            forward = sys.modules[op.launch.__module__]
+            path = Path(forward.__file__)
+            path = path.with_name(path.stem + "_numba.py")
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            sys.modules[name] = module
+    return module
+
+
+def _span(t: torch.Tensor) -> int:
+    return 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+
+
+def _flat(t: torch.Tensor) -> np.ndarray:
+    """The storage ``t`` spans, as a 1-D array whose element i is ``t``'s offset i."""
+    flat = t.detach().as_strided((_span(t),), (1,), t.storage_offset())
+    if flat.dtype in _HALF:
+        flat = flat.float()
+    elif flat.dtype == torch.bool:  # the same bytes; numba's float() takes no bool
+        flat = flat.view(torch.uint8)
+    return flat.numpy()
+
+
+class _Plan:
+    """What every call of one launch plan shares: the kernel, the strides and flags ``S``,
+    the placeholders of absent arrays and how the work is split."""
+
+    def __init__(self, c, module):
+        self.module = module
+        infos = {i.name: i for i in c.op.inputs}
+        words, self.sources = [], []
+        for name, role in zip(module.ARRAYS, module.ROLES):
+            if role == "input":
+                st = c.strides.get(name)
+                if st is None:  # absent: its default, read with stride 0
+                    self.sources.append(("const", np.full(1, infos[name].default)))
+                    st = (0, 0, 0)
+                else:
+                    self.sources.append(("tensor", name))
+            elif role == "param":
+                st = c.pstrides.get(name, (0, 0, 0))
+                self.sources.append(("param", name))
+            else:
+                st = c.out_strides.get(name)
+                self.sources.append(("out", name) if st is not None
+                                    else ("const", np.zeros(1)))
+                st = st or (0, 0, 0)
+            words += [*st[:3], st[3] if len(st) > 3 else 0]
+        for flag in module.FLAGS:
+            kind, _, name = flag.partition("_")
+            words.append(int(name in (c.tensors if kind == "HAS" else c.outs)))
+        self.S = np.array(words, dtype=np.int64)
+        first = next(n for n in c.strides if infos[n].shape != "N")
+        s1, s2, st = c.strides[first][:3]
+        self.time_major = c.R2 > 1 and s2 < st
+        if self.time_major:
+            self.kernel = module._tmajor
+            self.items = c.R1 * -(-c.R2 // TILE_ROWS)
+            self.head = (c.R2, c.T, c.K, TILE_ROWS, self.S)
+        else:
+            self.kernel = module._rows
+            self.items = c.R1 * c.R2
+            self.head = (c.R2, c.T, c.K, self.S)
+        self.half_outs = c.out_dtype in _HALF
+        self.steps = c.R1 * c.R2 * c.T
+
+    def arrays(self, c):
+        out, widened = [], []
+        for kind, what in self.sources:
+            if kind == "const":
+                out.append(what)
+            elif kind == "tensor":
+                out.append(_flat(c.tensors[what]))
+            elif kind == "param":
+                v = c.params[what]
+                out.append(_flat(v) if isinstance(v, torch.Tensor) else np.full(1, v))
+            else:
+                o = c.outs[what]
+                if self.half_outs:
+                    wide = torch.empty(_span(o), dtype=torch.float32)
+                    widened.append((o, wide))
+                    out.append(wide.numpy())
+                else:
+                    out.append(_flat(o))
+        return out, widened
+
+
+def launch(c, op) -> None:
+    """Run ``op``'s numba kernel over the call ``c`` (CPU tensors)."""
+    plan = c.kernels.get("numba")
+    if plan is None:
+        plan = c.kernels["numba"] = _Plan(c, kernels_of(op))
+    arrays, widened = plan.arrays(c)
+    threads = min(torch.get_num_threads(), plan.items)
+    if threads <= 1 or plan.steps < MIN_PARALLEL_STEPS:
+        plan.kernel(0, plan.items, *plan.head, *arrays)
+    else:
+        bounds = [plan.items * k // threads for k in range(threads + 1)]
+        pool = _pool()
+        futures = [pool.submit(plan.kernel, lo, hi, *plan.head, *arrays)
+                   for lo, hi in zip(bounds[1:-1], bounds[2:])]
+        plan.kernel(bounds[0], bounds[1], *plan.head, *arrays)
+        for f in futures:
+            f.result()
+    for o, wide in widened:
+        o.detach().as_strided((wide.numel(),), (1,), o.storage_offset()).copy_(wide)
+
+
+_POOL: list = []
+
+
+def _pool() -> ThreadPoolExecutor:
+    if not _POOL:
+        with _LOCK:
+            if not _POOL:
+                _POOL.append(ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) - 1),
+                                                thread_name_prefix="scangen-numba"))
+    return _POOL[0]
