@@ -10,6 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
+from conftest import BACKENDS
 import scangen
 from python_specs import ALL
 from scangen.ir import canonical
@@ -117,7 +118,7 @@ def _ema_loop(x, starts, decay):
     return out
 
 
-@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_compile_user_spec_and_cache(tmp_path, backend):
     fn = scangen.compile(EMA, cache_dir=tmp_path)
     (entry,) = tmp_path.iterdir()

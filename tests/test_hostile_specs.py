@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import BACKENDS
 import scangen
 from scangen.expr import MAX_EXPR_CHARS, MAX_EXPR_NODES
 from scangen.pipeline import to_ir
@@ -371,7 +372,7 @@ def test_names_used_by_the_generated_code(tmp_path, monkeypatch, role, name):
         return
     x = torch.randn(2, 40)
     args = {kwargs.get("x", "x"): x, "f": torch.zeros(2, 40), "b": torch.zeros(2)}
-    for backend in ("torch", "triton"):
+    for backend in BACKENDS:
         out = fn(**args, backend=backend)
         torch.testing.assert_close(out.double(), _reverse_loop(x), atol=1e-5, rtol=1e-5)
 
@@ -400,7 +401,7 @@ def test_present_is_not_an_input_named_like_its_flag(tmp_path):
     if fn is None:
         return
     x = torch.randn(2, 5)
-    for backend in ("torch", "triton"):
+    for backend in BACKENDS:
         out = fn(x, torch.ones(2, 5), backend=backend)  # o not passed: present(o) == 0
         torch.testing.assert_close(out.double(), _reverse_loop(x), atol=1e-5, rtol=1e-5)
 
@@ -842,7 +843,7 @@ def test_numbers_the_printers_cannot_write(tmp_path, case, text):
         return
     x = torch.randn(2, 5)
     args = dict(x=x, f=torch.zeros(2, 5), b=torch.zeros(2))
-    for backend in ("torch", "triton"):
+    for backend in BACKENDS:
         out = fn(**args, backend=backend)
         assert case == "exp_one", f"{case}: compiled and ran, expected a SpecError"
         torch.testing.assert_close(out.double(), _reverse_loop(x) * 2.718281828459045)

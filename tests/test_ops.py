@@ -200,8 +200,8 @@ def test_backend_env_var_and_argument(monkeypatch):
     monkeypatch.setenv("SCANGEN_BACKEND", "bogus")
     runtime.reload_env()
     try:
-        with pytest.raises(ValueError, match="SCANGEN_BACKEND must be 'auto', 'triton' or "
-                                             "'torch', got 'bogus'"):
+        with pytest.raises(ValueError, match="SCANGEN_BACKEND must be one of 'auto', 'triton', "
+                                             "'numba', 'torch', got 'bogus'"):
             scangen.compute_gae(**inputs)
         scangen.compute_gae(**inputs, backend="torch")  # the argument wins over the variable
         with pytest.raises(ValueError, match="backend must be"):

@@ -44,6 +44,7 @@ import torch
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
+from conftest import BACKENDS
 import scangen
 from scangen import ops
 import ir_eval
@@ -395,21 +396,23 @@ def check_spec(cache_dir, d, inputs, params, launch, chain="sequential"):
     got = {}
     with ExitStack() as stack:
         _launch(stack, launch)
-        for backend in ("triton", "torch"):
+        for backend in BACKENDS:
             got[backend] = _as_tuple(fn(**inputs, **params, outputs=out_names, backend=backend))
     for backend, outs in got.items():
         for name, out in zip(out_names, outs):
             assert out.dtype == torch.float32 and tuple(out.shape) == expected[name].shape
             assert_close(out, torch.from_numpy(expected[name]), atol=1e-4, rtol=1e-3,
                          name=f"{name} ({backend}, {launch})\n{text}")
-    # float64 inputs accumulate in float64: the torch path then matches the IR loop tightly.
+    # float64 inputs accumulate in float64: the torch path (and numba) then match the IR loop
+    # tightly.
     as64 = {k: (v.double() if v.is_floating_point() else v) for k, v in inputs.items()}
     p64 = {k: (v.double() if torch.is_tensor(v) else v) for k, v in params.items()}
-    outs = _as_tuple(fn(**as64, **p64, outputs=out_names, backend="torch"))
-    for name, out in zip(out_names, outs):
-        assert out.dtype == torch.float64
-        assert_close(out, torch.from_numpy(expected[name]), atol=1e-9, rtol=1e-8,
-                     name=f"{name} (torch, float64)\n{text}")
+    for backend in [b for b in BACKENDS if b != "triton"]:
+        outs = _as_tuple(fn(**as64, **p64, outputs=out_names, backend=backend))
+        for name, out in zip(out_names, outs):
+            assert out.dtype == torch.float64
+            assert_close(out, torch.from_numpy(expected[name]), atol=1e-9, rtol=1e-8,
+                         name=f"{name} ({backend}, float64)\n{text}")
 
 
 @budget(40)
@@ -533,7 +536,7 @@ def _compile_and_compare(cache_dir, text, inputs, params=None, *, atol, rtol):
     ir = to_ir(text)
     names = [o.name for o in ir.outputs]
     expected = ir_eval.evaluate(ir, inputs, params)
-    for backend in ("torch", "triton"):
+    for backend in BACKENDS:
         outs = _as_tuple(fn(**inputs, **params, outputs=names, backend=backend))
         for name, out in zip(names, outs):
             assert_close(out, torch.from_numpy(expected[name]), atol=atol, rtol=rtol,
@@ -637,7 +640,7 @@ def test_random_specs_generated_backward_matches_autograd(cache_dir, data):
     torch path, for every float input and tensor param of a random spec, in float64."""
     d = data.draw(affine_spec(), label="spec")
     inputs, params, _ = data.draw(call_data(d), label="call")
-    backend = data.draw(st.sampled_from(["torch", "triton"]), label="backend")
+    backend = data.draw(st.sampled_from(BACKENDS), label="backend")
     text = spec_text(d, name="propgrad")
     try:
         fn = scangen.compile(text, cache_dir=cache_dir)

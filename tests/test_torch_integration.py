@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import scangen
-from conftest import DEVICE, ON_GPU
+from conftest import BACKENDS, DEVICE, ON_GPU
 from scangen import ops, reference
 from scangen.testing import make_inputs
 
@@ -35,7 +35,7 @@ def _as_fn(name, inputs, names, **kw):
     return f
 
 
-@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", ALGOS)
 def test_gradcheck_float64(name, backend):
     """Gradients w.r.t. every float input, and w.r.t. gamma-like params given as tensors."""
@@ -149,7 +149,7 @@ def _grads(fn, inputs, names, **kw):
     return torch.autograd.grad(total, [leaves[k] for k in names])
 
 
-@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("case", ["gae-time-major", "traces-features", "masked-gae", "vtrace"])
 def test_generated_backward_matches_differentiated_torch_path(case, backend, monkeypatch):
     """The fused adjoint kernel against autograd through the generated torch path, on layouts
