@@ -85,18 +85,18 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, terminateds__a, truncateds__a, bootst
             t = _i
             _tp = max(t - 1, 0)
             _tn = min(t + 1, T - 1)
-            bootstrap_values = float(bootstrap_values__a[bootstrap_values__o + t * bootstrap_values__st])
-            gamma = float(gamma__a[gamma__o + t * gamma__st])
-            gamma__prev = float(gamma__a[gamma__o + _tp * gamma__st])
-            gy__returns = float(gy__returns__a[gy__returns__o + t * gy__returns__st])
+            bootstrap_values = float(_nk.at(bootstrap_values__a, bootstrap_values__o + t * bootstrap_values__st))
+            gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
+            gamma__prev = float(_nk.at(gamma__a, gamma__o + _tp * gamma__st))
+            gy__returns = float(_nk.at(gy__returns__a, gy__returns__o + t * gy__returns__st))
             is_first = 1.0 if t == 0 else 0.0
             is_last = 1.0 if t == T - 1 else 0.0
             is_last__prev = 1.0 if t - 1 == T - 1 else 0.0
-            st__G__next = float(st__G__a[st__G__o + _tn * st__G__st])
-            terminateds = float(terminateds__a[terminateds__o + t * terminateds__st])
-            terminateds__prev = float(terminateds__a[terminateds__o + _tp * terminateds__st])
-            truncateds = float(truncateds__a[truncateds__o + t * truncateds__st])
-            truncateds__prev = float(truncateds__a[truncateds__o + _tp * truncateds__st])
+            st__G__next = float(_nk.at(st__G__a, st__G__o + _tn * st__G__st))
+            terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
+            terminateds__prev = float(_nk.at(terminateds__a, terminateds__o + _tp * terminateds__st))
+            truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
+            truncateds__prev = float(_nk.at(truncateds__a, truncateds__o + _tp * truncateds__st))
             g__G = gy__returns + ((0.0 if is_first != 0 else gamma__prev*(1.0 - (1.0 if is_last__prev != 0 else (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev))))) * g__G
             _e1 = (1.0 if is_last != 0 else (terminateds if (terminateds >= truncateds) else truncateds))
             _e2 = _e1*g__G*(1.0 - terminateds)
@@ -196,18 +196,18 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, terminateds__a, truncateds__a, 
                 g__G = g__G__c[_j]
                 _tp = max(t - 1, 0)
                 _tn = min(t + 1, T - 1)
-                bootstrap_values = float(bootstrap_values__a[bootstrap_values__o + t * bootstrap_values__st])
-                gamma = float(gamma__a[gamma__o + t * gamma__st])
-                gamma__prev = float(gamma__a[gamma__o + _tp * gamma__st])
-                gy__returns = float(gy__returns__a[gy__returns__o + t * gy__returns__st])
+                bootstrap_values = float(_nk.at(bootstrap_values__a, bootstrap_values__o + t * bootstrap_values__st))
+                gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
+                gamma__prev = float(_nk.at(gamma__a, gamma__o + _tp * gamma__st))
+                gy__returns = float(_nk.at(gy__returns__a, gy__returns__o + t * gy__returns__st))
                 is_first = 1.0 if t == 0 else 0.0
                 is_last = 1.0 if t == T - 1 else 0.0
                 is_last__prev = 1.0 if t - 1 == T - 1 else 0.0
-                st__G__next = float(st__G__a[st__G__o + _tn * st__G__st])
-                terminateds = float(terminateds__a[terminateds__o + t * terminateds__st])
-                terminateds__prev = float(terminateds__a[terminateds__o + _tp * terminateds__st])
-                truncateds = float(truncateds__a[truncateds__o + t * truncateds__st])
-                truncateds__prev = float(truncateds__a[truncateds__o + _tp * truncateds__st])
+                st__G__next = float(_nk.at(st__G__a, st__G__o + _tn * st__G__st))
+                terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
+                terminateds__prev = float(_nk.at(terminateds__a, terminateds__o + _tp * terminateds__st))
+                truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
+                truncateds__prev = float(_nk.at(truncateds__a, truncateds__o + _tp * truncateds__st))
                 g__G = gy__returns + ((0.0 if is_first != 0 else gamma__prev*(1.0 - (1.0 if is_last__prev != 0 else (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev))))) * g__G
                 _e1 = (1.0 if is_last != 0 else (terminateds if (terminateds >= truncateds) else truncateds))
                 _e2 = _e1*g__G*(1.0 - terminateds)

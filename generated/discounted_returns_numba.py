@@ -66,12 +66,12 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, terminateds__a, truncateds__a, bootst
         G = 0.0
         for _i in range(T):
             t = T - 1 - _i
-            bootstrap_values = float(bootstrap_values__a[bootstrap_values__o + t * bootstrap_values__st])
-            gamma = float(gamma__a[gamma__o + t * gamma__st])
+            bootstrap_values = float(_nk.at(bootstrap_values__a, bootstrap_values__o + t * bootstrap_values__st))
+            gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
             is_last = 1.0 if t == T - 1 else 0.0
-            rewards = float(rewards__a[rewards__o + t * rewards__st])
-            terminateds = float(terminateds__a[terminateds__o + t * terminateds__st])
-            truncateds = float(truncateds__a[truncateds__o + t * truncateds__st])
+            rewards = float(_nk.at(rewards__a, rewards__o + t * rewards__st))
+            terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
+            truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
             _e1 = (1.0 if is_last != 0 else _nk.maximum(terminateds, truncateds))
             G = rewards + _e1*bootstrap_values*gamma*(1.0 - terminateds) + (gamma*(1.0 - _e1)) * G
             if STORE_returns:
@@ -146,12 +146,12 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, terminateds__a, truncateds__a, 
                 returns__o = r1 * returns__s1 + r2 * returns__s2
                 st__G__o = r1 * st__G__s1 + r2 * st__G__s2
                 G = G__c[_j]
-                bootstrap_values = float(bootstrap_values__a[bootstrap_values__o + t * bootstrap_values__st])
-                gamma = float(gamma__a[gamma__o + t * gamma__st])
+                bootstrap_values = float(_nk.at(bootstrap_values__a, bootstrap_values__o + t * bootstrap_values__st))
+                gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
                 is_last = 1.0 if t == T - 1 else 0.0
-                rewards = float(rewards__a[rewards__o + t * rewards__st])
-                terminateds = float(terminateds__a[terminateds__o + t * terminateds__st])
-                truncateds = float(truncateds__a[truncateds__o + t * truncateds__st])
+                rewards = float(_nk.at(rewards__a, rewards__o + t * rewards__st))
+                terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
+                truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
                 _e1 = (1.0 if is_last != 0 else _nk.maximum(terminateds, truncateds))
                 G = rewards + _e1*bootstrap_values*gamma*(1.0 - terminateds) + (gamma*(1.0 - _e1)) * G
                 if STORE_returns:

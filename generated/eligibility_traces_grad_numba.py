@@ -85,23 +85,23 @@ def _rows(lo, hi, R2, T, K, S, gradients__a, dones__a, seed_values__a, st__z__a,
         d__seed_values__o = r1 * d__seed_values__s1 + r2 * d__seed_values__s2
         d__gamma__o = r1 * d__gamma__s1 + r2 * d__gamma__s2
         d__lambda___o = r1 * d__lambda___s1 + r2 * d__lambda___s2
-        seed_values = float(seed_values__a[seed_values__o])
+        seed_values = float(_nk.at(seed_values__a, seed_values__o))
         g__z = 0.0
         for _i in range(T):
             t = T - 1 - _i
             _tp = max(t - 1, 0)
             _tn = min(t + 1, T - 1)
-            dones = float(dones__a[dones__o + t * dones__st])
-            dones__prev = float(dones__a[dones__o + _tp * dones__st])
-            gamma = float(gamma__a[gamma__o + t * gamma__st])
-            gamma__next = float(gamma__a[gamma__o + _tn * gamma__st])
-            gy__traces = float(gy__traces__a[gy__traces__o + t * gy__traces__st])
+            dones = float(_nk.at(dones__a, dones__o + t * dones__st))
+            dones__prev = float(_nk.at(dones__a, dones__o + _tp * dones__st))
+            gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
+            gamma__next = float(_nk.at(gamma__a, gamma__o + _tn * gamma__st))
+            gy__traces = float(_nk.at(gy__traces__a, gy__traces__o + t * gy__traces__st))
             is_first = 1.0 if t == 0 else 0.0
             is_first__next = 1.0 if t + 1 == 0 else 0.0
             is_last = 1.0 if t == T - 1 else 0.0
-            lambda_ = float(lambda___a[lambda___o + t * lambda___st])
-            lambda___next = float(lambda___a[lambda___o + _tn * lambda___st])
-            st__z__prev = float(st__z__a[st__z__o + _tp * st__z__st])
+            lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
+            lambda___next = float(_nk.at(lambda___a, lambda___o + _tn * lambda___st))
+            st__z__prev = float(_nk.at(st__z__a, st__z__o + _tp * st__z__st))
             g__z = gy__traces + ((0.0 if is_last != 0 else gamma__next*lambda___next*(1.0 - (0.0 if is_first__next != 0 else dones)))) * g__z
             _e1 = 1.0 - (0.0 if is_first != 0 else dones__prev)
             _e2 = _e1*g__z*lambda_
@@ -190,7 +190,7 @@ def _tmajor(lo, hi, R2, T, K, TB, S, gradients__a, dones__a, seed_values__a, st_
             d__seed_values__o = r1 * d__seed_values__s1 + r2 * d__seed_values__s2
             d__gamma__o = r1 * d__gamma__s1 + r2 * d__gamma__s2
             d__lambda___o = r1 * d__lambda___s1 + r2 * d__lambda___s2
-            seed_values = float(seed_values__a[seed_values__o])
+            seed_values = float(_nk.at(seed_values__a, seed_values__o))
             g__z = 0.0
             g__z__c[_j] = g__z
         for _i in range(T):
@@ -208,21 +208,21 @@ def _tmajor(lo, hi, R2, T, K, TB, S, gradients__a, dones__a, seed_values__a, st_
                 d__seed_values__o = r1 * d__seed_values__s1 + r2 * d__seed_values__s2
                 d__gamma__o = r1 * d__gamma__s1 + r2 * d__gamma__s2
                 d__lambda___o = r1 * d__lambda___s1 + r2 * d__lambda___s2
-                seed_values = float(seed_values__a[seed_values__o])
+                seed_values = float(_nk.at(seed_values__a, seed_values__o))
                 g__z = g__z__c[_j]
                 _tp = max(t - 1, 0)
                 _tn = min(t + 1, T - 1)
-                dones = float(dones__a[dones__o + t * dones__st])
-                dones__prev = float(dones__a[dones__o + _tp * dones__st])
-                gamma = float(gamma__a[gamma__o + t * gamma__st])
-                gamma__next = float(gamma__a[gamma__o + _tn * gamma__st])
-                gy__traces = float(gy__traces__a[gy__traces__o + t * gy__traces__st])
+                dones = float(_nk.at(dones__a, dones__o + t * dones__st))
+                dones__prev = float(_nk.at(dones__a, dones__o + _tp * dones__st))
+                gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
+                gamma__next = float(_nk.at(gamma__a, gamma__o + _tn * gamma__st))
+                gy__traces = float(_nk.at(gy__traces__a, gy__traces__o + t * gy__traces__st))
                 is_first = 1.0 if t == 0 else 0.0
                 is_first__next = 1.0 if t + 1 == 0 else 0.0
                 is_last = 1.0 if t == T - 1 else 0.0
-                lambda_ = float(lambda___a[lambda___o + t * lambda___st])
-                lambda___next = float(lambda___a[lambda___o + _tn * lambda___st])
-                st__z__prev = float(st__z__a[st__z__o + _tp * st__z__st])
+                lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
+                lambda___next = float(_nk.at(lambda___a, lambda___o + _tn * lambda___st))
+                st__z__prev = float(_nk.at(st__z__a, st__z__o + _tp * st__z__st))
                 g__z = gy__traces + ((0.0 if is_last != 0 else gamma__next*lambda___next*(1.0 - (0.0 if is_first__next != 0 else dones)))) * g__z
                 _e1 = 1.0 - (0.0 if is_first != 0 else dones__prev)
                 _e2 = _e1*g__z*lambda_

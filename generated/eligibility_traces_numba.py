@@ -62,16 +62,16 @@ def _rows(lo, hi, R2, T, K, S, gradients__a, dones__a, seed_values__a, gamma__a,
         lambda___o = r1 * lambda___s1 + r2 * lambda___s2
         traces__o = r1 * traces__s1 + r2 * traces__s2
         st__z__o = r1 * st__z__s1 + r2 * st__z__s2
-        seed_values = float(seed_values__a[seed_values__o])
+        seed_values = float(_nk.at(seed_values__a, seed_values__o))
         z = seed_values
         for _i in range(T):
             t = _i
             _tp = max(t - 1, 0)
-            dones__prev = float(dones__a[dones__o + _tp * dones__st])
-            gamma = float(gamma__a[gamma__o + t * gamma__st])
-            gradients = float(gradients__a[gradients__o + t * gradients__st])
+            dones__prev = float(_nk.at(dones__a, dones__o + _tp * dones__st))
+            gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
+            gradients = float(_nk.at(gradients__a, gradients__o + t * gradients__st))
             is_first = 1.0 if t == 0 else 0.0
-            lambda_ = float(lambda___a[lambda___o + t * lambda___st])
+            lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
             z = gradients + (gamma*lambda_*(1.0 - (0.0 if is_first != 0 else dones__prev))) * z
             if STORE_traces:
                 traces__a[traces__o + t * traces__st] = z
@@ -130,7 +130,7 @@ def _tmajor(lo, hi, R2, T, K, TB, S, gradients__a, dones__a, seed_values__a, gam
             lambda___o = r1 * lambda___s1 + r2 * lambda___s2
             traces__o = r1 * traces__s1 + r2 * traces__s2
             st__z__o = r1 * st__z__s1 + r2 * st__z__s2
-            seed_values = float(seed_values__a[seed_values__o])
+            seed_values = float(_nk.at(seed_values__a, seed_values__o))
             z = seed_values
             z__c[_j] = z
         for _i in range(T):
@@ -144,14 +144,14 @@ def _tmajor(lo, hi, R2, T, K, TB, S, gradients__a, dones__a, seed_values__a, gam
                 lambda___o = r1 * lambda___s1 + r2 * lambda___s2
                 traces__o = r1 * traces__s1 + r2 * traces__s2
                 st__z__o = r1 * st__z__s1 + r2 * st__z__s2
-                seed_values = float(seed_values__a[seed_values__o])
+                seed_values = float(_nk.at(seed_values__a, seed_values__o))
                 z = z__c[_j]
                 _tp = max(t - 1, 0)
-                dones__prev = float(dones__a[dones__o + _tp * dones__st])
-                gamma = float(gamma__a[gamma__o + t * gamma__st])
-                gradients = float(gradients__a[gradients__o + t * gradients__st])
+                dones__prev = float(_nk.at(dones__a, dones__o + _tp * dones__st))
+                gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
+                gradients = float(_nk.at(gradients__a, gradients__o + t * gradients__st))
                 is_first = 1.0 if t == 0 else 0.0
-                lambda_ = float(lambda___a[lambda___o + t * lambda___st])
+                lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
                 z = gradients + (gamma*lambda_*(1.0 - (0.0 if is_first != 0 else dones__prev))) * z
                 if STORE_traces:
                     traces__a[traces__o + t * traces__st] = z

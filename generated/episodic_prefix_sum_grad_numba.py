@@ -79,12 +79,12 @@ def _rows(lo, hi, R2, T, K, S, inputs__a, dones__a, seed_values__a, st__C__a, gy
             t = T - 1 - _i
             _tp = max(t - 1, 0)
             _tn = min(t + 1, T - 1)
-            boundary = float(boundary__a[boundary__o + t * boundary__st])
-            boundary__next = float(boundary__a[boundary__o + _tn * boundary__st])
-            dones = float(dones__a[dones__o + t * dones__st])
-            dones__next = float(dones__a[dones__o + _tn * dones__st])
-            dones__prev = float(dones__a[dones__o + _tp * dones__st])
-            gy__sums = float(gy__sums__a[gy__sums__o + t * gy__sums__st])
+            boundary = float(_nk.at(boundary__a, boundary__o + t * boundary__st))
+            boundary__next = float(_nk.at(boundary__a, boundary__o + _tn * boundary__st))
+            dones = float(_nk.at(dones__a, dones__o + t * dones__st))
+            dones__next = float(_nk.at(dones__a, dones__o + _tn * dones__st))
+            dones__prev = float(_nk.at(dones__a, dones__o + _tp * dones__st))
+            gy__sums = float(_nk.at(gy__sums__a, gy__sums__o + t * gy__sums__st))
             is_first = 1.0 if t == 0 else 0.0
             is_first__next = 1.0 if t + 1 == 0 else 0.0
             is_last = 1.0 if t == T - 1 else 0.0
@@ -178,12 +178,12 @@ def _tmajor(lo, hi, R2, T, K, TB, S, inputs__a, dones__a, seed_values__a, st__C_
                 g__C = g__C__c[_j]
                 _tp = max(t - 1, 0)
                 _tn = min(t + 1, T - 1)
-                boundary = float(boundary__a[boundary__o + t * boundary__st])
-                boundary__next = float(boundary__a[boundary__o + _tn * boundary__st])
-                dones = float(dones__a[dones__o + t * dones__st])
-                dones__next = float(dones__a[dones__o + _tn * dones__st])
-                dones__prev = float(dones__a[dones__o + _tp * dones__st])
-                gy__sums = float(gy__sums__a[gy__sums__o + t * gy__sums__st])
+                boundary = float(_nk.at(boundary__a, boundary__o + t * boundary__st))
+                boundary__next = float(_nk.at(boundary__a, boundary__o + _tn * boundary__st))
+                dones = float(_nk.at(dones__a, dones__o + t * dones__st))
+                dones__next = float(_nk.at(dones__a, dones__o + _tn * dones__st))
+                dones__prev = float(_nk.at(dones__a, dones__o + _tp * dones__st))
+                gy__sums = float(_nk.at(gy__sums__a, gy__sums__o + t * gy__sums__st))
                 is_first = 1.0 if t == 0 else 0.0
                 is_first__next = 1.0 if t + 1 == 0 else 0.0
                 is_last = 1.0 if t == T - 1 else 0.0

@@ -57,15 +57,15 @@ def _rows(lo, hi, R2, T, K, S, inputs__a, dones__a, seed_values__a, boundary__a,
         boundary__o = r1 * boundary__s1 + r2 * boundary__s2
         sums__o = r1 * sums__s1 + r2 * sums__s2
         st__C__o = r1 * st__C__s1 + r2 * st__C__s2
-        seed_values = float(seed_values__a[seed_values__o])
+        seed_values = float(_nk.at(seed_values__a, seed_values__o))
         C = seed_values
         for _i in range(T):
             t = _i
             _tp = max(t - 1, 0)
-            boundary = float(boundary__a[boundary__o + t * boundary__st])
-            dones = float(dones__a[dones__o + t * dones__st])
-            dones__prev = float(dones__a[dones__o + _tp * dones__st])
-            inputs = float(inputs__a[inputs__o + t * inputs__st])
+            boundary = float(_nk.at(boundary__a, boundary__o + t * boundary__st))
+            dones = float(_nk.at(dones__a, dones__o + t * dones__st))
+            dones__prev = float(_nk.at(dones__a, dones__o + _tp * dones__st))
+            inputs = float(_nk.at(inputs__a, inputs__o + t * inputs__st))
             is_first = 1.0 if t == 0 else 0.0
             C = inputs + (1.0 - (dones if boundary != 0 else (0.0 if is_first != 0 else dones__prev))) * C
             if STORE_sums:
@@ -120,7 +120,7 @@ def _tmajor(lo, hi, R2, T, K, TB, S, inputs__a, dones__a, seed_values__a, bounda
             boundary__o = r1 * boundary__s1 + r2 * boundary__s2
             sums__o = r1 * sums__s1 + r2 * sums__s2
             st__C__o = r1 * st__C__s1 + r2 * st__C__s2
-            seed_values = float(seed_values__a[seed_values__o])
+            seed_values = float(_nk.at(seed_values__a, seed_values__o))
             C = seed_values
             C__c[_j] = C
         for _i in range(T):
@@ -133,13 +133,13 @@ def _tmajor(lo, hi, R2, T, K, TB, S, inputs__a, dones__a, seed_values__a, bounda
                 boundary__o = r1 * boundary__s1 + r2 * boundary__s2
                 sums__o = r1 * sums__s1 + r2 * sums__s2
                 st__C__o = r1 * st__C__s1 + r2 * st__C__s2
-                seed_values = float(seed_values__a[seed_values__o])
+                seed_values = float(_nk.at(seed_values__a, seed_values__o))
                 C = C__c[_j]
                 _tp = max(t - 1, 0)
-                boundary = float(boundary__a[boundary__o + t * boundary__st])
-                dones = float(dones__a[dones__o + t * dones__st])
-                dones__prev = float(dones__a[dones__o + _tp * dones__st])
-                inputs = float(inputs__a[inputs__o + t * inputs__st])
+                boundary = float(_nk.at(boundary__a, boundary__o + t * boundary__st))
+                dones = float(_nk.at(dones__a, dones__o + t * dones__st))
+                dones__prev = float(_nk.at(dones__a, dones__o + _tp * dones__st))
+                inputs = float(_nk.at(inputs__a, inputs__o + t * inputs__st))
                 is_first = 1.0 if t == 0 else 0.0
                 C = inputs + (1.0 - (dones if boundary != 0 else (0.0 if is_first != 0 else dones__prev))) * C
                 if STORE_sums:

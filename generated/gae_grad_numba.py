@@ -120,29 +120,29 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, values__a, terminateds__a, truncateds
         d__last_value__o = r1 * d__last_value__s1 + r2 * d__last_value__s2
         d__gamma__o = r1 * d__gamma__s1 + r2 * d__gamma__s2
         d__lambda___o = r1 * d__lambda___s1 + r2 * d__lambda___s2
-        last_value = float(last_value__a[last_value__o])
+        last_value = float(_nk.at(last_value__a, last_value__o))
         g__A = 0.0
         for _i in range(T):
             t = _i
             g__A__prev = g__A
             _tp = max(t - 1, 0)
             _tn = min(t + 1, T - 1)
-            bootstrap_values = float(bootstrap_values__a[bootstrap_values__o + t * bootstrap_values__st])
-            gamma = float(gamma__a[gamma__o + t * gamma__st])
-            gamma__prev = float(gamma__a[gamma__o + _tp * gamma__st])
-            gy__advantages = float(gy__advantages__a[gy__advantages__o + t * gy__advantages__st])
-            gy__returns = float(gy__returns__a[gy__returns__o + t * gy__returns__st])
+            bootstrap_values = float(_nk.at(bootstrap_values__a, bootstrap_values__o + t * bootstrap_values__st))
+            gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
+            gamma__prev = float(_nk.at(gamma__a, gamma__o + _tp * gamma__st))
+            gy__advantages = float(_nk.at(gy__advantages__a, gy__advantages__o + t * gy__advantages__st))
+            gy__returns = float(_nk.at(gy__returns__a, gy__returns__o + t * gy__returns__st))
             is_first = 1.0 if t == 0 else 0.0
             is_last = 1.0 if t == T - 1 else 0.0
             is_last__prev = 1.0 if t - 1 == T - 1 else 0.0
-            lambda_ = float(lambda___a[lambda___o + t * lambda___st])
-            lambda___prev = float(lambda___a[lambda___o + _tp * lambda___st])
-            st__A__next = float(st__A__a[st__A__o + _tn * st__A__st])
-            terminateds = float(terminateds__a[terminateds__o + t * terminateds__st])
-            terminateds__prev = float(terminateds__a[terminateds__o + _tp * terminateds__st])
-            truncateds = float(truncateds__a[truncateds__o + t * truncateds__st])
-            truncateds__prev = float(truncateds__a[truncateds__o + _tp * truncateds__st])
-            values__next = float(values__a[values__o + _tn * values__st])
+            lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
+            lambda___prev = float(_nk.at(lambda___a, lambda___o + _tp * lambda___st))
+            st__A__next = float(_nk.at(st__A__a, st__A__o + _tn * st__A__st))
+            terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
+            terminateds__prev = float(_nk.at(terminateds__a, terminateds__o + _tp * terminateds__st))
+            truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
+            truncateds__prev = float(_nk.at(truncateds__a, truncateds__o + _tp * truncateds__st))
+            values__next = float(_nk.at(values__a, values__o + _tn * values__st))
             g__A = gy__advantages + gy__returns + ((0.0 if is_first != 0 else gamma__prev*lambda___prev*(1.0 - (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)))) * g__A
             _e1 = (1.0 if is_last != 0 else 0.0)
             _e2 = (terminateds if (terminateds >= truncateds) else truncateds)
@@ -273,7 +273,7 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, values__a, terminateds__a, trun
             d__last_value__o = r1 * d__last_value__s1 + r2 * d__last_value__s2
             d__gamma__o = r1 * d__gamma__s1 + r2 * d__gamma__s2
             d__lambda___o = r1 * d__lambda___s1 + r2 * d__lambda___s2
-            last_value = float(last_value__a[last_value__o])
+            last_value = float(_nk.at(last_value__a, last_value__o))
             g__A = 0.0
             g__A__c[_j] = g__A
         for _i in range(T):
@@ -297,27 +297,27 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, values__a, terminateds__a, trun
                 d__last_value__o = r1 * d__last_value__s1 + r2 * d__last_value__s2
                 d__gamma__o = r1 * d__gamma__s1 + r2 * d__gamma__s2
                 d__lambda___o = r1 * d__lambda___s1 + r2 * d__lambda___s2
-                last_value = float(last_value__a[last_value__o])
+                last_value = float(_nk.at(last_value__a, last_value__o))
                 g__A = g__A__c[_j]
                 g__A__prev = g__A
                 _tp = max(t - 1, 0)
                 _tn = min(t + 1, T - 1)
-                bootstrap_values = float(bootstrap_values__a[bootstrap_values__o + t * bootstrap_values__st])
-                gamma = float(gamma__a[gamma__o + t * gamma__st])
-                gamma__prev = float(gamma__a[gamma__o + _tp * gamma__st])
-                gy__advantages = float(gy__advantages__a[gy__advantages__o + t * gy__advantages__st])
-                gy__returns = float(gy__returns__a[gy__returns__o + t * gy__returns__st])
+                bootstrap_values = float(_nk.at(bootstrap_values__a, bootstrap_values__o + t * bootstrap_values__st))
+                gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
+                gamma__prev = float(_nk.at(gamma__a, gamma__o + _tp * gamma__st))
+                gy__advantages = float(_nk.at(gy__advantages__a, gy__advantages__o + t * gy__advantages__st))
+                gy__returns = float(_nk.at(gy__returns__a, gy__returns__o + t * gy__returns__st))
                 is_first = 1.0 if t == 0 else 0.0
                 is_last = 1.0 if t == T - 1 else 0.0
                 is_last__prev = 1.0 if t - 1 == T - 1 else 0.0
-                lambda_ = float(lambda___a[lambda___o + t * lambda___st])
-                lambda___prev = float(lambda___a[lambda___o + _tp * lambda___st])
-                st__A__next = float(st__A__a[st__A__o + _tn * st__A__st])
-                terminateds = float(terminateds__a[terminateds__o + t * terminateds__st])
-                terminateds__prev = float(terminateds__a[terminateds__o + _tp * terminateds__st])
-                truncateds = float(truncateds__a[truncateds__o + t * truncateds__st])
-                truncateds__prev = float(truncateds__a[truncateds__o + _tp * truncateds__st])
-                values__next = float(values__a[values__o + _tn * values__st])
+                lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
+                lambda___prev = float(_nk.at(lambda___a, lambda___o + _tp * lambda___st))
+                st__A__next = float(_nk.at(st__A__a, st__A__o + _tn * st__A__st))
+                terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
+                terminateds__prev = float(_nk.at(terminateds__a, terminateds__o + _tp * terminateds__st))
+                truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
+                truncateds__prev = float(_nk.at(truncateds__a, truncateds__o + _tp * truncateds__st))
+                values__next = float(_nk.at(values__a, values__o + _tn * values__st))
                 g__A = gy__advantages + gy__returns + ((0.0 if is_first != 0 else gamma__prev*lambda___prev*(1.0 - (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)))) * g__A
                 _e1 = (1.0 if is_last != 0 else 0.0)
                 _e2 = (terminateds if (terminateds >= truncateds) else truncateds)

@@ -85,20 +85,20 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, values__a, terminateds__a, truncateds
         advantages__o = r1 * advantages__s1 + r2 * advantages__s2
         returns__o = r1 * returns__s1 + r2 * returns__s2
         st__A__o = r1 * st__A__s1 + r2 * st__A__s2
-        last_value = float(last_value__a[last_value__o])
+        last_value = float(_nk.at(last_value__a, last_value__o))
         A = 0.0
         for _i in range(T):
             t = T - 1 - _i
             _tn = min(t + 1, T - 1)
-            bootstrap_values = float(bootstrap_values__a[bootstrap_values__o + t * bootstrap_values__st])
-            gamma = float(gamma__a[gamma__o + t * gamma__st])
+            bootstrap_values = float(_nk.at(bootstrap_values__a, bootstrap_values__o + t * bootstrap_values__st))
+            gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
             is_last = 1.0 if t == T - 1 else 0.0
-            lambda_ = float(lambda___a[lambda___o + t * lambda___st])
-            rewards = float(rewards__a[rewards__o + t * rewards__st])
-            terminateds = float(terminateds__a[terminateds__o + t * terminateds__st])
-            truncateds = float(truncateds__a[truncateds__o + t * truncateds__st])
-            values = float(values__a[values__o + t * values__st])
-            values__next = float(values__a[values__o + _tn * values__st])
+            lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
+            rewards = float(_nk.at(rewards__a, rewards__o + t * rewards__st))
+            terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
+            truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
+            values = float(_nk.at(values__a, values__o + t * values__st))
+            values__next = float(_nk.at(values__a, values__o + _tn * values__st))
             _e1 = _nk.maximum(terminateds, truncateds)
             A = rewards - values + gamma*(1.0 - terminateds)*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if (1.0 if is_last != 0 else _e1) != 0 else (0.0 if is_last != 0 else values__next)) + (gamma*lambda_*(1.0 - _e1)) * A
             if STORE_advantages:
@@ -183,7 +183,7 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, values__a, terminateds__a, trun
             advantages__o = r1 * advantages__s1 + r2 * advantages__s2
             returns__o = r1 * returns__s1 + r2 * returns__s2
             st__A__o = r1 * st__A__s1 + r2 * st__A__s2
-            last_value = float(last_value__a[last_value__o])
+            last_value = float(_nk.at(last_value__a, last_value__o))
             A = 0.0
             A__c[_j] = A
         for _i in range(T):
@@ -201,18 +201,18 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, values__a, terminateds__a, trun
                 advantages__o = r1 * advantages__s1 + r2 * advantages__s2
                 returns__o = r1 * returns__s1 + r2 * returns__s2
                 st__A__o = r1 * st__A__s1 + r2 * st__A__s2
-                last_value = float(last_value__a[last_value__o])
+                last_value = float(_nk.at(last_value__a, last_value__o))
                 A = A__c[_j]
                 _tn = min(t + 1, T - 1)
-                bootstrap_values = float(bootstrap_values__a[bootstrap_values__o + t * bootstrap_values__st])
-                gamma = float(gamma__a[gamma__o + t * gamma__st])
+                bootstrap_values = float(_nk.at(bootstrap_values__a, bootstrap_values__o + t * bootstrap_values__st))
+                gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
                 is_last = 1.0 if t == T - 1 else 0.0
-                lambda_ = float(lambda___a[lambda___o + t * lambda___st])
-                rewards = float(rewards__a[rewards__o + t * rewards__st])
-                terminateds = float(terminateds__a[terminateds__o + t * terminateds__st])
-                truncateds = float(truncateds__a[truncateds__o + t * truncateds__st])
-                values = float(values__a[values__o + t * values__st])
-                values__next = float(values__a[values__o + _tn * values__st])
+                lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
+                rewards = float(_nk.at(rewards__a, rewards__o + t * rewards__st))
+                terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
+                truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
+                values = float(_nk.at(values__a, values__o + t * values__st))
+                values__next = float(_nk.at(values__a, values__o + _tn * values__st))
                 _e1 = _nk.maximum(terminateds, truncateds)
                 A = rewards - values + gamma*(1.0 - terminateds)*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if (1.0 if is_last != 0 else _e1) != 0 else (0.0 if is_last != 0 else values__next)) + (gamma*lambda_*(1.0 - _e1)) * A
                 if STORE_advantages:

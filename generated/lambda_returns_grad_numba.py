@@ -107,21 +107,21 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, next_values__a, terminateds__a, trunc
             t = _i
             _tp = max(t - 1, 0)
             _tn = min(t + 1, T - 1)
-            bootstrap_values = float(bootstrap_values__a[bootstrap_values__o + t * bootstrap_values__st])
-            gamma = float(gamma__a[gamma__o + t * gamma__st])
-            gamma__prev = float(gamma__a[gamma__o + _tp * gamma__st])
-            gy__returns = float(gy__returns__a[gy__returns__o + t * gy__returns__st])
+            bootstrap_values = float(_nk.at(bootstrap_values__a, bootstrap_values__o + t * bootstrap_values__st))
+            gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
+            gamma__prev = float(_nk.at(gamma__a, gamma__o + _tp * gamma__st))
+            gy__returns = float(_nk.at(gy__returns__a, gy__returns__o + t * gy__returns__st))
             is_first = 1.0 if t == 0 else 0.0
             is_last = 1.0 if t == T - 1 else 0.0
             is_last__prev = 1.0 if t - 1 == T - 1 else 0.0
-            lambda_ = float(lambda___a[lambda___o + t * lambda___st])
-            lambda___prev = float(lambda___a[lambda___o + _tp * lambda___st])
-            next_values = float(next_values__a[next_values__o + t * next_values__st])
-            st__G__next = float(st__G__a[st__G__o + _tn * st__G__st])
-            terminateds = float(terminateds__a[terminateds__o + t * terminateds__st])
-            terminateds__prev = float(terminateds__a[terminateds__o + _tp * terminateds__st])
-            truncateds = float(truncateds__a[truncateds__o + t * truncateds__st])
-            truncateds__prev = float(truncateds__a[truncateds__o + _tp * truncateds__st])
+            lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
+            lambda___prev = float(_nk.at(lambda___a, lambda___o + _tp * lambda___st))
+            next_values = float(_nk.at(next_values__a, next_values__o + t * next_values__st))
+            st__G__next = float(_nk.at(st__G__a, st__G__o + _tn * st__G__st))
+            terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
+            terminateds__prev = float(_nk.at(terminateds__a, terminateds__o + _tp * terminateds__st))
+            truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
+            truncateds__prev = float(_nk.at(truncateds__a, truncateds__o + _tp * truncateds__st))
             g__G = gy__returns + ((0.0 if is_first != 0 else gamma__prev*lambda___prev*(1.0 - (1.0 if is_last__prev != 0 else (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev))))) * g__G
             _e1 = (1.0 if HAS_bootstrap_values else 0.0)*(1.0 if is_last != 0 else truncateds)
             _e2 = 1.0 - terminateds
@@ -258,21 +258,21 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, next_values__a, terminateds__a,
                 g__G = g__G__c[_j]
                 _tp = max(t - 1, 0)
                 _tn = min(t + 1, T - 1)
-                bootstrap_values = float(bootstrap_values__a[bootstrap_values__o + t * bootstrap_values__st])
-                gamma = float(gamma__a[gamma__o + t * gamma__st])
-                gamma__prev = float(gamma__a[gamma__o + _tp * gamma__st])
-                gy__returns = float(gy__returns__a[gy__returns__o + t * gy__returns__st])
+                bootstrap_values = float(_nk.at(bootstrap_values__a, bootstrap_values__o + t * bootstrap_values__st))
+                gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
+                gamma__prev = float(_nk.at(gamma__a, gamma__o + _tp * gamma__st))
+                gy__returns = float(_nk.at(gy__returns__a, gy__returns__o + t * gy__returns__st))
                 is_first = 1.0 if t == 0 else 0.0
                 is_last = 1.0 if t == T - 1 else 0.0
                 is_last__prev = 1.0 if t - 1 == T - 1 else 0.0
-                lambda_ = float(lambda___a[lambda___o + t * lambda___st])
-                lambda___prev = float(lambda___a[lambda___o + _tp * lambda___st])
-                next_values = float(next_values__a[next_values__o + t * next_values__st])
-                st__G__next = float(st__G__a[st__G__o + _tn * st__G__st])
-                terminateds = float(terminateds__a[terminateds__o + t * terminateds__st])
-                terminateds__prev = float(terminateds__a[terminateds__o + _tp * terminateds__st])
-                truncateds = float(truncateds__a[truncateds__o + t * truncateds__st])
-                truncateds__prev = float(truncateds__a[truncateds__o + _tp * truncateds__st])
+                lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
+                lambda___prev = float(_nk.at(lambda___a, lambda___o + _tp * lambda___st))
+                next_values = float(_nk.at(next_values__a, next_values__o + t * next_values__st))
+                st__G__next = float(_nk.at(st__G__a, st__G__o + _tn * st__G__st))
+                terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
+                terminateds__prev = float(_nk.at(terminateds__a, terminateds__o + _tp * terminateds__st))
+                truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
+                truncateds__prev = float(_nk.at(truncateds__a, truncateds__o + _tp * truncateds__st))
                 g__G = gy__returns + ((0.0 if is_first != 0 else gamma__prev*lambda___prev*(1.0 - (1.0 if is_last__prev != 0 else (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev))))) * g__G
                 _e1 = (1.0 if HAS_bootstrap_values else 0.0)*(1.0 if is_last != 0 else truncateds)
                 _e2 = 1.0 - terminateds

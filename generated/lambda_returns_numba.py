@@ -76,14 +76,14 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, next_values__a, terminateds__a, trunc
         G = 0.0
         for _i in range(T):
             t = T - 1 - _i
-            bootstrap_values = float(bootstrap_values__a[bootstrap_values__o + t * bootstrap_values__st])
-            gamma = float(gamma__a[gamma__o + t * gamma__st])
+            bootstrap_values = float(_nk.at(bootstrap_values__a, bootstrap_values__o + t * bootstrap_values__st))
+            gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
             is_last = 1.0 if t == T - 1 else 0.0
-            lambda_ = float(lambda___a[lambda___o + t * lambda___st])
-            next_values = float(next_values__a[next_values__o + t * next_values__st])
-            rewards = float(rewards__a[rewards__o + t * rewards__st])
-            terminateds = float(terminateds__a[terminateds__o + t * terminateds__st])
-            truncateds = float(truncateds__a[truncateds__o + t * truncateds__st])
+            lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
+            next_values = float(_nk.at(next_values__a, next_values__o + t * next_values__st))
+            rewards = float(_nk.at(rewards__a, rewards__o + t * rewards__st))
+            terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
+            truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
             _e1 = lambda_*(1.0 - (1.0 if is_last != 0 else _nk.maximum(terminateds, truncateds)))
             G = rewards + gamma*(1.0 - _e1)*(1.0 - terminateds)*(bootstrap_values if (1.0 if HAS_bootstrap_values else 0.0)*(1.0 if is_last != 0 else truncateds) != 0 else next_values) + (_e1*gamma) * G
             if STORE_returns:
@@ -170,14 +170,14 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, next_values__a, terminateds__a,
                 returns__o = r1 * returns__s1 + r2 * returns__s2
                 st__G__o = r1 * st__G__s1 + r2 * st__G__s2
                 G = G__c[_j]
-                bootstrap_values = float(bootstrap_values__a[bootstrap_values__o + t * bootstrap_values__st])
-                gamma = float(gamma__a[gamma__o + t * gamma__st])
+                bootstrap_values = float(_nk.at(bootstrap_values__a, bootstrap_values__o + t * bootstrap_values__st))
+                gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
                 is_last = 1.0 if t == T - 1 else 0.0
-                lambda_ = float(lambda___a[lambda___o + t * lambda___st])
-                next_values = float(next_values__a[next_values__o + t * next_values__st])
-                rewards = float(rewards__a[rewards__o + t * rewards__st])
-                terminateds = float(terminateds__a[terminateds__o + t * terminateds__st])
-                truncateds = float(truncateds__a[truncateds__o + t * truncateds__st])
+                lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
+                next_values = float(_nk.at(next_values__a, next_values__o + t * next_values__st))
+                rewards = float(_nk.at(rewards__a, rewards__o + t * rewards__st))
+                terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
+                truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
                 _e1 = lambda_*(1.0 - (1.0 if is_last != 0 else _nk.maximum(terminateds, truncateds)))
                 G = rewards + gamma*(1.0 - _e1)*(1.0 - terminateds)*(bootstrap_values if (1.0 if HAS_bootstrap_values else 0.0)*(1.0 if is_last != 0 else truncateds) != 0 else next_values) + (_e1*gamma) * G
                 if STORE_returns:

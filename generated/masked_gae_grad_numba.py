@@ -102,19 +102,19 @@ def _rows(lo, hi, R2, T, K, S, token_level_rewards__a, values__a, response_mask_
             g__A__prev = g__A
             _tp = max(t - 1, 0)
             _tn = min(t + 1, T - 1)
-            gamma = float(gamma__a[gamma__o + t * gamma__st])
-            gamma__prev = float(gamma__a[gamma__o + _tp * gamma__st])
-            gy__advantages = float(gy__advantages__a[gy__advantages__o + t * gy__advantages__st])
-            gy__returns = float(gy__returns__a[gy__returns__o + t * gy__returns__st])
+            gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
+            gamma__prev = float(_nk.at(gamma__a, gamma__o + _tp * gamma__st))
+            gy__advantages = float(_nk.at(gy__advantages__a, gy__advantages__o + t * gy__advantages__st))
+            gy__returns = float(_nk.at(gy__returns__a, gy__returns__o + t * gy__returns__st))
             is_first = 1.0 if t == 0 else 0.0
             is_last = 1.0 if t == T - 1 else 0.0
             is_last__prev = 1.0 if t - 1 == T - 1 else 0.0
-            lambda_ = float(lambda___a[lambda___o + t * lambda___st])
-            lambda___prev = float(lambda___a[lambda___o + _tp * lambda___st])
-            response_mask = float(response_mask__a[response_mask__o + t * response_mask__st])
-            response_mask__prev = float(response_mask__a[response_mask__o + _tp * response_mask__st])
-            st__A__next = float(st__A__a[st__A__o + _tn * st__A__st])
-            st__nv__next = float(st__nv__a[st__nv__o + _tn * st__nv__st])
+            lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
+            lambda___prev = float(_nk.at(lambda___a, lambda___o + _tp * lambda___st))
+            response_mask = float(_nk.at(response_mask__a, response_mask__o + t * response_mask__st))
+            response_mask__prev = float(_nk.at(response_mask__a, response_mask__o + _tp * response_mask__st))
+            st__A__next = float(_nk.at(st__A__a, st__A__o + _tn * st__A__st))
+            st__nv__next = float(_nk.at(st__nv__a, st__nv__o + _tn * st__nv__st))
             g__A = gy__advantages + gy__returns + ((0.0 if is_first != 0 else 1.0 - response_mask__prev + gamma__prev*lambda___prev*response_mask__prev)) * g__A
             g__nv = (0.0 if is_first != 0 else g__A__prev*gamma__prev*response_mask__prev*(0.0 if is_last__prev != 0 else 1.0)) + ((0.0 if is_first != 0 else 1.0 - response_mask__prev)) * g__nv
             _e1 = g__A*response_mask
@@ -240,19 +240,19 @@ def _tmajor(lo, hi, R2, T, K, TB, S, token_level_rewards__a, values__a, response
                 g__A__prev = g__A
                 _tp = max(t - 1, 0)
                 _tn = min(t + 1, T - 1)
-                gamma = float(gamma__a[gamma__o + t * gamma__st])
-                gamma__prev = float(gamma__a[gamma__o + _tp * gamma__st])
-                gy__advantages = float(gy__advantages__a[gy__advantages__o + t * gy__advantages__st])
-                gy__returns = float(gy__returns__a[gy__returns__o + t * gy__returns__st])
+                gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
+                gamma__prev = float(_nk.at(gamma__a, gamma__o + _tp * gamma__st))
+                gy__advantages = float(_nk.at(gy__advantages__a, gy__advantages__o + t * gy__advantages__st))
+                gy__returns = float(_nk.at(gy__returns__a, gy__returns__o + t * gy__returns__st))
                 is_first = 1.0 if t == 0 else 0.0
                 is_last = 1.0 if t == T - 1 else 0.0
                 is_last__prev = 1.0 if t - 1 == T - 1 else 0.0
-                lambda_ = float(lambda___a[lambda___o + t * lambda___st])
-                lambda___prev = float(lambda___a[lambda___o + _tp * lambda___st])
-                response_mask = float(response_mask__a[response_mask__o + t * response_mask__st])
-                response_mask__prev = float(response_mask__a[response_mask__o + _tp * response_mask__st])
-                st__A__next = float(st__A__a[st__A__o + _tn * st__A__st])
-                st__nv__next = float(st__nv__a[st__nv__o + _tn * st__nv__st])
+                lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
+                lambda___prev = float(_nk.at(lambda___a, lambda___o + _tp * lambda___st))
+                response_mask = float(_nk.at(response_mask__a, response_mask__o + t * response_mask__st))
+                response_mask__prev = float(_nk.at(response_mask__a, response_mask__o + _tp * response_mask__st))
+                st__A__next = float(_nk.at(st__A__a, st__A__o + _tn * st__A__st))
+                st__nv__next = float(_nk.at(st__nv__a, st__nv__o + _tn * st__nv__st))
                 g__A = gy__advantages + gy__returns + ((0.0 if is_first != 0 else 1.0 - response_mask__prev + gamma__prev*lambda___prev*response_mask__prev)) * g__A
                 g__nv = (0.0 if is_first != 0 else g__A__prev*gamma__prev*response_mask__prev*(0.0 if is_last__prev != 0 else 1.0)) + ((0.0 if is_first != 0 else 1.0 - response_mask__prev)) * g__nv
                 _e1 = g__A*response_mask

@@ -78,12 +78,12 @@ def _rows(lo, hi, R2, T, K, S, token_level_rewards__a, values__a, response_mask_
         for _i in range(T):
             t = T - 1 - _i
             nv__next = nv
-            gamma = float(gamma__a[gamma__o + t * gamma__st])
+            gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
             is_last = 1.0 if t == T - 1 else 0.0
-            lambda_ = float(lambda___a[lambda___o + t * lambda___st])
-            response_mask = float(response_mask__a[response_mask__o + t * response_mask__st])
-            token_level_rewards = float(token_level_rewards__a[token_level_rewards__o + t * token_level_rewards__st])
-            values = float(values__a[values__o + t * values__st])
+            lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
+            response_mask = float(_nk.at(response_mask__a, response_mask__o + t * response_mask__st))
+            token_level_rewards = float(_nk.at(token_level_rewards__a, token_level_rewards__o + t * token_level_rewards__st))
+            values = float(_nk.at(values__a, values__o + t * values__st))
             nv = response_mask*values + (1.0 - response_mask) * nv
             A = response_mask*(token_level_rewards - values + gamma*(0.0 if is_last != 0 else nv__next)) + (1.0 - response_mask + gamma*lambda_*response_mask) * A
             if STORE_advantages:
@@ -179,12 +179,12 @@ def _tmajor(lo, hi, R2, T, K, TB, S, token_level_rewards__a, values__a, response
                 nv = nv__c[_j]
                 A = A__c[_j]
                 nv__next = nv
-                gamma = float(gamma__a[gamma__o + t * gamma__st])
+                gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
                 is_last = 1.0 if t == T - 1 else 0.0
-                lambda_ = float(lambda___a[lambda___o + t * lambda___st])
-                response_mask = float(response_mask__a[response_mask__o + t * response_mask__st])
-                token_level_rewards = float(token_level_rewards__a[token_level_rewards__o + t * token_level_rewards__st])
-                values = float(values__a[values__o + t * values__st])
+                lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
+                response_mask = float(_nk.at(response_mask__a, response_mask__o + t * response_mask__st))
+                token_level_rewards = float(_nk.at(token_level_rewards__a, token_level_rewards__o + t * token_level_rewards__st))
+                values = float(_nk.at(values__a, values__o + t * values__st))
                 nv = response_mask*values + (1.0 - response_mask) * nv
                 A = response_mask*(token_level_rewards - values + gamma*(0.0 if is_last != 0 else nv__next)) + (1.0 - response_mask + gamma*lambda_*response_mask) * A
                 if STORE_advantages:

@@ -113,26 +113,26 @@ def _rows(lo, hi, R2, T, K, S, action_probs_target__a, action_probs_behavior__a,
             t = T - 1 - _i
             A__next = A
             _tn = min(t + 1, T - 1)
-            action_probs_behavior = float(action_probs_behavior__a[action_probs_behavior__o + t * action_probs_behavior__st])
-            action_probs_behavior__next = float(action_probs_behavior__a[action_probs_behavior__o + _tn * action_probs_behavior__st])
-            actions = int(actions__a[actions__o + t * actions__st])
-            actions__next = int(actions__a[actions__o + _tn * actions__st])
-            c_bar__next = float(c_bar__a[c_bar__o + _tn * c_bar__st])
-            gamma = float(gamma__a[gamma__o + t * gamma__st])
+            action_probs_behavior = float(_nk.at(action_probs_behavior__a, action_probs_behavior__o + t * action_probs_behavior__st))
+            action_probs_behavior__next = float(_nk.at(action_probs_behavior__a, action_probs_behavior__o + _tn * action_probs_behavior__st))
+            actions = int(_nk.at(actions__a, actions__o + t * actions__st))
+            actions__next = int(_nk.at(actions__a, actions__o + _tn * actions__st))
+            c_bar__next = float(_nk.at(c_bar__a, c_bar__o + _tn * c_bar__st))
+            gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
             is_last = 1.0 if t == T - 1 else 0.0
-            lambda___next = float(lambda___a[lambda___o + _tn * lambda___st])
-            q_values = float(q_values__a[q_values__o + t * q_values__st])
-            q_values__next = float(q_values__a[q_values__o + _tn * q_values__st])
-            rewards = float(rewards__a[rewards__o + t * rewards__st])
-            rho_bar = float(rho_bar__a[rho_bar__o + t * rho_bar__st])
-            terminateds = float(terminateds__a[terminateds__o + t * terminateds__st])
-            truncateds = float(truncateds__a[truncateds__o + t * truncateds__st])
+            lambda___next = float(_nk.at(lambda___a, lambda___o + _tn * lambda___st))
+            q_values = float(_nk.at(q_values__a, q_values__o + t * q_values__st))
+            q_values__next = float(_nk.at(q_values__a, q_values__o + _tn * q_values__st))
+            rewards = float(_nk.at(rewards__a, rewards__o + t * rewards__st))
+            rho_bar = float(_nk.at(rho_bar__a, rho_bar__o + t * rho_bar__st))
+            terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
+            truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
             _gather0 = _nk.gather(action_probs_target__a, action_probs_target__o + _tn * action_probs_target__st, action_probs_target__sk, K, actions__next)
             _gather1 = _nk.gather(action_probs_target__a, action_probs_target__o + t * action_probs_target__st, action_probs_target__sk, K, actions)
             _sum0 = 0.0
             for _k in range(K):
-                next_action_probs_target__k = float(next_action_probs_target__a[next_action_probs_target__o + t * next_action_probs_target__st + _k * next_action_probs_target__sk])
-                next_q_values_all__k = float(next_q_values_all__a[next_q_values_all__o + t * next_q_values_all__st + _k * next_q_values_all__sk])
+                next_action_probs_target__k = float(_nk.at(next_action_probs_target__a, next_action_probs_target__o + t * next_action_probs_target__st + _k * next_action_probs_target__sk))
+                next_q_values_all__k = float(_nk.at(next_q_values_all__a, next_q_values_all__o + t * next_q_values_all__st + _k * next_q_values_all__sk))
                 _sum0 += next_action_probs_target__k*next_q_values_all__k
             A = rewards - q_values + _sum0*gamma*(1.0 - terminateds) + (gamma*(1.0 - _nk.maximum(terminateds, truncateds))*(0.0 if is_last != 0 else lambda___next*_nk.minimum(c_bar__next, _gather0/action_probs_behavior__next))) * A
             if STORE_targets:
@@ -265,26 +265,26 @@ def _tmajor(lo, hi, R2, T, K, TB, S, action_probs_target__a, action_probs_behavi
                 A = A__c[_j]
                 A__next = A
                 _tn = min(t + 1, T - 1)
-                action_probs_behavior = float(action_probs_behavior__a[action_probs_behavior__o + t * action_probs_behavior__st])
-                action_probs_behavior__next = float(action_probs_behavior__a[action_probs_behavior__o + _tn * action_probs_behavior__st])
-                actions = int(actions__a[actions__o + t * actions__st])
-                actions__next = int(actions__a[actions__o + _tn * actions__st])
-                c_bar__next = float(c_bar__a[c_bar__o + _tn * c_bar__st])
-                gamma = float(gamma__a[gamma__o + t * gamma__st])
+                action_probs_behavior = float(_nk.at(action_probs_behavior__a, action_probs_behavior__o + t * action_probs_behavior__st))
+                action_probs_behavior__next = float(_nk.at(action_probs_behavior__a, action_probs_behavior__o + _tn * action_probs_behavior__st))
+                actions = int(_nk.at(actions__a, actions__o + t * actions__st))
+                actions__next = int(_nk.at(actions__a, actions__o + _tn * actions__st))
+                c_bar__next = float(_nk.at(c_bar__a, c_bar__o + _tn * c_bar__st))
+                gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
                 is_last = 1.0 if t == T - 1 else 0.0
-                lambda___next = float(lambda___a[lambda___o + _tn * lambda___st])
-                q_values = float(q_values__a[q_values__o + t * q_values__st])
-                q_values__next = float(q_values__a[q_values__o + _tn * q_values__st])
-                rewards = float(rewards__a[rewards__o + t * rewards__st])
-                rho_bar = float(rho_bar__a[rho_bar__o + t * rho_bar__st])
-                terminateds = float(terminateds__a[terminateds__o + t * terminateds__st])
-                truncateds = float(truncateds__a[truncateds__o + t * truncateds__st])
+                lambda___next = float(_nk.at(lambda___a, lambda___o + _tn * lambda___st))
+                q_values = float(_nk.at(q_values__a, q_values__o + t * q_values__st))
+                q_values__next = float(_nk.at(q_values__a, q_values__o + _tn * q_values__st))
+                rewards = float(_nk.at(rewards__a, rewards__o + t * rewards__st))
+                rho_bar = float(_nk.at(rho_bar__a, rho_bar__o + t * rho_bar__st))
+                terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
+                truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
                 _gather0 = _nk.gather(action_probs_target__a, action_probs_target__o + _tn * action_probs_target__st, action_probs_target__sk, K, actions__next)
                 _gather1 = _nk.gather(action_probs_target__a, action_probs_target__o + t * action_probs_target__st, action_probs_target__sk, K, actions)
                 _sum0 = 0.0
                 for _k in range(K):
-                    next_action_probs_target__k = float(next_action_probs_target__a[next_action_probs_target__o + t * next_action_probs_target__st + _k * next_action_probs_target__sk])
-                    next_q_values_all__k = float(next_q_values_all__a[next_q_values_all__o + t * next_q_values_all__st + _k * next_q_values_all__sk])
+                    next_action_probs_target__k = float(_nk.at(next_action_probs_target__a, next_action_probs_target__o + t * next_action_probs_target__st + _k * next_action_probs_target__sk))
+                    next_q_values_all__k = float(_nk.at(next_q_values_all__a, next_q_values_all__o + t * next_q_values_all__st + _k * next_q_values_all__sk))
                     _sum0 += next_action_probs_target__k*next_q_values_all__k
                 A = rewards - q_values + _sum0*gamma*(1.0 - terminateds) + (gamma*(1.0 - _nk.maximum(terminateds, truncateds))*(0.0 if is_last != 0 else lambda___next*_nk.minimum(c_bar__next, _gather0/action_probs_behavior__next))) * A
                 if STORE_targets:

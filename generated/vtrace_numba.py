@@ -110,26 +110,26 @@ def _rows(lo, hi, R2, T, K, S, log_pi_target__a, log_pi_behavior__a, values__a, 
         targets__o = r1 * targets__s1 + r2 * targets__s2
         pg_advantages__o = r1 * pg_advantages__s1 + r2 * pg_advantages__s2
         st__A__o = r1 * st__A__s1 + r2 * st__A__s2
-        last_value = float(last_value__a[last_value__o])
+        last_value = float(_nk.at(last_value__a, last_value__o))
         A = 0.0
         for _i in range(T):
             t = T - 1 - _i
             A__next = A
             _tn = min(t + 1, T - 1)
-            bootstrap_values = float(bootstrap_values__a[bootstrap_values__o + t * bootstrap_values__st])
-            c_bar = float(c_bar__a[c_bar__o + t * c_bar__st])
-            gamma = float(gamma__a[gamma__o + t * gamma__st])
+            bootstrap_values = float(_nk.at(bootstrap_values__a, bootstrap_values__o + t * bootstrap_values__st))
+            c_bar = float(_nk.at(c_bar__a, c_bar__o + t * c_bar__st))
+            gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
             is_last = 1.0 if t == T - 1 else 0.0
-            lambda_ = float(lambda___a[lambda___o + t * lambda___st])
-            log_pi_behavior = float(log_pi_behavior__a[log_pi_behavior__o + t * log_pi_behavior__st])
-            log_pi_target = float(log_pi_target__a[log_pi_target__o + t * log_pi_target__st])
-            pg_rho_bar = float(pg_rho_bar__a[pg_rho_bar__o + t * pg_rho_bar__st])
-            rewards = float(rewards__a[rewards__o + t * rewards__st])
-            rho_bar = float(rho_bar__a[rho_bar__o + t * rho_bar__st])
-            terminateds = float(terminateds__a[terminateds__o + t * terminateds__st])
-            truncateds = float(truncateds__a[truncateds__o + t * truncateds__st])
-            values = float(values__a[values__o + t * values__st])
-            values__next = float(values__a[values__o + _tn * values__st])
+            lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
+            log_pi_behavior = float(_nk.at(log_pi_behavior__a, log_pi_behavior__o + t * log_pi_behavior__st))
+            log_pi_target = float(_nk.at(log_pi_target__a, log_pi_target__o + t * log_pi_target__st))
+            pg_rho_bar = float(_nk.at(pg_rho_bar__a, pg_rho_bar__o + t * pg_rho_bar__st))
+            rewards = float(_nk.at(rewards__a, rewards__o + t * rewards__st))
+            rho_bar = float(_nk.at(rho_bar__a, rho_bar__o + t * rho_bar__st))
+            terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
+            truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
+            values = float(_nk.at(values__a, values__o + t * values__st))
+            values__next = float(_nk.at(values__a, values__o + _tn * values__st))
             _e1 = _nk.maximum(terminateds, truncateds)
             _e2 = np.exp(log_pi_target - log_pi_behavior)
             A = (rewards - values + gamma*(1.0 - terminateds)*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if (1.0 if is_last != 0 else _e1) != 0 else (0.0 if is_last != 0 else values__next)))*_nk.minimum(_e2, rho_bar) + (gamma*lambda_*(1.0 - _e1)*_nk.minimum(_e2, c_bar)) * A
@@ -243,7 +243,7 @@ def _tmajor(lo, hi, R2, T, K, TB, S, log_pi_target__a, log_pi_behavior__a, value
             targets__o = r1 * targets__s1 + r2 * targets__s2
             pg_advantages__o = r1 * pg_advantages__s1 + r2 * pg_advantages__s2
             st__A__o = r1 * st__A__s1 + r2 * st__A__s2
-            last_value = float(last_value__a[last_value__o])
+            last_value = float(_nk.at(last_value__a, last_value__o))
             A = 0.0
             A__c[_j] = A
         for _i in range(T):
@@ -266,24 +266,24 @@ def _tmajor(lo, hi, R2, T, K, TB, S, log_pi_target__a, log_pi_behavior__a, value
                 targets__o = r1 * targets__s1 + r2 * targets__s2
                 pg_advantages__o = r1 * pg_advantages__s1 + r2 * pg_advantages__s2
                 st__A__o = r1 * st__A__s1 + r2 * st__A__s2
-                last_value = float(last_value__a[last_value__o])
+                last_value = float(_nk.at(last_value__a, last_value__o))
                 A = A__c[_j]
                 A__next = A
                 _tn = min(t + 1, T - 1)
-                bootstrap_values = float(bootstrap_values__a[bootstrap_values__o + t * bootstrap_values__st])
-                c_bar = float(c_bar__a[c_bar__o + t * c_bar__st])
-                gamma = float(gamma__a[gamma__o + t * gamma__st])
+                bootstrap_values = float(_nk.at(bootstrap_values__a, bootstrap_values__o + t * bootstrap_values__st))
+                c_bar = float(_nk.at(c_bar__a, c_bar__o + t * c_bar__st))
+                gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
                 is_last = 1.0 if t == T - 1 else 0.0
-                lambda_ = float(lambda___a[lambda___o + t * lambda___st])
-                log_pi_behavior = float(log_pi_behavior__a[log_pi_behavior__o + t * log_pi_behavior__st])
-                log_pi_target = float(log_pi_target__a[log_pi_target__o + t * log_pi_target__st])
-                pg_rho_bar = float(pg_rho_bar__a[pg_rho_bar__o + t * pg_rho_bar__st])
-                rewards = float(rewards__a[rewards__o + t * rewards__st])
-                rho_bar = float(rho_bar__a[rho_bar__o + t * rho_bar__st])
-                terminateds = float(terminateds__a[terminateds__o + t * terminateds__st])
-                truncateds = float(truncateds__a[truncateds__o + t * truncateds__st])
-                values = float(values__a[values__o + t * values__st])
-                values__next = float(values__a[values__o + _tn * values__st])
+                lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
+                log_pi_behavior = float(_nk.at(log_pi_behavior__a, log_pi_behavior__o + t * log_pi_behavior__st))
+                log_pi_target = float(_nk.at(log_pi_target__a, log_pi_target__o + t * log_pi_target__st))
+                pg_rho_bar = float(_nk.at(pg_rho_bar__a, pg_rho_bar__o + t * pg_rho_bar__st))
+                rewards = float(_nk.at(rewards__a, rewards__o + t * rewards__st))
+                rho_bar = float(_nk.at(rho_bar__a, rho_bar__o + t * rho_bar__st))
+                terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
+                truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
+                values = float(_nk.at(values__a, values__o + t * values__st))
+                values__next = float(_nk.at(values__a, values__o + _tn * values__st))
                 _e1 = _nk.maximum(terminateds, truncateds)
                 _e2 = np.exp(log_pi_target - log_pi_behavior)
                 A = (rewards - values + gamma*(1.0 - terminateds)*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if (1.0 if is_last != 0 else _e1) != 0 else (0.0 if is_last != 0 else values__next)))*_nk.minimum(_e2, rho_bar) + (gamma*lambda_*(1.0 - _e1)*_nk.minimum(_e2, c_bar)) * A

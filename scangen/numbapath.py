@@ -85,8 +85,8 @@ class _Plan:
         for name, role in zip(module.ARRAYS, module.ROLES):
             if role == "input":
                 st = c.strides.get(name)
-                if st is None:  # absent: its default, read with stride 0
-                    self.sources.append(("const", np.full(1, infos[name].default)))
+                if st is None:  # absent: its default, a number the kernel is compiled for
+                    self.sources.append(("const", float(infos[name].default)))
                     st = (0, 0, 0)
                 else:
                     self.sources.append(("tensor", name))
@@ -95,8 +95,9 @@ class _Plan:
                 self.sources.append(("param", name))
             else:
                 st = c.out_strides.get(name)
-                self.sources.append(("out", name) if st is not None
-                                    else ("const", np.zeros(1)))
+                self.sources.append(("out", name) if st is not None else (
+                    "const", np.empty(0, torch.empty(0, dtype=c.out_dtype).numpy().dtype
+                                      if c.out_dtype not in _HALF else np.float32)))
                 st = st or (0, 0, 0)
             words += [*st[:3], st[3] if len(st) > 3 else 0]
         for flag in module.FLAGS:
@@ -126,7 +127,9 @@ class _Plan:
                 out.append(_flat(c.tensors[what]))
             elif kind == "param":
                 v = c.params[what]
-                out.append(_flat(v) if isinstance(v, torch.Tensor) else np.full(1, v))
+                if isinstance(v, torch.Tensor):  # float64 calls pass floats as 0-dim tensors
+                    v = _flat(v) if what in c.pstrides else float(v)
+                out.append(v)
             else:
                 o = c.outs[what]
                 if self.half_outs:

@@ -9,9 +9,11 @@ across threads.
 
 Every decision is made here; ``templates/numba_module.py.j2`` only lays the lines out. The
 argument contract with the host side is the module's ``ARRAYS`` and ``FLAGS`` tuples: the kernel
-takes one flat array per entry of ``ARRAYS`` (inputs, params, outputs, in that order) and one
-int64 array ``S`` holding four element strides ``(s1, s2, st, sk)`` per array, then one 0/1 word
-per entry of ``FLAGS`` (``HAS_<optional input>``, ``STORE_<output>``).
+takes one argument per entry of ``ARRAYS`` (inputs, params, outputs, in that order), a flat
+array or, for a float param or an absent input, a float (``_nk.at`` reads either, and numba
+compiles a kernel specialised to each mix), and one int64 array ``S`` holding four element
+strides ``(s1, s2, st, sk)`` per array, then one 0/1 word per entry of ``FLAGS``
+(``HAS_<optional input>``, ``STORE_<output>``).
 """
 from __future__ import annotations
 
@@ -51,7 +53,7 @@ def numba_context(plan: Plan) -> NS:
     row_loads = []  # [N] inputs: one value per row
     for i in ir.inputs:
         if i.shape == "N" and i.name in plan.symbols:
-            row_loads.append(f"{i.name} = float({i.name}__a[{i.name}__o])")
+            row_loads.append(f"{i.name} = float(_nk.at({i.name}__a, {i.name}__o))")
     table = {s: s for s in plan.symbols}
     table.update({f"HAS_{i.name}": f"(1.0 if HAS_{i.name} else 0.0)"
                   for i in ir.inputs if i.optional})
@@ -66,10 +68,10 @@ def numba_context(plan: Plan) -> NS:
         b, shift = split_sym(sym)
         if b in kinds and kinds[b].shape == "NT":
             cast = "int" if kinds[b].kind == "index" else "float"
-            loads.append(f"{sym} = {cast}({b}__a[{b}__o + {TIME[shift]} * {b}__st])")
+            loads.append(f"{sym} = {cast}(_nk.at({b}__a, {b}__o + {TIME[shift]} * {b}__st))")
             shifts.add(shift)
         elif b in params:
-            loads.append(f"{sym} = float({b}__a[{b}__o + {TIME[shift]} * {b}__st])")
+            loads.append(f"{sym} = float(_nk.at({b}__a, {b}__o + {TIME[shift]} * {b}__st))")
             shifts.add(shift)
         elif b in ("is_first", "is_last"):
             edge = "0" if b == "is_first" else "T - 1"
@@ -88,8 +90,8 @@ def numba_context(plan: Plan) -> NS:
             b, shift = split_sym(s)
             shifts.add(shift)
             kk[s] = f"{s}__k"
-            k_loads.append(f"{s}__k = float({b}__a[{b}__o + {TIME[shift]} * {b}__st + "
-                           f"_k * {b}__sk])")
+            k_loads.append(f"{s}__k = float(_nk.at({b}__a, {b}__o + {TIME[shift]} * {b}__st + "
+                           f"_k * {b}__sk))")
         kk.update({v: v for v, _ in sp.block.assigns})
         sums.append(NS(var=sp.var, loads=k_loads, assigns=_assigns(sp.block, kk, spec),
                        summand=print_expr(NumbaPrinter, sp.block.results[0][1], kk, spec)))
