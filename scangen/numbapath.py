@@ -33,7 +33,10 @@ MIN_PARALLEL_STEPS = 32768
 def available() -> bool:
     """Whether numba can be imported (checked once; ``auto`` falls back to torch without it)."""
     if "ok" not in _AVAILABLE:
-        _AVAILABLE["ok"] = importlib.util.find_spec("numba") is not None
+        try:
+            _AVAILABLE["ok"] = importlib.util.find_spec("numba") is not None
+        except (ImportError, ValueError):  # ValueError: sys.modules["numba"] is None
+            _AVAILABLE["ok"] = False
     return _AVAILABLE["ok"]
 
 

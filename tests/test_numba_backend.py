@@ -1,0 +1,117 @@
+"""The numba CPU backend's own behaviour: how ``auto`` picks it, what happens without numba,
+threads (a call split over threads, several Python threads calling at once), and dtypes.
+Its numbers are tested with every other backend's in test_ops.py, test_properties.py and
+test_backends_agree.py."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+import scangen
+from conftest import HAS_NUMBA
+from scangen import numbapath, runtime
+from scangen.reference import REFERENCES
+from scangen.testing import assert_close, make_inputs
+
+pytestmark = pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed")
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_auto_picks_numba_for_cpu_tensors():
+    assert runtime.select_backend("f", None, torch.device("cpu")) == "numba"
+    assert runtime.select_backend("f", "torch", torch.device("cpu")) == "torch"
+
+
+def test_numba_backend_refuses_other_devices():
+    with pytest.raises(ValueError, match=r"compute_gae\(\): backend='numba' needs CPU tensors, "
+                                         r"got meta tensors"):
+        runtime.select_backend("compute_gae", "numba", torch.device("meta"))
+
+
+WITHOUT_NUMBA = """
+import sys
+sys.modules["numba"] = None  # as on a machine without numba: importing it fails
+import torch, scangen
+from scangen import runtime
+x = torch.tensor([[1.0, 1.0, 1.0]]); d = torch.tensor([[0, 0, 0]])
+print(runtime.select_backend("f", None, torch.device("cpu")))
+print(scangen.compute_discounted_returns(x, d, gamma=0.5).tolist())
+try:
+    scangen.compute_discounted_returns(x, d, backend="numba")
+except ValueError as e:
+    print(e)
+"""
+
+
+def test_without_numba_auto_takes_the_torch_path():
+    out = subprocess.run([sys.executable, "-c", WITHOUT_NUMBA], capture_output=True, text=True,
+                         cwd=REPO, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    assert lines == ["torch", "[[1.75, 1.5, 1.0]]",
+                     "compute_discounted_returns(): backend='numba' needs numba installed "
+                     "(pip install numba)"]
+
+
+@pytest.mark.parametrize("layout", ["rows", "time-major"])
+def test_a_call_split_over_threads_equals_one_thread(layout, monkeypatch):
+    """Rows (or tiles of time-major rows) split over threads compute exactly what one thread
+    computes: each row's arithmetic is the same."""
+    inputs = make_inputs("compute_vtrace", 37, 300, seed=3)
+    kw = {"time_dim": 0} if layout == "time-major" else {}
+    if layout == "time-major":
+        inputs = {k: v.t().contiguous() if torch.is_tensor(v) and v.dim() == 2 else v
+                  for k, v in inputs.items()}
+    monkeypatch.setattr(numbapath, "MIN_PARALLEL_STEPS", 1)
+    monkeypatch.setattr(numbapath, "TILE_ROWS", 4)  # 10 tiles of rows, split over threads
+    runtime._PLANS.clear()
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = scangen.compute_vtrace(**inputs, backend="numba", **kw)
+        runtime._PLANS.clear()
+        torch.set_num_threads(3)
+        many = scangen.compute_vtrace(**inputs, backend="numba", **kw)
+    finally:
+        torch.set_num_threads(threads)
+        runtime._PLANS.clear()
+    for a, b in zip(one, many):
+        assert torch.equal(a, b)
+
+
+def test_several_python_threads_at_once():
+    """Calls from several threads share the pool and each gets its own right answer."""
+    cases = [make_inputs("compute_gae", 64, 700, seed=s) for s in range(6)]
+    expected = [REFERENCES["compute_gae"](**c) for c in cases]
+    got, errors = [None] * len(cases), []
+
+    def work(k):
+        try:
+            for _ in range(3):
+                got[k] = scangen.compute_gae(**cases[k], backend="numba")
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(cases))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for k, (g, e) in enumerate(zip(got, expected)):
+        assert_close(g, e, dtype=g.dtype, name=f"thread {k}")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+def test_dtypes_written_in_the_input_dtype(dtype):
+    inputs = make_inputs("compute_masked_gae", 5, 77, seed=4, dtype=dtype)
+    adv, ret = scangen.compute_masked_gae(**inputs, gamma=0.99, lambda_=0.9, backend="numba")
+    assert adv.dtype == ret.dtype == dtype
+    e_adv, e_ret = REFERENCES["compute_masked_gae"](**inputs, gamma=0.99, lambda_=0.9)
+    assert_close(adv, e_adv, dtype=dtype, name="advantages")
+    assert_close(ret, e_ret, dtype=dtype, name="returns")
