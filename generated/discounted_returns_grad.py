@@ -959,7 +959,7 @@ def compute_discounted_returns_grad(*, rewards=None, terminateds=None, truncated
         gamma: float or tensor broadcastable to [N, T] (default 0.99). discount factor
         time_dim: the time axis of the [N, T] inputs (-1: rows [N, T]; 0: time-major).
         outputs: output name(s) to compute; default d__rewards, d__bootstrap_values, d__gamma.
-        backend: 'auto' (Triton on CUDA, torch elsewhere), 'triton' or 'torch'.
+        backend: 'auto' (Triton on CUDA, numba on CPU), 'triton', 'numba' or 'torch'.
     
     Returns:
         d__rewards: [N, T] in the inputs' floating dtype. dL/drewards per step

@@ -718,7 +718,7 @@ def compute_eligibility_traces(gradients, dones, gamma, lambda_, seed_values=Non
         lambda_: float or tensor broadcastable to [N, T] (required). trace decay
         time_dim: the time axis of the [N, T] inputs (-1: rows [N, T]; 0: time-major).
         outputs: output name(s) to compute; default traces.
-        backend: 'auto' (Triton on CUDA, torch elsewhere), 'triton' or 'torch'.
+        backend: 'auto' (Triton on CUDA, numba on CPU), 'triton', 'numba' or 'torch'.
     
     Returns:
         traces: [N, T] in the inputs' floating dtype. z_t.

@@ -991,7 +991,7 @@ def compute_eligibility_traces_grad(*, gradients=None, dones=None, seed_values=N
         lambda_: float or tensor broadcastable to [N, T] (required). trace decay
         time_dim: the time axis of the [N, T] inputs (-1: rows [N, T]; 0: time-major).
         outputs: output name(s) to compute; default d__gradients, d__seed_values, d__gamma, d__lambda_.
-        backend: 'auto' (Triton on CUDA, torch elsewhere), 'triton' or 'torch'.
+        backend: 'auto' (Triton on CUDA, numba on CPU), 'triton', 'numba' or 'torch'.
     
     Returns:
         d__gradients: [N, T] in the inputs' floating dtype. dL/dgradients per step

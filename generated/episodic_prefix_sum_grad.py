@@ -853,7 +853,7 @@ def compute_episodic_prefix_sum_grad(*, inputs=None, dones=None, seed_values=Non
         boundary: float or tensor broadcastable to [N, T] (default 'ends_at'; one of 'ends_at', 'starts_at'). whether dones[t] marks the last ('ends_at') or the first ('starts_at') step of an episode
         time_dim: the time axis of the [N, T] inputs (-1: rows [N, T]; 0: time-major).
         outputs: output name(s) to compute; default d__inputs, d__seed_values, d__boundary.
-        backend: 'auto' (Triton on CUDA, torch elsewhere), 'triton' or 'torch'.
+        backend: 'auto' (Triton on CUDA, numba on CPU), 'triton', 'numba' or 'torch'.
     
     Returns:
         d__inputs: [N, T] in the inputs' floating dtype. dL/dinputs per step

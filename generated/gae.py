@@ -910,7 +910,7 @@ def compute_gae(rewards, values, terminateds, truncateds=None, gamma=0.99, lambd
         lambda_: float or tensor broadcastable to [N, T] (default 0.95). GAE trace decay
         time_dim: the time axis of the [N, T] inputs (-1: rows [N, T]; 0: time-major).
         outputs: output name(s) to compute; default advantages.
-        backend: 'auto' (Triton on CUDA, torch elsewhere), 'triton' or 'torch'.
+        backend: 'auto' (Triton on CUDA, numba on CPU), 'triton', 'numba' or 'torch'.
     
     Returns:
         advantages: [N, T] in the inputs' floating dtype. A_t.

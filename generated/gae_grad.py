@@ -1302,7 +1302,7 @@ def compute_gae_grad(*, rewards=None, values=None, terminateds=None, truncateds=
         lambda_: float or tensor broadcastable to [N, T] (default 0.95). GAE trace decay
         time_dim: the time axis of the [N, T] inputs (-1: rows [N, T]; 0: time-major).
         outputs: output name(s) to compute; default d__rewards, d__values, d__bootstrap_values, d__last_value, d__gamma, d__lambda_.
-        backend: 'auto' (Triton on CUDA, torch elsewhere), 'triton' or 'torch'.
+        backend: 'auto' (Triton on CUDA, numba on CPU), 'triton', 'numba' or 'torch'.
     
     Returns:
         d__rewards: [N, T] in the inputs' floating dtype. dL/drewards per step

@@ -760,7 +760,7 @@ def compute_lambda_returns(rewards, next_values, terminateds, truncateds=None, g
         lambda_: float or tensor broadcastable to [N, T] (default 0.95). trace decay
         time_dim: the time axis of the [N, T] inputs (-1: rows [N, T]; 0: time-major).
         outputs: output name(s) to compute; default returns.
-        backend: 'auto' (Triton on CUDA, torch elsewhere), 'triton' or 'torch'.
+        backend: 'auto' (Triton on CUDA, numba on CPU), 'triton', 'numba' or 'torch'.
     
     Returns:
         returns: [N, T] in the inputs' floating dtype. G_t, the lambda-returns.

@@ -1147,7 +1147,7 @@ def compute_lambda_returns_grad(*, rewards=None, next_values=None, terminateds=N
         lambda_: float or tensor broadcastable to [N, T] (default 0.95). trace decay
         time_dim: the time axis of the [N, T] inputs (-1: rows [N, T]; 0: time-major).
         outputs: output name(s) to compute; default d__rewards, d__next_values, d__bootstrap_values, d__gamma, d__lambda_.
-        backend: 'auto' (Triton on CUDA, torch elsewhere), 'triton' or 'torch'.
+        backend: 'auto' (Triton on CUDA, numba on CPU), 'triton', 'numba' or 'torch'.
     
     Returns:
         d__rewards: [N, T] in the inputs' floating dtype. dL/drewards per step

@@ -827,7 +827,7 @@ def compute_masked_gae(token_level_rewards, values, response_mask, gamma=1.0, la
         lambda_: float or tensor broadcastable to [N, T] (default 1.0). GAE trace decay
         time_dim: the time axis of the [N, T] inputs (-1: rows [N, T]; 0: time-major).
         outputs: output name(s) to compute; default advantages, returns.
-        backend: 'auto' (Triton on CUDA, torch elsewhere), 'triton' or 'torch'.
+        backend: 'auto' (Triton on CUDA, numba on CPU), 'triton', 'numba' or 'torch'.
     
     Returns:
         advantages: [N, T] in the inputs' floating dtype. A_t.

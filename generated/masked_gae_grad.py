@@ -1104,7 +1104,7 @@ def compute_masked_gae_grad(*, token_level_rewards=None, values=None, response_m
         lambda_: float or tensor broadcastable to [N, T] (default 1.0). GAE trace decay
         time_dim: the time axis of the [N, T] inputs (-1: rows [N, T]; 0: time-major).
         outputs: output name(s) to compute; default d__token_level_rewards, d__values, d__gamma, d__lambda_.
-        backend: 'auto' (Triton on CUDA, torch elsewhere), 'triton' or 'torch'.
+        backend: 'auto' (Triton on CUDA, numba on CPU), 'triton', 'numba' or 'torch'.
     
     Returns:
         d__token_level_rewards: [N, T] in the inputs' floating dtype. dL/dtoken_level_rewards per step

@@ -1198,7 +1198,7 @@ def compute_retrace(action_probs_target, action_probs_behavior, q_values, next_q
         rho_bar: float or tensor broadcastable to [N, T] (default 1.0). clip of the importance weight in the advantages
         time_dim: the time axis of the [N, T] inputs (-1: rows [N, T]; 0: time-major).
         outputs: output name(s) to compute; default targets, advantages.
-        backend: 'auto' (Triton on CUDA, torch elsewhere), 'triton' or 'torch'.
+        backend: 'auto' (Triton on CUDA, numba on CPU), 'triton', 'numba' or 'torch'.
     
     Returns:
         targets: [N, T] in the inputs' floating dtype. q_ret_t, the Retrace targets.

@@ -1149,7 +1149,7 @@ def compute_vtrace(log_pi_target, log_pi_behavior, values, rewards, terminateds,
         pg_rho_bar: float or tensor broadcastable to [N, T] (default 'rho_bar'). clip of the importance weight in the policy-gradient advantage (defaults to rho_bar)
         time_dim: the time axis of the [N, T] inputs (-1: rows [N, T]; 0: time-major).
         outputs: output name(s) to compute; default targets, pg_advantages.
-        backend: 'auto' (Triton on CUDA, torch elsewhere), 'triton' or 'torch'.
+        backend: 'auto' (Triton on CUDA, numba on CPU), 'triton', 'numba' or 'torch'.
     
     Returns:
         targets: [N, T] in the inputs' floating dtype. vs_t, the V-trace value targets.

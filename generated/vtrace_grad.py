@@ -1986,7 +1986,7 @@ def compute_vtrace_grad(*, log_pi_target=None, log_pi_behavior=None, values=None
         pg_rho_bar: float or tensor broadcastable to [N, T] (default 'rho_bar'). clip of the importance weight in the policy-gradient advantage (defaults to rho_bar)
         time_dim: the time axis of the [N, T] inputs (-1: rows [N, T]; 0: time-major).
         outputs: output name(s) to compute; default d__log_pi_target, d__log_pi_behavior, d__values, d__rewards, d__bootstrap_values, d__last_value, d__gamma, d__rho_bar, d__c_bar, d__lambda_, d__pg_rho_bar.
-        backend: 'auto' (Triton on CUDA, torch elsewhere), 'triton' or 'torch'.
+        backend: 'auto' (Triton on CUDA, numba on CPU), 'triton', 'numba' or 'torch'.
     
     Returns:
         d__log_pi_target: [N, T] in the inputs' floating dtype. dL/dlog_pi_target per step

@@ -416,7 +416,7 @@ def _docstring(ir: IR) -> str:
                      .rstrip())
     lines += ["    time_dim: the time axis of the [N, T] inputs (-1: rows [N, T]; 0: time-major).",
               "    outputs: output name(s) to compute; default " + ", ".join(ir.returns) + ".",
-              "    backend: 'auto' (Triton on CUDA, torch elsewhere), 'triton' or 'torch'.",
+              "    backend: 'auto' (Triton on CUDA, numba on CPU), 'triton', 'numba' or 'torch'.",
               "", "Returns:"]
     for o in ir.outputs:
         lines.append(f"    {o.name}: [N, T] in the inputs' floating dtype. {o.doc}".rstrip())
