@@ -1,7 +1,8 @@
 """``scangen verify``: every built-in, on random inputs, against its float64 reference.
 
 Runs on the GPU when there is one (the Triton kernels and the torch path), else on the CPU (the
-torch path, plus the Triton kernels when ``TRITON_INTERPRET=1`` is set).
+numba kernels where numba is installed, the torch path, and the Triton kernels when
+``TRITON_INTERPRET=1`` is set).
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 
 import torch
 
-from . import reference
+from . import numbapath, reference
 from .runtime import _interpreting
 from .testing import assert_close, make_inputs
 
@@ -27,6 +28,7 @@ def verify_all(device: str | None = None, sizes: str = "small", seed: int = 0) -
     import scangen
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     backends = ["torch"] + (["triton"] if device == "cuda" or _interpreting() else [])
+    backends += ["numba"] if device == "cpu" and numbapath.available() else []
     if sizes == "small" and device == "cpu" and _interpreting():
         shapes = SIZES["small"][:3]  # the interpreter runs kernels in numpy: keep it short
     else:
