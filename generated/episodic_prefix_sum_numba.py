@@ -112,27 +112,31 @@ def _tmajor(lo, hi, R2, T, K, TB, S, inputs__a, dones__a, seed_values__a, bounda
         r1 = tile // n_tiles
         r2_0 = (tile - r1 * n_tiles) * TB
         n = min(TB, R2 - r2_0)
+        inputs__ob = r1 * inputs__s1 + r2_0 * inputs__s2
+        dones__ob = r1 * dones__s1 + r2_0 * dones__s2
+        seed_values__ob = r1 * seed_values__s1 + r2_0 * seed_values__s2
+        boundary__ob = r1 * boundary__s1 + r2_0 * boundary__s2
+        sums__ob = r1 * sums__s1 + r2_0 * sums__s2
+        st__C__ob = r1 * st__C__s1 + r2_0 * st__C__s2
         for _j in range(n):
-            r2 = r2_0 + _j
-            inputs__o = r1 * inputs__s1 + r2 * inputs__s2
-            dones__o = r1 * dones__s1 + r2 * dones__s2
-            seed_values__o = r1 * seed_values__s1 + r2 * seed_values__s2
-            boundary__o = r1 * boundary__s1 + r2 * boundary__s2
-            sums__o = r1 * sums__s1 + r2 * sums__s2
-            st__C__o = r1 * st__C__s1 + r2 * st__C__s2
+            inputs__o = inputs__ob + _j * inputs__s2
+            dones__o = dones__ob + _j * dones__s2
+            seed_values__o = seed_values__ob + _j * seed_values__s2
+            boundary__o = boundary__ob + _j * boundary__s2
+            sums__o = sums__ob + _j * sums__s2
+            st__C__o = st__C__ob + _j * st__C__s2
             seed_values = float(_nk.at(seed_values__a, seed_values__o))
             C = seed_values
             C__c[_j] = C
         for _i in range(T):
             t = _i
             for _j in range(n):
-                r2 = r2_0 + _j
-                inputs__o = r1 * inputs__s1 + r2 * inputs__s2
-                dones__o = r1 * dones__s1 + r2 * dones__s2
-                seed_values__o = r1 * seed_values__s1 + r2 * seed_values__s2
-                boundary__o = r1 * boundary__s1 + r2 * boundary__s2
-                sums__o = r1 * sums__s1 + r2 * sums__s2
-                st__C__o = r1 * st__C__s1 + r2 * st__C__s2
+                inputs__o = inputs__ob + _j * inputs__s2
+                dones__o = dones__ob + _j * dones__s2
+                seed_values__o = seed_values__ob + _j * seed_values__s2
+                boundary__o = boundary__ob + _j * boundary__s2
+                sums__o = sums__ob + _j * sums__s2
+                st__C__o = st__C__ob + _j * st__C__s2
                 seed_values = float(_nk.at(seed_values__a, seed_values__o))
                 C = C__c[_j]
                 _tp = max(t - 1, 0)

@@ -50,6 +50,9 @@ def numba_context(plan: Plan) -> NS:
                    f"{a.name}__st = S[{4 * k + 2}]", f"{a.name}__sk = S[{4 * k + 3}]"]
     consts += [f"{f} = S[{n_s + k}] != 0" for k, f in enumerate(flags)]
     offsets = [f"{a.name}__o = r1 * {a.name}__s1 + r2 * {a.name}__s2" for a in arrays]
+    # time-major: each array's offset of the tile's first row, then one step of s2 per row
+    tile_offsets = [f"{a.name}__ob = r1 * {a.name}__s1 + r2_0 * {a.name}__s2" for a in arrays]
+    row_offsets = [f"{a.name}__o = {a.name}__ob + _j * {a.name}__s2" for a in arrays]
     row_loads = []  # [N] inputs: one value per row
     for i in ir.inputs:
         if i.shape == "N" and i.name in plan.symbols:
@@ -114,7 +117,8 @@ def numba_context(plan: Plan) -> NS:
     return NS(arrays=arrays, array_args=", ".join(f"{a.name}__a" for a in arrays),
               array_names=tuple(a.name for a in arrays),
               array_roles=tuple(a.role for a in arrays), flags=tuple(flags), consts=consts,
-              offsets=offsets, row_loads=row_loads, inits=inits, states=states, step=step,
+              offsets=offsets, tile_offsets=tile_offsets, row_offsets=row_offsets,
+              row_loads=row_loads, inits=inits, states=states, step=step,
               time=("T - 1 - _i" if ir.reverse else "_i"))
 
 
