@@ -5,8 +5,8 @@
 Generated CPU kernels (numba) of ``compute_discounted_returns_grad``: one sequential pass in time per row, the
 scan states in registers. ``_rows`` scans rows contiguous in time one after another; ``_tmajor``
 keeps time outermost and sweeps a tile of rows innermost (time-major buffers). Both take the
-flat arrays named by ``ARRAYS`` and the strides and flags in ``S`` (scangen.render_numba);
-scangen.numbapath launches them.
+views named by ``ARRAYS`` and the flags in ``S`` (scangen.render_numba); scangen.numbapath
+launches them.
 """
 import numba as _nb
 import numpy as np
@@ -20,210 +20,93 @@ FLAGS = ('HAS_truncateds', 'HAS_bootstrap_values', 'HAS_gy__returns', 'STORE_d__
 
 @_nb.njit(cache=True, nogil=True)
 def _rows(lo, hi, R2, T, K, S, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, st__G__a, gy__returns__a, gamma__a, d__rewards__a, d__bootstrap_values__a, d__gamma__a):
-    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn
-    rewards__s1 = S[0]
-    rewards__s2 = S[1]
-    rewards__st = S[2]
-    rewards__sk = S[3]
-    terminateds__s1 = S[4]
-    terminateds__s2 = S[5]
-    terminateds__st = S[6]
-    terminateds__sk = S[7]
-    truncateds__s1 = S[8]
-    truncateds__s2 = S[9]
-    truncateds__st = S[10]
-    truncateds__sk = S[11]
-    bootstrap_values__s1 = S[12]
-    bootstrap_values__s2 = S[13]
-    bootstrap_values__st = S[14]
-    bootstrap_values__sk = S[15]
-    st__G__s1 = S[16]
-    st__G__s2 = S[17]
-    st__G__st = S[18]
-    st__G__sk = S[19]
-    gy__returns__s1 = S[20]
-    gy__returns__s2 = S[21]
-    gy__returns__st = S[22]
-    gy__returns__sk = S[23]
-    gamma__s1 = S[24]
-    gamma__s2 = S[25]
-    gamma__st = S[26]
-    gamma__sk = S[27]
-    d__rewards__s1 = S[28]
-    d__rewards__s2 = S[29]
-    d__rewards__st = S[30]
-    d__rewards__sk = S[31]
-    d__bootstrap_values__s1 = S[32]
-    d__bootstrap_values__s2 = S[33]
-    d__bootstrap_values__st = S[34]
-    d__bootstrap_values__sk = S[35]
-    d__gamma__s1 = S[36]
-    d__gamma__s2 = S[37]
-    d__gamma__st = S[38]
-    d__gamma__sk = S[39]
-    HAS_truncateds = S[40] != 0
-    HAS_bootstrap_values = S[41] != 0
-    HAS_gy__returns = S[42] != 0
-    STORE_d__rewards = S[43] != 0
-    STORE_d__bootstrap_values = S[44] != 0
-    STORE_d__gamma = S[45] != 0
+    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
+    # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
+    HAS_truncateds = S[0] != 0
+    HAS_bootstrap_values = S[1] != 0
+    HAS_gy__returns = S[2] != 0
+    STORE_d__rewards = S[3] != 0
+    STORE_d__bootstrap_values = S[4] != 0
+    STORE_d__gamma = S[5] != 0
     for r in range(lo, hi):
         r1 = r // R2
         r2 = r - r1 * R2
-        rewards__o = r1 * rewards__s1 + r2 * rewards__s2
-        terminateds__o = r1 * terminateds__s1 + r2 * terminateds__s2
-        truncateds__o = r1 * truncateds__s1 + r2 * truncateds__s2
-        bootstrap_values__o = r1 * bootstrap_values__s1 + r2 * bootstrap_values__s2
-        st__G__o = r1 * st__G__s1 + r2 * st__G__s2
-        gy__returns__o = r1 * gy__returns__s1 + r2 * gy__returns__s2
-        gamma__o = r1 * gamma__s1 + r2 * gamma__s2
-        d__rewards__o = r1 * d__rewards__s1 + r2 * d__rewards__s2
-        d__bootstrap_values__o = r1 * d__bootstrap_values__s1 + r2 * d__bootstrap_values__s2
-        d__gamma__o = r1 * d__gamma__s1 + r2 * d__gamma__s2
         g__G = 0.0
         for _i in range(T):
             t = _i
             _tp = max(t - 1, 0)
             _tn = min(t + 1, T - 1)
-            bootstrap_values = float(_nk.at(bootstrap_values__a, bootstrap_values__o + t * bootstrap_values__st))
-            gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
-            gamma__prev = float(_nk.at(gamma__a, gamma__o + _tp * gamma__st))
-            gy__returns = float(_nk.at(gy__returns__a, gy__returns__o + t * gy__returns__st))
+            bootstrap_values = float(_nk.at(bootstrap_values__a, r1, r2, t))
+            gamma = float(_nk.at(gamma__a, r1, r2, t))
+            gamma__prev = float(_nk.at(gamma__a, r1, r2, _tp))
+            gy__returns = float(_nk.at(gy__returns__a, r1, r2, t))
             is_first = 1.0 if t == 0 else 0.0
             is_last = 1.0 if t == T - 1 else 0.0
             is_last__prev = 1.0 if t - 1 == T - 1 else 0.0
-            st__G__next = float(_nk.at(st__G__a, st__G__o + _tn * st__G__st))
-            terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
-            terminateds__prev = float(_nk.at(terminateds__a, terminateds__o + _tp * terminateds__st))
-            truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
-            truncateds__prev = float(_nk.at(truncateds__a, truncateds__o + _tp * truncateds__st))
+            st__G__next = float(_nk.at(st__G__a, r1, r2, _tn))
+            terminateds = float(_nk.at(terminateds__a, r1, r2, t))
+            terminateds__prev = float(_nk.at(terminateds__a, r1, r2, _tp))
+            truncateds = float(_nk.at(truncateds__a, r1, r2, t))
+            truncateds__prev = float(_nk.at(truncateds__a, r1, r2, _tp))
             g__G = gy__returns + ((0.0 if is_first != 0 else gamma__prev*(1.0 - (1.0 if is_last__prev != 0 else (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev))))) * g__G
             _e1 = (1.0 if is_last != 0 else (terminateds if (terminateds >= truncateds) else truncateds))
             _e2 = _e1*g__G*(1.0 - terminateds)
             if STORE_d__rewards:
-                d__rewards__a[d__rewards__o + t * d__rewards__st] = g__G
+                d__rewards__a[r1, r2, t] = g__G
             if STORE_d__bootstrap_values:
-                d__bootstrap_values__a[d__bootstrap_values__o + t * d__bootstrap_values__st] = _e2*gamma
+                d__bootstrap_values__a[r1, r2, t] = _e2*gamma
             if STORE_d__gamma:
-                d__gamma__a[d__gamma__o + t * d__gamma__st] = _e2*bootstrap_values + g__G*(1.0 - _e1)*(0.0 if is_last != 0 else st__G__next)
-
+                d__gamma__a[r1, r2, t] = _e2*bootstrap_values + g__G*(1.0 - _e1)*(0.0 if is_last != 0 else st__G__next)
 
 
 @_nb.njit(cache=True, nogil=True)
 def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, st__G__a, gy__returns__a, gamma__a, d__rewards__a, d__bootstrap_values__a, d__gamma__a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
-    # tile, time outermost and the rows innermost, the states carried in one array per scan
-    rewards__s1 = S[0]
-    rewards__s2 = S[1]
-    rewards__st = S[2]
-    rewards__sk = S[3]
-    terminateds__s1 = S[4]
-    terminateds__s2 = S[5]
-    terminateds__st = S[6]
-    terminateds__sk = S[7]
-    truncateds__s1 = S[8]
-    truncateds__s2 = S[9]
-    truncateds__st = S[10]
-    truncateds__sk = S[11]
-    bootstrap_values__s1 = S[12]
-    bootstrap_values__s2 = S[13]
-    bootstrap_values__st = S[14]
-    bootstrap_values__sk = S[15]
-    st__G__s1 = S[16]
-    st__G__s2 = S[17]
-    st__G__st = S[18]
-    st__G__sk = S[19]
-    gy__returns__s1 = S[20]
-    gy__returns__s2 = S[21]
-    gy__returns__st = S[22]
-    gy__returns__sk = S[23]
-    gamma__s1 = S[24]
-    gamma__s2 = S[25]
-    gamma__st = S[26]
-    gamma__sk = S[27]
-    d__rewards__s1 = S[28]
-    d__rewards__s2 = S[29]
-    d__rewards__st = S[30]
-    d__rewards__sk = S[31]
-    d__bootstrap_values__s1 = S[32]
-    d__bootstrap_values__s2 = S[33]
-    d__bootstrap_values__st = S[34]
-    d__bootstrap_values__sk = S[35]
-    d__gamma__s1 = S[36]
-    d__gamma__s2 = S[37]
-    d__gamma__st = S[38]
-    d__gamma__sk = S[39]
-    HAS_truncateds = S[40] != 0
-    HAS_bootstrap_values = S[41] != 0
-    HAS_gy__returns = S[42] != 0
-    STORE_d__rewards = S[43] != 0
-    STORE_d__bootstrap_values = S[44] != 0
-    STORE_d__gamma = S[45] != 0
+    # tile, time outermost and the rows innermost, the states carried in one array per scan;
+    # every view is [R1, T, R2] ([R1, T, R2, K]; [R1, 1, R2] for [N] inputs)
+    HAS_truncateds = S[0] != 0
+    HAS_bootstrap_values = S[1] != 0
+    HAS_gy__returns = S[2] != 0
+    STORE_d__rewards = S[3] != 0
+    STORE_d__bootstrap_values = S[4] != 0
+    STORE_d__gamma = S[5] != 0
     n_tiles = (R2 + TB - 1) // TB
     g__G__c = np.empty(TB)
     for tile in range(lo, hi):
         r1 = tile // n_tiles
         r2_0 = (tile - r1 * n_tiles) * TB
         n = min(TB, R2 - r2_0)
-        rewards__ob = r1 * rewards__s1 + r2_0 * rewards__s2
-        terminateds__ob = r1 * terminateds__s1 + r2_0 * terminateds__s2
-        truncateds__ob = r1 * truncateds__s1 + r2_0 * truncateds__s2
-        bootstrap_values__ob = r1 * bootstrap_values__s1 + r2_0 * bootstrap_values__s2
-        st__G__ob = r1 * st__G__s1 + r2_0 * st__G__s2
-        gy__returns__ob = r1 * gy__returns__s1 + r2_0 * gy__returns__s2
-        gamma__ob = r1 * gamma__s1 + r2_0 * gamma__s2
-        d__rewards__ob = r1 * d__rewards__s1 + r2_0 * d__rewards__s2
-        d__bootstrap_values__ob = r1 * d__bootstrap_values__s1 + r2_0 * d__bootstrap_values__s2
-        d__gamma__ob = r1 * d__gamma__s1 + r2_0 * d__gamma__s2
         for _j in range(n):
-            rewards__o = rewards__ob + _j * rewards__s2
-            terminateds__o = terminateds__ob + _j * terminateds__s2
-            truncateds__o = truncateds__ob + _j * truncateds__s2
-            bootstrap_values__o = bootstrap_values__ob + _j * bootstrap_values__s2
-            st__G__o = st__G__ob + _j * st__G__s2
-            gy__returns__o = gy__returns__ob + _j * gy__returns__s2
-            gamma__o = gamma__ob + _j * gamma__s2
-            d__rewards__o = d__rewards__ob + _j * d__rewards__s2
-            d__bootstrap_values__o = d__bootstrap_values__ob + _j * d__bootstrap_values__s2
-            d__gamma__o = d__gamma__ob + _j * d__gamma__s2
+            r2 = r2_0 + _j
             g__G = 0.0
             g__G__c[_j] = g__G
         for _i in range(T):
             t = _i
             for _j in range(n):
-                rewards__o = rewards__ob + _j * rewards__s2
-                terminateds__o = terminateds__ob + _j * terminateds__s2
-                truncateds__o = truncateds__ob + _j * truncateds__s2
-                bootstrap_values__o = bootstrap_values__ob + _j * bootstrap_values__s2
-                st__G__o = st__G__ob + _j * st__G__s2
-                gy__returns__o = gy__returns__ob + _j * gy__returns__s2
-                gamma__o = gamma__ob + _j * gamma__s2
-                d__rewards__o = d__rewards__ob + _j * d__rewards__s2
-                d__bootstrap_values__o = d__bootstrap_values__ob + _j * d__bootstrap_values__s2
-                d__gamma__o = d__gamma__ob + _j * d__gamma__s2
+                r2 = r2_0 + _j
                 g__G = g__G__c[_j]
                 _tp = max(t - 1, 0)
                 _tn = min(t + 1, T - 1)
-                bootstrap_values = float(_nk.at(bootstrap_values__a, bootstrap_values__o + t * bootstrap_values__st))
-                gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
-                gamma__prev = float(_nk.at(gamma__a, gamma__o + _tp * gamma__st))
-                gy__returns = float(_nk.at(gy__returns__a, gy__returns__o + t * gy__returns__st))
+                bootstrap_values = float(_nk.at(bootstrap_values__a, r1, t, r2))
+                gamma = float(_nk.at(gamma__a, r1, t, r2))
+                gamma__prev = float(_nk.at(gamma__a, r1, _tp, r2))
+                gy__returns = float(_nk.at(gy__returns__a, r1, t, r2))
                 is_first = 1.0 if t == 0 else 0.0
                 is_last = 1.0 if t == T - 1 else 0.0
                 is_last__prev = 1.0 if t - 1 == T - 1 else 0.0
-                st__G__next = float(_nk.at(st__G__a, st__G__o + _tn * st__G__st))
-                terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
-                terminateds__prev = float(_nk.at(terminateds__a, terminateds__o + _tp * terminateds__st))
-                truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
-                truncateds__prev = float(_nk.at(truncateds__a, truncateds__o + _tp * truncateds__st))
+                st__G__next = float(_nk.at(st__G__a, r1, _tn, r2))
+                terminateds = float(_nk.at(terminateds__a, r1, t, r2))
+                terminateds__prev = float(_nk.at(terminateds__a, r1, _tp, r2))
+                truncateds = float(_nk.at(truncateds__a, r1, t, r2))
+                truncateds__prev = float(_nk.at(truncateds__a, r1, _tp, r2))
                 g__G = gy__returns + ((0.0 if is_first != 0 else gamma__prev*(1.0 - (1.0 if is_last__prev != 0 else (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev))))) * g__G
                 _e1 = (1.0 if is_last != 0 else (terminateds if (terminateds >= truncateds) else truncateds))
                 _e2 = _e1*g__G*(1.0 - terminateds)
                 if STORE_d__rewards:
-                    d__rewards__a[d__rewards__o + t * d__rewards__st] = g__G
+                    d__rewards__a[r1, t, r2] = g__G
                 if STORE_d__bootstrap_values:
-                    d__bootstrap_values__a[d__bootstrap_values__o + t * d__bootstrap_values__st] = _e2*gamma
+                    d__bootstrap_values__a[r1, t, r2] = _e2*gamma
                 if STORE_d__gamma:
-                    d__gamma__a[d__gamma__o + t * d__gamma__st] = _e2*bootstrap_values + g__G*(1.0 - _e1)*(0.0 if is_last != 0 else st__G__next)
+                    d__gamma__a[r1, t, r2] = _e2*bootstrap_values + g__G*(1.0 - _e1)*(0.0 if is_last != 0 else st__G__next)
 
                 g__G__c[_j] = g__G

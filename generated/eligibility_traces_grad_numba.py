@@ -5,8 +5,8 @@
 Generated CPU kernels (numba) of ``compute_eligibility_traces_grad``: one sequential pass in time per row, the
 scan states in registers. ``_rows`` scans rows contiguous in time one after another; ``_tmajor``
 keeps time outermost and sweeps a tile of rows innermost (time-major buffers). Both take the
-flat arrays named by ``ARRAYS`` and the strides and flags in ``S`` (scangen.render_numba);
-scangen.numbapath launches them.
+views named by ``ARRAYS`` and the flags in ``S`` (scangen.render_numba); scangen.numbapath
+launches them.
 """
 import numba as _nb
 import numpy as np
@@ -20,229 +20,100 @@ FLAGS = ('HAS_seed_values', 'HAS_gy__traces', 'STORE_d__gradients', 'STORE_d__se
 
 @_nb.njit(cache=True, nogil=True)
 def _rows(lo, hi, R2, T, K, S, gradients__a, dones__a, seed_values__a, st__z__a, gy__traces__a, gamma__a, lambda___a, d__gradients__a, d__seed_values__a, d__gamma__a, d__lambda___a):
-    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn
-    gradients__s1 = S[0]
-    gradients__s2 = S[1]
-    gradients__st = S[2]
-    gradients__sk = S[3]
-    dones__s1 = S[4]
-    dones__s2 = S[5]
-    dones__st = S[6]
-    dones__sk = S[7]
-    seed_values__s1 = S[8]
-    seed_values__s2 = S[9]
-    seed_values__st = S[10]
-    seed_values__sk = S[11]
-    st__z__s1 = S[12]
-    st__z__s2 = S[13]
-    st__z__st = S[14]
-    st__z__sk = S[15]
-    gy__traces__s1 = S[16]
-    gy__traces__s2 = S[17]
-    gy__traces__st = S[18]
-    gy__traces__sk = S[19]
-    gamma__s1 = S[20]
-    gamma__s2 = S[21]
-    gamma__st = S[22]
-    gamma__sk = S[23]
-    lambda___s1 = S[24]
-    lambda___s2 = S[25]
-    lambda___st = S[26]
-    lambda___sk = S[27]
-    d__gradients__s1 = S[28]
-    d__gradients__s2 = S[29]
-    d__gradients__st = S[30]
-    d__gradients__sk = S[31]
-    d__seed_values__s1 = S[32]
-    d__seed_values__s2 = S[33]
-    d__seed_values__st = S[34]
-    d__seed_values__sk = S[35]
-    d__gamma__s1 = S[36]
-    d__gamma__s2 = S[37]
-    d__gamma__st = S[38]
-    d__gamma__sk = S[39]
-    d__lambda___s1 = S[40]
-    d__lambda___s2 = S[41]
-    d__lambda___st = S[42]
-    d__lambda___sk = S[43]
-    HAS_seed_values = S[44] != 0
-    HAS_gy__traces = S[45] != 0
-    STORE_d__gradients = S[46] != 0
-    STORE_d__seed_values = S[47] != 0
-    STORE_d__gamma = S[48] != 0
-    STORE_d__lambda_ = S[49] != 0
+    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
+    # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
+    HAS_seed_values = S[0] != 0
+    HAS_gy__traces = S[1] != 0
+    STORE_d__gradients = S[2] != 0
+    STORE_d__seed_values = S[3] != 0
+    STORE_d__gamma = S[4] != 0
+    STORE_d__lambda_ = S[5] != 0
     for r in range(lo, hi):
         r1 = r // R2
         r2 = r - r1 * R2
-        gradients__o = r1 * gradients__s1 + r2 * gradients__s2
-        dones__o = r1 * dones__s1 + r2 * dones__s2
-        seed_values__o = r1 * seed_values__s1 + r2 * seed_values__s2
-        st__z__o = r1 * st__z__s1 + r2 * st__z__s2
-        gy__traces__o = r1 * gy__traces__s1 + r2 * gy__traces__s2
-        gamma__o = r1 * gamma__s1 + r2 * gamma__s2
-        lambda___o = r1 * lambda___s1 + r2 * lambda___s2
-        d__gradients__o = r1 * d__gradients__s1 + r2 * d__gradients__s2
-        d__seed_values__o = r1 * d__seed_values__s1 + r2 * d__seed_values__s2
-        d__gamma__o = r1 * d__gamma__s1 + r2 * d__gamma__s2
-        d__lambda___o = r1 * d__lambda___s1 + r2 * d__lambda___s2
-        seed_values = float(_nk.at(seed_values__a, seed_values__o))
+        seed_values = float(_nk.at(seed_values__a, r1, r2, 0))
         g__z = 0.0
         for _i in range(T):
             t = T - 1 - _i
             _tp = max(t - 1, 0)
             _tn = min(t + 1, T - 1)
-            dones = float(_nk.at(dones__a, dones__o + t * dones__st))
-            dones__prev = float(_nk.at(dones__a, dones__o + _tp * dones__st))
-            gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
-            gamma__next = float(_nk.at(gamma__a, gamma__o + _tn * gamma__st))
-            gy__traces = float(_nk.at(gy__traces__a, gy__traces__o + t * gy__traces__st))
+            dones = float(_nk.at(dones__a, r1, r2, t))
+            dones__prev = float(_nk.at(dones__a, r1, r2, _tp))
+            gamma = float(_nk.at(gamma__a, r1, r2, t))
+            gamma__next = float(_nk.at(gamma__a, r1, r2, _tn))
+            gy__traces = float(_nk.at(gy__traces__a, r1, r2, t))
             is_first = 1.0 if t == 0 else 0.0
             is_first__next = 1.0 if t + 1 == 0 else 0.0
             is_last = 1.0 if t == T - 1 else 0.0
-            lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
-            lambda___next = float(_nk.at(lambda___a, lambda___o + _tn * lambda___st))
-            st__z__prev = float(_nk.at(st__z__a, st__z__o + _tp * st__z__st))
+            lambda_ = float(_nk.at(lambda___a, r1, r2, t))
+            lambda___next = float(_nk.at(lambda___a, r1, r2, _tn))
+            st__z__prev = float(_nk.at(st__z__a, r1, r2, _tp))
             g__z = gy__traces + ((0.0 if is_last != 0 else gamma__next*lambda___next*(1.0 - (0.0 if is_first__next != 0 else dones)))) * g__z
             _e1 = 1.0 - (0.0 if is_first != 0 else dones__prev)
             _e2 = _e1*g__z*lambda_
             _e3 = (seed_values if is_first != 0 else st__z__prev)
             if STORE_d__gradients:
-                d__gradients__a[d__gradients__o + t * d__gradients__st] = g__z
+                d__gradients__a[r1, r2, t] = g__z
             if STORE_d__seed_values:
-                d__seed_values__a[d__seed_values__o + t * d__seed_values__st] = (_e2*gamma if is_first != 0 else 0.0)
+                d__seed_values__a[r1, r2, t] = (_e2*gamma if is_first != 0 else 0.0)
             if STORE_d__gamma:
-                d__gamma__a[d__gamma__o + t * d__gamma__st] = _e2*_e3
+                d__gamma__a[r1, r2, t] = _e2*_e3
             if STORE_d__lambda_:
-                d__lambda___a[d__lambda___o + t * d__lambda___st] = _e1*_e3*g__z*gamma
-
+                d__lambda___a[r1, r2, t] = _e1*_e3*g__z*gamma
 
 
 @_nb.njit(cache=True, nogil=True)
 def _tmajor(lo, hi, R2, T, K, TB, S, gradients__a, dones__a, seed_values__a, st__z__a, gy__traces__a, gamma__a, lambda___a, d__gradients__a, d__seed_values__a, d__gamma__a, d__lambda___a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
-    # tile, time outermost and the rows innermost, the states carried in one array per scan
-    gradients__s1 = S[0]
-    gradients__s2 = S[1]
-    gradients__st = S[2]
-    gradients__sk = S[3]
-    dones__s1 = S[4]
-    dones__s2 = S[5]
-    dones__st = S[6]
-    dones__sk = S[7]
-    seed_values__s1 = S[8]
-    seed_values__s2 = S[9]
-    seed_values__st = S[10]
-    seed_values__sk = S[11]
-    st__z__s1 = S[12]
-    st__z__s2 = S[13]
-    st__z__st = S[14]
-    st__z__sk = S[15]
-    gy__traces__s1 = S[16]
-    gy__traces__s2 = S[17]
-    gy__traces__st = S[18]
-    gy__traces__sk = S[19]
-    gamma__s1 = S[20]
-    gamma__s2 = S[21]
-    gamma__st = S[22]
-    gamma__sk = S[23]
-    lambda___s1 = S[24]
-    lambda___s2 = S[25]
-    lambda___st = S[26]
-    lambda___sk = S[27]
-    d__gradients__s1 = S[28]
-    d__gradients__s2 = S[29]
-    d__gradients__st = S[30]
-    d__gradients__sk = S[31]
-    d__seed_values__s1 = S[32]
-    d__seed_values__s2 = S[33]
-    d__seed_values__st = S[34]
-    d__seed_values__sk = S[35]
-    d__gamma__s1 = S[36]
-    d__gamma__s2 = S[37]
-    d__gamma__st = S[38]
-    d__gamma__sk = S[39]
-    d__lambda___s1 = S[40]
-    d__lambda___s2 = S[41]
-    d__lambda___st = S[42]
-    d__lambda___sk = S[43]
-    HAS_seed_values = S[44] != 0
-    HAS_gy__traces = S[45] != 0
-    STORE_d__gradients = S[46] != 0
-    STORE_d__seed_values = S[47] != 0
-    STORE_d__gamma = S[48] != 0
-    STORE_d__lambda_ = S[49] != 0
+    # tile, time outermost and the rows innermost, the states carried in one array per scan;
+    # every view is [R1, T, R2] ([R1, T, R2, K]; [R1, 1, R2] for [N] inputs)
+    HAS_seed_values = S[0] != 0
+    HAS_gy__traces = S[1] != 0
+    STORE_d__gradients = S[2] != 0
+    STORE_d__seed_values = S[3] != 0
+    STORE_d__gamma = S[4] != 0
+    STORE_d__lambda_ = S[5] != 0
     n_tiles = (R2 + TB - 1) // TB
     g__z__c = np.empty(TB)
     for tile in range(lo, hi):
         r1 = tile // n_tiles
         r2_0 = (tile - r1 * n_tiles) * TB
         n = min(TB, R2 - r2_0)
-        gradients__ob = r1 * gradients__s1 + r2_0 * gradients__s2
-        dones__ob = r1 * dones__s1 + r2_0 * dones__s2
-        seed_values__ob = r1 * seed_values__s1 + r2_0 * seed_values__s2
-        st__z__ob = r1 * st__z__s1 + r2_0 * st__z__s2
-        gy__traces__ob = r1 * gy__traces__s1 + r2_0 * gy__traces__s2
-        gamma__ob = r1 * gamma__s1 + r2_0 * gamma__s2
-        lambda___ob = r1 * lambda___s1 + r2_0 * lambda___s2
-        d__gradients__ob = r1 * d__gradients__s1 + r2_0 * d__gradients__s2
-        d__seed_values__ob = r1 * d__seed_values__s1 + r2_0 * d__seed_values__s2
-        d__gamma__ob = r1 * d__gamma__s1 + r2_0 * d__gamma__s2
-        d__lambda___ob = r1 * d__lambda___s1 + r2_0 * d__lambda___s2
         for _j in range(n):
-            gradients__o = gradients__ob + _j * gradients__s2
-            dones__o = dones__ob + _j * dones__s2
-            seed_values__o = seed_values__ob + _j * seed_values__s2
-            st__z__o = st__z__ob + _j * st__z__s2
-            gy__traces__o = gy__traces__ob + _j * gy__traces__s2
-            gamma__o = gamma__ob + _j * gamma__s2
-            lambda___o = lambda___ob + _j * lambda___s2
-            d__gradients__o = d__gradients__ob + _j * d__gradients__s2
-            d__seed_values__o = d__seed_values__ob + _j * d__seed_values__s2
-            d__gamma__o = d__gamma__ob + _j * d__gamma__s2
-            d__lambda___o = d__lambda___ob + _j * d__lambda___s2
-            seed_values = float(_nk.at(seed_values__a, seed_values__o))
+            r2 = r2_0 + _j
+            seed_values = float(_nk.at(seed_values__a, r1, 0, r2))
             g__z = 0.0
             g__z__c[_j] = g__z
         for _i in range(T):
             t = T - 1 - _i
             for _j in range(n):
-                gradients__o = gradients__ob + _j * gradients__s2
-                dones__o = dones__ob + _j * dones__s2
-                seed_values__o = seed_values__ob + _j * seed_values__s2
-                st__z__o = st__z__ob + _j * st__z__s2
-                gy__traces__o = gy__traces__ob + _j * gy__traces__s2
-                gamma__o = gamma__ob + _j * gamma__s2
-                lambda___o = lambda___ob + _j * lambda___s2
-                d__gradients__o = d__gradients__ob + _j * d__gradients__s2
-                d__seed_values__o = d__seed_values__ob + _j * d__seed_values__s2
-                d__gamma__o = d__gamma__ob + _j * d__gamma__s2
-                d__lambda___o = d__lambda___ob + _j * d__lambda___s2
-                seed_values = float(_nk.at(seed_values__a, seed_values__o))
+                r2 = r2_0 + _j
+                seed_values = float(_nk.at(seed_values__a, r1, 0, r2))
                 g__z = g__z__c[_j]
                 _tp = max(t - 1, 0)
                 _tn = min(t + 1, T - 1)
-                dones = float(_nk.at(dones__a, dones__o + t * dones__st))
-                dones__prev = float(_nk.at(dones__a, dones__o + _tp * dones__st))
-                gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
-                gamma__next = float(_nk.at(gamma__a, gamma__o + _tn * gamma__st))
-                gy__traces = float(_nk.at(gy__traces__a, gy__traces__o + t * gy__traces__st))
+                dones = float(_nk.at(dones__a, r1, t, r2))
+                dones__prev = float(_nk.at(dones__a, r1, _tp, r2))
+                gamma = float(_nk.at(gamma__a, r1, t, r2))
+                gamma__next = float(_nk.at(gamma__a, r1, _tn, r2))
+                gy__traces = float(_nk.at(gy__traces__a, r1, t, r2))
                 is_first = 1.0 if t == 0 else 0.0
                 is_first__next = 1.0 if t + 1 == 0 else 0.0
                 is_last = 1.0 if t == T - 1 else 0.0
-                lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
-                lambda___next = float(_nk.at(lambda___a, lambda___o + _tn * lambda___st))
-                st__z__prev = float(_nk.at(st__z__a, st__z__o + _tp * st__z__st))
+                lambda_ = float(_nk.at(lambda___a, r1, t, r2))
+                lambda___next = float(_nk.at(lambda___a, r1, _tn, r2))
+                st__z__prev = float(_nk.at(st__z__a, r1, _tp, r2))
                 g__z = gy__traces + ((0.0 if is_last != 0 else gamma__next*lambda___next*(1.0 - (0.0 if is_first__next != 0 else dones)))) * g__z
                 _e1 = 1.0 - (0.0 if is_first != 0 else dones__prev)
                 _e2 = _e1*g__z*lambda_
                 _e3 = (seed_values if is_first != 0 else st__z__prev)
                 if STORE_d__gradients:
-                    d__gradients__a[d__gradients__o + t * d__gradients__st] = g__z
+                    d__gradients__a[r1, t, r2] = g__z
                 if STORE_d__seed_values:
-                    d__seed_values__a[d__seed_values__o + t * d__seed_values__st] = (_e2*gamma if is_first != 0 else 0.0)
+                    d__seed_values__a[r1, t, r2] = (_e2*gamma if is_first != 0 else 0.0)
                 if STORE_d__gamma:
-                    d__gamma__a[d__gamma__o + t * d__gamma__st] = _e2*_e3
+                    d__gamma__a[r1, t, r2] = _e2*_e3
                 if STORE_d__lambda_:
-                    d__lambda___a[d__lambda___o + t * d__lambda___st] = _e1*_e3*g__z*gamma
+                    d__lambda___a[r1, t, r2] = _e1*_e3*g__z*gamma
 
                 g__z__c[_j] = g__z

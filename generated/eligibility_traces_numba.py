@@ -5,8 +5,8 @@
 Generated CPU kernels (numba) of ``compute_eligibility_traces``: one sequential pass in time per row, the
 scan states in registers. ``_rows`` scans rows contiguous in time one after another; ``_tmajor``
 keeps time outermost and sweeps a tile of rows innermost (time-major buffers). Both take the
-flat arrays named by ``ARRAYS`` and the strides and flags in ``S`` (scangen.render_numba);
-scangen.numbapath launches them.
+views named by ``ARRAYS`` and the flags in ``S`` (scangen.render_numba); scangen.numbapath
+launches them.
 """
 import numba as _nb
 import numpy as np
@@ -20,147 +20,66 @@ FLAGS = ('HAS_seed_values', 'STORE_traces', 'STORE_st__z')
 
 @_nb.njit(cache=True, nogil=True)
 def _rows(lo, hi, R2, T, K, S, gradients__a, dones__a, seed_values__a, gamma__a, lambda___a, traces__a, st__z__a):
-    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn
-    gradients__s1 = S[0]
-    gradients__s2 = S[1]
-    gradients__st = S[2]
-    gradients__sk = S[3]
-    dones__s1 = S[4]
-    dones__s2 = S[5]
-    dones__st = S[6]
-    dones__sk = S[7]
-    seed_values__s1 = S[8]
-    seed_values__s2 = S[9]
-    seed_values__st = S[10]
-    seed_values__sk = S[11]
-    gamma__s1 = S[12]
-    gamma__s2 = S[13]
-    gamma__st = S[14]
-    gamma__sk = S[15]
-    lambda___s1 = S[16]
-    lambda___s2 = S[17]
-    lambda___st = S[18]
-    lambda___sk = S[19]
-    traces__s1 = S[20]
-    traces__s2 = S[21]
-    traces__st = S[22]
-    traces__sk = S[23]
-    st__z__s1 = S[24]
-    st__z__s2 = S[25]
-    st__z__st = S[26]
-    st__z__sk = S[27]
-    HAS_seed_values = S[28] != 0
-    STORE_traces = S[29] != 0
-    STORE_st__z = S[30] != 0
+    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
+    # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
+    HAS_seed_values = S[0] != 0
+    STORE_traces = S[1] != 0
+    STORE_st__z = S[2] != 0
     for r in range(lo, hi):
         r1 = r // R2
         r2 = r - r1 * R2
-        gradients__o = r1 * gradients__s1 + r2 * gradients__s2
-        dones__o = r1 * dones__s1 + r2 * dones__s2
-        seed_values__o = r1 * seed_values__s1 + r2 * seed_values__s2
-        gamma__o = r1 * gamma__s1 + r2 * gamma__s2
-        lambda___o = r1 * lambda___s1 + r2 * lambda___s2
-        traces__o = r1 * traces__s1 + r2 * traces__s2
-        st__z__o = r1 * st__z__s1 + r2 * st__z__s2
-        seed_values = float(_nk.at(seed_values__a, seed_values__o))
+        seed_values = float(_nk.at(seed_values__a, r1, r2, 0))
         z = seed_values
         for _i in range(T):
             t = _i
             _tp = max(t - 1, 0)
-            dones__prev = float(_nk.at(dones__a, dones__o + _tp * dones__st))
-            gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
-            gradients = float(_nk.at(gradients__a, gradients__o + t * gradients__st))
+            dones__prev = float(_nk.at(dones__a, r1, r2, _tp))
+            gamma = float(_nk.at(gamma__a, r1, r2, t))
+            gradients = float(_nk.at(gradients__a, r1, r2, t))
             is_first = 1.0 if t == 0 else 0.0
-            lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
+            lambda_ = float(_nk.at(lambda___a, r1, r2, t))
             z = gradients + (gamma*lambda_*(1.0 - (0.0 if is_first != 0 else dones__prev))) * z
             if STORE_traces:
-                traces__a[traces__o + t * traces__st] = z
+                traces__a[r1, r2, t] = z
             if STORE_st__z:
-                st__z__a[st__z__o + t * st__z__st] = z
-
+                st__z__a[r1, r2, t] = z
 
 
 @_nb.njit(cache=True, nogil=True)
 def _tmajor(lo, hi, R2, T, K, TB, S, gradients__a, dones__a, seed_values__a, gamma__a, lambda___a, traces__a, st__z__a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
-    # tile, time outermost and the rows innermost, the states carried in one array per scan
-    gradients__s1 = S[0]
-    gradients__s2 = S[1]
-    gradients__st = S[2]
-    gradients__sk = S[3]
-    dones__s1 = S[4]
-    dones__s2 = S[5]
-    dones__st = S[6]
-    dones__sk = S[7]
-    seed_values__s1 = S[8]
-    seed_values__s2 = S[9]
-    seed_values__st = S[10]
-    seed_values__sk = S[11]
-    gamma__s1 = S[12]
-    gamma__s2 = S[13]
-    gamma__st = S[14]
-    gamma__sk = S[15]
-    lambda___s1 = S[16]
-    lambda___s2 = S[17]
-    lambda___st = S[18]
-    lambda___sk = S[19]
-    traces__s1 = S[20]
-    traces__s2 = S[21]
-    traces__st = S[22]
-    traces__sk = S[23]
-    st__z__s1 = S[24]
-    st__z__s2 = S[25]
-    st__z__st = S[26]
-    st__z__sk = S[27]
-    HAS_seed_values = S[28] != 0
-    STORE_traces = S[29] != 0
-    STORE_st__z = S[30] != 0
+    # tile, time outermost and the rows innermost, the states carried in one array per scan;
+    # every view is [R1, T, R2] ([R1, T, R2, K]; [R1, 1, R2] for [N] inputs)
+    HAS_seed_values = S[0] != 0
+    STORE_traces = S[1] != 0
+    STORE_st__z = S[2] != 0
     n_tiles = (R2 + TB - 1) // TB
     z__c = np.empty(TB)
     for tile in range(lo, hi):
         r1 = tile // n_tiles
         r2_0 = (tile - r1 * n_tiles) * TB
         n = min(TB, R2 - r2_0)
-        gradients__ob = r1 * gradients__s1 + r2_0 * gradients__s2
-        dones__ob = r1 * dones__s1 + r2_0 * dones__s2
-        seed_values__ob = r1 * seed_values__s1 + r2_0 * seed_values__s2
-        gamma__ob = r1 * gamma__s1 + r2_0 * gamma__s2
-        lambda___ob = r1 * lambda___s1 + r2_0 * lambda___s2
-        traces__ob = r1 * traces__s1 + r2_0 * traces__s2
-        st__z__ob = r1 * st__z__s1 + r2_0 * st__z__s2
         for _j in range(n):
-            gradients__o = gradients__ob + _j * gradients__s2
-            dones__o = dones__ob + _j * dones__s2
-            seed_values__o = seed_values__ob + _j * seed_values__s2
-            gamma__o = gamma__ob + _j * gamma__s2
-            lambda___o = lambda___ob + _j * lambda___s2
-            traces__o = traces__ob + _j * traces__s2
-            st__z__o = st__z__ob + _j * st__z__s2
-            seed_values = float(_nk.at(seed_values__a, seed_values__o))
+            r2 = r2_0 + _j
+            seed_values = float(_nk.at(seed_values__a, r1, 0, r2))
             z = seed_values
             z__c[_j] = z
         for _i in range(T):
             t = _i
             for _j in range(n):
-                gradients__o = gradients__ob + _j * gradients__s2
-                dones__o = dones__ob + _j * dones__s2
-                seed_values__o = seed_values__ob + _j * seed_values__s2
-                gamma__o = gamma__ob + _j * gamma__s2
-                lambda___o = lambda___ob + _j * lambda___s2
-                traces__o = traces__ob + _j * traces__s2
-                st__z__o = st__z__ob + _j * st__z__s2
-                seed_values = float(_nk.at(seed_values__a, seed_values__o))
+                r2 = r2_0 + _j
+                seed_values = float(_nk.at(seed_values__a, r1, 0, r2))
                 z = z__c[_j]
                 _tp = max(t - 1, 0)
-                dones__prev = float(_nk.at(dones__a, dones__o + _tp * dones__st))
-                gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
-                gradients = float(_nk.at(gradients__a, gradients__o + t * gradients__st))
+                dones__prev = float(_nk.at(dones__a, r1, _tp, r2))
+                gamma = float(_nk.at(gamma__a, r1, t, r2))
+                gradients = float(_nk.at(gradients__a, r1, t, r2))
                 is_first = 1.0 if t == 0 else 0.0
-                lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
+                lambda_ = float(_nk.at(lambda___a, r1, t, r2))
                 z = gradients + (gamma*lambda_*(1.0 - (0.0 if is_first != 0 else dones__prev))) * z
                 if STORE_traces:
-                    traces__a[traces__o + t * traces__st] = z
+                    traces__a[r1, t, r2] = z
                 if STORE_st__z:
-                    st__z__a[st__z__o + t * st__z__st] = z
+                    st__z__a[r1, t, r2] = z
 
                 z__c[_j] = z

@@ -5,8 +5,8 @@
 Generated CPU kernels (numba) of ``compute_episodic_prefix_sum_grad``: one sequential pass in time per row, the
 scan states in registers. ``_rows`` scans rows contiguous in time one after another; ``_tmajor``
 keeps time outermost and sweeps a tile of rows innermost (time-major buffers). Both take the
-flat arrays named by ``ARRAYS`` and the strides and flags in ``S`` (scangen.render_numba);
-scangen.numbapath launches them.
+views named by ``ARRAYS`` and the flags in ``S`` (scangen.render_numba); scangen.numbapath
+launches them.
 """
 import numba as _nb
 import numpy as np
@@ -20,186 +20,81 @@ FLAGS = ('HAS_seed_values', 'HAS_gy__sums', 'STORE_d__inputs', 'STORE_d__seed_va
 
 @_nb.njit(cache=True, nogil=True)
 def _rows(lo, hi, R2, T, K, S, inputs__a, dones__a, seed_values__a, st__C__a, gy__sums__a, boundary__a, d__inputs__a, d__seed_values__a, d__boundary__a):
-    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn
-    inputs__s1 = S[0]
-    inputs__s2 = S[1]
-    inputs__st = S[2]
-    inputs__sk = S[3]
-    dones__s1 = S[4]
-    dones__s2 = S[5]
-    dones__st = S[6]
-    dones__sk = S[7]
-    seed_values__s1 = S[8]
-    seed_values__s2 = S[9]
-    seed_values__st = S[10]
-    seed_values__sk = S[11]
-    st__C__s1 = S[12]
-    st__C__s2 = S[13]
-    st__C__st = S[14]
-    st__C__sk = S[15]
-    gy__sums__s1 = S[16]
-    gy__sums__s2 = S[17]
-    gy__sums__st = S[18]
-    gy__sums__sk = S[19]
-    boundary__s1 = S[20]
-    boundary__s2 = S[21]
-    boundary__st = S[22]
-    boundary__sk = S[23]
-    d__inputs__s1 = S[24]
-    d__inputs__s2 = S[25]
-    d__inputs__st = S[26]
-    d__inputs__sk = S[27]
-    d__seed_values__s1 = S[28]
-    d__seed_values__s2 = S[29]
-    d__seed_values__st = S[30]
-    d__seed_values__sk = S[31]
-    d__boundary__s1 = S[32]
-    d__boundary__s2 = S[33]
-    d__boundary__st = S[34]
-    d__boundary__sk = S[35]
-    HAS_seed_values = S[36] != 0
-    HAS_gy__sums = S[37] != 0
-    STORE_d__inputs = S[38] != 0
-    STORE_d__seed_values = S[39] != 0
-    STORE_d__boundary = S[40] != 0
+    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
+    # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
+    HAS_seed_values = S[0] != 0
+    HAS_gy__sums = S[1] != 0
+    STORE_d__inputs = S[2] != 0
+    STORE_d__seed_values = S[3] != 0
+    STORE_d__boundary = S[4] != 0
     for r in range(lo, hi):
         r1 = r // R2
         r2 = r - r1 * R2
-        inputs__o = r1 * inputs__s1 + r2 * inputs__s2
-        dones__o = r1 * dones__s1 + r2 * dones__s2
-        seed_values__o = r1 * seed_values__s1 + r2 * seed_values__s2
-        st__C__o = r1 * st__C__s1 + r2 * st__C__s2
-        gy__sums__o = r1 * gy__sums__s1 + r2 * gy__sums__s2
-        boundary__o = r1 * boundary__s1 + r2 * boundary__s2
-        d__inputs__o = r1 * d__inputs__s1 + r2 * d__inputs__s2
-        d__seed_values__o = r1 * d__seed_values__s1 + r2 * d__seed_values__s2
-        d__boundary__o = r1 * d__boundary__s1 + r2 * d__boundary__s2
         g__C = 0.0
         for _i in range(T):
             t = T - 1 - _i
             _tp = max(t - 1, 0)
             _tn = min(t + 1, T - 1)
-            boundary = float(_nk.at(boundary__a, boundary__o + t * boundary__st))
-            boundary__next = float(_nk.at(boundary__a, boundary__o + _tn * boundary__st))
-            dones = float(_nk.at(dones__a, dones__o + t * dones__st))
-            dones__next = float(_nk.at(dones__a, dones__o + _tn * dones__st))
-            dones__prev = float(_nk.at(dones__a, dones__o + _tp * dones__st))
-            gy__sums = float(_nk.at(gy__sums__a, gy__sums__o + t * gy__sums__st))
+            boundary = float(_nk.at(boundary__a, r1, r2, t))
+            boundary__next = float(_nk.at(boundary__a, r1, r2, _tn))
+            dones = float(_nk.at(dones__a, r1, r2, t))
+            dones__next = float(_nk.at(dones__a, r1, r2, _tn))
+            dones__prev = float(_nk.at(dones__a, r1, r2, _tp))
+            gy__sums = float(_nk.at(gy__sums__a, r1, r2, t))
             is_first = 1.0 if t == 0 else 0.0
             is_first__next = 1.0 if t + 1 == 0 else 0.0
             is_last = 1.0 if t == T - 1 else 0.0
             g__C = gy__sums + ((0.0 if is_last != 0 else 1.0 - (dones__next if boundary__next != 0 else (0.0 if is_first__next != 0 else dones)))) * g__C
             if STORE_d__inputs:
-                d__inputs__a[d__inputs__o + t * d__inputs__st] = g__C
+                d__inputs__a[r1, r2, t] = g__C
             if STORE_d__seed_values:
-                d__seed_values__a[d__seed_values__o + t * d__seed_values__st] = (g__C*(1.0 - (dones if boundary != 0 else (0.0 if is_first != 0 else dones__prev))) if is_first != 0 else 0.0)
+                d__seed_values__a[r1, r2, t] = (g__C*(1.0 - (dones if boundary != 0 else (0.0 if is_first != 0 else dones__prev))) if is_first != 0 else 0.0)
             if STORE_d__boundary:
-                d__boundary__a[d__boundary__o + t * d__boundary__st] = 0.0
-
+                d__boundary__a[r1, r2, t] = 0.0
 
 
 @_nb.njit(cache=True, nogil=True)
 def _tmajor(lo, hi, R2, T, K, TB, S, inputs__a, dones__a, seed_values__a, st__C__a, gy__sums__a, boundary__a, d__inputs__a, d__seed_values__a, d__boundary__a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
-    # tile, time outermost and the rows innermost, the states carried in one array per scan
-    inputs__s1 = S[0]
-    inputs__s2 = S[1]
-    inputs__st = S[2]
-    inputs__sk = S[3]
-    dones__s1 = S[4]
-    dones__s2 = S[5]
-    dones__st = S[6]
-    dones__sk = S[7]
-    seed_values__s1 = S[8]
-    seed_values__s2 = S[9]
-    seed_values__st = S[10]
-    seed_values__sk = S[11]
-    st__C__s1 = S[12]
-    st__C__s2 = S[13]
-    st__C__st = S[14]
-    st__C__sk = S[15]
-    gy__sums__s1 = S[16]
-    gy__sums__s2 = S[17]
-    gy__sums__st = S[18]
-    gy__sums__sk = S[19]
-    boundary__s1 = S[20]
-    boundary__s2 = S[21]
-    boundary__st = S[22]
-    boundary__sk = S[23]
-    d__inputs__s1 = S[24]
-    d__inputs__s2 = S[25]
-    d__inputs__st = S[26]
-    d__inputs__sk = S[27]
-    d__seed_values__s1 = S[28]
-    d__seed_values__s2 = S[29]
-    d__seed_values__st = S[30]
-    d__seed_values__sk = S[31]
-    d__boundary__s1 = S[32]
-    d__boundary__s2 = S[33]
-    d__boundary__st = S[34]
-    d__boundary__sk = S[35]
-    HAS_seed_values = S[36] != 0
-    HAS_gy__sums = S[37] != 0
-    STORE_d__inputs = S[38] != 0
-    STORE_d__seed_values = S[39] != 0
-    STORE_d__boundary = S[40] != 0
+    # tile, time outermost and the rows innermost, the states carried in one array per scan;
+    # every view is [R1, T, R2] ([R1, T, R2, K]; [R1, 1, R2] for [N] inputs)
+    HAS_seed_values = S[0] != 0
+    HAS_gy__sums = S[1] != 0
+    STORE_d__inputs = S[2] != 0
+    STORE_d__seed_values = S[3] != 0
+    STORE_d__boundary = S[4] != 0
     n_tiles = (R2 + TB - 1) // TB
     g__C__c = np.empty(TB)
     for tile in range(lo, hi):
         r1 = tile // n_tiles
         r2_0 = (tile - r1 * n_tiles) * TB
         n = min(TB, R2 - r2_0)
-        inputs__ob = r1 * inputs__s1 + r2_0 * inputs__s2
-        dones__ob = r1 * dones__s1 + r2_0 * dones__s2
-        seed_values__ob = r1 * seed_values__s1 + r2_0 * seed_values__s2
-        st__C__ob = r1 * st__C__s1 + r2_0 * st__C__s2
-        gy__sums__ob = r1 * gy__sums__s1 + r2_0 * gy__sums__s2
-        boundary__ob = r1 * boundary__s1 + r2_0 * boundary__s2
-        d__inputs__ob = r1 * d__inputs__s1 + r2_0 * d__inputs__s2
-        d__seed_values__ob = r1 * d__seed_values__s1 + r2_0 * d__seed_values__s2
-        d__boundary__ob = r1 * d__boundary__s1 + r2_0 * d__boundary__s2
         for _j in range(n):
-            inputs__o = inputs__ob + _j * inputs__s2
-            dones__o = dones__ob + _j * dones__s2
-            seed_values__o = seed_values__ob + _j * seed_values__s2
-            st__C__o = st__C__ob + _j * st__C__s2
-            gy__sums__o = gy__sums__ob + _j * gy__sums__s2
-            boundary__o = boundary__ob + _j * boundary__s2
-            d__inputs__o = d__inputs__ob + _j * d__inputs__s2
-            d__seed_values__o = d__seed_values__ob + _j * d__seed_values__s2
-            d__boundary__o = d__boundary__ob + _j * d__boundary__s2
+            r2 = r2_0 + _j
             g__C = 0.0
             g__C__c[_j] = g__C
         for _i in range(T):
             t = T - 1 - _i
             for _j in range(n):
-                inputs__o = inputs__ob + _j * inputs__s2
-                dones__o = dones__ob + _j * dones__s2
-                seed_values__o = seed_values__ob + _j * seed_values__s2
-                st__C__o = st__C__ob + _j * st__C__s2
-                gy__sums__o = gy__sums__ob + _j * gy__sums__s2
-                boundary__o = boundary__ob + _j * boundary__s2
-                d__inputs__o = d__inputs__ob + _j * d__inputs__s2
-                d__seed_values__o = d__seed_values__ob + _j * d__seed_values__s2
-                d__boundary__o = d__boundary__ob + _j * d__boundary__s2
+                r2 = r2_0 + _j
                 g__C = g__C__c[_j]
                 _tp = max(t - 1, 0)
                 _tn = min(t + 1, T - 1)
-                boundary = float(_nk.at(boundary__a, boundary__o + t * boundary__st))
-                boundary__next = float(_nk.at(boundary__a, boundary__o + _tn * boundary__st))
-                dones = float(_nk.at(dones__a, dones__o + t * dones__st))
-                dones__next = float(_nk.at(dones__a, dones__o + _tn * dones__st))
-                dones__prev = float(_nk.at(dones__a, dones__o + _tp * dones__st))
-                gy__sums = float(_nk.at(gy__sums__a, gy__sums__o + t * gy__sums__st))
+                boundary = float(_nk.at(boundary__a, r1, t, r2))
+                boundary__next = float(_nk.at(boundary__a, r1, _tn, r2))
+                dones = float(_nk.at(dones__a, r1, t, r2))
+                dones__next = float(_nk.at(dones__a, r1, _tn, r2))
+                dones__prev = float(_nk.at(dones__a, r1, _tp, r2))
+                gy__sums = float(_nk.at(gy__sums__a, r1, t, r2))
                 is_first = 1.0 if t == 0 else 0.0
                 is_first__next = 1.0 if t + 1 == 0 else 0.0
                 is_last = 1.0 if t == T - 1 else 0.0
                 g__C = gy__sums + ((0.0 if is_last != 0 else 1.0 - (dones__next if boundary__next != 0 else (0.0 if is_first__next != 0 else dones)))) * g__C
                 if STORE_d__inputs:
-                    d__inputs__a[d__inputs__o + t * d__inputs__st] = g__C
+                    d__inputs__a[r1, t, r2] = g__C
                 if STORE_d__seed_values:
-                    d__seed_values__a[d__seed_values__o + t * d__seed_values__st] = (g__C*(1.0 - (dones if boundary != 0 else (0.0 if is_first != 0 else dones__prev))) if is_first != 0 else 0.0)
+                    d__seed_values__a[r1, t, r2] = (g__C*(1.0 - (dones if boundary != 0 else (0.0 if is_first != 0 else dones__prev))) if is_first != 0 else 0.0)
                 if STORE_d__boundary:
-                    d__boundary__a[d__boundary__o + t * d__boundary__st] = 0.0
+                    d__boundary__a[r1, t, r2] = 0.0
 
                 g__C__c[_j] = g__C

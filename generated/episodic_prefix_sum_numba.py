@@ -5,8 +5,8 @@
 Generated CPU kernels (numba) of ``compute_episodic_prefix_sum``: one sequential pass in time per row, the
 scan states in registers. ``_rows`` scans rows contiguous in time one after another; ``_tmajor``
 keeps time outermost and sweeps a tile of rows innermost (time-major buffers). Both take the
-flat arrays named by ``ARRAYS`` and the strides and flags in ``S`` (scangen.render_numba);
-scangen.numbapath launches them.
+views named by ``ARRAYS`` and the flags in ``S`` (scangen.render_numba); scangen.numbapath
+launches them.
 """
 import numba as _nb
 import numpy as np
@@ -20,135 +20,66 @@ FLAGS = ('HAS_seed_values', 'STORE_sums', 'STORE_st__C')
 
 @_nb.njit(cache=True, nogil=True)
 def _rows(lo, hi, R2, T, K, S, inputs__a, dones__a, seed_values__a, boundary__a, sums__a, st__C__a):
-    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn
-    inputs__s1 = S[0]
-    inputs__s2 = S[1]
-    inputs__st = S[2]
-    inputs__sk = S[3]
-    dones__s1 = S[4]
-    dones__s2 = S[5]
-    dones__st = S[6]
-    dones__sk = S[7]
-    seed_values__s1 = S[8]
-    seed_values__s2 = S[9]
-    seed_values__st = S[10]
-    seed_values__sk = S[11]
-    boundary__s1 = S[12]
-    boundary__s2 = S[13]
-    boundary__st = S[14]
-    boundary__sk = S[15]
-    sums__s1 = S[16]
-    sums__s2 = S[17]
-    sums__st = S[18]
-    sums__sk = S[19]
-    st__C__s1 = S[20]
-    st__C__s2 = S[21]
-    st__C__st = S[22]
-    st__C__sk = S[23]
-    HAS_seed_values = S[24] != 0
-    STORE_sums = S[25] != 0
-    STORE_st__C = S[26] != 0
+    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
+    # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
+    HAS_seed_values = S[0] != 0
+    STORE_sums = S[1] != 0
+    STORE_st__C = S[2] != 0
     for r in range(lo, hi):
         r1 = r // R2
         r2 = r - r1 * R2
-        inputs__o = r1 * inputs__s1 + r2 * inputs__s2
-        dones__o = r1 * dones__s1 + r2 * dones__s2
-        seed_values__o = r1 * seed_values__s1 + r2 * seed_values__s2
-        boundary__o = r1 * boundary__s1 + r2 * boundary__s2
-        sums__o = r1 * sums__s1 + r2 * sums__s2
-        st__C__o = r1 * st__C__s1 + r2 * st__C__s2
-        seed_values = float(_nk.at(seed_values__a, seed_values__o))
+        seed_values = float(_nk.at(seed_values__a, r1, r2, 0))
         C = seed_values
         for _i in range(T):
             t = _i
             _tp = max(t - 1, 0)
-            boundary = float(_nk.at(boundary__a, boundary__o + t * boundary__st))
-            dones = float(_nk.at(dones__a, dones__o + t * dones__st))
-            dones__prev = float(_nk.at(dones__a, dones__o + _tp * dones__st))
-            inputs = float(_nk.at(inputs__a, inputs__o + t * inputs__st))
+            boundary = float(_nk.at(boundary__a, r1, r2, t))
+            dones = float(_nk.at(dones__a, r1, r2, t))
+            dones__prev = float(_nk.at(dones__a, r1, r2, _tp))
+            inputs = float(_nk.at(inputs__a, r1, r2, t))
             is_first = 1.0 if t == 0 else 0.0
             C = inputs + (1.0 - (dones if boundary != 0 else (0.0 if is_first != 0 else dones__prev))) * C
             if STORE_sums:
-                sums__a[sums__o + t * sums__st] = C
+                sums__a[r1, r2, t] = C
             if STORE_st__C:
-                st__C__a[st__C__o + t * st__C__st] = C
-
+                st__C__a[r1, r2, t] = C
 
 
 @_nb.njit(cache=True, nogil=True)
 def _tmajor(lo, hi, R2, T, K, TB, S, inputs__a, dones__a, seed_values__a, boundary__a, sums__a, st__C__a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
-    # tile, time outermost and the rows innermost, the states carried in one array per scan
-    inputs__s1 = S[0]
-    inputs__s2 = S[1]
-    inputs__st = S[2]
-    inputs__sk = S[3]
-    dones__s1 = S[4]
-    dones__s2 = S[5]
-    dones__st = S[6]
-    dones__sk = S[7]
-    seed_values__s1 = S[8]
-    seed_values__s2 = S[9]
-    seed_values__st = S[10]
-    seed_values__sk = S[11]
-    boundary__s1 = S[12]
-    boundary__s2 = S[13]
-    boundary__st = S[14]
-    boundary__sk = S[15]
-    sums__s1 = S[16]
-    sums__s2 = S[17]
-    sums__st = S[18]
-    sums__sk = S[19]
-    st__C__s1 = S[20]
-    st__C__s2 = S[21]
-    st__C__st = S[22]
-    st__C__sk = S[23]
-    HAS_seed_values = S[24] != 0
-    STORE_sums = S[25] != 0
-    STORE_st__C = S[26] != 0
+    # tile, time outermost and the rows innermost, the states carried in one array per scan;
+    # every view is [R1, T, R2] ([R1, T, R2, K]; [R1, 1, R2] for [N] inputs)
+    HAS_seed_values = S[0] != 0
+    STORE_sums = S[1] != 0
+    STORE_st__C = S[2] != 0
     n_tiles = (R2 + TB - 1) // TB
     C__c = np.empty(TB)
     for tile in range(lo, hi):
         r1 = tile // n_tiles
         r2_0 = (tile - r1 * n_tiles) * TB
         n = min(TB, R2 - r2_0)
-        inputs__ob = r1 * inputs__s1 + r2_0 * inputs__s2
-        dones__ob = r1 * dones__s1 + r2_0 * dones__s2
-        seed_values__ob = r1 * seed_values__s1 + r2_0 * seed_values__s2
-        boundary__ob = r1 * boundary__s1 + r2_0 * boundary__s2
-        sums__ob = r1 * sums__s1 + r2_0 * sums__s2
-        st__C__ob = r1 * st__C__s1 + r2_0 * st__C__s2
         for _j in range(n):
-            inputs__o = inputs__ob + _j * inputs__s2
-            dones__o = dones__ob + _j * dones__s2
-            seed_values__o = seed_values__ob + _j * seed_values__s2
-            boundary__o = boundary__ob + _j * boundary__s2
-            sums__o = sums__ob + _j * sums__s2
-            st__C__o = st__C__ob + _j * st__C__s2
-            seed_values = float(_nk.at(seed_values__a, seed_values__o))
+            r2 = r2_0 + _j
+            seed_values = float(_nk.at(seed_values__a, r1, 0, r2))
             C = seed_values
             C__c[_j] = C
         for _i in range(T):
             t = _i
             for _j in range(n):
-                inputs__o = inputs__ob + _j * inputs__s2
-                dones__o = dones__ob + _j * dones__s2
-                seed_values__o = seed_values__ob + _j * seed_values__s2
-                boundary__o = boundary__ob + _j * boundary__s2
-                sums__o = sums__ob + _j * sums__s2
-                st__C__o = st__C__ob + _j * st__C__s2
-                seed_values = float(_nk.at(seed_values__a, seed_values__o))
+                r2 = r2_0 + _j
+                seed_values = float(_nk.at(seed_values__a, r1, 0, r2))
                 C = C__c[_j]
                 _tp = max(t - 1, 0)
-                boundary = float(_nk.at(boundary__a, boundary__o + t * boundary__st))
-                dones = float(_nk.at(dones__a, dones__o + t * dones__st))
-                dones__prev = float(_nk.at(dones__a, dones__o + _tp * dones__st))
-                inputs = float(_nk.at(inputs__a, inputs__o + t * inputs__st))
+                boundary = float(_nk.at(boundary__a, r1, t, r2))
+                dones = float(_nk.at(dones__a, r1, t, r2))
+                dones__prev = float(_nk.at(dones__a, r1, _tp, r2))
+                inputs = float(_nk.at(inputs__a, r1, t, r2))
                 is_first = 1.0 if t == 0 else 0.0
                 C = inputs + (1.0 - (dones if boundary != 0 else (0.0 if is_first != 0 else dones__prev))) * C
                 if STORE_sums:
-                    sums__a[sums__o + t * sums__st] = C
+                    sums__a[r1, t, r2] = C
                 if STORE_st__C:
-                    st__C__a[st__C__o + t * st__C__st] = C
+                    st__C__a[r1, t, r2] = C
 
                 C__c[_j] = C

@@ -5,8 +5,8 @@
 Generated CPU kernels (numba) of ``compute_gae_grad``: one sequential pass in time per row, the
 scan states in registers. ``_rows`` scans rows contiguous in time one after another; ``_tmajor``
 keeps time outermost and sweeps a tile of rows innermost (time-major buffers). Both take the
-flat arrays named by ``ARRAYS`` and the strides and flags in ``S`` (scangen.render_numba);
-scangen.numbapath launches them.
+views named by ``ARRAYS`` and the flags in ``S`` (scangen.render_numba); scangen.numbapath
+launches them.
 """
 import numba as _nb
 import numpy as np
@@ -20,129 +20,45 @@ FLAGS = ('HAS_truncateds', 'HAS_bootstrap_values', 'HAS_last_value', 'HAS_gy__ad
 
 @_nb.njit(cache=True, nogil=True)
 def _rows(lo, hi, R2, T, K, S, rewards__a, values__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, st__A__a, gy__advantages__a, gy__returns__a, gamma__a, lambda___a, d__rewards__a, d__values__a, d__bootstrap_values__a, d__last_value__a, d__gamma__a, d__lambda___a):
-    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn
-    rewards__s1 = S[0]
-    rewards__s2 = S[1]
-    rewards__st = S[2]
-    rewards__sk = S[3]
-    values__s1 = S[4]
-    values__s2 = S[5]
-    values__st = S[6]
-    values__sk = S[7]
-    terminateds__s1 = S[8]
-    terminateds__s2 = S[9]
-    terminateds__st = S[10]
-    terminateds__sk = S[11]
-    truncateds__s1 = S[12]
-    truncateds__s2 = S[13]
-    truncateds__st = S[14]
-    truncateds__sk = S[15]
-    bootstrap_values__s1 = S[16]
-    bootstrap_values__s2 = S[17]
-    bootstrap_values__st = S[18]
-    bootstrap_values__sk = S[19]
-    last_value__s1 = S[20]
-    last_value__s2 = S[21]
-    last_value__st = S[22]
-    last_value__sk = S[23]
-    st__A__s1 = S[24]
-    st__A__s2 = S[25]
-    st__A__st = S[26]
-    st__A__sk = S[27]
-    gy__advantages__s1 = S[28]
-    gy__advantages__s2 = S[29]
-    gy__advantages__st = S[30]
-    gy__advantages__sk = S[31]
-    gy__returns__s1 = S[32]
-    gy__returns__s2 = S[33]
-    gy__returns__st = S[34]
-    gy__returns__sk = S[35]
-    gamma__s1 = S[36]
-    gamma__s2 = S[37]
-    gamma__st = S[38]
-    gamma__sk = S[39]
-    lambda___s1 = S[40]
-    lambda___s2 = S[41]
-    lambda___st = S[42]
-    lambda___sk = S[43]
-    d__rewards__s1 = S[44]
-    d__rewards__s2 = S[45]
-    d__rewards__st = S[46]
-    d__rewards__sk = S[47]
-    d__values__s1 = S[48]
-    d__values__s2 = S[49]
-    d__values__st = S[50]
-    d__values__sk = S[51]
-    d__bootstrap_values__s1 = S[52]
-    d__bootstrap_values__s2 = S[53]
-    d__bootstrap_values__st = S[54]
-    d__bootstrap_values__sk = S[55]
-    d__last_value__s1 = S[56]
-    d__last_value__s2 = S[57]
-    d__last_value__st = S[58]
-    d__last_value__sk = S[59]
-    d__gamma__s1 = S[60]
-    d__gamma__s2 = S[61]
-    d__gamma__st = S[62]
-    d__gamma__sk = S[63]
-    d__lambda___s1 = S[64]
-    d__lambda___s2 = S[65]
-    d__lambda___st = S[66]
-    d__lambda___sk = S[67]
-    HAS_truncateds = S[68] != 0
-    HAS_bootstrap_values = S[69] != 0
-    HAS_last_value = S[70] != 0
-    HAS_gy__advantages = S[71] != 0
-    HAS_gy__returns = S[72] != 0
-    STORE_d__rewards = S[73] != 0
-    STORE_d__values = S[74] != 0
-    STORE_d__bootstrap_values = S[75] != 0
-    STORE_d__last_value = S[76] != 0
-    STORE_d__gamma = S[77] != 0
-    STORE_d__lambda_ = S[78] != 0
+    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
+    # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
+    HAS_truncateds = S[0] != 0
+    HAS_bootstrap_values = S[1] != 0
+    HAS_last_value = S[2] != 0
+    HAS_gy__advantages = S[3] != 0
+    HAS_gy__returns = S[4] != 0
+    STORE_d__rewards = S[5] != 0
+    STORE_d__values = S[6] != 0
+    STORE_d__bootstrap_values = S[7] != 0
+    STORE_d__last_value = S[8] != 0
+    STORE_d__gamma = S[9] != 0
+    STORE_d__lambda_ = S[10] != 0
     for r in range(lo, hi):
         r1 = r // R2
         r2 = r - r1 * R2
-        rewards__o = r1 * rewards__s1 + r2 * rewards__s2
-        values__o = r1 * values__s1 + r2 * values__s2
-        terminateds__o = r1 * terminateds__s1 + r2 * terminateds__s2
-        truncateds__o = r1 * truncateds__s1 + r2 * truncateds__s2
-        bootstrap_values__o = r1 * bootstrap_values__s1 + r2 * bootstrap_values__s2
-        last_value__o = r1 * last_value__s1 + r2 * last_value__s2
-        st__A__o = r1 * st__A__s1 + r2 * st__A__s2
-        gy__advantages__o = r1 * gy__advantages__s1 + r2 * gy__advantages__s2
-        gy__returns__o = r1 * gy__returns__s1 + r2 * gy__returns__s2
-        gamma__o = r1 * gamma__s1 + r2 * gamma__s2
-        lambda___o = r1 * lambda___s1 + r2 * lambda___s2
-        d__rewards__o = r1 * d__rewards__s1 + r2 * d__rewards__s2
-        d__values__o = r1 * d__values__s1 + r2 * d__values__s2
-        d__bootstrap_values__o = r1 * d__bootstrap_values__s1 + r2 * d__bootstrap_values__s2
-        d__last_value__o = r1 * d__last_value__s1 + r2 * d__last_value__s2
-        d__gamma__o = r1 * d__gamma__s1 + r2 * d__gamma__s2
-        d__lambda___o = r1 * d__lambda___s1 + r2 * d__lambda___s2
-        last_value = float(_nk.at(last_value__a, last_value__o))
+        last_value = float(_nk.at(last_value__a, r1, r2, 0))
         g__A = 0.0
         for _i in range(T):
             t = _i
             g__A__prev = g__A
             _tp = max(t - 1, 0)
             _tn = min(t + 1, T - 1)
-            bootstrap_values = float(_nk.at(bootstrap_values__a, bootstrap_values__o + t * bootstrap_values__st))
-            gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
-            gamma__prev = float(_nk.at(gamma__a, gamma__o + _tp * gamma__st))
-            gy__advantages = float(_nk.at(gy__advantages__a, gy__advantages__o + t * gy__advantages__st))
-            gy__returns = float(_nk.at(gy__returns__a, gy__returns__o + t * gy__returns__st))
+            bootstrap_values = float(_nk.at(bootstrap_values__a, r1, r2, t))
+            gamma = float(_nk.at(gamma__a, r1, r2, t))
+            gamma__prev = float(_nk.at(gamma__a, r1, r2, _tp))
+            gy__advantages = float(_nk.at(gy__advantages__a, r1, r2, t))
+            gy__returns = float(_nk.at(gy__returns__a, r1, r2, t))
             is_first = 1.0 if t == 0 else 0.0
             is_last = 1.0 if t == T - 1 else 0.0
             is_last__prev = 1.0 if t - 1 == T - 1 else 0.0
-            lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
-            lambda___prev = float(_nk.at(lambda___a, lambda___o + _tp * lambda___st))
-            st__A__next = float(_nk.at(st__A__a, st__A__o + _tn * st__A__st))
-            terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
-            terminateds__prev = float(_nk.at(terminateds__a, terminateds__o + _tp * terminateds__st))
-            truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
-            truncateds__prev = float(_nk.at(truncateds__a, truncateds__o + _tp * truncateds__st))
-            values__next = float(_nk.at(values__a, values__o + _tn * values__st))
+            lambda_ = float(_nk.at(lambda___a, r1, r2, t))
+            lambda___prev = float(_nk.at(lambda___a, r1, r2, _tp))
+            st__A__next = float(_nk.at(st__A__a, r1, r2, _tn))
+            terminateds = float(_nk.at(terminateds__a, r1, r2, t))
+            terminateds__prev = float(_nk.at(terminateds__a, r1, r2, _tp))
+            truncateds = float(_nk.at(truncateds__a, r1, r2, t))
+            truncateds__prev = float(_nk.at(truncateds__a, r1, r2, _tp))
+            values__next = float(_nk.at(values__a, r1, r2, _tn))
             g__A = gy__advantages + gy__returns + ((0.0 if is_first != 0 else gamma__prev*lambda___prev*(1.0 - (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)))) * g__A
             _e1 = (1.0 if is_last != 0 else 0.0)
             _e2 = (terminateds if (terminateds >= truncateds) else truncateds)
@@ -151,188 +67,71 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, values__a, terminateds__a, truncateds
             _e5 = _e4*gamma*(1.0 if _e3 != 0 else 0.0)
             _e6 = g__A*(1.0 - _e2)*(0.0 if is_last != 0 else st__A__next)
             if STORE_d__rewards:
-                d__rewards__a[d__rewards__o + t * d__rewards__st] = g__A
+                d__rewards__a[r1, r2, t] = g__A
             if STORE_d__values:
-                d__values__a[d__values__o + t * d__values__st] = gy__returns - g__A + (0.0 if is_first != 0 else g__A__prev*gamma__prev*(1.0 - terminateds__prev)*(0.0 if is_last__prev != 0 else 1.0)*(0.0 if (1.0 if is_last__prev != 0 else (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)) != 0 else 1.0))
+                d__values__a[r1, r2, t] = gy__returns - g__A + (0.0 if is_first != 0 else g__A__prev*gamma__prev*(1.0 - terminateds__prev)*(0.0 if is_last__prev != 0 else 1.0)*(0.0 if (1.0 if is_last__prev != 0 else (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)) != 0 else 1.0))
             if STORE_d__bootstrap_values:
-                d__bootstrap_values__a[d__bootstrap_values__o + t * d__bootstrap_values__st] = _e5*(_e1 + (0.0 if is_last != 0 else 1.0))
+                d__bootstrap_values__a[r1, r2, t] = _e5*(_e1 + (0.0 if is_last != 0 else 1.0))
             if STORE_d__last_value:
-                d__last_value__a[d__last_value__o + t * d__last_value__st] = _e1*_e5
+                d__last_value__a[r1, r2, t] = _e1*_e5
             if STORE_d__gamma:
-                d__gamma__a[d__gamma__o + t * d__gamma__st] = _e4*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if _e3 != 0 else (0.0 if is_last != 0 else values__next)) + _e6*lambda_
+                d__gamma__a[r1, r2, t] = _e4*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if _e3 != 0 else (0.0 if is_last != 0 else values__next)) + _e6*lambda_
             if STORE_d__lambda_:
-                d__lambda___a[d__lambda___o + t * d__lambda___st] = _e6*gamma
-
+                d__lambda___a[r1, r2, t] = _e6*gamma
 
 
 @_nb.njit(cache=True, nogil=True)
 def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, values__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, st__A__a, gy__advantages__a, gy__returns__a, gamma__a, lambda___a, d__rewards__a, d__values__a, d__bootstrap_values__a, d__last_value__a, d__gamma__a, d__lambda___a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
-    # tile, time outermost and the rows innermost, the states carried in one array per scan
-    rewards__s1 = S[0]
-    rewards__s2 = S[1]
-    rewards__st = S[2]
-    rewards__sk = S[3]
-    values__s1 = S[4]
-    values__s2 = S[5]
-    values__st = S[6]
-    values__sk = S[7]
-    terminateds__s1 = S[8]
-    terminateds__s2 = S[9]
-    terminateds__st = S[10]
-    terminateds__sk = S[11]
-    truncateds__s1 = S[12]
-    truncateds__s2 = S[13]
-    truncateds__st = S[14]
-    truncateds__sk = S[15]
-    bootstrap_values__s1 = S[16]
-    bootstrap_values__s2 = S[17]
-    bootstrap_values__st = S[18]
-    bootstrap_values__sk = S[19]
-    last_value__s1 = S[20]
-    last_value__s2 = S[21]
-    last_value__st = S[22]
-    last_value__sk = S[23]
-    st__A__s1 = S[24]
-    st__A__s2 = S[25]
-    st__A__st = S[26]
-    st__A__sk = S[27]
-    gy__advantages__s1 = S[28]
-    gy__advantages__s2 = S[29]
-    gy__advantages__st = S[30]
-    gy__advantages__sk = S[31]
-    gy__returns__s1 = S[32]
-    gy__returns__s2 = S[33]
-    gy__returns__st = S[34]
-    gy__returns__sk = S[35]
-    gamma__s1 = S[36]
-    gamma__s2 = S[37]
-    gamma__st = S[38]
-    gamma__sk = S[39]
-    lambda___s1 = S[40]
-    lambda___s2 = S[41]
-    lambda___st = S[42]
-    lambda___sk = S[43]
-    d__rewards__s1 = S[44]
-    d__rewards__s2 = S[45]
-    d__rewards__st = S[46]
-    d__rewards__sk = S[47]
-    d__values__s1 = S[48]
-    d__values__s2 = S[49]
-    d__values__st = S[50]
-    d__values__sk = S[51]
-    d__bootstrap_values__s1 = S[52]
-    d__bootstrap_values__s2 = S[53]
-    d__bootstrap_values__st = S[54]
-    d__bootstrap_values__sk = S[55]
-    d__last_value__s1 = S[56]
-    d__last_value__s2 = S[57]
-    d__last_value__st = S[58]
-    d__last_value__sk = S[59]
-    d__gamma__s1 = S[60]
-    d__gamma__s2 = S[61]
-    d__gamma__st = S[62]
-    d__gamma__sk = S[63]
-    d__lambda___s1 = S[64]
-    d__lambda___s2 = S[65]
-    d__lambda___st = S[66]
-    d__lambda___sk = S[67]
-    HAS_truncateds = S[68] != 0
-    HAS_bootstrap_values = S[69] != 0
-    HAS_last_value = S[70] != 0
-    HAS_gy__advantages = S[71] != 0
-    HAS_gy__returns = S[72] != 0
-    STORE_d__rewards = S[73] != 0
-    STORE_d__values = S[74] != 0
-    STORE_d__bootstrap_values = S[75] != 0
-    STORE_d__last_value = S[76] != 0
-    STORE_d__gamma = S[77] != 0
-    STORE_d__lambda_ = S[78] != 0
+    # tile, time outermost and the rows innermost, the states carried in one array per scan;
+    # every view is [R1, T, R2] ([R1, T, R2, K]; [R1, 1, R2] for [N] inputs)
+    HAS_truncateds = S[0] != 0
+    HAS_bootstrap_values = S[1] != 0
+    HAS_last_value = S[2] != 0
+    HAS_gy__advantages = S[3] != 0
+    HAS_gy__returns = S[4] != 0
+    STORE_d__rewards = S[5] != 0
+    STORE_d__values = S[6] != 0
+    STORE_d__bootstrap_values = S[7] != 0
+    STORE_d__last_value = S[8] != 0
+    STORE_d__gamma = S[9] != 0
+    STORE_d__lambda_ = S[10] != 0
     n_tiles = (R2 + TB - 1) // TB
     g__A__c = np.empty(TB)
     for tile in range(lo, hi):
         r1 = tile // n_tiles
         r2_0 = (tile - r1 * n_tiles) * TB
         n = min(TB, R2 - r2_0)
-        rewards__ob = r1 * rewards__s1 + r2_0 * rewards__s2
-        values__ob = r1 * values__s1 + r2_0 * values__s2
-        terminateds__ob = r1 * terminateds__s1 + r2_0 * terminateds__s2
-        truncateds__ob = r1 * truncateds__s1 + r2_0 * truncateds__s2
-        bootstrap_values__ob = r1 * bootstrap_values__s1 + r2_0 * bootstrap_values__s2
-        last_value__ob = r1 * last_value__s1 + r2_0 * last_value__s2
-        st__A__ob = r1 * st__A__s1 + r2_0 * st__A__s2
-        gy__advantages__ob = r1 * gy__advantages__s1 + r2_0 * gy__advantages__s2
-        gy__returns__ob = r1 * gy__returns__s1 + r2_0 * gy__returns__s2
-        gamma__ob = r1 * gamma__s1 + r2_0 * gamma__s2
-        lambda___ob = r1 * lambda___s1 + r2_0 * lambda___s2
-        d__rewards__ob = r1 * d__rewards__s1 + r2_0 * d__rewards__s2
-        d__values__ob = r1 * d__values__s1 + r2_0 * d__values__s2
-        d__bootstrap_values__ob = r1 * d__bootstrap_values__s1 + r2_0 * d__bootstrap_values__s2
-        d__last_value__ob = r1 * d__last_value__s1 + r2_0 * d__last_value__s2
-        d__gamma__ob = r1 * d__gamma__s1 + r2_0 * d__gamma__s2
-        d__lambda___ob = r1 * d__lambda___s1 + r2_0 * d__lambda___s2
         for _j in range(n):
-            rewards__o = rewards__ob + _j * rewards__s2
-            values__o = values__ob + _j * values__s2
-            terminateds__o = terminateds__ob + _j * terminateds__s2
-            truncateds__o = truncateds__ob + _j * truncateds__s2
-            bootstrap_values__o = bootstrap_values__ob + _j * bootstrap_values__s2
-            last_value__o = last_value__ob + _j * last_value__s2
-            st__A__o = st__A__ob + _j * st__A__s2
-            gy__advantages__o = gy__advantages__ob + _j * gy__advantages__s2
-            gy__returns__o = gy__returns__ob + _j * gy__returns__s2
-            gamma__o = gamma__ob + _j * gamma__s2
-            lambda___o = lambda___ob + _j * lambda___s2
-            d__rewards__o = d__rewards__ob + _j * d__rewards__s2
-            d__values__o = d__values__ob + _j * d__values__s2
-            d__bootstrap_values__o = d__bootstrap_values__ob + _j * d__bootstrap_values__s2
-            d__last_value__o = d__last_value__ob + _j * d__last_value__s2
-            d__gamma__o = d__gamma__ob + _j * d__gamma__s2
-            d__lambda___o = d__lambda___ob + _j * d__lambda___s2
-            last_value = float(_nk.at(last_value__a, last_value__o))
+            r2 = r2_0 + _j
+            last_value = float(_nk.at(last_value__a, r1, 0, r2))
             g__A = 0.0
             g__A__c[_j] = g__A
         for _i in range(T):
             t = _i
             for _j in range(n):
-                rewards__o = rewards__ob + _j * rewards__s2
-                values__o = values__ob + _j * values__s2
-                terminateds__o = terminateds__ob + _j * terminateds__s2
-                truncateds__o = truncateds__ob + _j * truncateds__s2
-                bootstrap_values__o = bootstrap_values__ob + _j * bootstrap_values__s2
-                last_value__o = last_value__ob + _j * last_value__s2
-                st__A__o = st__A__ob + _j * st__A__s2
-                gy__advantages__o = gy__advantages__ob + _j * gy__advantages__s2
-                gy__returns__o = gy__returns__ob + _j * gy__returns__s2
-                gamma__o = gamma__ob + _j * gamma__s2
-                lambda___o = lambda___ob + _j * lambda___s2
-                d__rewards__o = d__rewards__ob + _j * d__rewards__s2
-                d__values__o = d__values__ob + _j * d__values__s2
-                d__bootstrap_values__o = d__bootstrap_values__ob + _j * d__bootstrap_values__s2
-                d__last_value__o = d__last_value__ob + _j * d__last_value__s2
-                d__gamma__o = d__gamma__ob + _j * d__gamma__s2
-                d__lambda___o = d__lambda___ob + _j * d__lambda___s2
-                last_value = float(_nk.at(last_value__a, last_value__o))
+                r2 = r2_0 + _j
+                last_value = float(_nk.at(last_value__a, r1, 0, r2))
                 g__A = g__A__c[_j]
                 g__A__prev = g__A
                 _tp = max(t - 1, 0)
                 _tn = min(t + 1, T - 1)
-                bootstrap_values = float(_nk.at(bootstrap_values__a, bootstrap_values__o + t * bootstrap_values__st))
-                gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
-                gamma__prev = float(_nk.at(gamma__a, gamma__o + _tp * gamma__st))
-                gy__advantages = float(_nk.at(gy__advantages__a, gy__advantages__o + t * gy__advantages__st))
-                gy__returns = float(_nk.at(gy__returns__a, gy__returns__o + t * gy__returns__st))
+                bootstrap_values = float(_nk.at(bootstrap_values__a, r1, t, r2))
+                gamma = float(_nk.at(gamma__a, r1, t, r2))
+                gamma__prev = float(_nk.at(gamma__a, r1, _tp, r2))
+                gy__advantages = float(_nk.at(gy__advantages__a, r1, t, r2))
+                gy__returns = float(_nk.at(gy__returns__a, r1, t, r2))
                 is_first = 1.0 if t == 0 else 0.0
                 is_last = 1.0 if t == T - 1 else 0.0
                 is_last__prev = 1.0 if t - 1 == T - 1 else 0.0
-                lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
-                lambda___prev = float(_nk.at(lambda___a, lambda___o + _tp * lambda___st))
-                st__A__next = float(_nk.at(st__A__a, st__A__o + _tn * st__A__st))
-                terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
-                terminateds__prev = float(_nk.at(terminateds__a, terminateds__o + _tp * terminateds__st))
-                truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
-                truncateds__prev = float(_nk.at(truncateds__a, truncateds__o + _tp * truncateds__st))
-                values__next = float(_nk.at(values__a, values__o + _tn * values__st))
+                lambda_ = float(_nk.at(lambda___a, r1, t, r2))
+                lambda___prev = float(_nk.at(lambda___a, r1, _tp, r2))
+                st__A__next = float(_nk.at(st__A__a, r1, _tn, r2))
+                terminateds = float(_nk.at(terminateds__a, r1, t, r2))
+                terminateds__prev = float(_nk.at(terminateds__a, r1, _tp, r2))
+                truncateds = float(_nk.at(truncateds__a, r1, t, r2))
+                truncateds__prev = float(_nk.at(truncateds__a, r1, _tp, r2))
+                values__next = float(_nk.at(values__a, r1, _tn, r2))
                 g__A = gy__advantages + gy__returns + ((0.0 if is_first != 0 else gamma__prev*lambda___prev*(1.0 - (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)))) * g__A
                 _e1 = (1.0 if is_last != 0 else 0.0)
                 _e2 = (terminateds if (terminateds >= truncateds) else truncateds)
@@ -341,16 +140,16 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, values__a, terminateds__a, trun
                 _e5 = _e4*gamma*(1.0 if _e3 != 0 else 0.0)
                 _e6 = g__A*(1.0 - _e2)*(0.0 if is_last != 0 else st__A__next)
                 if STORE_d__rewards:
-                    d__rewards__a[d__rewards__o + t * d__rewards__st] = g__A
+                    d__rewards__a[r1, t, r2] = g__A
                 if STORE_d__values:
-                    d__values__a[d__values__o + t * d__values__st] = gy__returns - g__A + (0.0 if is_first != 0 else g__A__prev*gamma__prev*(1.0 - terminateds__prev)*(0.0 if is_last__prev != 0 else 1.0)*(0.0 if (1.0 if is_last__prev != 0 else (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)) != 0 else 1.0))
+                    d__values__a[r1, t, r2] = gy__returns - g__A + (0.0 if is_first != 0 else g__A__prev*gamma__prev*(1.0 - terminateds__prev)*(0.0 if is_last__prev != 0 else 1.0)*(0.0 if (1.0 if is_last__prev != 0 else (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)) != 0 else 1.0))
                 if STORE_d__bootstrap_values:
-                    d__bootstrap_values__a[d__bootstrap_values__o + t * d__bootstrap_values__st] = _e5*(_e1 + (0.0 if is_last != 0 else 1.0))
+                    d__bootstrap_values__a[r1, t, r2] = _e5*(_e1 + (0.0 if is_last != 0 else 1.0))
                 if STORE_d__last_value:
-                    d__last_value__a[d__last_value__o + t * d__last_value__st] = _e1*_e5
+                    d__last_value__a[r1, t, r2] = _e1*_e5
                 if STORE_d__gamma:
-                    d__gamma__a[d__gamma__o + t * d__gamma__st] = _e4*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if _e3 != 0 else (0.0 if is_last != 0 else values__next)) + _e6*lambda_
+                    d__gamma__a[r1, t, r2] = _e4*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if _e3 != 0 else (0.0 if is_last != 0 else values__next)) + _e6*lambda_
                 if STORE_d__lambda_:
-                    d__lambda___a[d__lambda___o + t * d__lambda___st] = _e6*gamma
+                    d__lambda___a[r1, t, r2] = _e6*gamma
 
                 g__A__c[_j] = g__A

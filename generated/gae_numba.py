@@ -5,8 +5,8 @@
 Generated CPU kernels (numba) of ``compute_gae``: one sequential pass in time per row, the
 scan states in registers. ``_rows`` scans rows contiguous in time one after another; ``_tmajor``
 keeps time outermost and sweeps a tile of rows innermost (time-major buffers). Both take the
-flat arrays named by ``ARRAYS`` and the strides and flags in ``S`` (scangen.render_numba);
-scangen.numbapath launches them.
+views named by ``ARRAYS`` and the flags in ``S`` (scangen.render_numba); scangen.numbapath
+launches them.
 """
 import numba as _nb
 import numpy as np
@@ -20,215 +20,86 @@ FLAGS = ('HAS_truncateds', 'HAS_bootstrap_values', 'HAS_last_value', 'STORE_adva
 
 @_nb.njit(cache=True, nogil=True)
 def _rows(lo, hi, R2, T, K, S, rewards__a, values__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, gamma__a, lambda___a, advantages__a, returns__a, st__A__a):
-    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn
-    rewards__s1 = S[0]
-    rewards__s2 = S[1]
-    rewards__st = S[2]
-    rewards__sk = S[3]
-    values__s1 = S[4]
-    values__s2 = S[5]
-    values__st = S[6]
-    values__sk = S[7]
-    terminateds__s1 = S[8]
-    terminateds__s2 = S[9]
-    terminateds__st = S[10]
-    terminateds__sk = S[11]
-    truncateds__s1 = S[12]
-    truncateds__s2 = S[13]
-    truncateds__st = S[14]
-    truncateds__sk = S[15]
-    bootstrap_values__s1 = S[16]
-    bootstrap_values__s2 = S[17]
-    bootstrap_values__st = S[18]
-    bootstrap_values__sk = S[19]
-    last_value__s1 = S[20]
-    last_value__s2 = S[21]
-    last_value__st = S[22]
-    last_value__sk = S[23]
-    gamma__s1 = S[24]
-    gamma__s2 = S[25]
-    gamma__st = S[26]
-    gamma__sk = S[27]
-    lambda___s1 = S[28]
-    lambda___s2 = S[29]
-    lambda___st = S[30]
-    lambda___sk = S[31]
-    advantages__s1 = S[32]
-    advantages__s2 = S[33]
-    advantages__st = S[34]
-    advantages__sk = S[35]
-    returns__s1 = S[36]
-    returns__s2 = S[37]
-    returns__st = S[38]
-    returns__sk = S[39]
-    st__A__s1 = S[40]
-    st__A__s2 = S[41]
-    st__A__st = S[42]
-    st__A__sk = S[43]
-    HAS_truncateds = S[44] != 0
-    HAS_bootstrap_values = S[45] != 0
-    HAS_last_value = S[46] != 0
-    STORE_advantages = S[47] != 0
-    STORE_returns = S[48] != 0
-    STORE_st__A = S[49] != 0
+    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
+    # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
+    HAS_truncateds = S[0] != 0
+    HAS_bootstrap_values = S[1] != 0
+    HAS_last_value = S[2] != 0
+    STORE_advantages = S[3] != 0
+    STORE_returns = S[4] != 0
+    STORE_st__A = S[5] != 0
     for r in range(lo, hi):
         r1 = r // R2
         r2 = r - r1 * R2
-        rewards__o = r1 * rewards__s1 + r2 * rewards__s2
-        values__o = r1 * values__s1 + r2 * values__s2
-        terminateds__o = r1 * terminateds__s1 + r2 * terminateds__s2
-        truncateds__o = r1 * truncateds__s1 + r2 * truncateds__s2
-        bootstrap_values__o = r1 * bootstrap_values__s1 + r2 * bootstrap_values__s2
-        last_value__o = r1 * last_value__s1 + r2 * last_value__s2
-        gamma__o = r1 * gamma__s1 + r2 * gamma__s2
-        lambda___o = r1 * lambda___s1 + r2 * lambda___s2
-        advantages__o = r1 * advantages__s1 + r2 * advantages__s2
-        returns__o = r1 * returns__s1 + r2 * returns__s2
-        st__A__o = r1 * st__A__s1 + r2 * st__A__s2
-        last_value = float(_nk.at(last_value__a, last_value__o))
+        last_value = float(_nk.at(last_value__a, r1, r2, 0))
         A = 0.0
         for _i in range(T):
             t = T - 1 - _i
             _tn = min(t + 1, T - 1)
-            bootstrap_values = float(_nk.at(bootstrap_values__a, bootstrap_values__o + t * bootstrap_values__st))
-            gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
+            bootstrap_values = float(_nk.at(bootstrap_values__a, r1, r2, t))
+            gamma = float(_nk.at(gamma__a, r1, r2, t))
             is_last = 1.0 if t == T - 1 else 0.0
-            lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
-            rewards = float(_nk.at(rewards__a, rewards__o + t * rewards__st))
-            terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
-            truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
-            values = float(_nk.at(values__a, values__o + t * values__st))
-            values__next = float(_nk.at(values__a, values__o + _tn * values__st))
+            lambda_ = float(_nk.at(lambda___a, r1, r2, t))
+            rewards = float(_nk.at(rewards__a, r1, r2, t))
+            terminateds = float(_nk.at(terminateds__a, r1, r2, t))
+            truncateds = float(_nk.at(truncateds__a, r1, r2, t))
+            values = float(_nk.at(values__a, r1, r2, t))
+            values__next = float(_nk.at(values__a, r1, r2, _tn))
             _e1 = _nk.maximum(terminateds, truncateds)
             A = rewards - values + gamma*(1.0 - terminateds)*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if (1.0 if is_last != 0 else _e1) != 0 else (0.0 if is_last != 0 else values__next)) + (gamma*lambda_*(1.0 - _e1)) * A
             if STORE_advantages:
-                advantages__a[advantages__o + t * advantages__st] = A
+                advantages__a[r1, r2, t] = A
             if STORE_returns:
-                returns__a[returns__o + t * returns__st] = A + values
+                returns__a[r1, r2, t] = A + values
             if STORE_st__A:
-                st__A__a[st__A__o + t * st__A__st] = A
-
+                st__A__a[r1, r2, t] = A
 
 
 @_nb.njit(cache=True, nogil=True)
 def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, values__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, gamma__a, lambda___a, advantages__a, returns__a, st__A__a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
-    # tile, time outermost and the rows innermost, the states carried in one array per scan
-    rewards__s1 = S[0]
-    rewards__s2 = S[1]
-    rewards__st = S[2]
-    rewards__sk = S[3]
-    values__s1 = S[4]
-    values__s2 = S[5]
-    values__st = S[6]
-    values__sk = S[7]
-    terminateds__s1 = S[8]
-    terminateds__s2 = S[9]
-    terminateds__st = S[10]
-    terminateds__sk = S[11]
-    truncateds__s1 = S[12]
-    truncateds__s2 = S[13]
-    truncateds__st = S[14]
-    truncateds__sk = S[15]
-    bootstrap_values__s1 = S[16]
-    bootstrap_values__s2 = S[17]
-    bootstrap_values__st = S[18]
-    bootstrap_values__sk = S[19]
-    last_value__s1 = S[20]
-    last_value__s2 = S[21]
-    last_value__st = S[22]
-    last_value__sk = S[23]
-    gamma__s1 = S[24]
-    gamma__s2 = S[25]
-    gamma__st = S[26]
-    gamma__sk = S[27]
-    lambda___s1 = S[28]
-    lambda___s2 = S[29]
-    lambda___st = S[30]
-    lambda___sk = S[31]
-    advantages__s1 = S[32]
-    advantages__s2 = S[33]
-    advantages__st = S[34]
-    advantages__sk = S[35]
-    returns__s1 = S[36]
-    returns__s2 = S[37]
-    returns__st = S[38]
-    returns__sk = S[39]
-    st__A__s1 = S[40]
-    st__A__s2 = S[41]
-    st__A__st = S[42]
-    st__A__sk = S[43]
-    HAS_truncateds = S[44] != 0
-    HAS_bootstrap_values = S[45] != 0
-    HAS_last_value = S[46] != 0
-    STORE_advantages = S[47] != 0
-    STORE_returns = S[48] != 0
-    STORE_st__A = S[49] != 0
+    # tile, time outermost and the rows innermost, the states carried in one array per scan;
+    # every view is [R1, T, R2] ([R1, T, R2, K]; [R1, 1, R2] for [N] inputs)
+    HAS_truncateds = S[0] != 0
+    HAS_bootstrap_values = S[1] != 0
+    HAS_last_value = S[2] != 0
+    STORE_advantages = S[3] != 0
+    STORE_returns = S[4] != 0
+    STORE_st__A = S[5] != 0
     n_tiles = (R2 + TB - 1) // TB
     A__c = np.empty(TB)
     for tile in range(lo, hi):
         r1 = tile // n_tiles
         r2_0 = (tile - r1 * n_tiles) * TB
         n = min(TB, R2 - r2_0)
-        rewards__ob = r1 * rewards__s1 + r2_0 * rewards__s2
-        values__ob = r1 * values__s1 + r2_0 * values__s2
-        terminateds__ob = r1 * terminateds__s1 + r2_0 * terminateds__s2
-        truncateds__ob = r1 * truncateds__s1 + r2_0 * truncateds__s2
-        bootstrap_values__ob = r1 * bootstrap_values__s1 + r2_0 * bootstrap_values__s2
-        last_value__ob = r1 * last_value__s1 + r2_0 * last_value__s2
-        gamma__ob = r1 * gamma__s1 + r2_0 * gamma__s2
-        lambda___ob = r1 * lambda___s1 + r2_0 * lambda___s2
-        advantages__ob = r1 * advantages__s1 + r2_0 * advantages__s2
-        returns__ob = r1 * returns__s1 + r2_0 * returns__s2
-        st__A__ob = r1 * st__A__s1 + r2_0 * st__A__s2
         for _j in range(n):
-            rewards__o = rewards__ob + _j * rewards__s2
-            values__o = values__ob + _j * values__s2
-            terminateds__o = terminateds__ob + _j * terminateds__s2
-            truncateds__o = truncateds__ob + _j * truncateds__s2
-            bootstrap_values__o = bootstrap_values__ob + _j * bootstrap_values__s2
-            last_value__o = last_value__ob + _j * last_value__s2
-            gamma__o = gamma__ob + _j * gamma__s2
-            lambda___o = lambda___ob + _j * lambda___s2
-            advantages__o = advantages__ob + _j * advantages__s2
-            returns__o = returns__ob + _j * returns__s2
-            st__A__o = st__A__ob + _j * st__A__s2
-            last_value = float(_nk.at(last_value__a, last_value__o))
+            r2 = r2_0 + _j
+            last_value = float(_nk.at(last_value__a, r1, 0, r2))
             A = 0.0
             A__c[_j] = A
         for _i in range(T):
             t = T - 1 - _i
             for _j in range(n):
-                rewards__o = rewards__ob + _j * rewards__s2
-                values__o = values__ob + _j * values__s2
-                terminateds__o = terminateds__ob + _j * terminateds__s2
-                truncateds__o = truncateds__ob + _j * truncateds__s2
-                bootstrap_values__o = bootstrap_values__ob + _j * bootstrap_values__s2
-                last_value__o = last_value__ob + _j * last_value__s2
-                gamma__o = gamma__ob + _j * gamma__s2
-                lambda___o = lambda___ob + _j * lambda___s2
-                advantages__o = advantages__ob + _j * advantages__s2
-                returns__o = returns__ob + _j * returns__s2
-                st__A__o = st__A__ob + _j * st__A__s2
-                last_value = float(_nk.at(last_value__a, last_value__o))
+                r2 = r2_0 + _j
+                last_value = float(_nk.at(last_value__a, r1, 0, r2))
                 A = A__c[_j]
                 _tn = min(t + 1, T - 1)
-                bootstrap_values = float(_nk.at(bootstrap_values__a, bootstrap_values__o + t * bootstrap_values__st))
-                gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
+                bootstrap_values = float(_nk.at(bootstrap_values__a, r1, t, r2))
+                gamma = float(_nk.at(gamma__a, r1, t, r2))
                 is_last = 1.0 if t == T - 1 else 0.0
-                lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
-                rewards = float(_nk.at(rewards__a, rewards__o + t * rewards__st))
-                terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
-                truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
-                values = float(_nk.at(values__a, values__o + t * values__st))
-                values__next = float(_nk.at(values__a, values__o + _tn * values__st))
+                lambda_ = float(_nk.at(lambda___a, r1, t, r2))
+                rewards = float(_nk.at(rewards__a, r1, t, r2))
+                terminateds = float(_nk.at(terminateds__a, r1, t, r2))
+                truncateds = float(_nk.at(truncateds__a, r1, t, r2))
+                values = float(_nk.at(values__a, r1, t, r2))
+                values__next = float(_nk.at(values__a, r1, _tn, r2))
                 _e1 = _nk.maximum(terminateds, truncateds)
                 A = rewards - values + gamma*(1.0 - terminateds)*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if (1.0 if is_last != 0 else _e1) != 0 else (0.0 if is_last != 0 else values__next)) + (gamma*lambda_*(1.0 - _e1)) * A
                 if STORE_advantages:
-                    advantages__a[advantages__o + t * advantages__st] = A
+                    advantages__a[r1, t, r2] = A
                 if STORE_returns:
-                    returns__a[returns__o + t * returns__st] = A + values
+                    returns__a[r1, t, r2] = A + values
                 if STORE_st__A:
-                    st__A__a[st__A__o + t * st__A__st] = A
+                    st__A__a[r1, t, r2] = A
 
                 A__c[_j] = A

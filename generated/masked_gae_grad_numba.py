@@ -5,8 +5,8 @@
 Generated CPU kernels (numba) of ``compute_masked_gae_grad``: one sequential pass in time per row, the
 scan states in registers. ``_rows`` scans rows contiguous in time one after another; ``_tmajor``
 keeps time outermost and sweeps a tile of rows innermost (time-major buffers). Both take the
-flat arrays named by ``ARRAYS`` and the strides and flags in ``S`` (scangen.render_numba);
-scangen.numbapath launches them.
+views named by ``ARRAYS`` and the flags in ``S`` (scangen.render_numba); scangen.numbapath
+launches them.
 """
 import numba as _nb
 import numpy as np
@@ -20,81 +20,17 @@ FLAGS = ('HAS_gy__advantages', 'HAS_gy__returns', 'STORE_d__token_level_rewards'
 
 @_nb.njit(cache=True, nogil=True)
 def _rows(lo, hi, R2, T, K, S, token_level_rewards__a, values__a, response_mask__a, st__nv__a, st__A__a, gy__advantages__a, gy__returns__a, gamma__a, lambda___a, d__token_level_rewards__a, d__values__a, d__gamma__a, d__lambda___a):
-    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn
-    token_level_rewards__s1 = S[0]
-    token_level_rewards__s2 = S[1]
-    token_level_rewards__st = S[2]
-    token_level_rewards__sk = S[3]
-    values__s1 = S[4]
-    values__s2 = S[5]
-    values__st = S[6]
-    values__sk = S[7]
-    response_mask__s1 = S[8]
-    response_mask__s2 = S[9]
-    response_mask__st = S[10]
-    response_mask__sk = S[11]
-    st__nv__s1 = S[12]
-    st__nv__s2 = S[13]
-    st__nv__st = S[14]
-    st__nv__sk = S[15]
-    st__A__s1 = S[16]
-    st__A__s2 = S[17]
-    st__A__st = S[18]
-    st__A__sk = S[19]
-    gy__advantages__s1 = S[20]
-    gy__advantages__s2 = S[21]
-    gy__advantages__st = S[22]
-    gy__advantages__sk = S[23]
-    gy__returns__s1 = S[24]
-    gy__returns__s2 = S[25]
-    gy__returns__st = S[26]
-    gy__returns__sk = S[27]
-    gamma__s1 = S[28]
-    gamma__s2 = S[29]
-    gamma__st = S[30]
-    gamma__sk = S[31]
-    lambda___s1 = S[32]
-    lambda___s2 = S[33]
-    lambda___st = S[34]
-    lambda___sk = S[35]
-    d__token_level_rewards__s1 = S[36]
-    d__token_level_rewards__s2 = S[37]
-    d__token_level_rewards__st = S[38]
-    d__token_level_rewards__sk = S[39]
-    d__values__s1 = S[40]
-    d__values__s2 = S[41]
-    d__values__st = S[42]
-    d__values__sk = S[43]
-    d__gamma__s1 = S[44]
-    d__gamma__s2 = S[45]
-    d__gamma__st = S[46]
-    d__gamma__sk = S[47]
-    d__lambda___s1 = S[48]
-    d__lambda___s2 = S[49]
-    d__lambda___st = S[50]
-    d__lambda___sk = S[51]
-    HAS_gy__advantages = S[52] != 0
-    HAS_gy__returns = S[53] != 0
-    STORE_d__token_level_rewards = S[54] != 0
-    STORE_d__values = S[55] != 0
-    STORE_d__gamma = S[56] != 0
-    STORE_d__lambda_ = S[57] != 0
+    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
+    # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
+    HAS_gy__advantages = S[0] != 0
+    HAS_gy__returns = S[1] != 0
+    STORE_d__token_level_rewards = S[2] != 0
+    STORE_d__values = S[3] != 0
+    STORE_d__gamma = S[4] != 0
+    STORE_d__lambda_ = S[5] != 0
     for r in range(lo, hi):
         r1 = r // R2
         r2 = r - r1 * R2
-        token_level_rewards__o = r1 * token_level_rewards__s1 + r2 * token_level_rewards__s2
-        values__o = r1 * values__s1 + r2 * values__s2
-        response_mask__o = r1 * response_mask__s1 + r2 * response_mask__s2
-        st__nv__o = r1 * st__nv__s1 + r2 * st__nv__s2
-        st__A__o = r1 * st__A__s1 + r2 * st__A__s2
-        gy__advantages__o = r1 * gy__advantages__s1 + r2 * gy__advantages__s2
-        gy__returns__o = r1 * gy__returns__s1 + r2 * gy__returns__s2
-        gamma__o = r1 * gamma__s1 + r2 * gamma__s2
-        lambda___o = r1 * lambda___s1 + r2 * lambda___s2
-        d__token_level_rewards__o = r1 * d__token_level_rewards__s1 + r2 * d__token_level_rewards__s2
-        d__values__o = r1 * d__values__s1 + r2 * d__values__s2
-        d__gamma__o = r1 * d__gamma__s1 + r2 * d__gamma__s2
-        d__lambda___o = r1 * d__lambda___s1 + r2 * d__lambda___s2
         g__A = 0.0
         g__nv = 0.0
         for _i in range(T):
@@ -102,96 +38,44 @@ def _rows(lo, hi, R2, T, K, S, token_level_rewards__a, values__a, response_mask_
             g__A__prev = g__A
             _tp = max(t - 1, 0)
             _tn = min(t + 1, T - 1)
-            gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
-            gamma__prev = float(_nk.at(gamma__a, gamma__o + _tp * gamma__st))
-            gy__advantages = float(_nk.at(gy__advantages__a, gy__advantages__o + t * gy__advantages__st))
-            gy__returns = float(_nk.at(gy__returns__a, gy__returns__o + t * gy__returns__st))
+            gamma = float(_nk.at(gamma__a, r1, r2, t))
+            gamma__prev = float(_nk.at(gamma__a, r1, r2, _tp))
+            gy__advantages = float(_nk.at(gy__advantages__a, r1, r2, t))
+            gy__returns = float(_nk.at(gy__returns__a, r1, r2, t))
             is_first = 1.0 if t == 0 else 0.0
             is_last = 1.0 if t == T - 1 else 0.0
             is_last__prev = 1.0 if t - 1 == T - 1 else 0.0
-            lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
-            lambda___prev = float(_nk.at(lambda___a, lambda___o + _tp * lambda___st))
-            response_mask = float(_nk.at(response_mask__a, response_mask__o + t * response_mask__st))
-            response_mask__prev = float(_nk.at(response_mask__a, response_mask__o + _tp * response_mask__st))
-            st__A__next = float(_nk.at(st__A__a, st__A__o + _tn * st__A__st))
-            st__nv__next = float(_nk.at(st__nv__a, st__nv__o + _tn * st__nv__st))
+            lambda_ = float(_nk.at(lambda___a, r1, r2, t))
+            lambda___prev = float(_nk.at(lambda___a, r1, r2, _tp))
+            response_mask = float(_nk.at(response_mask__a, r1, r2, t))
+            response_mask__prev = float(_nk.at(response_mask__a, r1, r2, _tp))
+            st__A__next = float(_nk.at(st__A__a, r1, r2, _tn))
+            st__nv__next = float(_nk.at(st__nv__a, r1, r2, _tn))
             g__A = gy__advantages + gy__returns + ((0.0 if is_first != 0 else 1.0 - response_mask__prev + gamma__prev*lambda___prev*response_mask__prev)) * g__A
             g__nv = (0.0 if is_first != 0 else g__A__prev*gamma__prev*response_mask__prev*(0.0 if is_last__prev != 0 else 1.0)) + ((0.0 if is_first != 0 else 1.0 - response_mask__prev)) * g__nv
             _e1 = g__A*response_mask
             _e2 = _e1*(0.0 if is_last != 0 else st__A__next)
             if STORE_d__token_level_rewards:
-                d__token_level_rewards__a[d__token_level_rewards__o + t * d__token_level_rewards__st] = _e1
+                d__token_level_rewards__a[r1, r2, t] = _e1
             if STORE_d__values:
-                d__values__a[d__values__o + t * d__values__st] = gy__returns - _e1 + g__nv*response_mask
+                d__values__a[r1, r2, t] = gy__returns - _e1 + g__nv*response_mask
             if STORE_d__gamma:
-                d__gamma__a[d__gamma__o + t * d__gamma__st] = _e1*(0.0 if is_last != 0 else st__nv__next) + _e2*lambda_
+                d__gamma__a[r1, r2, t] = _e1*(0.0 if is_last != 0 else st__nv__next) + _e2*lambda_
             if STORE_d__lambda_:
-                d__lambda___a[d__lambda___o + t * d__lambda___st] = _e2*gamma
-
+                d__lambda___a[r1, r2, t] = _e2*gamma
 
 
 @_nb.njit(cache=True, nogil=True)
 def _tmajor(lo, hi, R2, T, K, TB, S, token_level_rewards__a, values__a, response_mask__a, st__nv__a, st__A__a, gy__advantages__a, gy__returns__a, gamma__a, lambda___a, d__token_level_rewards__a, d__values__a, d__gamma__a, d__lambda___a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
-    # tile, time outermost and the rows innermost, the states carried in one array per scan
-    token_level_rewards__s1 = S[0]
-    token_level_rewards__s2 = S[1]
-    token_level_rewards__st = S[2]
-    token_level_rewards__sk = S[3]
-    values__s1 = S[4]
-    values__s2 = S[5]
-    values__st = S[6]
-    values__sk = S[7]
-    response_mask__s1 = S[8]
-    response_mask__s2 = S[9]
-    response_mask__st = S[10]
-    response_mask__sk = S[11]
-    st__nv__s1 = S[12]
-    st__nv__s2 = S[13]
-    st__nv__st = S[14]
-    st__nv__sk = S[15]
-    st__A__s1 = S[16]
-    st__A__s2 = S[17]
-    st__A__st = S[18]
-    st__A__sk = S[19]
-    gy__advantages__s1 = S[20]
-    gy__advantages__s2 = S[21]
-    gy__advantages__st = S[22]
-    gy__advantages__sk = S[23]
-    gy__returns__s1 = S[24]
-    gy__returns__s2 = S[25]
-    gy__returns__st = S[26]
-    gy__returns__sk = S[27]
-    gamma__s1 = S[28]
-    gamma__s2 = S[29]
-    gamma__st = S[30]
-    gamma__sk = S[31]
-    lambda___s1 = S[32]
-    lambda___s2 = S[33]
-    lambda___st = S[34]
-    lambda___sk = S[35]
-    d__token_level_rewards__s1 = S[36]
-    d__token_level_rewards__s2 = S[37]
-    d__token_level_rewards__st = S[38]
-    d__token_level_rewards__sk = S[39]
-    d__values__s1 = S[40]
-    d__values__s2 = S[41]
-    d__values__st = S[42]
-    d__values__sk = S[43]
-    d__gamma__s1 = S[44]
-    d__gamma__s2 = S[45]
-    d__gamma__st = S[46]
-    d__gamma__sk = S[47]
-    d__lambda___s1 = S[48]
-    d__lambda___s2 = S[49]
-    d__lambda___st = S[50]
-    d__lambda___sk = S[51]
-    HAS_gy__advantages = S[52] != 0
-    HAS_gy__returns = S[53] != 0
-    STORE_d__token_level_rewards = S[54] != 0
-    STORE_d__values = S[55] != 0
-    STORE_d__gamma = S[56] != 0
-    STORE_d__lambda_ = S[57] != 0
+    # tile, time outermost and the rows innermost, the states carried in one array per scan;
+    # every view is [R1, T, R2] ([R1, T, R2, K]; [R1, 1, R2] for [N] inputs)
+    HAS_gy__advantages = S[0] != 0
+    HAS_gy__returns = S[1] != 0
+    STORE_d__token_level_rewards = S[2] != 0
+    STORE_d__values = S[3] != 0
+    STORE_d__gamma = S[4] != 0
+    STORE_d__lambda_ = S[5] != 0
     n_tiles = (R2 + TB - 1) // TB
     g__A__c = np.empty(TB)
     g__nv__c = np.empty(TB)
@@ -199,33 +83,8 @@ def _tmajor(lo, hi, R2, T, K, TB, S, token_level_rewards__a, values__a, response
         r1 = tile // n_tiles
         r2_0 = (tile - r1 * n_tiles) * TB
         n = min(TB, R2 - r2_0)
-        token_level_rewards__ob = r1 * token_level_rewards__s1 + r2_0 * token_level_rewards__s2
-        values__ob = r1 * values__s1 + r2_0 * values__s2
-        response_mask__ob = r1 * response_mask__s1 + r2_0 * response_mask__s2
-        st__nv__ob = r1 * st__nv__s1 + r2_0 * st__nv__s2
-        st__A__ob = r1 * st__A__s1 + r2_0 * st__A__s2
-        gy__advantages__ob = r1 * gy__advantages__s1 + r2_0 * gy__advantages__s2
-        gy__returns__ob = r1 * gy__returns__s1 + r2_0 * gy__returns__s2
-        gamma__ob = r1 * gamma__s1 + r2_0 * gamma__s2
-        lambda___ob = r1 * lambda___s1 + r2_0 * lambda___s2
-        d__token_level_rewards__ob = r1 * d__token_level_rewards__s1 + r2_0 * d__token_level_rewards__s2
-        d__values__ob = r1 * d__values__s1 + r2_0 * d__values__s2
-        d__gamma__ob = r1 * d__gamma__s1 + r2_0 * d__gamma__s2
-        d__lambda___ob = r1 * d__lambda___s1 + r2_0 * d__lambda___s2
         for _j in range(n):
-            token_level_rewards__o = token_level_rewards__ob + _j * token_level_rewards__s2
-            values__o = values__ob + _j * values__s2
-            response_mask__o = response_mask__ob + _j * response_mask__s2
-            st__nv__o = st__nv__ob + _j * st__nv__s2
-            st__A__o = st__A__ob + _j * st__A__s2
-            gy__advantages__o = gy__advantages__ob + _j * gy__advantages__s2
-            gy__returns__o = gy__returns__ob + _j * gy__returns__s2
-            gamma__o = gamma__ob + _j * gamma__s2
-            lambda___o = lambda___ob + _j * lambda___s2
-            d__token_level_rewards__o = d__token_level_rewards__ob + _j * d__token_level_rewards__s2
-            d__values__o = d__values__ob + _j * d__values__s2
-            d__gamma__o = d__gamma__ob + _j * d__gamma__s2
-            d__lambda___o = d__lambda___ob + _j * d__lambda___s2
+            r2 = r2_0 + _j
             g__A = 0.0
             g__nv = 0.0
             g__A__c[_j] = g__A
@@ -233,49 +92,37 @@ def _tmajor(lo, hi, R2, T, K, TB, S, token_level_rewards__a, values__a, response
         for _i in range(T):
             t = _i
             for _j in range(n):
-                token_level_rewards__o = token_level_rewards__ob + _j * token_level_rewards__s2
-                values__o = values__ob + _j * values__s2
-                response_mask__o = response_mask__ob + _j * response_mask__s2
-                st__nv__o = st__nv__ob + _j * st__nv__s2
-                st__A__o = st__A__ob + _j * st__A__s2
-                gy__advantages__o = gy__advantages__ob + _j * gy__advantages__s2
-                gy__returns__o = gy__returns__ob + _j * gy__returns__s2
-                gamma__o = gamma__ob + _j * gamma__s2
-                lambda___o = lambda___ob + _j * lambda___s2
-                d__token_level_rewards__o = d__token_level_rewards__ob + _j * d__token_level_rewards__s2
-                d__values__o = d__values__ob + _j * d__values__s2
-                d__gamma__o = d__gamma__ob + _j * d__gamma__s2
-                d__lambda___o = d__lambda___ob + _j * d__lambda___s2
+                r2 = r2_0 + _j
                 g__A = g__A__c[_j]
                 g__nv = g__nv__c[_j]
                 g__A__prev = g__A
                 _tp = max(t - 1, 0)
                 _tn = min(t + 1, T - 1)
-                gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
-                gamma__prev = float(_nk.at(gamma__a, gamma__o + _tp * gamma__st))
-                gy__advantages = float(_nk.at(gy__advantages__a, gy__advantages__o + t * gy__advantages__st))
-                gy__returns = float(_nk.at(gy__returns__a, gy__returns__o + t * gy__returns__st))
+                gamma = float(_nk.at(gamma__a, r1, t, r2))
+                gamma__prev = float(_nk.at(gamma__a, r1, _tp, r2))
+                gy__advantages = float(_nk.at(gy__advantages__a, r1, t, r2))
+                gy__returns = float(_nk.at(gy__returns__a, r1, t, r2))
                 is_first = 1.0 if t == 0 else 0.0
                 is_last = 1.0 if t == T - 1 else 0.0
                 is_last__prev = 1.0 if t - 1 == T - 1 else 0.0
-                lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
-                lambda___prev = float(_nk.at(lambda___a, lambda___o + _tp * lambda___st))
-                response_mask = float(_nk.at(response_mask__a, response_mask__o + t * response_mask__st))
-                response_mask__prev = float(_nk.at(response_mask__a, response_mask__o + _tp * response_mask__st))
-                st__A__next = float(_nk.at(st__A__a, st__A__o + _tn * st__A__st))
-                st__nv__next = float(_nk.at(st__nv__a, st__nv__o + _tn * st__nv__st))
+                lambda_ = float(_nk.at(lambda___a, r1, t, r2))
+                lambda___prev = float(_nk.at(lambda___a, r1, _tp, r2))
+                response_mask = float(_nk.at(response_mask__a, r1, t, r2))
+                response_mask__prev = float(_nk.at(response_mask__a, r1, _tp, r2))
+                st__A__next = float(_nk.at(st__A__a, r1, _tn, r2))
+                st__nv__next = float(_nk.at(st__nv__a, r1, _tn, r2))
                 g__A = gy__advantages + gy__returns + ((0.0 if is_first != 0 else 1.0 - response_mask__prev + gamma__prev*lambda___prev*response_mask__prev)) * g__A
                 g__nv = (0.0 if is_first != 0 else g__A__prev*gamma__prev*response_mask__prev*(0.0 if is_last__prev != 0 else 1.0)) + ((0.0 if is_first != 0 else 1.0 - response_mask__prev)) * g__nv
                 _e1 = g__A*response_mask
                 _e2 = _e1*(0.0 if is_last != 0 else st__A__next)
                 if STORE_d__token_level_rewards:
-                    d__token_level_rewards__a[d__token_level_rewards__o + t * d__token_level_rewards__st] = _e1
+                    d__token_level_rewards__a[r1, t, r2] = _e1
                 if STORE_d__values:
-                    d__values__a[d__values__o + t * d__values__st] = gy__returns - _e1 + g__nv*response_mask
+                    d__values__a[r1, t, r2] = gy__returns - _e1 + g__nv*response_mask
                 if STORE_d__gamma:
-                    d__gamma__a[d__gamma__o + t * d__gamma__st] = _e1*(0.0 if is_last != 0 else st__nv__next) + _e2*lambda_
+                    d__gamma__a[r1, t, r2] = _e1*(0.0 if is_last != 0 else st__nv__next) + _e2*lambda_
                 if STORE_d__lambda_:
-                    d__lambda___a[d__lambda___o + t * d__lambda___st] = _e2*gamma
+                    d__lambda___a[r1, t, r2] = _e2*gamma
 
                 g__A__c[_j] = g__A
                 g__nv__c[_j] = g__nv

@@ -5,8 +5,8 @@
 Generated CPU kernels (numba) of ``compute_masked_gae``: one sequential pass in time per row, the
 scan states in registers. ``_rows`` scans rows contiguous in time one after another; ``_tmajor``
 keeps time outermost and sweeps a tile of rows innermost (time-major buffers). Both take the
-flat arrays named by ``ARRAYS`` and the strides and flags in ``S`` (scangen.render_numba);
-scangen.numbapath launches them.
+views named by ``ARRAYS`` and the flags in ``S`` (scangen.render_numba); scangen.numbapath
+launches them.
 """
 import numba as _nb
 import numpy as np
@@ -20,127 +20,47 @@ FLAGS = ('STORE_advantages', 'STORE_returns', 'STORE_st__nv', 'STORE_st__A')
 
 @_nb.njit(cache=True, nogil=True)
 def _rows(lo, hi, R2, T, K, S, token_level_rewards__a, values__a, response_mask__a, gamma__a, lambda___a, advantages__a, returns__a, st__nv__a, st__A__a):
-    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn
-    token_level_rewards__s1 = S[0]
-    token_level_rewards__s2 = S[1]
-    token_level_rewards__st = S[2]
-    token_level_rewards__sk = S[3]
-    values__s1 = S[4]
-    values__s2 = S[5]
-    values__st = S[6]
-    values__sk = S[7]
-    response_mask__s1 = S[8]
-    response_mask__s2 = S[9]
-    response_mask__st = S[10]
-    response_mask__sk = S[11]
-    gamma__s1 = S[12]
-    gamma__s2 = S[13]
-    gamma__st = S[14]
-    gamma__sk = S[15]
-    lambda___s1 = S[16]
-    lambda___s2 = S[17]
-    lambda___st = S[18]
-    lambda___sk = S[19]
-    advantages__s1 = S[20]
-    advantages__s2 = S[21]
-    advantages__st = S[22]
-    advantages__sk = S[23]
-    returns__s1 = S[24]
-    returns__s2 = S[25]
-    returns__st = S[26]
-    returns__sk = S[27]
-    st__nv__s1 = S[28]
-    st__nv__s2 = S[29]
-    st__nv__st = S[30]
-    st__nv__sk = S[31]
-    st__A__s1 = S[32]
-    st__A__s2 = S[33]
-    st__A__st = S[34]
-    st__A__sk = S[35]
-    STORE_advantages = S[36] != 0
-    STORE_returns = S[37] != 0
-    STORE_st__nv = S[38] != 0
-    STORE_st__A = S[39] != 0
+    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
+    # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
+    STORE_advantages = S[0] != 0
+    STORE_returns = S[1] != 0
+    STORE_st__nv = S[2] != 0
+    STORE_st__A = S[3] != 0
     for r in range(lo, hi):
         r1 = r // R2
         r2 = r - r1 * R2
-        token_level_rewards__o = r1 * token_level_rewards__s1 + r2 * token_level_rewards__s2
-        values__o = r1 * values__s1 + r2 * values__s2
-        response_mask__o = r1 * response_mask__s1 + r2 * response_mask__s2
-        gamma__o = r1 * gamma__s1 + r2 * gamma__s2
-        lambda___o = r1 * lambda___s1 + r2 * lambda___s2
-        advantages__o = r1 * advantages__s1 + r2 * advantages__s2
-        returns__o = r1 * returns__s1 + r2 * returns__s2
-        st__nv__o = r1 * st__nv__s1 + r2 * st__nv__s2
-        st__A__o = r1 * st__A__s1 + r2 * st__A__s2
         nv = 0.0
         A = 0.0
         for _i in range(T):
             t = T - 1 - _i
             nv__next = nv
-            gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
+            gamma = float(_nk.at(gamma__a, r1, r2, t))
             is_last = 1.0 if t == T - 1 else 0.0
-            lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
-            response_mask = float(_nk.at(response_mask__a, response_mask__o + t * response_mask__st))
-            token_level_rewards = float(_nk.at(token_level_rewards__a, token_level_rewards__o + t * token_level_rewards__st))
-            values = float(_nk.at(values__a, values__o + t * values__st))
+            lambda_ = float(_nk.at(lambda___a, r1, r2, t))
+            response_mask = float(_nk.at(response_mask__a, r1, r2, t))
+            token_level_rewards = float(_nk.at(token_level_rewards__a, r1, r2, t))
+            values = float(_nk.at(values__a, r1, r2, t))
             nv = response_mask*values + (1.0 - response_mask) * nv
             A = response_mask*(token_level_rewards - values + gamma*(0.0 if is_last != 0 else nv__next)) + (1.0 - response_mask + gamma*lambda_*response_mask) * A
             if STORE_advantages:
-                advantages__a[advantages__o + t * advantages__st] = A
+                advantages__a[r1, r2, t] = A
             if STORE_returns:
-                returns__a[returns__o + t * returns__st] = A + values
+                returns__a[r1, r2, t] = A + values
             if STORE_st__nv:
-                st__nv__a[st__nv__o + t * st__nv__st] = nv
+                st__nv__a[r1, r2, t] = nv
             if STORE_st__A:
-                st__A__a[st__A__o + t * st__A__st] = A
-
+                st__A__a[r1, r2, t] = A
 
 
 @_nb.njit(cache=True, nogil=True)
 def _tmajor(lo, hi, R2, T, K, TB, S, token_level_rewards__a, values__a, response_mask__a, gamma__a, lambda___a, advantages__a, returns__a, st__nv__a, st__A__a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
-    # tile, time outermost and the rows innermost, the states carried in one array per scan
-    token_level_rewards__s1 = S[0]
-    token_level_rewards__s2 = S[1]
-    token_level_rewards__st = S[2]
-    token_level_rewards__sk = S[3]
-    values__s1 = S[4]
-    values__s2 = S[5]
-    values__st = S[6]
-    values__sk = S[7]
-    response_mask__s1 = S[8]
-    response_mask__s2 = S[9]
-    response_mask__st = S[10]
-    response_mask__sk = S[11]
-    gamma__s1 = S[12]
-    gamma__s2 = S[13]
-    gamma__st = S[14]
-    gamma__sk = S[15]
-    lambda___s1 = S[16]
-    lambda___s2 = S[17]
-    lambda___st = S[18]
-    lambda___sk = S[19]
-    advantages__s1 = S[20]
-    advantages__s2 = S[21]
-    advantages__st = S[22]
-    advantages__sk = S[23]
-    returns__s1 = S[24]
-    returns__s2 = S[25]
-    returns__st = S[26]
-    returns__sk = S[27]
-    st__nv__s1 = S[28]
-    st__nv__s2 = S[29]
-    st__nv__st = S[30]
-    st__nv__sk = S[31]
-    st__A__s1 = S[32]
-    st__A__s2 = S[33]
-    st__A__st = S[34]
-    st__A__sk = S[35]
-    STORE_advantages = S[36] != 0
-    STORE_returns = S[37] != 0
-    STORE_st__nv = S[38] != 0
-    STORE_st__A = S[39] != 0
+    # tile, time outermost and the rows innermost, the states carried in one array per scan;
+    # every view is [R1, T, R2] ([R1, T, R2, K]; [R1, 1, R2] for [N] inputs)
+    STORE_advantages = S[0] != 0
+    STORE_returns = S[1] != 0
+    STORE_st__nv = S[2] != 0
+    STORE_st__A = S[3] != 0
     n_tiles = (R2 + TB - 1) // TB
     nv__c = np.empty(TB)
     A__c = np.empty(TB)
@@ -148,25 +68,8 @@ def _tmajor(lo, hi, R2, T, K, TB, S, token_level_rewards__a, values__a, response
         r1 = tile // n_tiles
         r2_0 = (tile - r1 * n_tiles) * TB
         n = min(TB, R2 - r2_0)
-        token_level_rewards__ob = r1 * token_level_rewards__s1 + r2_0 * token_level_rewards__s2
-        values__ob = r1 * values__s1 + r2_0 * values__s2
-        response_mask__ob = r1 * response_mask__s1 + r2_0 * response_mask__s2
-        gamma__ob = r1 * gamma__s1 + r2_0 * gamma__s2
-        lambda___ob = r1 * lambda___s1 + r2_0 * lambda___s2
-        advantages__ob = r1 * advantages__s1 + r2_0 * advantages__s2
-        returns__ob = r1 * returns__s1 + r2_0 * returns__s2
-        st__nv__ob = r1 * st__nv__s1 + r2_0 * st__nv__s2
-        st__A__ob = r1 * st__A__s1 + r2_0 * st__A__s2
         for _j in range(n):
-            token_level_rewards__o = token_level_rewards__ob + _j * token_level_rewards__s2
-            values__o = values__ob + _j * values__s2
-            response_mask__o = response_mask__ob + _j * response_mask__s2
-            gamma__o = gamma__ob + _j * gamma__s2
-            lambda___o = lambda___ob + _j * lambda___s2
-            advantages__o = advantages__ob + _j * advantages__s2
-            returns__o = returns__ob + _j * returns__s2
-            st__nv__o = st__nv__ob + _j * st__nv__s2
-            st__A__o = st__A__ob + _j * st__A__s2
+            r2 = r2_0 + _j
             nv = 0.0
             A = 0.0
             nv__c[_j] = nv
@@ -174,34 +77,26 @@ def _tmajor(lo, hi, R2, T, K, TB, S, token_level_rewards__a, values__a, response
         for _i in range(T):
             t = T - 1 - _i
             for _j in range(n):
-                token_level_rewards__o = token_level_rewards__ob + _j * token_level_rewards__s2
-                values__o = values__ob + _j * values__s2
-                response_mask__o = response_mask__ob + _j * response_mask__s2
-                gamma__o = gamma__ob + _j * gamma__s2
-                lambda___o = lambda___ob + _j * lambda___s2
-                advantages__o = advantages__ob + _j * advantages__s2
-                returns__o = returns__ob + _j * returns__s2
-                st__nv__o = st__nv__ob + _j * st__nv__s2
-                st__A__o = st__A__ob + _j * st__A__s2
+                r2 = r2_0 + _j
                 nv = nv__c[_j]
                 A = A__c[_j]
                 nv__next = nv
-                gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
+                gamma = float(_nk.at(gamma__a, r1, t, r2))
                 is_last = 1.0 if t == T - 1 else 0.0
-                lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
-                response_mask = float(_nk.at(response_mask__a, response_mask__o + t * response_mask__st))
-                token_level_rewards = float(_nk.at(token_level_rewards__a, token_level_rewards__o + t * token_level_rewards__st))
-                values = float(_nk.at(values__a, values__o + t * values__st))
+                lambda_ = float(_nk.at(lambda___a, r1, t, r2))
+                response_mask = float(_nk.at(response_mask__a, r1, t, r2))
+                token_level_rewards = float(_nk.at(token_level_rewards__a, r1, t, r2))
+                values = float(_nk.at(values__a, r1, t, r2))
                 nv = response_mask*values + (1.0 - response_mask) * nv
                 A = response_mask*(token_level_rewards - values + gamma*(0.0 if is_last != 0 else nv__next)) + (1.0 - response_mask + gamma*lambda_*response_mask) * A
                 if STORE_advantages:
-                    advantages__a[advantages__o + t * advantages__st] = A
+                    advantages__a[r1, t, r2] = A
                 if STORE_returns:
-                    returns__a[returns__o + t * returns__st] = A + values
+                    returns__a[r1, t, r2] = A + values
                 if STORE_st__nv:
-                    st__nv__a[st__nv__o + t * st__nv__st] = nv
+                    st__nv__a[r1, t, r2] = nv
                 if STORE_st__A:
-                    st__A__a[st__A__o + t * st__A__st] = A
+                    st__A__a[r1, t, r2] = A
 
                 nv__c[_j] = nv
                 A__c[_j] = A

@@ -5,8 +5,8 @@
 Generated CPU kernels (numba) of ``compute_retrace``: one sequential pass in time per row, the
 scan states in registers. ``_rows`` scans rows contiguous in time one after another; ``_tmajor``
 keeps time outermost and sweeps a tile of rows innermost (time-major buffers). Both take the
-flat arrays named by ``ARRAYS`` and the strides and flags in ``S`` (scangen.render_numba);
-scangen.numbapath launches them.
+views named by ``ARRAYS`` and the flags in ``S`` (scangen.render_numba); scangen.numbapath
+launches them.
 """
 import numba as _nb
 import numpy as np
@@ -20,292 +20,103 @@ FLAGS = ('HAS_truncateds', 'STORE_targets', 'STORE_advantages', 'STORE_st__A')
 
 @_nb.njit(cache=True, nogil=True)
 def _rows(lo, hi, R2, T, K, S, action_probs_target__a, action_probs_behavior__a, q_values__a, next_q_values_all__a, actions__a, rewards__a, terminateds__a, truncateds__a, next_action_probs_target__a, gamma__a, lambda___a, c_bar__a, rho_bar__a, targets__a, advantages__a, st__A__a):
-    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn
-    action_probs_target__s1 = S[0]
-    action_probs_target__s2 = S[1]
-    action_probs_target__st = S[2]
-    action_probs_target__sk = S[3]
-    action_probs_behavior__s1 = S[4]
-    action_probs_behavior__s2 = S[5]
-    action_probs_behavior__st = S[6]
-    action_probs_behavior__sk = S[7]
-    q_values__s1 = S[8]
-    q_values__s2 = S[9]
-    q_values__st = S[10]
-    q_values__sk = S[11]
-    next_q_values_all__s1 = S[12]
-    next_q_values_all__s2 = S[13]
-    next_q_values_all__st = S[14]
-    next_q_values_all__sk = S[15]
-    actions__s1 = S[16]
-    actions__s2 = S[17]
-    actions__st = S[18]
-    actions__sk = S[19]
-    rewards__s1 = S[20]
-    rewards__s2 = S[21]
-    rewards__st = S[22]
-    rewards__sk = S[23]
-    terminateds__s1 = S[24]
-    terminateds__s2 = S[25]
-    terminateds__st = S[26]
-    terminateds__sk = S[27]
-    truncateds__s1 = S[28]
-    truncateds__s2 = S[29]
-    truncateds__st = S[30]
-    truncateds__sk = S[31]
-    next_action_probs_target__s1 = S[32]
-    next_action_probs_target__s2 = S[33]
-    next_action_probs_target__st = S[34]
-    next_action_probs_target__sk = S[35]
-    gamma__s1 = S[36]
-    gamma__s2 = S[37]
-    gamma__st = S[38]
-    gamma__sk = S[39]
-    lambda___s1 = S[40]
-    lambda___s2 = S[41]
-    lambda___st = S[42]
-    lambda___sk = S[43]
-    c_bar__s1 = S[44]
-    c_bar__s2 = S[45]
-    c_bar__st = S[46]
-    c_bar__sk = S[47]
-    rho_bar__s1 = S[48]
-    rho_bar__s2 = S[49]
-    rho_bar__st = S[50]
-    rho_bar__sk = S[51]
-    targets__s1 = S[52]
-    targets__s2 = S[53]
-    targets__st = S[54]
-    targets__sk = S[55]
-    advantages__s1 = S[56]
-    advantages__s2 = S[57]
-    advantages__st = S[58]
-    advantages__sk = S[59]
-    st__A__s1 = S[60]
-    st__A__s2 = S[61]
-    st__A__st = S[62]
-    st__A__sk = S[63]
-    HAS_truncateds = S[64] != 0
-    STORE_targets = S[65] != 0
-    STORE_advantages = S[66] != 0
-    STORE_st__A = S[67] != 0
+    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
+    # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
+    HAS_truncateds = S[0] != 0
+    STORE_targets = S[1] != 0
+    STORE_advantages = S[2] != 0
+    STORE_st__A = S[3] != 0
     for r in range(lo, hi):
         r1 = r // R2
         r2 = r - r1 * R2
-        action_probs_target__o = r1 * action_probs_target__s1 + r2 * action_probs_target__s2
-        action_probs_behavior__o = r1 * action_probs_behavior__s1 + r2 * action_probs_behavior__s2
-        q_values__o = r1 * q_values__s1 + r2 * q_values__s2
-        next_q_values_all__o = r1 * next_q_values_all__s1 + r2 * next_q_values_all__s2
-        actions__o = r1 * actions__s1 + r2 * actions__s2
-        rewards__o = r1 * rewards__s1 + r2 * rewards__s2
-        terminateds__o = r1 * terminateds__s1 + r2 * terminateds__s2
-        truncateds__o = r1 * truncateds__s1 + r2 * truncateds__s2
-        next_action_probs_target__o = r1 * next_action_probs_target__s1 + r2 * next_action_probs_target__s2
-        gamma__o = r1 * gamma__s1 + r2 * gamma__s2
-        lambda___o = r1 * lambda___s1 + r2 * lambda___s2
-        c_bar__o = r1 * c_bar__s1 + r2 * c_bar__s2
-        rho_bar__o = r1 * rho_bar__s1 + r2 * rho_bar__s2
-        targets__o = r1 * targets__s1 + r2 * targets__s2
-        advantages__o = r1 * advantages__s1 + r2 * advantages__s2
-        st__A__o = r1 * st__A__s1 + r2 * st__A__s2
         A = 0.0
         for _i in range(T):
             t = T - 1 - _i
             A__next = A
             _tn = min(t + 1, T - 1)
-            action_probs_behavior = float(_nk.at(action_probs_behavior__a, action_probs_behavior__o + t * action_probs_behavior__st))
-            action_probs_behavior__next = float(_nk.at(action_probs_behavior__a, action_probs_behavior__o + _tn * action_probs_behavior__st))
-            actions = int(_nk.at(actions__a, actions__o + t * actions__st))
-            actions__next = int(_nk.at(actions__a, actions__o + _tn * actions__st))
-            c_bar__next = float(_nk.at(c_bar__a, c_bar__o + _tn * c_bar__st))
-            gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
+            action_probs_behavior = float(_nk.at(action_probs_behavior__a, r1, r2, t))
+            action_probs_behavior__next = float(_nk.at(action_probs_behavior__a, r1, r2, _tn))
+            actions = int(_nk.at(actions__a, r1, r2, t))
+            actions__next = int(_nk.at(actions__a, r1, r2, _tn))
+            c_bar__next = float(_nk.at(c_bar__a, r1, r2, _tn))
+            gamma = float(_nk.at(gamma__a, r1, r2, t))
             is_last = 1.0 if t == T - 1 else 0.0
-            lambda___next = float(_nk.at(lambda___a, lambda___o + _tn * lambda___st))
-            q_values = float(_nk.at(q_values__a, q_values__o + t * q_values__st))
-            q_values__next = float(_nk.at(q_values__a, q_values__o + _tn * q_values__st))
-            rewards = float(_nk.at(rewards__a, rewards__o + t * rewards__st))
-            rho_bar = float(_nk.at(rho_bar__a, rho_bar__o + t * rho_bar__st))
-            terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
-            truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
-            _gather0 = _nk.gather(action_probs_target__a, action_probs_target__o + _tn * action_probs_target__st, action_probs_target__sk, K, actions__next)
-            _gather1 = _nk.gather(action_probs_target__a, action_probs_target__o + t * action_probs_target__st, action_probs_target__sk, K, actions)
+            lambda___next = float(_nk.at(lambda___a, r1, r2, _tn))
+            q_values = float(_nk.at(q_values__a, r1, r2, t))
+            q_values__next = float(_nk.at(q_values__a, r1, r2, _tn))
+            rewards = float(_nk.at(rewards__a, r1, r2, t))
+            rho_bar = float(_nk.at(rho_bar__a, r1, r2, t))
+            terminateds = float(_nk.at(terminateds__a, r1, r2, t))
+            truncateds = float(_nk.at(truncateds__a, r1, r2, t))
+            _gather0 = _nk.gather(action_probs_target__a, r1, r2, _tn, K, actions__next)
+            _gather1 = _nk.gather(action_probs_target__a, r1, r2, t, K, actions)
             _sum0 = 0.0
             for _k in range(K):
-                next_action_probs_target__k = float(_nk.at(next_action_probs_target__a, next_action_probs_target__o + t * next_action_probs_target__st + _k * next_action_probs_target__sk))
-                next_q_values_all__k = float(_nk.at(next_q_values_all__a, next_q_values_all__o + t * next_q_values_all__st + _k * next_q_values_all__sk))
+                next_action_probs_target__k = float(_nk.atk(next_action_probs_target__a, r1, r2, t, _k))
+                next_q_values_all__k = float(_nk.atk(next_q_values_all__a, r1, r2, t, _k))
                 _sum0 += next_action_probs_target__k*next_q_values_all__k
             A = rewards - q_values + _sum0*gamma*(1.0 - terminateds) + (gamma*(1.0 - _nk.maximum(terminateds, truncateds))*(0.0 if is_last != 0 else lambda___next*_nk.minimum(c_bar__next, _gather0/action_probs_behavior__next))) * A
             if STORE_targets:
-                targets__a[targets__o + t * targets__st] = A + q_values
+                targets__a[r1, r2, t] = A + q_values
             if STORE_advantages:
-                advantages__a[advantages__o + t * advantages__st] = (rewards - q_values + gamma*(1.0 - terminateds)*(_sum0 if (1.0 if is_last != 0 else _nk.maximum(terminateds, truncateds)) != 0 else (0.0 if is_last != 0 else A__next) + (0.0 if is_last != 0 else q_values__next)))*_nk.minimum(rho_bar, _gather1/action_probs_behavior)
+                advantages__a[r1, r2, t] = (rewards - q_values + gamma*(1.0 - terminateds)*(_sum0 if (1.0 if is_last != 0 else _nk.maximum(terminateds, truncateds)) != 0 else (0.0 if is_last != 0 else A__next) + (0.0 if is_last != 0 else q_values__next)))*_nk.minimum(rho_bar, _gather1/action_probs_behavior)
             if STORE_st__A:
-                st__A__a[st__A__o + t * st__A__st] = A
-
+                st__A__a[r1, r2, t] = A
 
 
 @_nb.njit(cache=True, nogil=True)
 def _tmajor(lo, hi, R2, T, K, TB, S, action_probs_target__a, action_probs_behavior__a, q_values__a, next_q_values_all__a, actions__a, rewards__a, terminateds__a, truncateds__a, next_action_probs_target__a, gamma__a, lambda___a, c_bar__a, rho_bar__a, targets__a, advantages__a, st__A__a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
-    # tile, time outermost and the rows innermost, the states carried in one array per scan
-    action_probs_target__s1 = S[0]
-    action_probs_target__s2 = S[1]
-    action_probs_target__st = S[2]
-    action_probs_target__sk = S[3]
-    action_probs_behavior__s1 = S[4]
-    action_probs_behavior__s2 = S[5]
-    action_probs_behavior__st = S[6]
-    action_probs_behavior__sk = S[7]
-    q_values__s1 = S[8]
-    q_values__s2 = S[9]
-    q_values__st = S[10]
-    q_values__sk = S[11]
-    next_q_values_all__s1 = S[12]
-    next_q_values_all__s2 = S[13]
-    next_q_values_all__st = S[14]
-    next_q_values_all__sk = S[15]
-    actions__s1 = S[16]
-    actions__s2 = S[17]
-    actions__st = S[18]
-    actions__sk = S[19]
-    rewards__s1 = S[20]
-    rewards__s2 = S[21]
-    rewards__st = S[22]
-    rewards__sk = S[23]
-    terminateds__s1 = S[24]
-    terminateds__s2 = S[25]
-    terminateds__st = S[26]
-    terminateds__sk = S[27]
-    truncateds__s1 = S[28]
-    truncateds__s2 = S[29]
-    truncateds__st = S[30]
-    truncateds__sk = S[31]
-    next_action_probs_target__s1 = S[32]
-    next_action_probs_target__s2 = S[33]
-    next_action_probs_target__st = S[34]
-    next_action_probs_target__sk = S[35]
-    gamma__s1 = S[36]
-    gamma__s2 = S[37]
-    gamma__st = S[38]
-    gamma__sk = S[39]
-    lambda___s1 = S[40]
-    lambda___s2 = S[41]
-    lambda___st = S[42]
-    lambda___sk = S[43]
-    c_bar__s1 = S[44]
-    c_bar__s2 = S[45]
-    c_bar__st = S[46]
-    c_bar__sk = S[47]
-    rho_bar__s1 = S[48]
-    rho_bar__s2 = S[49]
-    rho_bar__st = S[50]
-    rho_bar__sk = S[51]
-    targets__s1 = S[52]
-    targets__s2 = S[53]
-    targets__st = S[54]
-    targets__sk = S[55]
-    advantages__s1 = S[56]
-    advantages__s2 = S[57]
-    advantages__st = S[58]
-    advantages__sk = S[59]
-    st__A__s1 = S[60]
-    st__A__s2 = S[61]
-    st__A__st = S[62]
-    st__A__sk = S[63]
-    HAS_truncateds = S[64] != 0
-    STORE_targets = S[65] != 0
-    STORE_advantages = S[66] != 0
-    STORE_st__A = S[67] != 0
+    # tile, time outermost and the rows innermost, the states carried in one array per scan;
+    # every view is [R1, T, R2] ([R1, T, R2, K]; [R1, 1, R2] for [N] inputs)
+    HAS_truncateds = S[0] != 0
+    STORE_targets = S[1] != 0
+    STORE_advantages = S[2] != 0
+    STORE_st__A = S[3] != 0
     n_tiles = (R2 + TB - 1) // TB
     A__c = np.empty(TB)
     for tile in range(lo, hi):
         r1 = tile // n_tiles
         r2_0 = (tile - r1 * n_tiles) * TB
         n = min(TB, R2 - r2_0)
-        action_probs_target__ob = r1 * action_probs_target__s1 + r2_0 * action_probs_target__s2
-        action_probs_behavior__ob = r1 * action_probs_behavior__s1 + r2_0 * action_probs_behavior__s2
-        q_values__ob = r1 * q_values__s1 + r2_0 * q_values__s2
-        next_q_values_all__ob = r1 * next_q_values_all__s1 + r2_0 * next_q_values_all__s2
-        actions__ob = r1 * actions__s1 + r2_0 * actions__s2
-        rewards__ob = r1 * rewards__s1 + r2_0 * rewards__s2
-        terminateds__ob = r1 * terminateds__s1 + r2_0 * terminateds__s2
-        truncateds__ob = r1 * truncateds__s1 + r2_0 * truncateds__s2
-        next_action_probs_target__ob = r1 * next_action_probs_target__s1 + r2_0 * next_action_probs_target__s2
-        gamma__ob = r1 * gamma__s1 + r2_0 * gamma__s2
-        lambda___ob = r1 * lambda___s1 + r2_0 * lambda___s2
-        c_bar__ob = r1 * c_bar__s1 + r2_0 * c_bar__s2
-        rho_bar__ob = r1 * rho_bar__s1 + r2_0 * rho_bar__s2
-        targets__ob = r1 * targets__s1 + r2_0 * targets__s2
-        advantages__ob = r1 * advantages__s1 + r2_0 * advantages__s2
-        st__A__ob = r1 * st__A__s1 + r2_0 * st__A__s2
         for _j in range(n):
-            action_probs_target__o = action_probs_target__ob + _j * action_probs_target__s2
-            action_probs_behavior__o = action_probs_behavior__ob + _j * action_probs_behavior__s2
-            q_values__o = q_values__ob + _j * q_values__s2
-            next_q_values_all__o = next_q_values_all__ob + _j * next_q_values_all__s2
-            actions__o = actions__ob + _j * actions__s2
-            rewards__o = rewards__ob + _j * rewards__s2
-            terminateds__o = terminateds__ob + _j * terminateds__s2
-            truncateds__o = truncateds__ob + _j * truncateds__s2
-            next_action_probs_target__o = next_action_probs_target__ob + _j * next_action_probs_target__s2
-            gamma__o = gamma__ob + _j * gamma__s2
-            lambda___o = lambda___ob + _j * lambda___s2
-            c_bar__o = c_bar__ob + _j * c_bar__s2
-            rho_bar__o = rho_bar__ob + _j * rho_bar__s2
-            targets__o = targets__ob + _j * targets__s2
-            advantages__o = advantages__ob + _j * advantages__s2
-            st__A__o = st__A__ob + _j * st__A__s2
+            r2 = r2_0 + _j
             A = 0.0
             A__c[_j] = A
         for _i in range(T):
             t = T - 1 - _i
             for _j in range(n):
-                action_probs_target__o = action_probs_target__ob + _j * action_probs_target__s2
-                action_probs_behavior__o = action_probs_behavior__ob + _j * action_probs_behavior__s2
-                q_values__o = q_values__ob + _j * q_values__s2
-                next_q_values_all__o = next_q_values_all__ob + _j * next_q_values_all__s2
-                actions__o = actions__ob + _j * actions__s2
-                rewards__o = rewards__ob + _j * rewards__s2
-                terminateds__o = terminateds__ob + _j * terminateds__s2
-                truncateds__o = truncateds__ob + _j * truncateds__s2
-                next_action_probs_target__o = next_action_probs_target__ob + _j * next_action_probs_target__s2
-                gamma__o = gamma__ob + _j * gamma__s2
-                lambda___o = lambda___ob + _j * lambda___s2
-                c_bar__o = c_bar__ob + _j * c_bar__s2
-                rho_bar__o = rho_bar__ob + _j * rho_bar__s2
-                targets__o = targets__ob + _j * targets__s2
-                advantages__o = advantages__ob + _j * advantages__s2
-                st__A__o = st__A__ob + _j * st__A__s2
+                r2 = r2_0 + _j
                 A = A__c[_j]
                 A__next = A
                 _tn = min(t + 1, T - 1)
-                action_probs_behavior = float(_nk.at(action_probs_behavior__a, action_probs_behavior__o + t * action_probs_behavior__st))
-                action_probs_behavior__next = float(_nk.at(action_probs_behavior__a, action_probs_behavior__o + _tn * action_probs_behavior__st))
-                actions = int(_nk.at(actions__a, actions__o + t * actions__st))
-                actions__next = int(_nk.at(actions__a, actions__o + _tn * actions__st))
-                c_bar__next = float(_nk.at(c_bar__a, c_bar__o + _tn * c_bar__st))
-                gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
+                action_probs_behavior = float(_nk.at(action_probs_behavior__a, r1, t, r2))
+                action_probs_behavior__next = float(_nk.at(action_probs_behavior__a, r1, _tn, r2))
+                actions = int(_nk.at(actions__a, r1, t, r2))
+                actions__next = int(_nk.at(actions__a, r1, _tn, r2))
+                c_bar__next = float(_nk.at(c_bar__a, r1, _tn, r2))
+                gamma = float(_nk.at(gamma__a, r1, t, r2))
                 is_last = 1.0 if t == T - 1 else 0.0
-                lambda___next = float(_nk.at(lambda___a, lambda___o + _tn * lambda___st))
-                q_values = float(_nk.at(q_values__a, q_values__o + t * q_values__st))
-                q_values__next = float(_nk.at(q_values__a, q_values__o + _tn * q_values__st))
-                rewards = float(_nk.at(rewards__a, rewards__o + t * rewards__st))
-                rho_bar = float(_nk.at(rho_bar__a, rho_bar__o + t * rho_bar__st))
-                terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
-                truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
-                _gather0 = _nk.gather(action_probs_target__a, action_probs_target__o + _tn * action_probs_target__st, action_probs_target__sk, K, actions__next)
-                _gather1 = _nk.gather(action_probs_target__a, action_probs_target__o + t * action_probs_target__st, action_probs_target__sk, K, actions)
+                lambda___next = float(_nk.at(lambda___a, r1, _tn, r2))
+                q_values = float(_nk.at(q_values__a, r1, t, r2))
+                q_values__next = float(_nk.at(q_values__a, r1, _tn, r2))
+                rewards = float(_nk.at(rewards__a, r1, t, r2))
+                rho_bar = float(_nk.at(rho_bar__a, r1, t, r2))
+                terminateds = float(_nk.at(terminateds__a, r1, t, r2))
+                truncateds = float(_nk.at(truncateds__a, r1, t, r2))
+                _gather0 = _nk.gather(action_probs_target__a, r1, _tn, r2, K, actions__next)
+                _gather1 = _nk.gather(action_probs_target__a, r1, t, r2, K, actions)
                 _sum0 = 0.0
                 for _k in range(K):
-                    next_action_probs_target__k = float(_nk.at(next_action_probs_target__a, next_action_probs_target__o + t * next_action_probs_target__st + _k * next_action_probs_target__sk))
-                    next_q_values_all__k = float(_nk.at(next_q_values_all__a, next_q_values_all__o + t * next_q_values_all__st + _k * next_q_values_all__sk))
+                    next_action_probs_target__k = float(_nk.atk(next_action_probs_target__a, r1, t, r2, _k))
+                    next_q_values_all__k = float(_nk.atk(next_q_values_all__a, r1, t, r2, _k))
                     _sum0 += next_action_probs_target__k*next_q_values_all__k
                 A = rewards - q_values + _sum0*gamma*(1.0 - terminateds) + (gamma*(1.0 - _nk.maximum(terminateds, truncateds))*(0.0 if is_last != 0 else lambda___next*_nk.minimum(c_bar__next, _gather0/action_probs_behavior__next))) * A
                 if STORE_targets:
-                    targets__a[targets__o + t * targets__st] = A + q_values
+                    targets__a[r1, t, r2] = A + q_values
                 if STORE_advantages:
-                    advantages__a[advantages__o + t * advantages__st] = (rewards - q_values + gamma*(1.0 - terminateds)*(_sum0 if (1.0 if is_last != 0 else _nk.maximum(terminateds, truncateds)) != 0 else (0.0 if is_last != 0 else A__next) + (0.0 if is_last != 0 else q_values__next)))*_nk.minimum(rho_bar, _gather1/action_probs_behavior)
+                    advantages__a[r1, t, r2] = (rewards - q_values + gamma*(1.0 - terminateds)*(_sum0 if (1.0 if is_last != 0 else _nk.maximum(terminateds, truncateds)) != 0 else (0.0 if is_last != 0 else A__next) + (0.0 if is_last != 0 else q_values__next)))*_nk.minimum(rho_bar, _gather1/action_probs_behavior)
                 if STORE_st__A:
-                    st__A__a[st__A__o + t * st__A__st] = A
+                    st__A__a[r1, t, r2] = A
 
                 A__c[_j] = A

@@ -5,8 +5,8 @@
 Generated CPU kernels (numba) of ``compute_vtrace_grad``: one sequential pass in time per row, the
 scan states in registers. ``_rows`` scans rows contiguous in time one after another; ``_tmajor``
 keeps time outermost and sweeps a tile of rows innermost (time-major buffers). Both take the
-flat arrays named by ``ARRAYS`` and the strides and flags in ``S`` (scangen.render_numba);
-scangen.numbapath launches them.
+views named by ``ARRAYS`` and the flags in ``S`` (scangen.render_numba); scangen.numbapath
+launches them.
 """
 import numba as _nb
 import numpy as np
@@ -20,197 +20,63 @@ FLAGS = ('HAS_truncateds', 'HAS_bootstrap_values', 'HAS_last_value', 'HAS_gy__ta
 
 @_nb.njit(cache=True, nogil=True)
 def _rows(lo, hi, R2, T, K, S, log_pi_target__a, log_pi_behavior__a, values__a, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, st__A__a, gy__targets__a, gy__pg_advantages__a, gamma__a, rho_bar__a, c_bar__a, lambda___a, pg_rho_bar__a, d__log_pi_target__a, d__log_pi_behavior__a, d__values__a, d__rewards__a, d__bootstrap_values__a, d__last_value__a, d__gamma__a, d__rho_bar__a, d__c_bar__a, d__lambda___a, d__pg_rho_bar__a):
-    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn
-    log_pi_target__s1 = S[0]
-    log_pi_target__s2 = S[1]
-    log_pi_target__st = S[2]
-    log_pi_target__sk = S[3]
-    log_pi_behavior__s1 = S[4]
-    log_pi_behavior__s2 = S[5]
-    log_pi_behavior__st = S[6]
-    log_pi_behavior__sk = S[7]
-    values__s1 = S[8]
-    values__s2 = S[9]
-    values__st = S[10]
-    values__sk = S[11]
-    rewards__s1 = S[12]
-    rewards__s2 = S[13]
-    rewards__st = S[14]
-    rewards__sk = S[15]
-    terminateds__s1 = S[16]
-    terminateds__s2 = S[17]
-    terminateds__st = S[18]
-    terminateds__sk = S[19]
-    truncateds__s1 = S[20]
-    truncateds__s2 = S[21]
-    truncateds__st = S[22]
-    truncateds__sk = S[23]
-    bootstrap_values__s1 = S[24]
-    bootstrap_values__s2 = S[25]
-    bootstrap_values__st = S[26]
-    bootstrap_values__sk = S[27]
-    last_value__s1 = S[28]
-    last_value__s2 = S[29]
-    last_value__st = S[30]
-    last_value__sk = S[31]
-    st__A__s1 = S[32]
-    st__A__s2 = S[33]
-    st__A__st = S[34]
-    st__A__sk = S[35]
-    gy__targets__s1 = S[36]
-    gy__targets__s2 = S[37]
-    gy__targets__st = S[38]
-    gy__targets__sk = S[39]
-    gy__pg_advantages__s1 = S[40]
-    gy__pg_advantages__s2 = S[41]
-    gy__pg_advantages__st = S[42]
-    gy__pg_advantages__sk = S[43]
-    gamma__s1 = S[44]
-    gamma__s2 = S[45]
-    gamma__st = S[46]
-    gamma__sk = S[47]
-    rho_bar__s1 = S[48]
-    rho_bar__s2 = S[49]
-    rho_bar__st = S[50]
-    rho_bar__sk = S[51]
-    c_bar__s1 = S[52]
-    c_bar__s2 = S[53]
-    c_bar__st = S[54]
-    c_bar__sk = S[55]
-    lambda___s1 = S[56]
-    lambda___s2 = S[57]
-    lambda___st = S[58]
-    lambda___sk = S[59]
-    pg_rho_bar__s1 = S[60]
-    pg_rho_bar__s2 = S[61]
-    pg_rho_bar__st = S[62]
-    pg_rho_bar__sk = S[63]
-    d__log_pi_target__s1 = S[64]
-    d__log_pi_target__s2 = S[65]
-    d__log_pi_target__st = S[66]
-    d__log_pi_target__sk = S[67]
-    d__log_pi_behavior__s1 = S[68]
-    d__log_pi_behavior__s2 = S[69]
-    d__log_pi_behavior__st = S[70]
-    d__log_pi_behavior__sk = S[71]
-    d__values__s1 = S[72]
-    d__values__s2 = S[73]
-    d__values__st = S[74]
-    d__values__sk = S[75]
-    d__rewards__s1 = S[76]
-    d__rewards__s2 = S[77]
-    d__rewards__st = S[78]
-    d__rewards__sk = S[79]
-    d__bootstrap_values__s1 = S[80]
-    d__bootstrap_values__s2 = S[81]
-    d__bootstrap_values__st = S[82]
-    d__bootstrap_values__sk = S[83]
-    d__last_value__s1 = S[84]
-    d__last_value__s2 = S[85]
-    d__last_value__st = S[86]
-    d__last_value__sk = S[87]
-    d__gamma__s1 = S[88]
-    d__gamma__s2 = S[89]
-    d__gamma__st = S[90]
-    d__gamma__sk = S[91]
-    d__rho_bar__s1 = S[92]
-    d__rho_bar__s2 = S[93]
-    d__rho_bar__st = S[94]
-    d__rho_bar__sk = S[95]
-    d__c_bar__s1 = S[96]
-    d__c_bar__s2 = S[97]
-    d__c_bar__st = S[98]
-    d__c_bar__sk = S[99]
-    d__lambda___s1 = S[100]
-    d__lambda___s2 = S[101]
-    d__lambda___st = S[102]
-    d__lambda___sk = S[103]
-    d__pg_rho_bar__s1 = S[104]
-    d__pg_rho_bar__s2 = S[105]
-    d__pg_rho_bar__st = S[106]
-    d__pg_rho_bar__sk = S[107]
-    HAS_truncateds = S[108] != 0
-    HAS_bootstrap_values = S[109] != 0
-    HAS_last_value = S[110] != 0
-    HAS_gy__targets = S[111] != 0
-    HAS_gy__pg_advantages = S[112] != 0
-    STORE_d__log_pi_target = S[113] != 0
-    STORE_d__log_pi_behavior = S[114] != 0
-    STORE_d__values = S[115] != 0
-    STORE_d__rewards = S[116] != 0
-    STORE_d__bootstrap_values = S[117] != 0
-    STORE_d__last_value = S[118] != 0
-    STORE_d__gamma = S[119] != 0
-    STORE_d__rho_bar = S[120] != 0
-    STORE_d__c_bar = S[121] != 0
-    STORE_d__lambda_ = S[122] != 0
-    STORE_d__pg_rho_bar = S[123] != 0
+    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
+    # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
+    HAS_truncateds = S[0] != 0
+    HAS_bootstrap_values = S[1] != 0
+    HAS_last_value = S[2] != 0
+    HAS_gy__targets = S[3] != 0
+    HAS_gy__pg_advantages = S[4] != 0
+    STORE_d__log_pi_target = S[5] != 0
+    STORE_d__log_pi_behavior = S[6] != 0
+    STORE_d__values = S[7] != 0
+    STORE_d__rewards = S[8] != 0
+    STORE_d__bootstrap_values = S[9] != 0
+    STORE_d__last_value = S[10] != 0
+    STORE_d__gamma = S[11] != 0
+    STORE_d__rho_bar = S[12] != 0
+    STORE_d__c_bar = S[13] != 0
+    STORE_d__lambda_ = S[14] != 0
+    STORE_d__pg_rho_bar = S[15] != 0
     for r in range(lo, hi):
         r1 = r // R2
         r2 = r - r1 * R2
-        log_pi_target__o = r1 * log_pi_target__s1 + r2 * log_pi_target__s2
-        log_pi_behavior__o = r1 * log_pi_behavior__s1 + r2 * log_pi_behavior__s2
-        values__o = r1 * values__s1 + r2 * values__s2
-        rewards__o = r1 * rewards__s1 + r2 * rewards__s2
-        terminateds__o = r1 * terminateds__s1 + r2 * terminateds__s2
-        truncateds__o = r1 * truncateds__s1 + r2 * truncateds__s2
-        bootstrap_values__o = r1 * bootstrap_values__s1 + r2 * bootstrap_values__s2
-        last_value__o = r1 * last_value__s1 + r2 * last_value__s2
-        st__A__o = r1 * st__A__s1 + r2 * st__A__s2
-        gy__targets__o = r1 * gy__targets__s1 + r2 * gy__targets__s2
-        gy__pg_advantages__o = r1 * gy__pg_advantages__s1 + r2 * gy__pg_advantages__s2
-        gamma__o = r1 * gamma__s1 + r2 * gamma__s2
-        rho_bar__o = r1 * rho_bar__s1 + r2 * rho_bar__s2
-        c_bar__o = r1 * c_bar__s1 + r2 * c_bar__s2
-        lambda___o = r1 * lambda___s1 + r2 * lambda___s2
-        pg_rho_bar__o = r1 * pg_rho_bar__s1 + r2 * pg_rho_bar__s2
-        d__log_pi_target__o = r1 * d__log_pi_target__s1 + r2 * d__log_pi_target__s2
-        d__log_pi_behavior__o = r1 * d__log_pi_behavior__s1 + r2 * d__log_pi_behavior__s2
-        d__values__o = r1 * d__values__s1 + r2 * d__values__s2
-        d__rewards__o = r1 * d__rewards__s1 + r2 * d__rewards__s2
-        d__bootstrap_values__o = r1 * d__bootstrap_values__s1 + r2 * d__bootstrap_values__s2
-        d__last_value__o = r1 * d__last_value__s1 + r2 * d__last_value__s2
-        d__gamma__o = r1 * d__gamma__s1 + r2 * d__gamma__s2
-        d__rho_bar__o = r1 * d__rho_bar__s1 + r2 * d__rho_bar__s2
-        d__c_bar__o = r1 * d__c_bar__s1 + r2 * d__c_bar__s2
-        d__lambda___o = r1 * d__lambda___s1 + r2 * d__lambda___s2
-        d__pg_rho_bar__o = r1 * d__pg_rho_bar__s1 + r2 * d__pg_rho_bar__s2
-        last_value = float(_nk.at(last_value__a, last_value__o))
+        last_value = float(_nk.at(last_value__a, r1, r2, 0))
         g__A = 0.0
         for _i in range(T):
             t = _i
             g__A__prev = g__A
             _tp = max(t - 1, 0)
             _tn = min(t + 1, T - 1)
-            bootstrap_values = float(_nk.at(bootstrap_values__a, bootstrap_values__o + t * bootstrap_values__st))
-            c_bar = float(_nk.at(c_bar__a, c_bar__o + t * c_bar__st))
-            c_bar__prev = float(_nk.at(c_bar__a, c_bar__o + _tp * c_bar__st))
-            gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
-            gamma__prev = float(_nk.at(gamma__a, gamma__o + _tp * gamma__st))
-            gy__pg_advantages = float(_nk.at(gy__pg_advantages__a, gy__pg_advantages__o + t * gy__pg_advantages__st))
-            gy__pg_advantages__prev = float(_nk.at(gy__pg_advantages__a, gy__pg_advantages__o + _tp * gy__pg_advantages__st))
-            gy__targets = float(_nk.at(gy__targets__a, gy__targets__o + t * gy__targets__st))
+            bootstrap_values = float(_nk.at(bootstrap_values__a, r1, r2, t))
+            c_bar = float(_nk.at(c_bar__a, r1, r2, t))
+            c_bar__prev = float(_nk.at(c_bar__a, r1, r2, _tp))
+            gamma = float(_nk.at(gamma__a, r1, r2, t))
+            gamma__prev = float(_nk.at(gamma__a, r1, r2, _tp))
+            gy__pg_advantages = float(_nk.at(gy__pg_advantages__a, r1, r2, t))
+            gy__pg_advantages__prev = float(_nk.at(gy__pg_advantages__a, r1, r2, _tp))
+            gy__targets = float(_nk.at(gy__targets__a, r1, r2, t))
             is_first = 1.0 if t == 0 else 0.0
             is_last = 1.0 if t == T - 1 else 0.0
             is_last__prev = 1.0 if t - 1 == T - 1 else 0.0
-            lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
-            lambda___prev = float(_nk.at(lambda___a, lambda___o + _tp * lambda___st))
-            log_pi_behavior = float(_nk.at(log_pi_behavior__a, log_pi_behavior__o + t * log_pi_behavior__st))
-            log_pi_behavior__prev = float(_nk.at(log_pi_behavior__a, log_pi_behavior__o + _tp * log_pi_behavior__st))
-            log_pi_target = float(_nk.at(log_pi_target__a, log_pi_target__o + t * log_pi_target__st))
-            log_pi_target__prev = float(_nk.at(log_pi_target__a, log_pi_target__o + _tp * log_pi_target__st))
-            pg_rho_bar = float(_nk.at(pg_rho_bar__a, pg_rho_bar__o + t * pg_rho_bar__st))
-            pg_rho_bar__prev = float(_nk.at(pg_rho_bar__a, pg_rho_bar__o + _tp * pg_rho_bar__st))
-            rewards = float(_nk.at(rewards__a, rewards__o + t * rewards__st))
-            rho_bar = float(_nk.at(rho_bar__a, rho_bar__o + t * rho_bar__st))
-            rho_bar__prev = float(_nk.at(rho_bar__a, rho_bar__o + _tp * rho_bar__st))
-            st__A__next = float(_nk.at(st__A__a, st__A__o + _tn * st__A__st))
-            terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
-            terminateds__prev = float(_nk.at(terminateds__a, terminateds__o + _tp * terminateds__st))
-            truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
-            truncateds__prev = float(_nk.at(truncateds__a, truncateds__o + _tp * truncateds__st))
-            values = float(_nk.at(values__a, values__o + t * values__st))
-            values__next = float(_nk.at(values__a, values__o + _tn * values__st))
+            lambda_ = float(_nk.at(lambda___a, r1, r2, t))
+            lambda___prev = float(_nk.at(lambda___a, r1, r2, _tp))
+            log_pi_behavior = float(_nk.at(log_pi_behavior__a, r1, r2, t))
+            log_pi_behavior__prev = float(_nk.at(log_pi_behavior__a, r1, r2, _tp))
+            log_pi_target = float(_nk.at(log_pi_target__a, r1, r2, t))
+            log_pi_target__prev = float(_nk.at(log_pi_target__a, r1, r2, _tp))
+            pg_rho_bar = float(_nk.at(pg_rho_bar__a, r1, r2, t))
+            pg_rho_bar__prev = float(_nk.at(pg_rho_bar__a, r1, r2, _tp))
+            rewards = float(_nk.at(rewards__a, r1, r2, t))
+            rho_bar = float(_nk.at(rho_bar__a, r1, r2, t))
+            rho_bar__prev = float(_nk.at(rho_bar__a, r1, r2, _tp))
+            st__A__next = float(_nk.at(st__A__a, r1, r2, _tn))
+            terminateds = float(_nk.at(terminateds__a, r1, r2, t))
+            terminateds__prev = float(_nk.at(terminateds__a, r1, r2, _tp))
+            truncateds = float(_nk.at(truncateds__a, r1, r2, t))
+            truncateds__prev = float(_nk.at(truncateds__a, r1, r2, _tp))
+            values = float(_nk.at(values__a, r1, r2, t))
+            values__next = float(_nk.at(values__a, r1, r2, _tn))
             _e1 = np.exp(log_pi_target__prev - log_pi_behavior__prev)
             _e2 = (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)
             _e3 = gamma__prev*lambda___prev
@@ -249,286 +115,99 @@ def _rows(lo, hi, R2, T, K, S, log_pi_target__a, log_pi_behavior__a, values__a, 
             _e35 = _e30*_e31
             _e36 = _e21*_e22*g__A*(c_bar if _e20 != 0 else _e4)
             if STORE_d__log_pi_target:
-                d__log_pi_target__a[d__log_pi_target__o + t * d__log_pi_target__st] = _e24
+                d__log_pi_target__a[r1, r2, t] = _e24
             if STORE_d__log_pi_behavior:
-                d__log_pi_behavior__a[d__log_pi_behavior__o + t * d__log_pi_behavior__st] = -_e24
+                d__log_pi_behavior__a[r1, r2, t] = -_e24
             if STORE_d__values:
-                d__values__a[d__values__o + t * d__values__st] = gy__targets - _e25 - _e26 + (0.0 if is_first != 0 else _e27*_e29*g__A__prev*(rho_bar__prev if (rho_bar__prev <= _e28) else _e28)) + (0.0 if is_first != 0 else _e29*gy__pg_advantages__prev*(_e27*lambda___prev + _e27*(1.0 - lambda___prev))*(pg_rho_bar__prev if (pg_rho_bar__prev <= _e28) else _e28))
+                d__values__a[r1, r2, t] = gy__targets - _e25 - _e26 + (0.0 if is_first != 0 else _e27*_e29*g__A__prev*(rho_bar__prev if (rho_bar__prev <= _e28) else _e28)) + (0.0 if is_first != 0 else _e29*gy__pg_advantages__prev*(_e27*lambda___prev + _e27*(1.0 - lambda___prev))*(pg_rho_bar__prev if (pg_rho_bar__prev <= _e28) else _e28))
             if STORE_d__rewards:
-                d__rewards__a[d__rewards__o + t * d__rewards__st] = _e25 + _e26
+                d__rewards__a[r1, r2, t] = _e25 + _e26
             if STORE_d__bootstrap_values:
-                d__bootstrap_values__a[d__bootstrap_values__o + t * d__bootstrap_values__st] = _e32*_e34 + _e33*(_e17*_e32 + _e32*lambda_)
+                d__bootstrap_values__a[r1, r2, t] = _e32*_e34 + _e33*(_e17*_e32 + _e32*lambda_)
             if STORE_d__last_value:
-                d__last_value__a[d__last_value__o + t * d__last_value__st] = _e33*(_e17*_e35 + _e35*lambda_) + _e34*_e35
+                d__last_value__a[r1, r2, t] = _e33*(_e17*_e35 + _e35*lambda_) + _e34*_e35
             if STORE_d__gamma:
-                d__gamma__a[d__gamma__o + t * d__gamma__st] = _e36*lambda_ + _e10*_e11*_e25 + _e11*_e18*_e26
+                d__gamma__a[r1, r2, t] = _e36*lambda_ + _e10*_e11*_e25 + _e11*_e18*_e26
             if STORE_d__rho_bar:
-                d__rho_bar__a[d__rho_bar__o + t * d__rho_bar__st] = _e14*(1.0 if _e5 != 0 else 0.0)
+                d__rho_bar__a[r1, r2, t] = _e14*(1.0 if _e5 != 0 else 0.0)
             if STORE_d__c_bar:
-                d__c_bar__a[d__c_bar__o + t * d__c_bar__st] = _e23*(1.0 if _e20 != 0 else 0.0)
+                d__c_bar__a[r1, r2, t] = _e23*(1.0 if _e20 != 0 else 0.0)
             if STORE_d__lambda_:
-                d__lambda___a[d__lambda___o + t * d__lambda___st] = _e33*(_e16 - _e10) + _e36*gamma
+                d__lambda___a[r1, r2, t] = _e33*(_e16 - _e10) + _e36*gamma
             if STORE_d__pg_rho_bar:
-                d__pg_rho_bar__a[d__pg_rho_bar__o + t * d__pg_rho_bar__st] = _e19*(1.0 if _e15 != 0 else 0.0)
-
+                d__pg_rho_bar__a[r1, r2, t] = _e19*(1.0 if _e15 != 0 else 0.0)
 
 
 @_nb.njit(cache=True, nogil=True)
 def _tmajor(lo, hi, R2, T, K, TB, S, log_pi_target__a, log_pi_behavior__a, values__a, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, st__A__a, gy__targets__a, gy__pg_advantages__a, gamma__a, rho_bar__a, c_bar__a, lambda___a, pg_rho_bar__a, d__log_pi_target__a, d__log_pi_behavior__a, d__values__a, d__rewards__a, d__bootstrap_values__a, d__last_value__a, d__gamma__a, d__rho_bar__a, d__c_bar__a, d__lambda___a, d__pg_rho_bar__a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
-    # tile, time outermost and the rows innermost, the states carried in one array per scan
-    log_pi_target__s1 = S[0]
-    log_pi_target__s2 = S[1]
-    log_pi_target__st = S[2]
-    log_pi_target__sk = S[3]
-    log_pi_behavior__s1 = S[4]
-    log_pi_behavior__s2 = S[5]
-    log_pi_behavior__st = S[6]
-    log_pi_behavior__sk = S[7]
-    values__s1 = S[8]
-    values__s2 = S[9]
-    values__st = S[10]
-    values__sk = S[11]
-    rewards__s1 = S[12]
-    rewards__s2 = S[13]
-    rewards__st = S[14]
-    rewards__sk = S[15]
-    terminateds__s1 = S[16]
-    terminateds__s2 = S[17]
-    terminateds__st = S[18]
-    terminateds__sk = S[19]
-    truncateds__s1 = S[20]
-    truncateds__s2 = S[21]
-    truncateds__st = S[22]
-    truncateds__sk = S[23]
-    bootstrap_values__s1 = S[24]
-    bootstrap_values__s2 = S[25]
-    bootstrap_values__st = S[26]
-    bootstrap_values__sk = S[27]
-    last_value__s1 = S[28]
-    last_value__s2 = S[29]
-    last_value__st = S[30]
-    last_value__sk = S[31]
-    st__A__s1 = S[32]
-    st__A__s2 = S[33]
-    st__A__st = S[34]
-    st__A__sk = S[35]
-    gy__targets__s1 = S[36]
-    gy__targets__s2 = S[37]
-    gy__targets__st = S[38]
-    gy__targets__sk = S[39]
-    gy__pg_advantages__s1 = S[40]
-    gy__pg_advantages__s2 = S[41]
-    gy__pg_advantages__st = S[42]
-    gy__pg_advantages__sk = S[43]
-    gamma__s1 = S[44]
-    gamma__s2 = S[45]
-    gamma__st = S[46]
-    gamma__sk = S[47]
-    rho_bar__s1 = S[48]
-    rho_bar__s2 = S[49]
-    rho_bar__st = S[50]
-    rho_bar__sk = S[51]
-    c_bar__s1 = S[52]
-    c_bar__s2 = S[53]
-    c_bar__st = S[54]
-    c_bar__sk = S[55]
-    lambda___s1 = S[56]
-    lambda___s2 = S[57]
-    lambda___st = S[58]
-    lambda___sk = S[59]
-    pg_rho_bar__s1 = S[60]
-    pg_rho_bar__s2 = S[61]
-    pg_rho_bar__st = S[62]
-    pg_rho_bar__sk = S[63]
-    d__log_pi_target__s1 = S[64]
-    d__log_pi_target__s2 = S[65]
-    d__log_pi_target__st = S[66]
-    d__log_pi_target__sk = S[67]
-    d__log_pi_behavior__s1 = S[68]
-    d__log_pi_behavior__s2 = S[69]
-    d__log_pi_behavior__st = S[70]
-    d__log_pi_behavior__sk = S[71]
-    d__values__s1 = S[72]
-    d__values__s2 = S[73]
-    d__values__st = S[74]
-    d__values__sk = S[75]
-    d__rewards__s1 = S[76]
-    d__rewards__s2 = S[77]
-    d__rewards__st = S[78]
-    d__rewards__sk = S[79]
-    d__bootstrap_values__s1 = S[80]
-    d__bootstrap_values__s2 = S[81]
-    d__bootstrap_values__st = S[82]
-    d__bootstrap_values__sk = S[83]
-    d__last_value__s1 = S[84]
-    d__last_value__s2 = S[85]
-    d__last_value__st = S[86]
-    d__last_value__sk = S[87]
-    d__gamma__s1 = S[88]
-    d__gamma__s2 = S[89]
-    d__gamma__st = S[90]
-    d__gamma__sk = S[91]
-    d__rho_bar__s1 = S[92]
-    d__rho_bar__s2 = S[93]
-    d__rho_bar__st = S[94]
-    d__rho_bar__sk = S[95]
-    d__c_bar__s1 = S[96]
-    d__c_bar__s2 = S[97]
-    d__c_bar__st = S[98]
-    d__c_bar__sk = S[99]
-    d__lambda___s1 = S[100]
-    d__lambda___s2 = S[101]
-    d__lambda___st = S[102]
-    d__lambda___sk = S[103]
-    d__pg_rho_bar__s1 = S[104]
-    d__pg_rho_bar__s2 = S[105]
-    d__pg_rho_bar__st = S[106]
-    d__pg_rho_bar__sk = S[107]
-    HAS_truncateds = S[108] != 0
-    HAS_bootstrap_values = S[109] != 0
-    HAS_last_value = S[110] != 0
-    HAS_gy__targets = S[111] != 0
-    HAS_gy__pg_advantages = S[112] != 0
-    STORE_d__log_pi_target = S[113] != 0
-    STORE_d__log_pi_behavior = S[114] != 0
-    STORE_d__values = S[115] != 0
-    STORE_d__rewards = S[116] != 0
-    STORE_d__bootstrap_values = S[117] != 0
-    STORE_d__last_value = S[118] != 0
-    STORE_d__gamma = S[119] != 0
-    STORE_d__rho_bar = S[120] != 0
-    STORE_d__c_bar = S[121] != 0
-    STORE_d__lambda_ = S[122] != 0
-    STORE_d__pg_rho_bar = S[123] != 0
+    # tile, time outermost and the rows innermost, the states carried in one array per scan;
+    # every view is [R1, T, R2] ([R1, T, R2, K]; [R1, 1, R2] for [N] inputs)
+    HAS_truncateds = S[0] != 0
+    HAS_bootstrap_values = S[1] != 0
+    HAS_last_value = S[2] != 0
+    HAS_gy__targets = S[3] != 0
+    HAS_gy__pg_advantages = S[4] != 0
+    STORE_d__log_pi_target = S[5] != 0
+    STORE_d__log_pi_behavior = S[6] != 0
+    STORE_d__values = S[7] != 0
+    STORE_d__rewards = S[8] != 0
+    STORE_d__bootstrap_values = S[9] != 0
+    STORE_d__last_value = S[10] != 0
+    STORE_d__gamma = S[11] != 0
+    STORE_d__rho_bar = S[12] != 0
+    STORE_d__c_bar = S[13] != 0
+    STORE_d__lambda_ = S[14] != 0
+    STORE_d__pg_rho_bar = S[15] != 0
     n_tiles = (R2 + TB - 1) // TB
     g__A__c = np.empty(TB)
     for tile in range(lo, hi):
         r1 = tile // n_tiles
         r2_0 = (tile - r1 * n_tiles) * TB
         n = min(TB, R2 - r2_0)
-        log_pi_target__ob = r1 * log_pi_target__s1 + r2_0 * log_pi_target__s2
-        log_pi_behavior__ob = r1 * log_pi_behavior__s1 + r2_0 * log_pi_behavior__s2
-        values__ob = r1 * values__s1 + r2_0 * values__s2
-        rewards__ob = r1 * rewards__s1 + r2_0 * rewards__s2
-        terminateds__ob = r1 * terminateds__s1 + r2_0 * terminateds__s2
-        truncateds__ob = r1 * truncateds__s1 + r2_0 * truncateds__s2
-        bootstrap_values__ob = r1 * bootstrap_values__s1 + r2_0 * bootstrap_values__s2
-        last_value__ob = r1 * last_value__s1 + r2_0 * last_value__s2
-        st__A__ob = r1 * st__A__s1 + r2_0 * st__A__s2
-        gy__targets__ob = r1 * gy__targets__s1 + r2_0 * gy__targets__s2
-        gy__pg_advantages__ob = r1 * gy__pg_advantages__s1 + r2_0 * gy__pg_advantages__s2
-        gamma__ob = r1 * gamma__s1 + r2_0 * gamma__s2
-        rho_bar__ob = r1 * rho_bar__s1 + r2_0 * rho_bar__s2
-        c_bar__ob = r1 * c_bar__s1 + r2_0 * c_bar__s2
-        lambda___ob = r1 * lambda___s1 + r2_0 * lambda___s2
-        pg_rho_bar__ob = r1 * pg_rho_bar__s1 + r2_0 * pg_rho_bar__s2
-        d__log_pi_target__ob = r1 * d__log_pi_target__s1 + r2_0 * d__log_pi_target__s2
-        d__log_pi_behavior__ob = r1 * d__log_pi_behavior__s1 + r2_0 * d__log_pi_behavior__s2
-        d__values__ob = r1 * d__values__s1 + r2_0 * d__values__s2
-        d__rewards__ob = r1 * d__rewards__s1 + r2_0 * d__rewards__s2
-        d__bootstrap_values__ob = r1 * d__bootstrap_values__s1 + r2_0 * d__bootstrap_values__s2
-        d__last_value__ob = r1 * d__last_value__s1 + r2_0 * d__last_value__s2
-        d__gamma__ob = r1 * d__gamma__s1 + r2_0 * d__gamma__s2
-        d__rho_bar__ob = r1 * d__rho_bar__s1 + r2_0 * d__rho_bar__s2
-        d__c_bar__ob = r1 * d__c_bar__s1 + r2_0 * d__c_bar__s2
-        d__lambda___ob = r1 * d__lambda___s1 + r2_0 * d__lambda___s2
-        d__pg_rho_bar__ob = r1 * d__pg_rho_bar__s1 + r2_0 * d__pg_rho_bar__s2
         for _j in range(n):
-            log_pi_target__o = log_pi_target__ob + _j * log_pi_target__s2
-            log_pi_behavior__o = log_pi_behavior__ob + _j * log_pi_behavior__s2
-            values__o = values__ob + _j * values__s2
-            rewards__o = rewards__ob + _j * rewards__s2
-            terminateds__o = terminateds__ob + _j * terminateds__s2
-            truncateds__o = truncateds__ob + _j * truncateds__s2
-            bootstrap_values__o = bootstrap_values__ob + _j * bootstrap_values__s2
-            last_value__o = last_value__ob + _j * last_value__s2
-            st__A__o = st__A__ob + _j * st__A__s2
-            gy__targets__o = gy__targets__ob + _j * gy__targets__s2
-            gy__pg_advantages__o = gy__pg_advantages__ob + _j * gy__pg_advantages__s2
-            gamma__o = gamma__ob + _j * gamma__s2
-            rho_bar__o = rho_bar__ob + _j * rho_bar__s2
-            c_bar__o = c_bar__ob + _j * c_bar__s2
-            lambda___o = lambda___ob + _j * lambda___s2
-            pg_rho_bar__o = pg_rho_bar__ob + _j * pg_rho_bar__s2
-            d__log_pi_target__o = d__log_pi_target__ob + _j * d__log_pi_target__s2
-            d__log_pi_behavior__o = d__log_pi_behavior__ob + _j * d__log_pi_behavior__s2
-            d__values__o = d__values__ob + _j * d__values__s2
-            d__rewards__o = d__rewards__ob + _j * d__rewards__s2
-            d__bootstrap_values__o = d__bootstrap_values__ob + _j * d__bootstrap_values__s2
-            d__last_value__o = d__last_value__ob + _j * d__last_value__s2
-            d__gamma__o = d__gamma__ob + _j * d__gamma__s2
-            d__rho_bar__o = d__rho_bar__ob + _j * d__rho_bar__s2
-            d__c_bar__o = d__c_bar__ob + _j * d__c_bar__s2
-            d__lambda___o = d__lambda___ob + _j * d__lambda___s2
-            d__pg_rho_bar__o = d__pg_rho_bar__ob + _j * d__pg_rho_bar__s2
-            last_value = float(_nk.at(last_value__a, last_value__o))
+            r2 = r2_0 + _j
+            last_value = float(_nk.at(last_value__a, r1, 0, r2))
             g__A = 0.0
             g__A__c[_j] = g__A
         for _i in range(T):
             t = _i
             for _j in range(n):
-                log_pi_target__o = log_pi_target__ob + _j * log_pi_target__s2
-                log_pi_behavior__o = log_pi_behavior__ob + _j * log_pi_behavior__s2
-                values__o = values__ob + _j * values__s2
-                rewards__o = rewards__ob + _j * rewards__s2
-                terminateds__o = terminateds__ob + _j * terminateds__s2
-                truncateds__o = truncateds__ob + _j * truncateds__s2
-                bootstrap_values__o = bootstrap_values__ob + _j * bootstrap_values__s2
-                last_value__o = last_value__ob + _j * last_value__s2
-                st__A__o = st__A__ob + _j * st__A__s2
-                gy__targets__o = gy__targets__ob + _j * gy__targets__s2
-                gy__pg_advantages__o = gy__pg_advantages__ob + _j * gy__pg_advantages__s2
-                gamma__o = gamma__ob + _j * gamma__s2
-                rho_bar__o = rho_bar__ob + _j * rho_bar__s2
-                c_bar__o = c_bar__ob + _j * c_bar__s2
-                lambda___o = lambda___ob + _j * lambda___s2
-                pg_rho_bar__o = pg_rho_bar__ob + _j * pg_rho_bar__s2
-                d__log_pi_target__o = d__log_pi_target__ob + _j * d__log_pi_target__s2
-                d__log_pi_behavior__o = d__log_pi_behavior__ob + _j * d__log_pi_behavior__s2
-                d__values__o = d__values__ob + _j * d__values__s2
-                d__rewards__o = d__rewards__ob + _j * d__rewards__s2
-                d__bootstrap_values__o = d__bootstrap_values__ob + _j * d__bootstrap_values__s2
-                d__last_value__o = d__last_value__ob + _j * d__last_value__s2
-                d__gamma__o = d__gamma__ob + _j * d__gamma__s2
-                d__rho_bar__o = d__rho_bar__ob + _j * d__rho_bar__s2
-                d__c_bar__o = d__c_bar__ob + _j * d__c_bar__s2
-                d__lambda___o = d__lambda___ob + _j * d__lambda___s2
-                d__pg_rho_bar__o = d__pg_rho_bar__ob + _j * d__pg_rho_bar__s2
-                last_value = float(_nk.at(last_value__a, last_value__o))
+                r2 = r2_0 + _j
+                last_value = float(_nk.at(last_value__a, r1, 0, r2))
                 g__A = g__A__c[_j]
                 g__A__prev = g__A
                 _tp = max(t - 1, 0)
                 _tn = min(t + 1, T - 1)
-                bootstrap_values = float(_nk.at(bootstrap_values__a, bootstrap_values__o + t * bootstrap_values__st))
-                c_bar = float(_nk.at(c_bar__a, c_bar__o + t * c_bar__st))
-                c_bar__prev = float(_nk.at(c_bar__a, c_bar__o + _tp * c_bar__st))
-                gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
-                gamma__prev = float(_nk.at(gamma__a, gamma__o + _tp * gamma__st))
-                gy__pg_advantages = float(_nk.at(gy__pg_advantages__a, gy__pg_advantages__o + t * gy__pg_advantages__st))
-                gy__pg_advantages__prev = float(_nk.at(gy__pg_advantages__a, gy__pg_advantages__o + _tp * gy__pg_advantages__st))
-                gy__targets = float(_nk.at(gy__targets__a, gy__targets__o + t * gy__targets__st))
+                bootstrap_values = float(_nk.at(bootstrap_values__a, r1, t, r2))
+                c_bar = float(_nk.at(c_bar__a, r1, t, r2))
+                c_bar__prev = float(_nk.at(c_bar__a, r1, _tp, r2))
+                gamma = float(_nk.at(gamma__a, r1, t, r2))
+                gamma__prev = float(_nk.at(gamma__a, r1, _tp, r2))
+                gy__pg_advantages = float(_nk.at(gy__pg_advantages__a, r1, t, r2))
+                gy__pg_advantages__prev = float(_nk.at(gy__pg_advantages__a, r1, _tp, r2))
+                gy__targets = float(_nk.at(gy__targets__a, r1, t, r2))
                 is_first = 1.0 if t == 0 else 0.0
                 is_last = 1.0 if t == T - 1 else 0.0
                 is_last__prev = 1.0 if t - 1 == T - 1 else 0.0
-                lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
-                lambda___prev = float(_nk.at(lambda___a, lambda___o + _tp * lambda___st))
-                log_pi_behavior = float(_nk.at(log_pi_behavior__a, log_pi_behavior__o + t * log_pi_behavior__st))
-                log_pi_behavior__prev = float(_nk.at(log_pi_behavior__a, log_pi_behavior__o + _tp * log_pi_behavior__st))
-                log_pi_target = float(_nk.at(log_pi_target__a, log_pi_target__o + t * log_pi_target__st))
-                log_pi_target__prev = float(_nk.at(log_pi_target__a, log_pi_target__o + _tp * log_pi_target__st))
-                pg_rho_bar = float(_nk.at(pg_rho_bar__a, pg_rho_bar__o + t * pg_rho_bar__st))
-                pg_rho_bar__prev = float(_nk.at(pg_rho_bar__a, pg_rho_bar__o + _tp * pg_rho_bar__st))
-                rewards = float(_nk.at(rewards__a, rewards__o + t * rewards__st))
-                rho_bar = float(_nk.at(rho_bar__a, rho_bar__o + t * rho_bar__st))
-                rho_bar__prev = float(_nk.at(rho_bar__a, rho_bar__o + _tp * rho_bar__st))
-                st__A__next = float(_nk.at(st__A__a, st__A__o + _tn * st__A__st))
-                terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
-                terminateds__prev = float(_nk.at(terminateds__a, terminateds__o + _tp * terminateds__st))
-                truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
-                truncateds__prev = float(_nk.at(truncateds__a, truncateds__o + _tp * truncateds__st))
-                values = float(_nk.at(values__a, values__o + t * values__st))
-                values__next = float(_nk.at(values__a, values__o + _tn * values__st))
+                lambda_ = float(_nk.at(lambda___a, r1, t, r2))
+                lambda___prev = float(_nk.at(lambda___a, r1, _tp, r2))
+                log_pi_behavior = float(_nk.at(log_pi_behavior__a, r1, t, r2))
+                log_pi_behavior__prev = float(_nk.at(log_pi_behavior__a, r1, _tp, r2))
+                log_pi_target = float(_nk.at(log_pi_target__a, r1, t, r2))
+                log_pi_target__prev = float(_nk.at(log_pi_target__a, r1, _tp, r2))
+                pg_rho_bar = float(_nk.at(pg_rho_bar__a, r1, t, r2))
+                pg_rho_bar__prev = float(_nk.at(pg_rho_bar__a, r1, _tp, r2))
+                rewards = float(_nk.at(rewards__a, r1, t, r2))
+                rho_bar = float(_nk.at(rho_bar__a, r1, t, r2))
+                rho_bar__prev = float(_nk.at(rho_bar__a, r1, _tp, r2))
+                st__A__next = float(_nk.at(st__A__a, r1, _tn, r2))
+                terminateds = float(_nk.at(terminateds__a, r1, t, r2))
+                terminateds__prev = float(_nk.at(terminateds__a, r1, _tp, r2))
+                truncateds = float(_nk.at(truncateds__a, r1, t, r2))
+                truncateds__prev = float(_nk.at(truncateds__a, r1, _tp, r2))
+                values = float(_nk.at(values__a, r1, t, r2))
+                values__next = float(_nk.at(values__a, r1, _tn, r2))
                 _e1 = np.exp(log_pi_target__prev - log_pi_behavior__prev)
                 _e2 = (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)
                 _e3 = gamma__prev*lambda___prev
@@ -567,26 +246,26 @@ def _tmajor(lo, hi, R2, T, K, TB, S, log_pi_target__a, log_pi_behavior__a, value
                 _e35 = _e30*_e31
                 _e36 = _e21*_e22*g__A*(c_bar if _e20 != 0 else _e4)
                 if STORE_d__log_pi_target:
-                    d__log_pi_target__a[d__log_pi_target__o + t * d__log_pi_target__st] = _e24
+                    d__log_pi_target__a[r1, t, r2] = _e24
                 if STORE_d__log_pi_behavior:
-                    d__log_pi_behavior__a[d__log_pi_behavior__o + t * d__log_pi_behavior__st] = -_e24
+                    d__log_pi_behavior__a[r1, t, r2] = -_e24
                 if STORE_d__values:
-                    d__values__a[d__values__o + t * d__values__st] = gy__targets - _e25 - _e26 + (0.0 if is_first != 0 else _e27*_e29*g__A__prev*(rho_bar__prev if (rho_bar__prev <= _e28) else _e28)) + (0.0 if is_first != 0 else _e29*gy__pg_advantages__prev*(_e27*lambda___prev + _e27*(1.0 - lambda___prev))*(pg_rho_bar__prev if (pg_rho_bar__prev <= _e28) else _e28))
+                    d__values__a[r1, t, r2] = gy__targets - _e25 - _e26 + (0.0 if is_first != 0 else _e27*_e29*g__A__prev*(rho_bar__prev if (rho_bar__prev <= _e28) else _e28)) + (0.0 if is_first != 0 else _e29*gy__pg_advantages__prev*(_e27*lambda___prev + _e27*(1.0 - lambda___prev))*(pg_rho_bar__prev if (pg_rho_bar__prev <= _e28) else _e28))
                 if STORE_d__rewards:
-                    d__rewards__a[d__rewards__o + t * d__rewards__st] = _e25 + _e26
+                    d__rewards__a[r1, t, r2] = _e25 + _e26
                 if STORE_d__bootstrap_values:
-                    d__bootstrap_values__a[d__bootstrap_values__o + t * d__bootstrap_values__st] = _e32*_e34 + _e33*(_e17*_e32 + _e32*lambda_)
+                    d__bootstrap_values__a[r1, t, r2] = _e32*_e34 + _e33*(_e17*_e32 + _e32*lambda_)
                 if STORE_d__last_value:
-                    d__last_value__a[d__last_value__o + t * d__last_value__st] = _e33*(_e17*_e35 + _e35*lambda_) + _e34*_e35
+                    d__last_value__a[r1, t, r2] = _e33*(_e17*_e35 + _e35*lambda_) + _e34*_e35
                 if STORE_d__gamma:
-                    d__gamma__a[d__gamma__o + t * d__gamma__st] = _e36*lambda_ + _e10*_e11*_e25 + _e11*_e18*_e26
+                    d__gamma__a[r1, t, r2] = _e36*lambda_ + _e10*_e11*_e25 + _e11*_e18*_e26
                 if STORE_d__rho_bar:
-                    d__rho_bar__a[d__rho_bar__o + t * d__rho_bar__st] = _e14*(1.0 if _e5 != 0 else 0.0)
+                    d__rho_bar__a[r1, t, r2] = _e14*(1.0 if _e5 != 0 else 0.0)
                 if STORE_d__c_bar:
-                    d__c_bar__a[d__c_bar__o + t * d__c_bar__st] = _e23*(1.0 if _e20 != 0 else 0.0)
+                    d__c_bar__a[r1, t, r2] = _e23*(1.0 if _e20 != 0 else 0.0)
                 if STORE_d__lambda_:
-                    d__lambda___a[d__lambda___o + t * d__lambda___st] = _e33*(_e16 - _e10) + _e36*gamma
+                    d__lambda___a[r1, t, r2] = _e33*(_e16 - _e10) + _e36*gamma
                 if STORE_d__pg_rho_bar:
-                    d__pg_rho_bar__a[d__pg_rho_bar__o + t * d__pg_rho_bar__st] = _e19*(1.0 if _e15 != 0 else 0.0)
+                    d__pg_rho_bar__a[r1, t, r2] = _e19*(1.0 if _e15 != 0 else 0.0)
 
                 g__A__c[_j] = g__A

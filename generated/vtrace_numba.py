@@ -5,8 +5,8 @@
 Generated CPU kernels (numba) of ``compute_vtrace``: one sequential pass in time per row, the
 scan states in registers. ``_rows`` scans rows contiguous in time one after another; ``_tmajor``
 keeps time outermost and sweeps a tile of rows innermost (time-major buffers). Both take the
-flat arrays named by ``ARRAYS`` and the strides and flags in ``S`` (scangen.render_numba);
-scangen.numbapath launches them.
+views named by ``ARRAYS`` and the flags in ``S`` (scangen.render_numba); scangen.numbapath
+launches them.
 """
 import numba as _nb
 import numpy as np
@@ -20,116 +20,37 @@ FLAGS = ('HAS_truncateds', 'HAS_bootstrap_values', 'HAS_last_value', 'STORE_targ
 
 @_nb.njit(cache=True, nogil=True)
 def _rows(lo, hi, R2, T, K, S, log_pi_target__a, log_pi_behavior__a, values__a, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, gamma__a, rho_bar__a, c_bar__a, lambda___a, pg_rho_bar__a, targets__a, pg_advantages__a, st__A__a):
-    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn
-    log_pi_target__s1 = S[0]
-    log_pi_target__s2 = S[1]
-    log_pi_target__st = S[2]
-    log_pi_target__sk = S[3]
-    log_pi_behavior__s1 = S[4]
-    log_pi_behavior__s2 = S[5]
-    log_pi_behavior__st = S[6]
-    log_pi_behavior__sk = S[7]
-    values__s1 = S[8]
-    values__s2 = S[9]
-    values__st = S[10]
-    values__sk = S[11]
-    rewards__s1 = S[12]
-    rewards__s2 = S[13]
-    rewards__st = S[14]
-    rewards__sk = S[15]
-    terminateds__s1 = S[16]
-    terminateds__s2 = S[17]
-    terminateds__st = S[18]
-    terminateds__sk = S[19]
-    truncateds__s1 = S[20]
-    truncateds__s2 = S[21]
-    truncateds__st = S[22]
-    truncateds__sk = S[23]
-    bootstrap_values__s1 = S[24]
-    bootstrap_values__s2 = S[25]
-    bootstrap_values__st = S[26]
-    bootstrap_values__sk = S[27]
-    last_value__s1 = S[28]
-    last_value__s2 = S[29]
-    last_value__st = S[30]
-    last_value__sk = S[31]
-    gamma__s1 = S[32]
-    gamma__s2 = S[33]
-    gamma__st = S[34]
-    gamma__sk = S[35]
-    rho_bar__s1 = S[36]
-    rho_bar__s2 = S[37]
-    rho_bar__st = S[38]
-    rho_bar__sk = S[39]
-    c_bar__s1 = S[40]
-    c_bar__s2 = S[41]
-    c_bar__st = S[42]
-    c_bar__sk = S[43]
-    lambda___s1 = S[44]
-    lambda___s2 = S[45]
-    lambda___st = S[46]
-    lambda___sk = S[47]
-    pg_rho_bar__s1 = S[48]
-    pg_rho_bar__s2 = S[49]
-    pg_rho_bar__st = S[50]
-    pg_rho_bar__sk = S[51]
-    targets__s1 = S[52]
-    targets__s2 = S[53]
-    targets__st = S[54]
-    targets__sk = S[55]
-    pg_advantages__s1 = S[56]
-    pg_advantages__s2 = S[57]
-    pg_advantages__st = S[58]
-    pg_advantages__sk = S[59]
-    st__A__s1 = S[60]
-    st__A__s2 = S[61]
-    st__A__st = S[62]
-    st__A__sk = S[63]
-    HAS_truncateds = S[64] != 0
-    HAS_bootstrap_values = S[65] != 0
-    HAS_last_value = S[66] != 0
-    STORE_targets = S[67] != 0
-    STORE_pg_advantages = S[68] != 0
-    STORE_st__A = S[69] != 0
+    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
+    # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
+    HAS_truncateds = S[0] != 0
+    HAS_bootstrap_values = S[1] != 0
+    HAS_last_value = S[2] != 0
+    STORE_targets = S[3] != 0
+    STORE_pg_advantages = S[4] != 0
+    STORE_st__A = S[5] != 0
     for r in range(lo, hi):
         r1 = r // R2
         r2 = r - r1 * R2
-        log_pi_target__o = r1 * log_pi_target__s1 + r2 * log_pi_target__s2
-        log_pi_behavior__o = r1 * log_pi_behavior__s1 + r2 * log_pi_behavior__s2
-        values__o = r1 * values__s1 + r2 * values__s2
-        rewards__o = r1 * rewards__s1 + r2 * rewards__s2
-        terminateds__o = r1 * terminateds__s1 + r2 * terminateds__s2
-        truncateds__o = r1 * truncateds__s1 + r2 * truncateds__s2
-        bootstrap_values__o = r1 * bootstrap_values__s1 + r2 * bootstrap_values__s2
-        last_value__o = r1 * last_value__s1 + r2 * last_value__s2
-        gamma__o = r1 * gamma__s1 + r2 * gamma__s2
-        rho_bar__o = r1 * rho_bar__s1 + r2 * rho_bar__s2
-        c_bar__o = r1 * c_bar__s1 + r2 * c_bar__s2
-        lambda___o = r1 * lambda___s1 + r2 * lambda___s2
-        pg_rho_bar__o = r1 * pg_rho_bar__s1 + r2 * pg_rho_bar__s2
-        targets__o = r1 * targets__s1 + r2 * targets__s2
-        pg_advantages__o = r1 * pg_advantages__s1 + r2 * pg_advantages__s2
-        st__A__o = r1 * st__A__s1 + r2 * st__A__s2
-        last_value = float(_nk.at(last_value__a, last_value__o))
+        last_value = float(_nk.at(last_value__a, r1, r2, 0))
         A = 0.0
         for _i in range(T):
             t = T - 1 - _i
             A__next = A
             _tn = min(t + 1, T - 1)
-            bootstrap_values = float(_nk.at(bootstrap_values__a, bootstrap_values__o + t * bootstrap_values__st))
-            c_bar = float(_nk.at(c_bar__a, c_bar__o + t * c_bar__st))
-            gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
+            bootstrap_values = float(_nk.at(bootstrap_values__a, r1, r2, t))
+            c_bar = float(_nk.at(c_bar__a, r1, r2, t))
+            gamma = float(_nk.at(gamma__a, r1, r2, t))
             is_last = 1.0 if t == T - 1 else 0.0
-            lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
-            log_pi_behavior = float(_nk.at(log_pi_behavior__a, log_pi_behavior__o + t * log_pi_behavior__st))
-            log_pi_target = float(_nk.at(log_pi_target__a, log_pi_target__o + t * log_pi_target__st))
-            pg_rho_bar = float(_nk.at(pg_rho_bar__a, pg_rho_bar__o + t * pg_rho_bar__st))
-            rewards = float(_nk.at(rewards__a, rewards__o + t * rewards__st))
-            rho_bar = float(_nk.at(rho_bar__a, rho_bar__o + t * rho_bar__st))
-            terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
-            truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
-            values = float(_nk.at(values__a, values__o + t * values__st))
-            values__next = float(_nk.at(values__a, values__o + _tn * values__st))
+            lambda_ = float(_nk.at(lambda___a, r1, r2, t))
+            log_pi_behavior = float(_nk.at(log_pi_behavior__a, r1, r2, t))
+            log_pi_target = float(_nk.at(log_pi_target__a, r1, r2, t))
+            pg_rho_bar = float(_nk.at(pg_rho_bar__a, r1, r2, t))
+            rewards = float(_nk.at(rewards__a, r1, r2, t))
+            rho_bar = float(_nk.at(rho_bar__a, r1, r2, t))
+            terminateds = float(_nk.at(terminateds__a, r1, r2, t))
+            truncateds = float(_nk.at(truncateds__a, r1, r2, t))
+            values = float(_nk.at(values__a, r1, r2, t))
+            values__next = float(_nk.at(values__a, r1, r2, _tn))
             _e1 = _nk.maximum(terminateds, truncateds)
             _e2 = np.exp(log_pi_target - log_pi_behavior)
             A = (rewards - values + gamma*(1.0 - terminateds)*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if (1.0 if is_last != 0 else _e1) != 0 else (0.0 if is_last != 0 else values__next)))*_nk.minimum(_e2, rho_bar) + (gamma*lambda_*(1.0 - _e1)*_nk.minimum(_e2, c_bar)) * A
@@ -137,167 +58,57 @@ def _rows(lo, hi, R2, T, K, S, log_pi_target__a, log_pi_behavior__a, values__a, 
             _e4 = (bootstrap_values + last_value if is_last != 0 else bootstrap_values)
             _e5 = (0.0 if is_last != 0 else values__next)
             if STORE_targets:
-                targets__a[targets__o + t * targets__st] = A + values
+                targets__a[r1, r2, t] = A + values
             if STORE_pg_advantages:
-                pg_advantages__a[pg_advantages__o + t * pg_advantages__st] = (rewards - values + gamma*(1.0 - terminateds)*(lambda_*(_e4 if _e3 != 0 else _e5 + (0.0 if is_last != 0 else A__next)) + (1.0 - lambda_)*(_e4 if _e3 != 0 else _e5)))*_nk.minimum(pg_rho_bar, np.exp(log_pi_target - log_pi_behavior))
+                pg_advantages__a[r1, r2, t] = (rewards - values + gamma*(1.0 - terminateds)*(lambda_*(_e4 if _e3 != 0 else _e5 + (0.0 if is_last != 0 else A__next)) + (1.0 - lambda_)*(_e4 if _e3 != 0 else _e5)))*_nk.minimum(pg_rho_bar, np.exp(log_pi_target - log_pi_behavior))
             if STORE_st__A:
-                st__A__a[st__A__o + t * st__A__st] = A
-
+                st__A__a[r1, r2, t] = A
 
 
 @_nb.njit(cache=True, nogil=True)
 def _tmajor(lo, hi, R2, T, K, TB, S, log_pi_target__a, log_pi_behavior__a, values__a, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, gamma__a, rho_bar__a, c_bar__a, lambda___a, pg_rho_bar__a, targets__a, pg_advantages__a, st__A__a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
-    # tile, time outermost and the rows innermost, the states carried in one array per scan
-    log_pi_target__s1 = S[0]
-    log_pi_target__s2 = S[1]
-    log_pi_target__st = S[2]
-    log_pi_target__sk = S[3]
-    log_pi_behavior__s1 = S[4]
-    log_pi_behavior__s2 = S[5]
-    log_pi_behavior__st = S[6]
-    log_pi_behavior__sk = S[7]
-    values__s1 = S[8]
-    values__s2 = S[9]
-    values__st = S[10]
-    values__sk = S[11]
-    rewards__s1 = S[12]
-    rewards__s2 = S[13]
-    rewards__st = S[14]
-    rewards__sk = S[15]
-    terminateds__s1 = S[16]
-    terminateds__s2 = S[17]
-    terminateds__st = S[18]
-    terminateds__sk = S[19]
-    truncateds__s1 = S[20]
-    truncateds__s2 = S[21]
-    truncateds__st = S[22]
-    truncateds__sk = S[23]
-    bootstrap_values__s1 = S[24]
-    bootstrap_values__s2 = S[25]
-    bootstrap_values__st = S[26]
-    bootstrap_values__sk = S[27]
-    last_value__s1 = S[28]
-    last_value__s2 = S[29]
-    last_value__st = S[30]
-    last_value__sk = S[31]
-    gamma__s1 = S[32]
-    gamma__s2 = S[33]
-    gamma__st = S[34]
-    gamma__sk = S[35]
-    rho_bar__s1 = S[36]
-    rho_bar__s2 = S[37]
-    rho_bar__st = S[38]
-    rho_bar__sk = S[39]
-    c_bar__s1 = S[40]
-    c_bar__s2 = S[41]
-    c_bar__st = S[42]
-    c_bar__sk = S[43]
-    lambda___s1 = S[44]
-    lambda___s2 = S[45]
-    lambda___st = S[46]
-    lambda___sk = S[47]
-    pg_rho_bar__s1 = S[48]
-    pg_rho_bar__s2 = S[49]
-    pg_rho_bar__st = S[50]
-    pg_rho_bar__sk = S[51]
-    targets__s1 = S[52]
-    targets__s2 = S[53]
-    targets__st = S[54]
-    targets__sk = S[55]
-    pg_advantages__s1 = S[56]
-    pg_advantages__s2 = S[57]
-    pg_advantages__st = S[58]
-    pg_advantages__sk = S[59]
-    st__A__s1 = S[60]
-    st__A__s2 = S[61]
-    st__A__st = S[62]
-    st__A__sk = S[63]
-    HAS_truncateds = S[64] != 0
-    HAS_bootstrap_values = S[65] != 0
-    HAS_last_value = S[66] != 0
-    STORE_targets = S[67] != 0
-    STORE_pg_advantages = S[68] != 0
-    STORE_st__A = S[69] != 0
+    # tile, time outermost and the rows innermost, the states carried in one array per scan;
+    # every view is [R1, T, R2] ([R1, T, R2, K]; [R1, 1, R2] for [N] inputs)
+    HAS_truncateds = S[0] != 0
+    HAS_bootstrap_values = S[1] != 0
+    HAS_last_value = S[2] != 0
+    STORE_targets = S[3] != 0
+    STORE_pg_advantages = S[4] != 0
+    STORE_st__A = S[5] != 0
     n_tiles = (R2 + TB - 1) // TB
     A__c = np.empty(TB)
     for tile in range(lo, hi):
         r1 = tile // n_tiles
         r2_0 = (tile - r1 * n_tiles) * TB
         n = min(TB, R2 - r2_0)
-        log_pi_target__ob = r1 * log_pi_target__s1 + r2_0 * log_pi_target__s2
-        log_pi_behavior__ob = r1 * log_pi_behavior__s1 + r2_0 * log_pi_behavior__s2
-        values__ob = r1 * values__s1 + r2_0 * values__s2
-        rewards__ob = r1 * rewards__s1 + r2_0 * rewards__s2
-        terminateds__ob = r1 * terminateds__s1 + r2_0 * terminateds__s2
-        truncateds__ob = r1 * truncateds__s1 + r2_0 * truncateds__s2
-        bootstrap_values__ob = r1 * bootstrap_values__s1 + r2_0 * bootstrap_values__s2
-        last_value__ob = r1 * last_value__s1 + r2_0 * last_value__s2
-        gamma__ob = r1 * gamma__s1 + r2_0 * gamma__s2
-        rho_bar__ob = r1 * rho_bar__s1 + r2_0 * rho_bar__s2
-        c_bar__ob = r1 * c_bar__s1 + r2_0 * c_bar__s2
-        lambda___ob = r1 * lambda___s1 + r2_0 * lambda___s2
-        pg_rho_bar__ob = r1 * pg_rho_bar__s1 + r2_0 * pg_rho_bar__s2
-        targets__ob = r1 * targets__s1 + r2_0 * targets__s2
-        pg_advantages__ob = r1 * pg_advantages__s1 + r2_0 * pg_advantages__s2
-        st__A__ob = r1 * st__A__s1 + r2_0 * st__A__s2
         for _j in range(n):
-            log_pi_target__o = log_pi_target__ob + _j * log_pi_target__s2
-            log_pi_behavior__o = log_pi_behavior__ob + _j * log_pi_behavior__s2
-            values__o = values__ob + _j * values__s2
-            rewards__o = rewards__ob + _j * rewards__s2
-            terminateds__o = terminateds__ob + _j * terminateds__s2
-            truncateds__o = truncateds__ob + _j * truncateds__s2
-            bootstrap_values__o = bootstrap_values__ob + _j * bootstrap_values__s2
-            last_value__o = last_value__ob + _j * last_value__s2
-            gamma__o = gamma__ob + _j * gamma__s2
-            rho_bar__o = rho_bar__ob + _j * rho_bar__s2
-            c_bar__o = c_bar__ob + _j * c_bar__s2
-            lambda___o = lambda___ob + _j * lambda___s2
-            pg_rho_bar__o = pg_rho_bar__ob + _j * pg_rho_bar__s2
-            targets__o = targets__ob + _j * targets__s2
-            pg_advantages__o = pg_advantages__ob + _j * pg_advantages__s2
-            st__A__o = st__A__ob + _j * st__A__s2
-            last_value = float(_nk.at(last_value__a, last_value__o))
+            r2 = r2_0 + _j
+            last_value = float(_nk.at(last_value__a, r1, 0, r2))
             A = 0.0
             A__c[_j] = A
         for _i in range(T):
             t = T - 1 - _i
             for _j in range(n):
-                log_pi_target__o = log_pi_target__ob + _j * log_pi_target__s2
-                log_pi_behavior__o = log_pi_behavior__ob + _j * log_pi_behavior__s2
-                values__o = values__ob + _j * values__s2
-                rewards__o = rewards__ob + _j * rewards__s2
-                terminateds__o = terminateds__ob + _j * terminateds__s2
-                truncateds__o = truncateds__ob + _j * truncateds__s2
-                bootstrap_values__o = bootstrap_values__ob + _j * bootstrap_values__s2
-                last_value__o = last_value__ob + _j * last_value__s2
-                gamma__o = gamma__ob + _j * gamma__s2
-                rho_bar__o = rho_bar__ob + _j * rho_bar__s2
-                c_bar__o = c_bar__ob + _j * c_bar__s2
-                lambda___o = lambda___ob + _j * lambda___s2
-                pg_rho_bar__o = pg_rho_bar__ob + _j * pg_rho_bar__s2
-                targets__o = targets__ob + _j * targets__s2
-                pg_advantages__o = pg_advantages__ob + _j * pg_advantages__s2
-                st__A__o = st__A__ob + _j * st__A__s2
-                last_value = float(_nk.at(last_value__a, last_value__o))
+                r2 = r2_0 + _j
+                last_value = float(_nk.at(last_value__a, r1, 0, r2))
                 A = A__c[_j]
                 A__next = A
                 _tn = min(t + 1, T - 1)
-                bootstrap_values = float(_nk.at(bootstrap_values__a, bootstrap_values__o + t * bootstrap_values__st))
-                c_bar = float(_nk.at(c_bar__a, c_bar__o + t * c_bar__st))
-                gamma = float(_nk.at(gamma__a, gamma__o + t * gamma__st))
+                bootstrap_values = float(_nk.at(bootstrap_values__a, r1, t, r2))
+                c_bar = float(_nk.at(c_bar__a, r1, t, r2))
+                gamma = float(_nk.at(gamma__a, r1, t, r2))
                 is_last = 1.0 if t == T - 1 else 0.0
-                lambda_ = float(_nk.at(lambda___a, lambda___o + t * lambda___st))
-                log_pi_behavior = float(_nk.at(log_pi_behavior__a, log_pi_behavior__o + t * log_pi_behavior__st))
-                log_pi_target = float(_nk.at(log_pi_target__a, log_pi_target__o + t * log_pi_target__st))
-                pg_rho_bar = float(_nk.at(pg_rho_bar__a, pg_rho_bar__o + t * pg_rho_bar__st))
-                rewards = float(_nk.at(rewards__a, rewards__o + t * rewards__st))
-                rho_bar = float(_nk.at(rho_bar__a, rho_bar__o + t * rho_bar__st))
-                terminateds = float(_nk.at(terminateds__a, terminateds__o + t * terminateds__st))
-                truncateds = float(_nk.at(truncateds__a, truncateds__o + t * truncateds__st))
-                values = float(_nk.at(values__a, values__o + t * values__st))
-                values__next = float(_nk.at(values__a, values__o + _tn * values__st))
+                lambda_ = float(_nk.at(lambda___a, r1, t, r2))
+                log_pi_behavior = float(_nk.at(log_pi_behavior__a, r1, t, r2))
+                log_pi_target = float(_nk.at(log_pi_target__a, r1, t, r2))
+                pg_rho_bar = float(_nk.at(pg_rho_bar__a, r1, t, r2))
+                rewards = float(_nk.at(rewards__a, r1, t, r2))
+                rho_bar = float(_nk.at(rho_bar__a, r1, t, r2))
+                terminateds = float(_nk.at(terminateds__a, r1, t, r2))
+                truncateds = float(_nk.at(truncateds__a, r1, t, r2))
+                values = float(_nk.at(values__a, r1, t, r2))
+                values__next = float(_nk.at(values__a, r1, _tn, r2))
                 _e1 = _nk.maximum(terminateds, truncateds)
                 _e2 = np.exp(log_pi_target - log_pi_behavior)
                 A = (rewards - values + gamma*(1.0 - terminateds)*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if (1.0 if is_last != 0 else _e1) != 0 else (0.0 if is_last != 0 else values__next)))*_nk.minimum(_e2, rho_bar) + (gamma*lambda_*(1.0 - _e1)*_nk.minimum(_e2, c_bar)) * A
@@ -305,10 +116,10 @@ def _tmajor(lo, hi, R2, T, K, TB, S, log_pi_target__a, log_pi_behavior__a, value
                 _e4 = (bootstrap_values + last_value if is_last != 0 else bootstrap_values)
                 _e5 = (0.0 if is_last != 0 else values__next)
                 if STORE_targets:
-                    targets__a[targets__o + t * targets__st] = A + values
+                    targets__a[r1, t, r2] = A + values
                 if STORE_pg_advantages:
-                    pg_advantages__a[pg_advantages__o + t * pg_advantages__st] = (rewards - values + gamma*(1.0 - terminateds)*(lambda_*(_e4 if _e3 != 0 else _e5 + (0.0 if is_last != 0 else A__next)) + (1.0 - lambda_)*(_e4 if _e3 != 0 else _e5)))*_nk.minimum(pg_rho_bar, np.exp(log_pi_target - log_pi_behavior))
+                    pg_advantages__a[r1, t, r2] = (rewards - values + gamma*(1.0 - terminateds)*(lambda_*(_e4 if _e3 != 0 else _e5 + (0.0 if is_last != 0 else A__next)) + (1.0 - lambda_)*(_e4 if _e3 != 0 else _e5)))*_nk.minimum(pg_rho_bar, np.exp(log_pi_target - log_pi_behavior))
                 if STORE_st__A:
-                    st__A__a[st__A__o + t * st__A__st] = A
+                    st__A__a[r1, t, r2] = A
 
                 A__c[_j] = A

@@ -6,6 +6,7 @@ only :mod:`scangen.numbapath` imports those, when the numba backend runs.
 import math
 
 import numba
+import numpy as np
 from numba import types
 from numba.extending import overload
 
@@ -28,22 +29,36 @@ def where(c, a, b):
     return a if c else b
 
 
-def at(x, i):
-    """``x[i]`` for an array, ``x`` itself for a number (a float param, an absent input's
-    default): one kernel source, compiled for each mix, with the numbers' loads gone."""
-    return x[i]
+def at(x, i, j, k):
+    """``x[i, j, k]`` for an array, ``x`` itself for a number (a float param, an absent
+    input's default): one kernel source, compiled for each mix, with the numbers' loads gone."""
+    return x[i, j, k]
 
 
+def atk(x, i, j, k, m):
+    """As :func:`at`, for the ``[.., K]`` views of ``[N, T, K]`` inputs."""
+    return x[i, j, k, m]
+
+
+# Indices are unsigned inside: every index the kernels form is in range, and numba adds no
+# wrap-around of negative indices for unsigned ones, which lets LLVM vectorise unit strides.
 @overload(at, inline="always")
-def _at(x, i):
+def _at(x, i, j, k):
     if isinstance(x, types.Array):
-        return lambda x, i: x[i]
-    return lambda x, i: x
+        return lambda x, i, j, k: x[np.uintp(i), np.uintp(j), np.uintp(k)]
+    return lambda x, i, j, k: x
+
+
+@overload(atk, inline="always")
+def _atk(x, i, j, k, m):
+    if isinstance(x, types.Array):
+        return lambda x, i, j, k, m: x[np.uintp(i), np.uintp(j), np.uintp(k), np.uintp(m)]
+    return lambda x, i, j, k, m: x
 
 
 @_jit
-def gather(src, base, sk, K, index):
-    """``src[base + index * sk]``, NaN for an index outside ``[0, K)`` (docs/spec-guide.md)."""
+def gather(src, i, j, k, K, index):
+    """``src[i, j, k, index]``, NaN for an index outside ``[0, K)`` (docs/spec-guide.md)."""
     if index < 0 or index >= K:
         return math.nan
-    return float(at(src, base + index * sk))
+    return float(atk(src, i, j, k, index))

@@ -2,9 +2,9 @@
 
 numba is imported only here, and only when the numba backend runs, so scangen imports and runs
 where numba is absent (``auto`` then takes the torch path on CPU tensors). The kernels take each
-tensor as a flat NumPy view of its storage (no copy; half-precision tensors are widened to
-float32 once, as numba has no bfloat16) and the canonical ``[R1, R2, T]`` strides of
-:class:`scangen.runtime.Call` packed into one int64 array (scangen.render_numba).
+tensor as a NumPy view of its storage (no copy; half-precision tensors are widened to
+float32 once, as numba has no bfloat16), viewed over the canonical ``[R1, R2, T]`` index space
+of :class:`scangen.runtime.Call` in the order the kernel walks it (scangen.render_numba).
 
 Threads: the kernels release the GIL, and the rows (or tiles of time-major rows) of one call are
 split over ``torch.get_num_threads()`` threads: the caller and a shared pool. Calls from several
@@ -67,80 +67,89 @@ def _span(t: torch.Tensor) -> int:
     return 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
 
 
-def _flat(t: torch.Tensor) -> np.ndarray:
-    """The storage ``t`` spans, as a 1-D array whose element i is ``t``'s offset i."""
-    flat = t.detach().as_strided((_span(t),), (1,), t.storage_offset())
-    if flat.dtype in _HALF:
-        flat = flat.float()
-    elif flat.dtype == torch.bool:  # the same bytes; numba's float() takes no bool
-        flat = flat.view(torch.uint8)
-    return flat.numpy()
+def _view(t: torch.Tensor, shape: tuple, strides: tuple) -> np.ndarray:
+    """``t``'s storage seen through ``shape`` and element ``strides`` (from its first element),
+    as NumPy: no copy, but float16/bfloat16 widened to float32 (numba has no bfloat16)."""
+    t = t.detach()
+    if t.dtype in _HALF:  # widen the span the strides walk, keeping every element's offset
+        t = t.as_strided((_span(t),), (1,), t.storage_offset()).float()
+    elif t.dtype == torch.bool:  # the same bytes; numba's float() takes no bool
+        t = t.view(torch.uint8)
+    return t.as_strided(shape, strides, t.storage_offset()).numpy()
+
+
+def _layout(c, st: tuple, role: str, time_major: bool) -> tuple[tuple, tuple]:
+    """(shape, strides) of one tensor's view: [R1, R2, T] (rows) or [R1, T, R2] (time-major),
+    with K last for [N, T, K] inputs and a time axis of 1 for [N] inputs."""
+    T = 1 if role == "N" else c.T
+    shape, strides = [c.R1, c.R2, T], list(st[:3])
+    if time_major:
+        shape, strides = [shape[0], shape[2], shape[1]], [strides[0], strides[2], strides[1]]
+    if role == "NTK":
+        shape, strides = shape + [c.K], strides + [st[3]]
+    return tuple(shape), tuple(strides)
 
 
 class _Plan:
-    """What every call of one launch plan shares: the kernel, the strides and flags ``S``,
-    the placeholders of absent arrays and how the work is split."""
+    """What every call of one launch plan shares: the kernel, its flags ``S``, where each
+    argument comes from and its view, and how the work is split."""
 
     def __init__(self, c, module):
-        self.module = module
         infos = {i.name: i for i in c.op.inputs}
-        words, self.sources = [], []
+        first = next(n for n in c.strides if infos[n].shape != "N")
+        s1, s2, st = c.strides[first][:3]
+        self.time_major = tm = c.R2 > 1 and s2 < st
+        dummy = np.empty((0,) * 3, np.float32 if c.out_dtype in _HALF else
+                         torch.empty(0, dtype=c.out_dtype).numpy().dtype)
+        self.sources = []  # (kind, name or value, shape, strides)
         for name, role in zip(module.ARRAYS, module.ROLES):
-            if role == "input":
-                st = c.strides.get(name)
-                if st is None:  # absent: its default, a number the kernel is compiled for
-                    self.sources.append(("const", float(infos[name].default)))
-                    st = (0, 0, 0)
-                else:
-                    self.sources.append(("tensor", name))
-            elif role == "param":
-                st = c.pstrides.get(name, (0, 0, 0))
-                self.sources.append(("param", name))
-            else:
-                st = c.out_strides.get(name)
-                self.sources.append(("out", name) if st is not None else (
-                    "const", np.empty(0, torch.empty(0, dtype=c.out_dtype).numpy().dtype
-                                      if c.out_dtype not in _HALF else np.float32)))
-                st = st or (0, 0, 0)
-            words += [*st[:3], st[3] if len(st) > 3 else 0]
+            if role == "input" and name in c.strides:
+                self.sources.append(("tensor", name, *_layout(c, c.strides[name],
+                                                              infos[name].shape, tm)))
+            elif role == "input":  # absent: its default, a number the kernel is compiled for
+                self.sources.append(("const", float(infos[name].default), None, None))
+            elif role == "param" and name in c.pstrides:
+                self.sources.append(("param", name, *_layout(c, c.pstrides[name], "NT", tm)))
+            elif role == "param":  # a float (float64 calls hold it as a 0-dim tensor)
+                self.sources.append(("float", name, None, None))
+            elif name in c.out_strides:
+                self.sources.append(("out", name, *_layout(c, c.out_strides[name], "NT", tm)))
+            else:  # not asked for: never stored
+                self.sources.append(("const", dummy, None, None))
+        words = []
         for flag in module.FLAGS:
             kind, _, name = flag.partition("_")
             words.append(int(name in (c.tensors if kind == "HAS" else c.outs)))
-        self.S = np.array(words, dtype=np.int64)
-        first = next(n for n in c.strides if infos[n].shape != "N")
-        s1, s2, st = c.strides[first][:3]
-        self.time_major = c.R2 > 1 and s2 < st
-        if self.time_major:
+        S = np.array(words, dtype=np.int64)
+        if tm:
             self.kernel = module._tmajor
             self.items = c.R1 * -(-c.R2 // TILE_ROWS)
-            self.head = (c.R2, c.T, c.K, TILE_ROWS, self.S)
+            self.head = (c.R2, c.T, c.K, TILE_ROWS, S)
         else:
             self.kernel = module._rows
             self.items = c.R1 * c.R2
-            self.head = (c.R2, c.T, c.K, self.S)
+            self.head = (c.R2, c.T, c.K, S)
         self.half_outs = c.out_dtype in _HALF
         self.steps = c.R1 * c.R2 * c.T
 
     def arrays(self, c):
         out, widened = [], []
-        for kind, what in self.sources:
+        for kind, what, shape, strides in self.sources:
             if kind == "const":
                 out.append(what)
             elif kind == "tensor":
-                out.append(_flat(c.tensors[what]))
+                out.append(_view(c.tensors[what], shape, strides))
             elif kind == "param":
-                v = c.params[what]
-                if isinstance(v, torch.Tensor):  # float64 calls pass floats as 0-dim tensors
-                    v = _flat(v) if what in c.pstrides else float(v)
-                out.append(v)
-            else:
+                out.append(_view(c.params[what], shape, strides))
+            elif kind == "float":
+                out.append(float(c.params[what]))
+            elif self.half_outs:  # written in float32, then rounded into the output once
                 o = c.outs[what]
-                if self.half_outs:
-                    wide = torch.empty(_span(o), dtype=torch.float32)
-                    widened.append((o, wide))
-                    out.append(wide.numpy())
-                else:
-                    out.append(_flat(o))
+                wide = torch.empty(_span(o), dtype=torch.float32)
+                widened.append((o, wide))
+                out.append(wide.as_strided(shape, strides).numpy())
+            else:
+                out.append(_view(c.outs[what], shape, strides))
         return out, widened
 
 
