@@ -62,6 +62,9 @@ class Scan:
 
 @dataclass(frozen=True)
 class Output:
+    """One output of the op: ``expr`` over the inputs, params, ``let`` names and the scans'
+    states; ``doc`` describes it in the generated docstring."""
+
     name: str
     expr: str
     doc: str = ""
