@@ -102,11 +102,8 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, terminateds__a, truncateds__a, 
                 g__G = gy__returns + ((0.0 if is_first != 0 else gamma__prev*(1.0 - (1.0 if is_last__prev != 0 else (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev))))) * g__G
                 _e1 = (1.0 if is_last != 0 else (terminateds if (terminateds >= truncateds) else truncateds))
                 _e2 = _e1*g__G*(1.0 - terminateds)
-                if STORE_d__rewards:
-                    d__rewards__a[r1, t, r2] = g__G
-                if STORE_d__bootstrap_values:
-                    d__bootstrap_values__a[r1, t, r2] = _e2*gamma
-                if STORE_d__gamma:
-                    d__gamma__a[r1, t, r2] = _e2*bootstrap_values + g__G*(1.0 - _e1)*(0.0 if is_last != 0 else st__G__next)
+                d__rewards__a[r1, t, r2] = g__G
+                d__bootstrap_values__a[r1, t, r2] = _e2*gamma
+                d__gamma__a[r1, t, r2] = _e2*bootstrap_values + g__G*(1.0 - _e1)*(0.0 if is_last != 0 else st__G__next)
 
                 g__G__c[_j] = g__G

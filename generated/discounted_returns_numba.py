@@ -78,9 +78,7 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, terminateds__a, truncateds__a, 
                 truncateds = float(_nk.at(truncateds__a, r1, t, r2))
                 _e1 = (1.0 if is_last != 0 else _nk.maximum(terminateds, truncateds))
                 G = rewards + _e1*bootstrap_values*gamma*(1.0 - terminateds) + (gamma*(1.0 - _e1)) * G
-                if STORE_returns:
-                    returns__a[r1, t, r2] = G
-                if STORE_st__G:
-                    st__G__a[r1, t, r2] = G
+                returns__a[r1, t, r2] = G
+                st__G__a[r1, t, r2] = G
 
                 G__c[_j] = G

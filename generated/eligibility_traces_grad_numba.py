@@ -107,13 +107,9 @@ def _tmajor(lo, hi, R2, T, K, TB, S, gradients__a, dones__a, seed_values__a, st_
                 _e1 = 1.0 - (0.0 if is_first != 0 else dones__prev)
                 _e2 = _e1*g__z*lambda_
                 _e3 = (seed_values if is_first != 0 else st__z__prev)
-                if STORE_d__gradients:
-                    d__gradients__a[r1, t, r2] = g__z
-                if STORE_d__seed_values:
-                    d__seed_values__a[r1, t, r2] = (_e2*gamma if is_first != 0 else 0.0)
-                if STORE_d__gamma:
-                    d__gamma__a[r1, t, r2] = _e2*_e3
-                if STORE_d__lambda_:
-                    d__lambda___a[r1, t, r2] = _e1*_e3*g__z*gamma
+                d__gradients__a[r1, t, r2] = g__z
+                d__seed_values__a[r1, t, r2] = (_e2*gamma if is_first != 0 else 0.0)
+                d__gamma__a[r1, t, r2] = _e2*_e3
+                d__lambda___a[r1, t, r2] = _e1*_e3*g__z*gamma
 
                 g__z__c[_j] = g__z

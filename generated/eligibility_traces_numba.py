@@ -77,9 +77,7 @@ def _tmajor(lo, hi, R2, T, K, TB, S, gradients__a, dones__a, seed_values__a, gam
                 is_first = 1.0 if t == 0 else 0.0
                 lambda_ = float(_nk.at(lambda___a, r1, t, r2))
                 z = gradients + (gamma*lambda_*(1.0 - (0.0 if is_first != 0 else dones__prev))) * z
-                if STORE_traces:
-                    traces__a[r1, t, r2] = z
-                if STORE_st__z:
-                    st__z__a[r1, t, r2] = z
+                traces__a[r1, t, r2] = z
+                st__z__a[r1, t, r2] = z
 
                 z__c[_j] = z

@@ -90,11 +90,8 @@ def _tmajor(lo, hi, R2, T, K, TB, S, inputs__a, dones__a, seed_values__a, st__C_
                 is_first__next = 1.0 if t + 1 == 0 else 0.0
                 is_last = 1.0 if t == T - 1 else 0.0
                 g__C = gy__sums + ((0.0 if is_last != 0 else 1.0 - (dones__next if boundary__next != 0 else (0.0 if is_first__next != 0 else dones)))) * g__C
-                if STORE_d__inputs:
-                    d__inputs__a[r1, t, r2] = g__C
-                if STORE_d__seed_values:
-                    d__seed_values__a[r1, t, r2] = (g__C*(1.0 - (dones if boundary != 0 else (0.0 if is_first != 0 else dones__prev))) if is_first != 0 else 0.0)
-                if STORE_d__boundary:
-                    d__boundary__a[r1, t, r2] = 0.0
+                d__inputs__a[r1, t, r2] = g__C
+                d__seed_values__a[r1, t, r2] = (g__C*(1.0 - (dones if boundary != 0 else (0.0 if is_first != 0 else dones__prev))) if is_first != 0 else 0.0)
+                d__boundary__a[r1, t, r2] = 0.0
 
                 g__C__c[_j] = g__C

@@ -77,9 +77,7 @@ def _tmajor(lo, hi, R2, T, K, TB, S, inputs__a, dones__a, seed_values__a, bounda
                 inputs = float(_nk.at(inputs__a, r1, t, r2))
                 is_first = 1.0 if t == 0 else 0.0
                 C = inputs + (1.0 - (dones if boundary != 0 else (0.0 if is_first != 0 else dones__prev))) * C
-                if STORE_sums:
-                    sums__a[r1, t, r2] = C
-                if STORE_st__C:
-                    st__C__a[r1, t, r2] = C
+                sums__a[r1, t, r2] = C
+                st__C__a[r1, t, r2] = C
 
                 C__c[_j] = C

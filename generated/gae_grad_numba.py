@@ -139,17 +139,11 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, values__a, terminateds__a, trun
                 _e4 = g__A*(1.0 - terminateds)
                 _e5 = _e4*gamma*(1.0 if _e3 != 0 else 0.0)
                 _e6 = g__A*(1.0 - _e2)*(0.0 if is_last != 0 else st__A__next)
-                if STORE_d__rewards:
-                    d__rewards__a[r1, t, r2] = g__A
-                if STORE_d__values:
-                    d__values__a[r1, t, r2] = gy__returns - g__A + (0.0 if is_first != 0 else g__A__prev*gamma__prev*(1.0 - terminateds__prev)*(0.0 if is_last__prev != 0 else 1.0)*(0.0 if (1.0 if is_last__prev != 0 else (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)) != 0 else 1.0))
-                if STORE_d__bootstrap_values:
-                    d__bootstrap_values__a[r1, t, r2] = _e5*(_e1 + (0.0 if is_last != 0 else 1.0))
-                if STORE_d__last_value:
-                    d__last_value__a[r1, t, r2] = _e1*_e5
-                if STORE_d__gamma:
-                    d__gamma__a[r1, t, r2] = _e4*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if _e3 != 0 else (0.0 if is_last != 0 else values__next)) + _e6*lambda_
-                if STORE_d__lambda_:
-                    d__lambda___a[r1, t, r2] = _e6*gamma
+                d__rewards__a[r1, t, r2] = g__A
+                d__values__a[r1, t, r2] = gy__returns - g__A + (0.0 if is_first != 0 else g__A__prev*gamma__prev*(1.0 - terminateds__prev)*(0.0 if is_last__prev != 0 else 1.0)*(0.0 if (1.0 if is_last__prev != 0 else (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)) != 0 else 1.0))
+                d__bootstrap_values__a[r1, t, r2] = _e5*(_e1 + (0.0 if is_last != 0 else 1.0))
+                d__last_value__a[r1, t, r2] = _e1*_e5
+                d__gamma__a[r1, t, r2] = _e4*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if _e3 != 0 else (0.0 if is_last != 0 else values__next)) + _e6*lambda_
+                d__lambda___a[r1, t, r2] = _e6*gamma
 
                 g__A__c[_j] = g__A

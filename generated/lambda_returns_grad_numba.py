@@ -130,15 +130,10 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, next_values__a, terminateds__a,
                 _e7 = _e6*gamma
                 _e8 = g__G*(0.0 if is_last != 0 else st__G__next)
                 _e9 = (bootstrap_values if _e1 != 0 else next_values)
-                if STORE_d__rewards:
-                    d__rewards__a[r1, t, r2] = g__G
-                if STORE_d__next_values:
-                    d__next_values__a[r1, t, r2] = _e7*(0.0 if _e1 != 0 else 1.0)
-                if STORE_d__bootstrap_values:
-                    d__bootstrap_values__a[r1, t, r2] = _e7*(1.0 if _e1 != 0 else 0.0)
-                if STORE_d__gamma:
-                    d__gamma__a[r1, t, r2] = _e5*_e8 + _e6*_e9
-                if STORE_d__lambda_:
-                    d__lambda___a[r1, t, r2] = _e4*_e8*gamma + _e2*_e3*_e9*g__G*gamma
+                d__rewards__a[r1, t, r2] = g__G
+                d__next_values__a[r1, t, r2] = _e7*(0.0 if _e1 != 0 else 1.0)
+                d__bootstrap_values__a[r1, t, r2] = _e7*(1.0 if _e1 != 0 else 0.0)
+                d__gamma__a[r1, t, r2] = _e5*_e8 + _e6*_e9
+                d__lambda___a[r1, t, r2] = _e4*_e8*gamma + _e2*_e3*_e9*g__G*gamma
 
                 g__G__c[_j] = g__G

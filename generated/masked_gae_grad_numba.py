@@ -115,14 +115,10 @@ def _tmajor(lo, hi, R2, T, K, TB, S, token_level_rewards__a, values__a, response
                 g__nv = (0.0 if is_first != 0 else g__A__prev*gamma__prev*response_mask__prev*(0.0 if is_last__prev != 0 else 1.0)) + ((0.0 if is_first != 0 else 1.0 - response_mask__prev)) * g__nv
                 _e1 = g__A*response_mask
                 _e2 = _e1*(0.0 if is_last != 0 else st__A__next)
-                if STORE_d__token_level_rewards:
-                    d__token_level_rewards__a[r1, t, r2] = _e1
-                if STORE_d__values:
-                    d__values__a[r1, t, r2] = gy__returns - _e1 + g__nv*response_mask
-                if STORE_d__gamma:
-                    d__gamma__a[r1, t, r2] = _e1*(0.0 if is_last != 0 else st__nv__next) + _e2*lambda_
-                if STORE_d__lambda_:
-                    d__lambda___a[r1, t, r2] = _e2*gamma
+                d__token_level_rewards__a[r1, t, r2] = _e1
+                d__values__a[r1, t, r2] = gy__returns - _e1 + g__nv*response_mask
+                d__gamma__a[r1, t, r2] = _e1*(0.0 if is_last != 0 else st__nv__next) + _e2*lambda_
+                d__lambda___a[r1, t, r2] = _e2*gamma
 
                 g__A__c[_j] = g__A
                 g__nv__c[_j] = g__nv

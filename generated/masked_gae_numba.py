@@ -89,14 +89,10 @@ def _tmajor(lo, hi, R2, T, K, TB, S, token_level_rewards__a, values__a, response
                 values = float(_nk.at(values__a, r1, t, r2))
                 nv = response_mask*values + (1.0 - response_mask) * nv
                 A = response_mask*(token_level_rewards - values + gamma*(0.0 if is_last != 0 else nv__next)) + (1.0 - response_mask + gamma*lambda_*response_mask) * A
-                if STORE_advantages:
-                    advantages__a[r1, t, r2] = A
-                if STORE_returns:
-                    returns__a[r1, t, r2] = A + values
-                if STORE_st__nv:
-                    st__nv__a[r1, t, r2] = nv
-                if STORE_st__A:
-                    st__A__a[r1, t, r2] = A
+                advantages__a[r1, t, r2] = A
+                returns__a[r1, t, r2] = A + values
+                st__nv__a[r1, t, r2] = nv
+                st__A__a[r1, t, r2] = A
 
                 nv__c[_j] = nv
                 A__c[_j] = A

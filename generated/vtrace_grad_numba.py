@@ -245,27 +245,16 @@ def _tmajor(lo, hi, R2, T, K, TB, S, log_pi_target__a, log_pi_behavior__a, value
                 _e34 = _e12*_e25
                 _e35 = _e30*_e31
                 _e36 = _e21*_e22*g__A*(c_bar if _e20 != 0 else _e4)
-                if STORE_d__log_pi_target:
-                    d__log_pi_target__a[r1, t, r2] = _e24
-                if STORE_d__log_pi_behavior:
-                    d__log_pi_behavior__a[r1, t, r2] = -_e24
-                if STORE_d__values:
-                    d__values__a[r1, t, r2] = gy__targets - _e25 - _e26 + (0.0 if is_first != 0 else _e27*_e29*g__A__prev*(rho_bar__prev if (rho_bar__prev <= _e28) else _e28)) + (0.0 if is_first != 0 else _e29*gy__pg_advantages__prev*(_e27*lambda___prev + _e27*(1.0 - lambda___prev))*(pg_rho_bar__prev if (pg_rho_bar__prev <= _e28) else _e28))
-                if STORE_d__rewards:
-                    d__rewards__a[r1, t, r2] = _e25 + _e26
-                if STORE_d__bootstrap_values:
-                    d__bootstrap_values__a[r1, t, r2] = _e32*_e34 + _e33*(_e17*_e32 + _e32*lambda_)
-                if STORE_d__last_value:
-                    d__last_value__a[r1, t, r2] = _e33*(_e17*_e35 + _e35*lambda_) + _e34*_e35
-                if STORE_d__gamma:
-                    d__gamma__a[r1, t, r2] = _e36*lambda_ + _e10*_e11*_e25 + _e11*_e18*_e26
-                if STORE_d__rho_bar:
-                    d__rho_bar__a[r1, t, r2] = _e14*(1.0 if _e5 != 0 else 0.0)
-                if STORE_d__c_bar:
-                    d__c_bar__a[r1, t, r2] = _e23*(1.0 if _e20 != 0 else 0.0)
-                if STORE_d__lambda_:
-                    d__lambda___a[r1, t, r2] = _e33*(_e16 - _e10) + _e36*gamma
-                if STORE_d__pg_rho_bar:
-                    d__pg_rho_bar__a[r1, t, r2] = _e19*(1.0 if _e15 != 0 else 0.0)
+                d__log_pi_target__a[r1, t, r2] = _e24
+                d__log_pi_behavior__a[r1, t, r2] = -_e24
+                d__values__a[r1, t, r2] = gy__targets - _e25 - _e26 + (0.0 if is_first != 0 else _e27*_e29*g__A__prev*(rho_bar__prev if (rho_bar__prev <= _e28) else _e28)) + (0.0 if is_first != 0 else _e29*gy__pg_advantages__prev*(_e27*lambda___prev + _e27*(1.0 - lambda___prev))*(pg_rho_bar__prev if (pg_rho_bar__prev <= _e28) else _e28))
+                d__rewards__a[r1, t, r2] = _e25 + _e26
+                d__bootstrap_values__a[r1, t, r2] = _e32*_e34 + _e33*(_e17*_e32 + _e32*lambda_)
+                d__last_value__a[r1, t, r2] = _e33*(_e17*_e35 + _e35*lambda_) + _e34*_e35
+                d__gamma__a[r1, t, r2] = _e36*lambda_ + _e10*_e11*_e25 + _e11*_e18*_e26
+                d__rho_bar__a[r1, t, r2] = _e14*(1.0 if _e5 != 0 else 0.0)
+                d__c_bar__a[r1, t, r2] = _e23*(1.0 if _e20 != 0 else 0.0)
+                d__lambda___a[r1, t, r2] = _e33*(_e16 - _e10) + _e36*gamma
+                d__pg_rho_bar__a[r1, t, r2] = _e19*(1.0 if _e15 != 0 else 0.0)
 
                 g__A__c[_j] = g__A

@@ -115,11 +115,8 @@ def _tmajor(lo, hi, R2, T, K, TB, S, log_pi_target__a, log_pi_behavior__a, value
                 _e3 = (1.0 if is_last != 0 else _nk.maximum(terminateds, truncateds))
                 _e4 = (bootstrap_values + last_value if is_last != 0 else bootstrap_values)
                 _e5 = (0.0 if is_last != 0 else values__next)
-                if STORE_targets:
-                    targets__a[r1, t, r2] = A + values
-                if STORE_pg_advantages:
-                    pg_advantages__a[r1, t, r2] = (rewards - values + gamma*(1.0 - terminateds)*(lambda_*(_e4 if _e3 != 0 else _e5 + (0.0 if is_last != 0 else A__next)) + (1.0 - lambda_)*(_e4 if _e3 != 0 else _e5)))*_nk.minimum(pg_rho_bar, np.exp(log_pi_target - log_pi_behavior))
-                if STORE_st__A:
-                    st__A__a[r1, t, r2] = A
+                targets__a[r1, t, r2] = A + values
+                pg_advantages__a[r1, t, r2] = (rewards - values + gamma*(1.0 - terminateds)*(lambda_*(_e4 if _e3 != 0 else _e5 + (0.0 if is_last != 0 else A__next)) + (1.0 - lambda_)*(_e4 if _e3 != 0 else _e5)))*_nk.minimum(pg_rho_bar, np.exp(log_pi_target - log_pi_behavior))
+                st__A__a[r1, t, r2] = A
 
                 A__c[_j] = A

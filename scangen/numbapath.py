@@ -114,6 +114,13 @@ class _Plan:
                 self.sources.append(("float", name, None, None))
             elif name in c.out_strides:
                 self.sources.append(("out", name, *_layout(c, c.out_strides[name], "NT", tm)))
+            elif tm:  # not asked for: stored, as every output, into a scratch view whose
+                # time axis has stride 0 (one row of R2 values per R1 index: no two threads
+                # write one element)
+                sink = np.empty(c.R1 * c.R2, dummy.dtype)
+                self.sources.append(("const", np.lib.stride_tricks.as_strided(
+                    sink, (c.R1, c.T, c.R2), (c.R2 * sink.itemsize, 0, sink.itemsize)),
+                    None, None))
             else:  # not asked for: never stored
                 self.sources.append(("const", dummy, None, None))
         words = []

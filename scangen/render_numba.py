@@ -11,7 +11,7 @@ Every decision is made here; ``templates/numba_module.py.j2`` only lays the line
 argument contract with the host side is the module's ``ARRAYS`` and ``FLAGS`` tuples: the kernel
 takes one argument per entry of ``ARRAYS`` (inputs, params, outputs, in that order) and one
 int64 array ``S`` of 0/1 words, one per entry of ``FLAGS`` (``HAS_<optional input>``,
-``STORE_<output>``). An argument is a NumPy view of the tensor's own storage over the canonical
+``STORE_<output>``; ``_tmajor`` stores every output, those not asked for into a scratch view). An argument is a NumPy view of the tensor's own storage over the canonical
 index space, ``[R1, R2, T]`` for ``_rows`` and ``[R1, T, R2]`` for ``_tmajor`` (``[.., K]`` for
 ``[N, T, K]`` inputs, the time axis of size 1 for ``[N]`` inputs), so numba knows the innermost
 stride of a contiguous view at compile time; or, for a float param or an absent input, a
@@ -48,7 +48,8 @@ def numba_context(plan: Plan) -> NS:
                   for i in ir.inputs if i.optional})
     inits = [f"{s.name} = {print_expr(NumbaPrinter, s.init, table, ir.name)}"
              for s in plan.scans]
-    rows, tmajor = _step(plan, table, ORDER["rows"]), _step(plan, table, ORDER["tmajor"])
+    rows = _step(plan, table, ORDER["rows"], guarded=True)
+    tmajor = _step(plan, table, ORDER["tmajor"], guarded=False)
     return NS(array_args=", ".join(f"{a.name}__a" for a in arrays),
               array_names=tuple(a.name for a in arrays),
               array_roles=tuple(a.role for a in arrays), flags=tuple(flags), consts=consts,
@@ -56,8 +57,11 @@ def numba_context(plan: Plan) -> NS:
               time=("T - 1 - _i" if ir.reverse else "_i"))
 
 
-def _step(plan: Plan, table: dict, order: str) -> NS:
-    """The lines of one step at ``t`` of one row, indexing the views in ``order``."""
+def _step(plan: Plan, table: dict, order: str, guarded: bool) -> NS:
+    """The lines of one step at ``t`` of one row, indexing the views in ``order``. ``guarded``:
+    each store runs only where its output was asked for (``STORE_<output>``); unguarded
+    stores let the time-major loop over rows vectorise, and the outputs nobody asked for go
+    to a small scratch view (scangen.numbapath)."""
     ir, spec = plan.ir, plan.ir.name
     kinds = {i.name: i for i in ir.inputs}
     params = {p.name for p in ir.params}
@@ -106,7 +110,8 @@ def _step(plan: Plan, table: dict, order: str) -> NS:
     saved = [f"{s.name}__{'next' if ir.reverse else 'prev'} = {s.name}"
              for s in plan.scans if s.shifted]
     outputs = [NS(name=o, code=print_expr(NumbaPrinter, e, table, spec),
-                  at=order.format(t="t")) for o, e in plan.outputs.results]
+                  at=order.format(t="t"), guard=f"STORE_{o}" if guarded else "")
+               for o, e in plan.outputs.results]
     return NS(row_loads=row_loads, saved=saved, times=times, loads=loads, sums=sums,
               scans=scans, out_assigns=_assigns(plan.outputs, table, spec), outputs=outputs)
 
