@@ -18,7 +18,7 @@ ROLES = ('input', 'input', 'input', 'input', 'input', 'input', 'param', 'output'
 FLAGS = ('HAS_truncateds', 'HAS_bootstrap_values', 'HAS_gy__returns', 'STORE_d__rewards', 'STORE_d__bootstrap_values', 'STORE_d__gamma')
 
 
-@_nb.njit(cache=True, nogil=True)
+@_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _rows(lo, hi, R2, T, K, S, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, st__G__a, gy__returns__a, gamma__a, d__rewards__a, d__bootstrap_values__a, d__gamma__a):
     # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
     # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
@@ -59,7 +59,7 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, terminateds__a, truncateds__a, bootst
                 d__gamma__a[r1, r2, t] = _e2*bootstrap_values + g__G*(1.0 - _e1)*(0.0 if is_last != 0 else st__G__next)
 
 
-@_nb.njit(cache=True, nogil=True)
+@_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, st__G__a, gy__returns__a, gamma__a, d__rewards__a, d__bootstrap_values__a, d__gamma__a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
     # tile, time outermost and the rows innermost, the states carried in one array per scan;

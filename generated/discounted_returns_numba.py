@@ -18,7 +18,7 @@ ROLES = ('input', 'input', 'input', 'input', 'param', 'output', 'output')
 FLAGS = ('HAS_truncateds', 'HAS_bootstrap_values', 'STORE_returns', 'STORE_st__G')
 
 
-@_nb.njit(cache=True, nogil=True)
+@_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _rows(lo, hi, R2, T, K, S, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, gamma__a, returns__a, st__G__a):
     # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
     # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
@@ -46,7 +46,7 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, terminateds__a, truncateds__a, bootst
                 st__G__a[r1, r2, t] = G
 
 
-@_nb.njit(cache=True, nogil=True)
+@_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, gamma__a, returns__a, st__G__a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
     # tile, time outermost and the rows innermost, the states carried in one array per scan;

@@ -18,7 +18,7 @@ ROLES = ('input', 'input', 'input', 'input', 'input', 'param', 'param', 'output'
 FLAGS = ('HAS_seed_values', 'HAS_gy__traces', 'STORE_d__gradients', 'STORE_d__seed_values', 'STORE_d__gamma', 'STORE_d__lambda_')
 
 
-@_nb.njit(cache=True, nogil=True)
+@_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _rows(lo, hi, R2, T, K, S, gradients__a, dones__a, seed_values__a, st__z__a, gy__traces__a, gamma__a, lambda___a, d__gradients__a, d__seed_values__a, d__gamma__a, d__lambda___a):
     # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
     # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
@@ -62,7 +62,7 @@ def _rows(lo, hi, R2, T, K, S, gradients__a, dones__a, seed_values__a, st__z__a,
                 d__lambda___a[r1, r2, t] = _e1*_e3*g__z*gamma
 
 
-@_nb.njit(cache=True, nogil=True)
+@_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _tmajor(lo, hi, R2, T, K, TB, S, gradients__a, dones__a, seed_values__a, st__z__a, gy__traces__a, gamma__a, lambda___a, d__gradients__a, d__seed_values__a, d__gamma__a, d__lambda___a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
     # tile, time outermost and the rows innermost, the states carried in one array per scan;

@@ -18,7 +18,7 @@ ROLES = ('input', 'input', 'input', 'input', 'input', 'param', 'output', 'output
 FLAGS = ('HAS_seed_values', 'HAS_gy__sums', 'STORE_d__inputs', 'STORE_d__seed_values', 'STORE_d__boundary')
 
 
-@_nb.njit(cache=True, nogil=True)
+@_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _rows(lo, hi, R2, T, K, S, inputs__a, dones__a, seed_values__a, st__C__a, gy__sums__a, boundary__a, d__inputs__a, d__seed_values__a, d__boundary__a):
     # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
     # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
@@ -53,7 +53,7 @@ def _rows(lo, hi, R2, T, K, S, inputs__a, dones__a, seed_values__a, st__C__a, gy
                 d__boundary__a[r1, r2, t] = 0.0
 
 
-@_nb.njit(cache=True, nogil=True)
+@_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _tmajor(lo, hi, R2, T, K, TB, S, inputs__a, dones__a, seed_values__a, st__C__a, gy__sums__a, boundary__a, d__inputs__a, d__seed_values__a, d__boundary__a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
     # tile, time outermost and the rows innermost, the states carried in one array per scan;

@@ -18,7 +18,7 @@ ROLES = ('input', 'input', 'input', 'input', 'input', 'input', 'input', 'input',
 FLAGS = ('HAS_truncateds', 'HAS_bootstrap_values', 'HAS_last_value', 'HAS_gy__advantages', 'HAS_gy__returns', 'STORE_d__rewards', 'STORE_d__values', 'STORE_d__bootstrap_values', 'STORE_d__last_value', 'STORE_d__gamma', 'STORE_d__lambda_')
 
 
-@_nb.njit(cache=True, nogil=True)
+@_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _rows(lo, hi, R2, T, K, S, rewards__a, values__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, st__A__a, gy__advantages__a, gy__returns__a, gamma__a, lambda___a, d__rewards__a, d__values__a, d__bootstrap_values__a, d__last_value__a, d__gamma__a, d__lambda___a):
     # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
     # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
@@ -80,7 +80,7 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, values__a, terminateds__a, truncateds
                 d__lambda___a[r1, r2, t] = _e6*gamma
 
 
-@_nb.njit(cache=True, nogil=True)
+@_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, values__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, st__A__a, gy__advantages__a, gy__returns__a, gamma__a, lambda___a, d__rewards__a, d__values__a, d__bootstrap_values__a, d__last_value__a, d__gamma__a, d__lambda___a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
     # tile, time outermost and the rows innermost, the states carried in one array per scan;

@@ -18,7 +18,7 @@ ROLES = ('input', 'input', 'input', 'input', 'input', 'input', 'input', 'param',
 FLAGS = ('HAS_truncateds', 'HAS_bootstrap_values', 'HAS_gy__returns', 'STORE_d__rewards', 'STORE_d__next_values', 'STORE_d__bootstrap_values', 'STORE_d__gamma', 'STORE_d__lambda_')
 
 
-@_nb.njit(cache=True, nogil=True)
+@_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _rows(lo, hi, R2, T, K, S, rewards__a, next_values__a, terminateds__a, truncateds__a, bootstrap_values__a, st__G__a, gy__returns__a, gamma__a, lambda___a, d__rewards__a, d__next_values__a, d__bootstrap_values__a, d__gamma__a, d__lambda___a):
     # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
     # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
@@ -75,7 +75,7 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, next_values__a, terminateds__a, trunc
                 d__lambda___a[r1, r2, t] = _e4*_e8*gamma + _e2*_e3*_e9*g__G*gamma
 
 
-@_nb.njit(cache=True, nogil=True)
+@_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, next_values__a, terminateds__a, truncateds__a, bootstrap_values__a, st__G__a, gy__returns__a, gamma__a, lambda___a, d__rewards__a, d__next_values__a, d__bootstrap_values__a, d__gamma__a, d__lambda___a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
     # tile, time outermost and the rows innermost, the states carried in one array per scan;

@@ -18,7 +18,7 @@ ROLES = ('input', 'input', 'input', 'param', 'param', 'output', 'output', 'outpu
 FLAGS = ('STORE_advantages', 'STORE_returns', 'STORE_st__nv', 'STORE_st__A')
 
 
-@_nb.njit(cache=True, nogil=True)
+@_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _rows(lo, hi, R2, T, K, S, token_level_rewards__a, values__a, response_mask__a, gamma__a, lambda___a, advantages__a, returns__a, st__nv__a, st__A__a):
     # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
     # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
@@ -52,7 +52,7 @@ def _rows(lo, hi, R2, T, K, S, token_level_rewards__a, values__a, response_mask_
                 st__A__a[r1, r2, t] = A
 
 
-@_nb.njit(cache=True, nogil=True)
+@_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _tmajor(lo, hi, R2, T, K, TB, S, token_level_rewards__a, values__a, response_mask__a, gamma__a, lambda___a, advantages__a, returns__a, st__nv__a, st__A__a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
     # tile, time outermost and the rows innermost, the states carried in one array per scan;

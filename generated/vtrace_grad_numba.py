@@ -18,7 +18,7 @@ ROLES = ('input', 'input', 'input', 'input', 'input', 'input', 'input', 'input',
 FLAGS = ('HAS_truncateds', 'HAS_bootstrap_values', 'HAS_last_value', 'HAS_gy__targets', 'HAS_gy__pg_advantages', 'STORE_d__log_pi_target', 'STORE_d__log_pi_behavior', 'STORE_d__values', 'STORE_d__rewards', 'STORE_d__bootstrap_values', 'STORE_d__last_value', 'STORE_d__gamma', 'STORE_d__rho_bar', 'STORE_d__c_bar', 'STORE_d__lambda_', 'STORE_d__pg_rho_bar')
 
 
-@_nb.njit(cache=True, nogil=True)
+@_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _rows(lo, hi, R2, T, K, S, log_pi_target__a, log_pi_behavior__a, values__a, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, st__A__a, gy__targets__a, gy__pg_advantages__a, gamma__a, rho_bar__a, c_bar__a, lambda___a, pg_rho_bar__a, d__log_pi_target__a, d__log_pi_behavior__a, d__values__a, d__rewards__a, d__bootstrap_values__a, d__last_value__a, d__gamma__a, d__rho_bar__a, d__c_bar__a, d__lambda___a, d__pg_rho_bar__a):
     # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
     # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
@@ -138,7 +138,7 @@ def _rows(lo, hi, R2, T, K, S, log_pi_target__a, log_pi_behavior__a, values__a, 
                 d__pg_rho_bar__a[r1, r2, t] = _e19*(1.0 if _e15 != 0 else 0.0)
 
 
-@_nb.njit(cache=True, nogil=True)
+@_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _tmajor(lo, hi, R2, T, K, TB, S, log_pi_target__a, log_pi_behavior__a, values__a, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, st__A__a, gy__targets__a, gy__pg_advantages__a, gamma__a, rho_bar__a, c_bar__a, lambda___a, pg_rho_bar__a, d__log_pi_target__a, d__log_pi_behavior__a, d__values__a, d__rewards__a, d__bootstrap_values__a, d__last_value__a, d__gamma__a, d__rho_bar__a, d__c_bar__a, d__lambda___a, d__pg_rho_bar__a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
     # tile, time outermost and the rows innermost, the states carried in one array per scan;

@@ -18,7 +18,7 @@ ROLES = ('input', 'input', 'input', 'input', 'input', 'input', 'input', 'input',
 FLAGS = ('HAS_truncateds', 'HAS_bootstrap_values', 'HAS_last_value', 'STORE_targets', 'STORE_pg_advantages', 'STORE_st__A')
 
 
-@_nb.njit(cache=True, nogil=True)
+@_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _rows(lo, hi, R2, T, K, S, log_pi_target__a, log_pi_behavior__a, values__a, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, gamma__a, rho_bar__a, c_bar__a, lambda___a, pg_rho_bar__a, targets__a, pg_advantages__a, st__A__a):
     # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
     # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
@@ -65,7 +65,7 @@ def _rows(lo, hi, R2, T, K, S, log_pi_target__a, log_pi_behavior__a, values__a, 
                 st__A__a[r1, r2, t] = A
 
 
-@_nb.njit(cache=True, nogil=True)
+@_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _tmajor(lo, hi, R2, T, K, TB, S, log_pi_target__a, log_pi_behavior__a, values__a, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, gamma__a, rho_bar__a, c_bar__a, lambda___a, pg_rho_bar__a, targets__a, pg_advantages__a, st__A__a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
     # tile, time outermost and the rows innermost, the states carried in one array per scan;

@@ -10,7 +10,10 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
-_jit = numba.njit(cache=True, nogil=True, inline="always")
+# The one fast-math freedom the kernels take: fusing a * b + c into one FMA (a scan step's
+# A = alpha + beta * A is one FMA on the critical path). It keeps NaN and inf semantics.
+CONTRACT = {"contract"}
+_jit = numba.njit(cache=True, nogil=True, inline="always", fastmath=CONTRACT)
 
 
 @_jit
