@@ -150,9 +150,10 @@ def compile_spec(spec_or_path, cache_dir: Path | None = None):
     meta = {"key": key, "spec": ir.name, "function": ir.function, "scangen": __version__,
             "triton": triton.__version__, "torch": torch.__version__,
             "templates": templates_hash(), "options": dict(render.OPTIONS)}
-    if not _committed(meta_path, key):
-        for suffix, text in modules.items():  # the numba modules are loaded when used
-            write_if_changed(entry / f"{ir.name}{suffix}.py", text)
+    files = {entry / f"{ir.name}{suffix}.py": text for suffix, text in modules.items()}
+    if not _committed(meta_path, key) or not all(p.is_file() for p in files):
+        for path, text in files.items():  # the numba modules are loaded when used
+            write_if_changed(path, text)
         write_if_changed(meta_path, json.dumps(meta, indent=1, sort_keys=True) + "\n")
     module_name = f"scangen._compiled.{ir.name}_{key[:16]}"
     module = sys.modules.get(module_name) or _load_module(module_name, module_path)
