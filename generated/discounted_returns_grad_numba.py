@@ -48,15 +48,15 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, terminateds__a, truncateds__a, bootst
             terminateds__prev = float(_nk.at(terminateds__a, r1, r2, _tp))
             truncateds = float(_nk.at(truncateds__a, r1, r2, t))
             truncateds__prev = float(_nk.at(truncateds__a, r1, r2, _tp))
+            _c0 = (1.0 if is_last != 0 else (terminateds if (terminateds >= truncateds) else truncateds))
             g__G = gy__returns + ((0.0 if is_first != 0 else gamma__prev*(1.0 - (1.0 if is_last__prev != 0 else (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev))))) * g__G
-            _e1 = (1.0 if is_last != 0 else (terminateds if (terminateds >= truncateds) else truncateds))
-            _e2 = _e1*g__G*(1.0 - terminateds)
+            _c1 = _c0*g__G*(1.0 - terminateds)
             if STORE_d__rewards:
                 d__rewards__a[r1, r2, t] = g__G
             if STORE_d__bootstrap_values:
-                d__bootstrap_values__a[r1, r2, t] = _e2*gamma
+                d__bootstrap_values__a[r1, r2, t] = _c1*gamma
             if STORE_d__gamma:
-                d__gamma__a[r1, r2, t] = _e2*bootstrap_values + g__G*(1.0 - _e1)*(0.0 if is_last != 0 else st__G__next)
+                d__gamma__a[r1, r2, t] = _c1*bootstrap_values + g__G*(1.0 - _c0)*(0.0 if is_last != 0 else st__G__next)
 
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
@@ -99,11 +99,11 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, terminateds__a, truncateds__a, 
                 terminateds__prev = float(_nk.at(terminateds__a, r1, _tp, r2))
                 truncateds = float(_nk.at(truncateds__a, r1, t, r2))
                 truncateds__prev = float(_nk.at(truncateds__a, r1, _tp, r2))
+                _c0 = (1.0 if is_last != 0 else (terminateds if (terminateds >= truncateds) else truncateds))
                 g__G = gy__returns + ((0.0 if is_first != 0 else gamma__prev*(1.0 - (1.0 if is_last__prev != 0 else (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev))))) * g__G
-                _e1 = (1.0 if is_last != 0 else (terminateds if (terminateds >= truncateds) else truncateds))
-                _e2 = _e1*g__G*(1.0 - terminateds)
+                _c1 = _c0*g__G*(1.0 - terminateds)
                 d__rewards__a[r1, t, r2] = g__G
-                d__bootstrap_values__a[r1, t, r2] = _e2*gamma
-                d__gamma__a[r1, t, r2] = _e2*bootstrap_values + g__G*(1.0 - _e1)*(0.0 if is_last != 0 else st__G__next)
+                d__bootstrap_values__a[r1, t, r2] = _c1*gamma
+                d__gamma__a[r1, t, r2] = _c1*bootstrap_values + g__G*(1.0 - _c0)*(0.0 if is_last != 0 else st__G__next)
 
                 g__G__c[_j] = g__G

@@ -38,8 +38,8 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, terminateds__a, truncateds__a, bootst
             rewards = float(_nk.at(rewards__a, r1, r2, t))
             terminateds = float(_nk.at(terminateds__a, r1, r2, t))
             truncateds = float(_nk.at(truncateds__a, r1, r2, t))
-            _e1 = (1.0 if is_last != 0 else _nk.maximum(terminateds, truncateds))
-            G = rewards + _e1*bootstrap_values*gamma*(1.0 - terminateds) + (gamma*(1.0 - _e1)) * G
+            _c0 = (1.0 if is_last != 0 else _nk.maximum(terminateds, truncateds))
+            G = rewards + _c0*bootstrap_values*gamma*(1.0 - terminateds) + (gamma*(1.0 - _c0)) * G
             if STORE_returns:
                 returns__a[r1, r2, t] = G
             if STORE_st__G:
@@ -76,8 +76,8 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, terminateds__a, truncateds__a, 
                 rewards = float(_nk.at(rewards__a, r1, t, r2))
                 terminateds = float(_nk.at(terminateds__a, r1, t, r2))
                 truncateds = float(_nk.at(truncateds__a, r1, t, r2))
-                _e1 = (1.0 if is_last != 0 else _nk.maximum(terminateds, truncateds))
-                G = rewards + _e1*bootstrap_values*gamma*(1.0 - terminateds) + (gamma*(1.0 - _e1)) * G
+                _c0 = (1.0 if is_last != 0 else _nk.maximum(terminateds, truncateds))
+                G = rewards + _c0*bootstrap_values*gamma*(1.0 - terminateds) + (gamma*(1.0 - _c0)) * G
                 returns__a[r1, t, r2] = G
                 st__G__a[r1, t, r2] = G
 

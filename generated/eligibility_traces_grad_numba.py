@@ -48,18 +48,18 @@ def _rows(lo, hi, R2, T, K, S, gradients__a, dones__a, seed_values__a, st__z__a,
             lambda_ = float(_nk.at(lambda___a, r1, r2, t))
             lambda___next = float(_nk.at(lambda___a, r1, r2, _tn))
             st__z__prev = float(_nk.at(st__z__a, r1, r2, _tp))
+            _c0 = 1.0 - (0.0 if is_first != 0 else dones__prev)
+            _c2 = (seed_values if is_first != 0 else st__z__prev)
             g__z = gy__traces + ((0.0 if is_last != 0 else gamma__next*lambda___next*(1.0 - (0.0 if is_first__next != 0 else dones)))) * g__z
-            _e1 = 1.0 - (0.0 if is_first != 0 else dones__prev)
-            _e2 = _e1*g__z*lambda_
-            _e3 = (seed_values if is_first != 0 else st__z__prev)
+            _c1 = _c0*g__z*lambda_
             if STORE_d__gradients:
                 d__gradients__a[r1, r2, t] = g__z
             if STORE_d__seed_values:
-                d__seed_values__a[r1, r2, t] = (_e2*gamma if is_first != 0 else 0.0)
+                d__seed_values__a[r1, r2, t] = (_c1*gamma if is_first != 0 else 0.0)
             if STORE_d__gamma:
-                d__gamma__a[r1, r2, t] = _e2*_e3
+                d__gamma__a[r1, r2, t] = _c1*_c2
             if STORE_d__lambda_:
-                d__lambda___a[r1, r2, t] = _e1*_e3*g__z*gamma
+                d__lambda___a[r1, r2, t] = _c0*_c2*g__z*gamma
 
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
@@ -103,13 +103,13 @@ def _tmajor(lo, hi, R2, T, K, TB, S, gradients__a, dones__a, seed_values__a, st_
                 lambda_ = float(_nk.at(lambda___a, r1, t, r2))
                 lambda___next = float(_nk.at(lambda___a, r1, _tn, r2))
                 st__z__prev = float(_nk.at(st__z__a, r1, _tp, r2))
+                _c0 = 1.0 - (0.0 if is_first != 0 else dones__prev)
+                _c2 = (seed_values if is_first != 0 else st__z__prev)
                 g__z = gy__traces + ((0.0 if is_last != 0 else gamma__next*lambda___next*(1.0 - (0.0 if is_first__next != 0 else dones)))) * g__z
-                _e1 = 1.0 - (0.0 if is_first != 0 else dones__prev)
-                _e2 = _e1*g__z*lambda_
-                _e3 = (seed_values if is_first != 0 else st__z__prev)
+                _c1 = _c0*g__z*lambda_
                 d__gradients__a[r1, t, r2] = g__z
-                d__seed_values__a[r1, t, r2] = (_e2*gamma if is_first != 0 else 0.0)
-                d__gamma__a[r1, t, r2] = _e2*_e3
-                d__lambda___a[r1, t, r2] = _e1*_e3*g__z*gamma
+                d__seed_values__a[r1, t, r2] = (_c1*gamma if is_first != 0 else 0.0)
+                d__gamma__a[r1, t, r2] = _c1*_c2
+                d__lambda___a[r1, t, r2] = _c0*_c2*g__z*gamma
 
                 g__z__c[_j] = g__z

@@ -59,25 +59,26 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, values__a, terminateds__a, truncateds
             truncateds = float(_nk.at(truncateds__a, r1, r2, t))
             truncateds__prev = float(_nk.at(truncateds__a, r1, r2, _tp))
             values__next = float(_nk.at(values__a, r1, r2, _tn))
-            g__A = gy__advantages + gy__returns + ((0.0 if is_first != 0 else gamma__prev*lambda___prev*(1.0 - (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)))) * g__A
-            _e1 = (1.0 if is_last != 0 else 0.0)
-            _e2 = (terminateds if (terminateds >= truncateds) else truncateds)
-            _e3 = (1.0 if is_last != 0 else _e2)
-            _e4 = g__A*(1.0 - terminateds)
-            _e5 = _e4*gamma*(1.0 if _e3 != 0 else 0.0)
-            _e6 = g__A*(1.0 - _e2)*(0.0 if is_last != 0 else st__A__next)
+            _c0 = (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)
+            _c1 = (1.0 if is_last != 0 else 0.0)
+            _c2 = (terminateds if (terminateds >= truncateds) else truncateds)
+            _c3 = (1.0 if is_last != 0 else _c2)
+            g__A = gy__advantages + gy__returns + ((0.0 if is_first != 0 else gamma__prev*lambda___prev*(1.0 - _c0))) * g__A
+            _c4 = g__A*(1.0 - terminateds)
+            _c5 = _c4*gamma*(1.0 if _c3 != 0 else 0.0)
+            _c6 = g__A*(1.0 - _c2)*(0.0 if is_last != 0 else st__A__next)
             if STORE_d__rewards:
                 d__rewards__a[r1, r2, t] = g__A
             if STORE_d__values:
-                d__values__a[r1, r2, t] = gy__returns - g__A + (0.0 if is_first != 0 else g__A__prev*gamma__prev*(1.0 - terminateds__prev)*(0.0 if is_last__prev != 0 else 1.0)*(0.0 if (1.0 if is_last__prev != 0 else (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)) != 0 else 1.0))
+                d__values__a[r1, r2, t] = gy__returns - g__A + (0.0 if is_first != 0 else g__A__prev*gamma__prev*(1.0 - terminateds__prev)*(0.0 if is_last__prev != 0 else 1.0)*(0.0 if (1.0 if is_last__prev != 0 else _c0) != 0 else 1.0))
             if STORE_d__bootstrap_values:
-                d__bootstrap_values__a[r1, r2, t] = _e5*(_e1 + (0.0 if is_last != 0 else 1.0))
+                d__bootstrap_values__a[r1, r2, t] = _c5*(_c1 + (0.0 if is_last != 0 else 1.0))
             if STORE_d__last_value:
-                d__last_value__a[r1, r2, t] = _e1*_e5
+                d__last_value__a[r1, r2, t] = _c1*_c5
             if STORE_d__gamma:
-                d__gamma__a[r1, r2, t] = _e4*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if _e3 != 0 else (0.0 if is_last != 0 else values__next)) + _e6*lambda_
+                d__gamma__a[r1, r2, t] = _c4*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if _c3 != 0 else (0.0 if is_last != 0 else values__next)) + _c6*lambda_
             if STORE_d__lambda_:
-                d__lambda___a[r1, r2, t] = _e6*gamma
+                d__lambda___a[r1, r2, t] = _c6*gamma
 
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
@@ -132,18 +133,19 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, values__a, terminateds__a, trun
                 truncateds = float(_nk.at(truncateds__a, r1, t, r2))
                 truncateds__prev = float(_nk.at(truncateds__a, r1, _tp, r2))
                 values__next = float(_nk.at(values__a, r1, _tn, r2))
-                g__A = gy__advantages + gy__returns + ((0.0 if is_first != 0 else gamma__prev*lambda___prev*(1.0 - (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)))) * g__A
-                _e1 = (1.0 if is_last != 0 else 0.0)
-                _e2 = (terminateds if (terminateds >= truncateds) else truncateds)
-                _e3 = (1.0 if is_last != 0 else _e2)
-                _e4 = g__A*(1.0 - terminateds)
-                _e5 = _e4*gamma*(1.0 if _e3 != 0 else 0.0)
-                _e6 = g__A*(1.0 - _e2)*(0.0 if is_last != 0 else st__A__next)
+                _c0 = (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)
+                _c1 = (1.0 if is_last != 0 else 0.0)
+                _c2 = (terminateds if (terminateds >= truncateds) else truncateds)
+                _c3 = (1.0 if is_last != 0 else _c2)
+                g__A = gy__advantages + gy__returns + ((0.0 if is_first != 0 else gamma__prev*lambda___prev*(1.0 - _c0))) * g__A
+                _c4 = g__A*(1.0 - terminateds)
+                _c5 = _c4*gamma*(1.0 if _c3 != 0 else 0.0)
+                _c6 = g__A*(1.0 - _c2)*(0.0 if is_last != 0 else st__A__next)
                 d__rewards__a[r1, t, r2] = g__A
-                d__values__a[r1, t, r2] = gy__returns - g__A + (0.0 if is_first != 0 else g__A__prev*gamma__prev*(1.0 - terminateds__prev)*(0.0 if is_last__prev != 0 else 1.0)*(0.0 if (1.0 if is_last__prev != 0 else (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)) != 0 else 1.0))
-                d__bootstrap_values__a[r1, t, r2] = _e5*(_e1 + (0.0 if is_last != 0 else 1.0))
-                d__last_value__a[r1, t, r2] = _e1*_e5
-                d__gamma__a[r1, t, r2] = _e4*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if _e3 != 0 else (0.0 if is_last != 0 else values__next)) + _e6*lambda_
-                d__lambda___a[r1, t, r2] = _e6*gamma
+                d__values__a[r1, t, r2] = gy__returns - g__A + (0.0 if is_first != 0 else g__A__prev*gamma__prev*(1.0 - terminateds__prev)*(0.0 if is_last__prev != 0 else 1.0)*(0.0 if (1.0 if is_last__prev != 0 else _c0) != 0 else 1.0))
+                d__bootstrap_values__a[r1, t, r2] = _c5*(_c1 + (0.0 if is_last != 0 else 1.0))
+                d__last_value__a[r1, t, r2] = _c1*_c5
+                d__gamma__a[r1, t, r2] = _c4*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if _c3 != 0 else (0.0 if is_last != 0 else values__next)) + _c6*lambda_
+                d__lambda___a[r1, t, r2] = _c6*gamma
 
                 g__A__c[_j] = g__A

@@ -45,8 +45,8 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, values__a, terminateds__a, truncateds
             truncateds = float(_nk.at(truncateds__a, r1, r2, t))
             values = float(_nk.at(values__a, r1, r2, t))
             values__next = float(_nk.at(values__a, r1, r2, _tn))
-            _e1 = _nk.maximum(terminateds, truncateds)
-            A = rewards - values + gamma*(1.0 - terminateds)*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if (1.0 if is_last != 0 else _e1) != 0 else (0.0 if is_last != 0 else values__next)) + (gamma*lambda_*(1.0 - _e1)) * A
+            _c0 = _nk.maximum(terminateds, truncateds)
+            A = rewards - values + gamma*(1.0 - terminateds)*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if (1.0 if is_last != 0 else _c0) != 0 else (0.0 if is_last != 0 else values__next)) + (gamma*lambda_*(1.0 - _c0)) * A
             if STORE_advantages:
                 advantages__a[r1, r2, t] = A
             if STORE_returns:
@@ -93,8 +93,8 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, values__a, terminateds__a, trun
                 truncateds = float(_nk.at(truncateds__a, r1, t, r2))
                 values = float(_nk.at(values__a, r1, t, r2))
                 values__next = float(_nk.at(values__a, r1, _tn, r2))
-                _e1 = _nk.maximum(terminateds, truncateds)
-                A = rewards - values + gamma*(1.0 - terminateds)*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if (1.0 if is_last != 0 else _e1) != 0 else (0.0 if is_last != 0 else values__next)) + (gamma*lambda_*(1.0 - _e1)) * A
+                _c0 = _nk.maximum(terminateds, truncateds)
+                A = rewards - values + gamma*(1.0 - terminateds)*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if (1.0 if is_last != 0 else _c0) != 0 else (0.0 if is_last != 0 else values__next)) + (gamma*lambda_*(1.0 - _c0)) * A
                 advantages__a[r1, t, r2] = A
                 returns__a[r1, t, r2] = A + values
                 st__A__a[r1, t, r2] = A

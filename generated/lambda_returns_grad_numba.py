@@ -53,26 +53,26 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, next_values__a, terminateds__a, trunc
             terminateds__prev = float(_nk.at(terminateds__a, r1, r2, _tp))
             truncateds = float(_nk.at(truncateds__a, r1, r2, t))
             truncateds__prev = float(_nk.at(truncateds__a, r1, r2, _tp))
+            _c0 = (1.0 if HAS_bootstrap_values else 0.0)*(1.0 if is_last != 0 else truncateds)
+            _c1 = 1.0 - terminateds
+            _c2 = -1.0 + (1.0 if is_last != 0 else (terminateds if (terminateds >= truncateds) else truncateds))
+            _c3 = -_c2
+            _c4 = _c3*lambda_
+            _c8 = (bootstrap_values if _c0 != 0 else next_values)
             g__G = gy__returns + ((0.0 if is_first != 0 else gamma__prev*lambda___prev*(1.0 - (1.0 if is_last__prev != 0 else (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev))))) * g__G
-            _e1 = (1.0 if HAS_bootstrap_values else 0.0)*(1.0 if is_last != 0 else truncateds)
-            _e2 = 1.0 - terminateds
-            _e3 = -1.0 + (1.0 if is_last != 0 else (terminateds if (terminateds >= truncateds) else truncateds))
-            _e4 = -_e3
-            _e5 = _e4*lambda_
-            _e6 = _e2*g__G*(1.0 - _e5)
-            _e7 = _e6*gamma
-            _e8 = g__G*(0.0 if is_last != 0 else st__G__next)
-            _e9 = (bootstrap_values if _e1 != 0 else next_values)
+            _c5 = _c1*g__G*(1.0 - _c4)
+            _c6 = _c5*gamma
+            _c7 = g__G*(0.0 if is_last != 0 else st__G__next)
             if STORE_d__rewards:
                 d__rewards__a[r1, r2, t] = g__G
             if STORE_d__next_values:
-                d__next_values__a[r1, r2, t] = _e7*(0.0 if _e1 != 0 else 1.0)
+                d__next_values__a[r1, r2, t] = _c6*(0.0 if _c0 != 0 else 1.0)
             if STORE_d__bootstrap_values:
-                d__bootstrap_values__a[r1, r2, t] = _e7*(1.0 if _e1 != 0 else 0.0)
+                d__bootstrap_values__a[r1, r2, t] = _c6*(1.0 if _c0 != 0 else 0.0)
             if STORE_d__gamma:
-                d__gamma__a[r1, r2, t] = _e5*_e8 + _e6*_e9
+                d__gamma__a[r1, r2, t] = _c4*_c7 + _c5*_c8
             if STORE_d__lambda_:
-                d__lambda___a[r1, r2, t] = _e4*_e8*gamma + _e2*_e3*_e9*g__G*gamma
+                d__lambda___a[r1, r2, t] = _c3*_c7*gamma + _c1*_c2*_c8*g__G*gamma
 
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
@@ -120,20 +120,20 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, next_values__a, terminateds__a,
                 terminateds__prev = float(_nk.at(terminateds__a, r1, _tp, r2))
                 truncateds = float(_nk.at(truncateds__a, r1, t, r2))
                 truncateds__prev = float(_nk.at(truncateds__a, r1, _tp, r2))
+                _c0 = (1.0 if HAS_bootstrap_values else 0.0)*(1.0 if is_last != 0 else truncateds)
+                _c1 = 1.0 - terminateds
+                _c2 = -1.0 + (1.0 if is_last != 0 else (terminateds if (terminateds >= truncateds) else truncateds))
+                _c3 = -_c2
+                _c4 = _c3*lambda_
+                _c8 = (bootstrap_values if _c0 != 0 else next_values)
                 g__G = gy__returns + ((0.0 if is_first != 0 else gamma__prev*lambda___prev*(1.0 - (1.0 if is_last__prev != 0 else (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev))))) * g__G
-                _e1 = (1.0 if HAS_bootstrap_values else 0.0)*(1.0 if is_last != 0 else truncateds)
-                _e2 = 1.0 - terminateds
-                _e3 = -1.0 + (1.0 if is_last != 0 else (terminateds if (terminateds >= truncateds) else truncateds))
-                _e4 = -_e3
-                _e5 = _e4*lambda_
-                _e6 = _e2*g__G*(1.0 - _e5)
-                _e7 = _e6*gamma
-                _e8 = g__G*(0.0 if is_last != 0 else st__G__next)
-                _e9 = (bootstrap_values if _e1 != 0 else next_values)
+                _c5 = _c1*g__G*(1.0 - _c4)
+                _c6 = _c5*gamma
+                _c7 = g__G*(0.0 if is_last != 0 else st__G__next)
                 d__rewards__a[r1, t, r2] = g__G
-                d__next_values__a[r1, t, r2] = _e7*(0.0 if _e1 != 0 else 1.0)
-                d__bootstrap_values__a[r1, t, r2] = _e7*(1.0 if _e1 != 0 else 0.0)
-                d__gamma__a[r1, t, r2] = _e5*_e8 + _e6*_e9
-                d__lambda___a[r1, t, r2] = _e4*_e8*gamma + _e2*_e3*_e9*g__G*gamma
+                d__next_values__a[r1, t, r2] = _c6*(0.0 if _c0 != 0 else 1.0)
+                d__bootstrap_values__a[r1, t, r2] = _c6*(1.0 if _c0 != 0 else 0.0)
+                d__gamma__a[r1, t, r2] = _c4*_c7 + _c5*_c8
+                d__lambda___a[r1, t, r2] = _c3*_c7*gamma + _c1*_c2*_c8*g__G*gamma
 
                 g__G__c[_j] = g__G

@@ -40,8 +40,8 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, next_values__a, terminateds__a, trunc
             rewards = float(_nk.at(rewards__a, r1, r2, t))
             terminateds = float(_nk.at(terminateds__a, r1, r2, t))
             truncateds = float(_nk.at(truncateds__a, r1, r2, t))
-            _e1 = lambda_*(1.0 - (1.0 if is_last != 0 else _nk.maximum(terminateds, truncateds)))
-            G = rewards + gamma*(1.0 - _e1)*(1.0 - terminateds)*(bootstrap_values if (1.0 if HAS_bootstrap_values else 0.0)*(1.0 if is_last != 0 else truncateds) != 0 else next_values) + (_e1*gamma) * G
+            _c0 = lambda_*(1.0 - (1.0 if is_last != 0 else _nk.maximum(terminateds, truncateds)))
+            G = rewards + gamma*(1.0 - _c0)*(1.0 - terminateds)*(bootstrap_values if (1.0 if HAS_bootstrap_values else 0.0)*(1.0 if is_last != 0 else truncateds) != 0 else next_values) + (_c0*gamma) * G
             if STORE_returns:
                 returns__a[r1, r2, t] = G
             if STORE_st__G:
@@ -80,8 +80,8 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, next_values__a, terminateds__a,
                 rewards = float(_nk.at(rewards__a, r1, t, r2))
                 terminateds = float(_nk.at(terminateds__a, r1, t, r2))
                 truncateds = float(_nk.at(truncateds__a, r1, t, r2))
-                _e1 = lambda_*(1.0 - (1.0 if is_last != 0 else _nk.maximum(terminateds, truncateds)))
-                G = rewards + gamma*(1.0 - _e1)*(1.0 - terminateds)*(bootstrap_values if (1.0 if HAS_bootstrap_values else 0.0)*(1.0 if is_last != 0 else truncateds) != 0 else next_values) + (_e1*gamma) * G
+                _c0 = lambda_*(1.0 - (1.0 if is_last != 0 else _nk.maximum(terminateds, truncateds)))
+                G = rewards + gamma*(1.0 - _c0)*(1.0 - terminateds)*(bootstrap_values if (1.0 if HAS_bootstrap_values else 0.0)*(1.0 if is_last != 0 else truncateds) != 0 else next_values) + (_c0*gamma) * G
                 returns__a[r1, t, r2] = G
                 st__G__a[r1, t, r2] = G
 

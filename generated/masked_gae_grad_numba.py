@@ -51,18 +51,19 @@ def _rows(lo, hi, R2, T, K, S, token_level_rewards__a, values__a, response_mask_
             response_mask__prev = float(_nk.at(response_mask__a, r1, r2, _tp))
             st__A__next = float(_nk.at(st__A__a, r1, r2, _tn))
             st__nv__next = float(_nk.at(st__nv__a, r1, r2, _tn))
-            g__A = gy__advantages + gy__returns + ((0.0 if is_first != 0 else 1.0 - response_mask__prev + gamma__prev*lambda___prev*response_mask__prev)) * g__A
-            g__nv = (0.0 if is_first != 0 else g__A__prev*gamma__prev*response_mask__prev*(0.0 if is_last__prev != 0 else 1.0)) + ((0.0 if is_first != 0 else 1.0 - response_mask__prev)) * g__nv
-            _e1 = g__A*response_mask
-            _e2 = _e1*(0.0 if is_last != 0 else st__A__next)
+            _c0 = gamma__prev*response_mask__prev
+            g__A = gy__advantages + gy__returns + ((0.0 if is_first != 0 else 1.0 - response_mask__prev + _c0*lambda___prev)) * g__A
+            _c1 = g__A*response_mask
+            _c2 = _c1*(0.0 if is_last != 0 else st__A__next)
+            g__nv = (0.0 if is_first != 0 else _c0*g__A__prev*(0.0 if is_last__prev != 0 else 1.0)) + ((0.0 if is_first != 0 else 1.0 - response_mask__prev)) * g__nv
             if STORE_d__token_level_rewards:
-                d__token_level_rewards__a[r1, r2, t] = _e1
+                d__token_level_rewards__a[r1, r2, t] = _c1
             if STORE_d__values:
-                d__values__a[r1, r2, t] = gy__returns - _e1 + g__nv*response_mask
+                d__values__a[r1, r2, t] = gy__returns - _c1 + g__nv*response_mask
             if STORE_d__gamma:
-                d__gamma__a[r1, r2, t] = _e1*(0.0 if is_last != 0 else st__nv__next) + _e2*lambda_
+                d__gamma__a[r1, r2, t] = _c1*(0.0 if is_last != 0 else st__nv__next) + _c2*lambda_
             if STORE_d__lambda_:
-                d__lambda___a[r1, r2, t] = _e2*gamma
+                d__lambda___a[r1, r2, t] = _c2*gamma
 
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
@@ -111,14 +112,15 @@ def _tmajor(lo, hi, R2, T, K, TB, S, token_level_rewards__a, values__a, response
                 response_mask__prev = float(_nk.at(response_mask__a, r1, _tp, r2))
                 st__A__next = float(_nk.at(st__A__a, r1, _tn, r2))
                 st__nv__next = float(_nk.at(st__nv__a, r1, _tn, r2))
-                g__A = gy__advantages + gy__returns + ((0.0 if is_first != 0 else 1.0 - response_mask__prev + gamma__prev*lambda___prev*response_mask__prev)) * g__A
-                g__nv = (0.0 if is_first != 0 else g__A__prev*gamma__prev*response_mask__prev*(0.0 if is_last__prev != 0 else 1.0)) + ((0.0 if is_first != 0 else 1.0 - response_mask__prev)) * g__nv
-                _e1 = g__A*response_mask
-                _e2 = _e1*(0.0 if is_last != 0 else st__A__next)
-                d__token_level_rewards__a[r1, t, r2] = _e1
-                d__values__a[r1, t, r2] = gy__returns - _e1 + g__nv*response_mask
-                d__gamma__a[r1, t, r2] = _e1*(0.0 if is_last != 0 else st__nv__next) + _e2*lambda_
-                d__lambda___a[r1, t, r2] = _e2*gamma
+                _c0 = gamma__prev*response_mask__prev
+                g__A = gy__advantages + gy__returns + ((0.0 if is_first != 0 else 1.0 - response_mask__prev + _c0*lambda___prev)) * g__A
+                _c1 = g__A*response_mask
+                _c2 = _c1*(0.0 if is_last != 0 else st__A__next)
+                g__nv = (0.0 if is_first != 0 else _c0*g__A__prev*(0.0 if is_last__prev != 0 else 1.0)) + ((0.0 if is_first != 0 else 1.0 - response_mask__prev)) * g__nv
+                d__token_level_rewards__a[r1, t, r2] = _c1
+                d__values__a[r1, t, r2] = gy__returns - _c1 + g__nv*response_mask
+                d__gamma__a[r1, t, r2] = _c1*(0.0 if is_last != 0 else st__nv__next) + _c2*lambda_
+                d__lambda___a[r1, t, r2] = _c2*gamma
 
                 g__A__c[_j] = g__A
                 g__nv__c[_j] = g__nv

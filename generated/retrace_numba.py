@@ -55,11 +55,14 @@ def _rows(lo, hi, R2, T, K, S, action_probs_target__a, action_probs_behavior__a,
                 next_action_probs_target__k = float(_nk.atk(next_action_probs_target__a, r1, r2, t, _k))
                 next_q_values_all__k = float(_nk.atk(next_q_values_all__a, r1, r2, t, _k))
                 _sum0 += next_action_probs_target__k*next_q_values_all__k
-            A = rewards - q_values + _sum0*gamma*(1.0 - terminateds) + (gamma*(1.0 - _nk.maximum(terminateds, truncateds))*(0.0 if is_last != 0 else lambda___next*_nk.minimum(c_bar__next, _gather0/action_probs_behavior__next))) * A
+            _c0 = gamma*(1.0 - terminateds)
+            _c1 = rewards - q_values
+            _c2 = _nk.maximum(terminateds, truncateds)
+            A = _c1 + _c0*_sum0 + (gamma*(1.0 - _c2)*(0.0 if is_last != 0 else lambda___next*_nk.minimum(c_bar__next, _gather0/action_probs_behavior__next))) * A
             if STORE_targets:
                 targets__a[r1, r2, t] = A + q_values
             if STORE_advantages:
-                advantages__a[r1, r2, t] = (rewards - q_values + gamma*(1.0 - terminateds)*(_sum0 if (1.0 if is_last != 0 else _nk.maximum(terminateds, truncateds)) != 0 else (0.0 if is_last != 0 else A__next) + (0.0 if is_last != 0 else q_values__next)))*_nk.minimum(rho_bar, _gather1/action_probs_behavior)
+                advantages__a[r1, r2, t] = (_c1 + _c0*(_sum0 if (1.0 if is_last != 0 else _c2) != 0 else (0.0 if is_last != 0 else A__next) + (0.0 if is_last != 0 else q_values__next)))*_nk.minimum(rho_bar, _gather1/action_probs_behavior)
             if STORE_st__A:
                 st__A__a[r1, r2, t] = A
 
@@ -111,9 +114,12 @@ def _tmajor(lo, hi, R2, T, K, TB, S, action_probs_target__a, action_probs_behavi
                     next_action_probs_target__k = float(_nk.atk(next_action_probs_target__a, r1, t, r2, _k))
                     next_q_values_all__k = float(_nk.atk(next_q_values_all__a, r1, t, r2, _k))
                     _sum0 += next_action_probs_target__k*next_q_values_all__k
-                A = rewards - q_values + _sum0*gamma*(1.0 - terminateds) + (gamma*(1.0 - _nk.maximum(terminateds, truncateds))*(0.0 if is_last != 0 else lambda___next*_nk.minimum(c_bar__next, _gather0/action_probs_behavior__next))) * A
+                _c0 = gamma*(1.0 - terminateds)
+                _c1 = rewards - q_values
+                _c2 = _nk.maximum(terminateds, truncateds)
+                A = _c1 + _c0*_sum0 + (gamma*(1.0 - _c2)*(0.0 if is_last != 0 else lambda___next*_nk.minimum(c_bar__next, _gather0/action_probs_behavior__next))) * A
                 targets__a[r1, t, r2] = A + q_values
-                advantages__a[r1, t, r2] = (rewards - q_values + gamma*(1.0 - terminateds)*(_sum0 if (1.0 if is_last != 0 else _nk.maximum(terminateds, truncateds)) != 0 else (0.0 if is_last != 0 else A__next) + (0.0 if is_last != 0 else q_values__next)))*_nk.minimum(rho_bar, _gather1/action_probs_behavior)
+                advantages__a[r1, t, r2] = (_c1 + _c0*(_sum0 if (1.0 if is_last != 0 else _c2) != 0 else (0.0 if is_last != 0 else A__next) + (0.0 if is_last != 0 else q_values__next)))*_nk.minimum(rho_bar, _gather1/action_probs_behavior)
                 st__A__a[r1, t, r2] = A
 
                 A__c[_j] = A

@@ -77,65 +77,65 @@ def _rows(lo, hi, R2, T, K, S, log_pi_target__a, log_pi_behavior__a, values__a, 
             truncateds__prev = float(_nk.at(truncateds__a, r1, r2, _tp))
             values = float(_nk.at(values__a, r1, r2, t))
             values__next = float(_nk.at(values__a, r1, r2, _tn))
-            _e1 = np.exp(log_pi_target__prev - log_pi_behavior__prev)
-            _e2 = (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)
-            _e3 = gamma__prev*lambda___prev
-            g__A = gy__targets + (0.0 if is_first != 0 else _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*(0.0 if is_last__prev != 0 else 1.0)*(pg_rho_bar__prev if (pg_rho_bar__prev <= _e1) else _e1)*(0.0 if (1.0 if is_last__prev != 0 else _e2) != 0 else 1.0)) + ((0.0 if is_first != 0 else _e3*(1.0 - _e2)*(c_bar__prev if (c_bar__prev <= _e1) else _e1))) * g__A
-            _e4 = np.exp(log_pi_target - log_pi_behavior)
-            _e5 = (rho_bar <= _e4)
-            _e6 = (terminateds if (terminateds >= truncateds) else truncateds)
-            _e7 = (1.0 if is_last != 0 else _e6)
-            _e8 = (bootstrap_values + last_value if is_last != 0 else bootstrap_values)
-            _e9 = (0.0 if is_last != 0 else values__next)
-            _e10 = (_e8 if _e7 != 0 else _e9)
-            _e11 = 1.0 - terminateds
-            _e12 = _e11*gamma
-            _e13 = rewards - values
-            _e14 = g__A*(_e13 + _e10*_e12)
-            _e15 = (pg_rho_bar <= _e4)
-            _e16 = (_e8 if _e7 != 0 else _e9 + (0.0 if is_last != 0 else st__A__next))
-            _e17 = 1.0 - lambda_
-            _e18 = _e10*_e17 + _e16*lambda_
-            _e19 = gy__pg_advantages*(_e13 + _e12*_e18)
-            _e20 = (c_bar <= _e4)
-            _e21 = 1.0 - _e6
-            _e22 = (0.0 if is_last != 0 else st__A__next)
-            _e23 = _e21*_e22*g__A*gamma*lambda_
-            _e24 = _e14*_e4*(0.0 if _e5 != 0 else 1.0) + _e19*_e4*(0.0 if _e15 != 0 else 1.0) + _e23*_e4*(0.0 if _e20 != 0 else 1.0)
-            _e25 = g__A*(rho_bar if _e5 != 0 else _e4)
-            _e26 = gy__pg_advantages*(pg_rho_bar if _e15 != 0 else _e4)
-            _e27 = (0.0 if is_last__prev != 0 else 1.0)*(0.0 if (1.0 if is_last__prev != 0 else (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)) != 0 else 1.0)
-            _e28 = np.exp(log_pi_target__prev - log_pi_behavior__prev)
-            _e29 = gamma__prev*(1.0 - terminateds__prev)
-            _e30 = (1.0 if is_last != 0 else 0.0)
-            _e31 = (1.0 if _e7 != 0 else 0.0)
-            _e32 = _e31*(_e30 + (0.0 if is_last != 0 else 1.0))
-            _e33 = _e12*_e26
-            _e34 = _e12*_e25
-            _e35 = _e30*_e31
-            _e36 = _e21*_e22*g__A*(c_bar if _e20 != 0 else _e4)
+            _c0 = (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)
+            _c1 = (0.0 if is_last__prev != 0 else 1.0)*(0.0 if (1.0 if is_last__prev != 0 else _c0) != 0 else 1.0)
+            _c2 = _c1*lambda___prev
+            _c3 = np.exp(log_pi_target__prev - log_pi_behavior__prev)
+            _c4 = gamma__prev*(1.0 - terminateds__prev)
+            _c5 = _c4*gy__pg_advantages__prev*(pg_rho_bar__prev if (pg_rho_bar__prev <= _c3) else _c3)
+            _c6 = np.exp(log_pi_target - log_pi_behavior)
+            _c7 = (rho_bar <= _c6)
+            _c8 = (terminateds if (terminateds >= truncateds) else truncateds)
+            _c9 = (1.0 if is_last != 0 else _c8)
+            _c10 = (bootstrap_values + last_value if is_last != 0 else bootstrap_values)
+            _c11 = (0.0 if is_last != 0 else values__next)
+            _c12 = (_c10 if _c9 != 0 else _c11)
+            _c13 = 1.0 - terminateds
+            _c14 = _c13*gamma
+            _c15 = rewards - values
+            _c17 = (pg_rho_bar <= _c6)
+            _c18 = (_c10 if _c9 != 0 else _c11 + (0.0 if is_last != 0 else st__A__next))
+            _c19 = 1.0 - lambda_
+            _c20 = _c12*_c19 + _c18*lambda_
+            _c21 = gy__pg_advantages*(_c15 + _c14*_c20)
+            _c22 = (c_bar <= _c6)
+            _c23 = 1.0 - _c8
+            _c24 = (0.0 if is_last != 0 else st__A__next)
+            _c28 = gy__pg_advantages*(pg_rho_bar if _c17 != 0 else _c6)
+            _c29 = (1.0 if is_last != 0 else 0.0)
+            _c30 = (1.0 if _c9 != 0 else 0.0)
+            _c31 = _c30*(_c29 + (0.0 if is_last != 0 else 1.0))
+            _c32 = _c14*_c28
+            _c34 = _c29*_c30
+            g__A = gy__targets + (0.0 if is_first != 0 else _c2*_c5) + ((0.0 if is_first != 0 else gamma__prev*lambda___prev*(1.0 - _c0)*(c_bar__prev if (c_bar__prev <= _c3) else _c3))) * g__A
+            _c16 = g__A*(_c15 + _c12*_c14)
+            _c25 = _c23*_c24*g__A*gamma*lambda_
+            _c26 = _c16*_c6*(0.0 if _c7 != 0 else 1.0) + _c21*_c6*(0.0 if _c17 != 0 else 1.0) + _c25*_c6*(0.0 if _c22 != 0 else 1.0)
+            _c27 = g__A*(rho_bar if _c7 != 0 else _c6)
+            _c33 = _c14*_c27
+            _c35 = _c23*_c24*g__A*(c_bar if _c22 != 0 else _c6)
             if STORE_d__log_pi_target:
-                d__log_pi_target__a[r1, r2, t] = _e24
+                d__log_pi_target__a[r1, r2, t] = _c26
             if STORE_d__log_pi_behavior:
-                d__log_pi_behavior__a[r1, r2, t] = -_e24
+                d__log_pi_behavior__a[r1, r2, t] = -_c26
             if STORE_d__values:
-                d__values__a[r1, r2, t] = gy__targets - _e25 - _e26 + (0.0 if is_first != 0 else _e27*_e29*g__A__prev*(rho_bar__prev if (rho_bar__prev <= _e28) else _e28)) + (0.0 if is_first != 0 else _e29*gy__pg_advantages__prev*(_e27*lambda___prev + _e27*(1.0 - lambda___prev))*(pg_rho_bar__prev if (pg_rho_bar__prev <= _e28) else _e28))
+                d__values__a[r1, r2, t] = gy__targets - _c27 - _c28 + (0.0 if is_first != 0 else _c5*(_c2 + _c1*(1.0 - lambda___prev))) + (0.0 if is_first != 0 else _c1*_c4*g__A__prev*(rho_bar__prev if (rho_bar__prev <= _c3) else _c3))
             if STORE_d__rewards:
-                d__rewards__a[r1, r2, t] = _e25 + _e26
+                d__rewards__a[r1, r2, t] = _c27 + _c28
             if STORE_d__bootstrap_values:
-                d__bootstrap_values__a[r1, r2, t] = _e32*_e34 + _e33*(_e17*_e32 + _e32*lambda_)
+                d__bootstrap_values__a[r1, r2, t] = _c31*_c33 + _c32*(_c19*_c31 + _c31*lambda_)
             if STORE_d__last_value:
-                d__last_value__a[r1, r2, t] = _e33*(_e17*_e35 + _e35*lambda_) + _e34*_e35
+                d__last_value__a[r1, r2, t] = _c32*(_c19*_c34 + _c34*lambda_) + _c33*_c34
             if STORE_d__gamma:
-                d__gamma__a[r1, r2, t] = _e36*lambda_ + _e10*_e11*_e25 + _e11*_e18*_e26
+                d__gamma__a[r1, r2, t] = _c35*lambda_ + _c12*_c13*_c27 + _c13*_c20*_c28
             if STORE_d__rho_bar:
-                d__rho_bar__a[r1, r2, t] = _e14*(1.0 if _e5 != 0 else 0.0)
+                d__rho_bar__a[r1, r2, t] = _c16*(1.0 if _c7 != 0 else 0.0)
             if STORE_d__c_bar:
-                d__c_bar__a[r1, r2, t] = _e23*(1.0 if _e20 != 0 else 0.0)
+                d__c_bar__a[r1, r2, t] = _c25*(1.0 if _c22 != 0 else 0.0)
             if STORE_d__lambda_:
-                d__lambda___a[r1, r2, t] = _e33*(_e16 - _e10) + _e36*gamma
+                d__lambda___a[r1, r2, t] = _c32*(_c18 - _c12) + _c35*gamma
             if STORE_d__pg_rho_bar:
-                d__pg_rho_bar__a[r1, r2, t] = _e19*(1.0 if _e15 != 0 else 0.0)
+                d__pg_rho_bar__a[r1, r2, t] = _c21*(1.0 if _c17 != 0 else 0.0)
 
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
@@ -208,53 +208,53 @@ def _tmajor(lo, hi, R2, T, K, TB, S, log_pi_target__a, log_pi_behavior__a, value
                 truncateds__prev = float(_nk.at(truncateds__a, r1, _tp, r2))
                 values = float(_nk.at(values__a, r1, t, r2))
                 values__next = float(_nk.at(values__a, r1, _tn, r2))
-                _e1 = np.exp(log_pi_target__prev - log_pi_behavior__prev)
-                _e2 = (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)
-                _e3 = gamma__prev*lambda___prev
-                g__A = gy__targets + (0.0 if is_first != 0 else _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*(0.0 if is_last__prev != 0 else 1.0)*(pg_rho_bar__prev if (pg_rho_bar__prev <= _e1) else _e1)*(0.0 if (1.0 if is_last__prev != 0 else _e2) != 0 else 1.0)) + ((0.0 if is_first != 0 else _e3*(1.0 - _e2)*(c_bar__prev if (c_bar__prev <= _e1) else _e1))) * g__A
-                _e4 = np.exp(log_pi_target - log_pi_behavior)
-                _e5 = (rho_bar <= _e4)
-                _e6 = (terminateds if (terminateds >= truncateds) else truncateds)
-                _e7 = (1.0 if is_last != 0 else _e6)
-                _e8 = (bootstrap_values + last_value if is_last != 0 else bootstrap_values)
-                _e9 = (0.0 if is_last != 0 else values__next)
-                _e10 = (_e8 if _e7 != 0 else _e9)
-                _e11 = 1.0 - terminateds
-                _e12 = _e11*gamma
-                _e13 = rewards - values
-                _e14 = g__A*(_e13 + _e10*_e12)
-                _e15 = (pg_rho_bar <= _e4)
-                _e16 = (_e8 if _e7 != 0 else _e9 + (0.0 if is_last != 0 else st__A__next))
-                _e17 = 1.0 - lambda_
-                _e18 = _e10*_e17 + _e16*lambda_
-                _e19 = gy__pg_advantages*(_e13 + _e12*_e18)
-                _e20 = (c_bar <= _e4)
-                _e21 = 1.0 - _e6
-                _e22 = (0.0 if is_last != 0 else st__A__next)
-                _e23 = _e21*_e22*g__A*gamma*lambda_
-                _e24 = _e14*_e4*(0.0 if _e5 != 0 else 1.0) + _e19*_e4*(0.0 if _e15 != 0 else 1.0) + _e23*_e4*(0.0 if _e20 != 0 else 1.0)
-                _e25 = g__A*(rho_bar if _e5 != 0 else _e4)
-                _e26 = gy__pg_advantages*(pg_rho_bar if _e15 != 0 else _e4)
-                _e27 = (0.0 if is_last__prev != 0 else 1.0)*(0.0 if (1.0 if is_last__prev != 0 else (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)) != 0 else 1.0)
-                _e28 = np.exp(log_pi_target__prev - log_pi_behavior__prev)
-                _e29 = gamma__prev*(1.0 - terminateds__prev)
-                _e30 = (1.0 if is_last != 0 else 0.0)
-                _e31 = (1.0 if _e7 != 0 else 0.0)
-                _e32 = _e31*(_e30 + (0.0 if is_last != 0 else 1.0))
-                _e33 = _e12*_e26
-                _e34 = _e12*_e25
-                _e35 = _e30*_e31
-                _e36 = _e21*_e22*g__A*(c_bar if _e20 != 0 else _e4)
-                d__log_pi_target__a[r1, t, r2] = _e24
-                d__log_pi_behavior__a[r1, t, r2] = -_e24
-                d__values__a[r1, t, r2] = gy__targets - _e25 - _e26 + (0.0 if is_first != 0 else _e27*_e29*g__A__prev*(rho_bar__prev if (rho_bar__prev <= _e28) else _e28)) + (0.0 if is_first != 0 else _e29*gy__pg_advantages__prev*(_e27*lambda___prev + _e27*(1.0 - lambda___prev))*(pg_rho_bar__prev if (pg_rho_bar__prev <= _e28) else _e28))
-                d__rewards__a[r1, t, r2] = _e25 + _e26
-                d__bootstrap_values__a[r1, t, r2] = _e32*_e34 + _e33*(_e17*_e32 + _e32*lambda_)
-                d__last_value__a[r1, t, r2] = _e33*(_e17*_e35 + _e35*lambda_) + _e34*_e35
-                d__gamma__a[r1, t, r2] = _e36*lambda_ + _e10*_e11*_e25 + _e11*_e18*_e26
-                d__rho_bar__a[r1, t, r2] = _e14*(1.0 if _e5 != 0 else 0.0)
-                d__c_bar__a[r1, t, r2] = _e23*(1.0 if _e20 != 0 else 0.0)
-                d__lambda___a[r1, t, r2] = _e33*(_e16 - _e10) + _e36*gamma
-                d__pg_rho_bar__a[r1, t, r2] = _e19*(1.0 if _e15 != 0 else 0.0)
+                _c0 = (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)
+                _c1 = (0.0 if is_last__prev != 0 else 1.0)*(0.0 if (1.0 if is_last__prev != 0 else _c0) != 0 else 1.0)
+                _c2 = _c1*lambda___prev
+                _c3 = np.exp(log_pi_target__prev - log_pi_behavior__prev)
+                _c4 = gamma__prev*(1.0 - terminateds__prev)
+                _c5 = _c4*gy__pg_advantages__prev*(pg_rho_bar__prev if (pg_rho_bar__prev <= _c3) else _c3)
+                _c6 = np.exp(log_pi_target - log_pi_behavior)
+                _c7 = (rho_bar <= _c6)
+                _c8 = (terminateds if (terminateds >= truncateds) else truncateds)
+                _c9 = (1.0 if is_last != 0 else _c8)
+                _c10 = (bootstrap_values + last_value if is_last != 0 else bootstrap_values)
+                _c11 = (0.0 if is_last != 0 else values__next)
+                _c12 = (_c10 if _c9 != 0 else _c11)
+                _c13 = 1.0 - terminateds
+                _c14 = _c13*gamma
+                _c15 = rewards - values
+                _c17 = (pg_rho_bar <= _c6)
+                _c18 = (_c10 if _c9 != 0 else _c11 + (0.0 if is_last != 0 else st__A__next))
+                _c19 = 1.0 - lambda_
+                _c20 = _c12*_c19 + _c18*lambda_
+                _c21 = gy__pg_advantages*(_c15 + _c14*_c20)
+                _c22 = (c_bar <= _c6)
+                _c23 = 1.0 - _c8
+                _c24 = (0.0 if is_last != 0 else st__A__next)
+                _c28 = gy__pg_advantages*(pg_rho_bar if _c17 != 0 else _c6)
+                _c29 = (1.0 if is_last != 0 else 0.0)
+                _c30 = (1.0 if _c9 != 0 else 0.0)
+                _c31 = _c30*(_c29 + (0.0 if is_last != 0 else 1.0))
+                _c32 = _c14*_c28
+                _c34 = _c29*_c30
+                g__A = gy__targets + (0.0 if is_first != 0 else _c2*_c5) + ((0.0 if is_first != 0 else gamma__prev*lambda___prev*(1.0 - _c0)*(c_bar__prev if (c_bar__prev <= _c3) else _c3))) * g__A
+                _c16 = g__A*(_c15 + _c12*_c14)
+                _c25 = _c23*_c24*g__A*gamma*lambda_
+                _c26 = _c16*_c6*(0.0 if _c7 != 0 else 1.0) + _c21*_c6*(0.0 if _c17 != 0 else 1.0) + _c25*_c6*(0.0 if _c22 != 0 else 1.0)
+                _c27 = g__A*(rho_bar if _c7 != 0 else _c6)
+                _c33 = _c14*_c27
+                _c35 = _c23*_c24*g__A*(c_bar if _c22 != 0 else _c6)
+                d__log_pi_target__a[r1, t, r2] = _c26
+                d__log_pi_behavior__a[r1, t, r2] = -_c26
+                d__values__a[r1, t, r2] = gy__targets - _c27 - _c28 + (0.0 if is_first != 0 else _c5*(_c2 + _c1*(1.0 - lambda___prev))) + (0.0 if is_first != 0 else _c1*_c4*g__A__prev*(rho_bar__prev if (rho_bar__prev <= _c3) else _c3))
+                d__rewards__a[r1, t, r2] = _c27 + _c28
+                d__bootstrap_values__a[r1, t, r2] = _c31*_c33 + _c32*(_c19*_c31 + _c31*lambda_)
+                d__last_value__a[r1, t, r2] = _c32*(_c19*_c34 + _c34*lambda_) + _c33*_c34
+                d__gamma__a[r1, t, r2] = _c35*lambda_ + _c12*_c13*_c27 + _c13*_c20*_c28
+                d__rho_bar__a[r1, t, r2] = _c16*(1.0 if _c7 != 0 else 0.0)
+                d__c_bar__a[r1, t, r2] = _c25*(1.0 if _c22 != 0 else 0.0)
+                d__lambda___a[r1, t, r2] = _c32*(_c18 - _c12) + _c35*gamma
+                d__pg_rho_bar__a[r1, t, r2] = _c21*(1.0 if _c17 != 0 else 0.0)
 
                 g__A__c[_j] = g__A

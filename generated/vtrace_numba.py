@@ -51,16 +51,19 @@ def _rows(lo, hi, R2, T, K, S, log_pi_target__a, log_pi_behavior__a, values__a, 
             truncateds = float(_nk.at(truncateds__a, r1, r2, t))
             values = float(_nk.at(values__a, r1, r2, t))
             values__next = float(_nk.at(values__a, r1, r2, _tn))
-            _e1 = _nk.maximum(terminateds, truncateds)
-            _e2 = np.exp(log_pi_target - log_pi_behavior)
-            A = (rewards - values + gamma*(1.0 - terminateds)*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if (1.0 if is_last != 0 else _e1) != 0 else (0.0 if is_last != 0 else values__next)))*_nk.minimum(_e2, rho_bar) + (gamma*lambda_*(1.0 - _e1)*_nk.minimum(_e2, c_bar)) * A
-            _e3 = (1.0 if is_last != 0 else _nk.maximum(terminateds, truncateds))
-            _e4 = (bootstrap_values + last_value if is_last != 0 else bootstrap_values)
-            _e5 = (0.0 if is_last != 0 else values__next)
+            _c0 = _nk.maximum(terminateds, truncateds)
+            _c1 = (1.0 if is_last != 0 else _c0)
+            _c2 = (bootstrap_values + last_value if is_last != 0 else bootstrap_values)
+            _c3 = (0.0 if is_last != 0 else values__next)
+            _c4 = (_c2 if _c1 != 0 else _c3)
+            _c5 = gamma*(1.0 - terminateds)
+            _c6 = rewards - values
+            _c7 = np.exp(log_pi_target - log_pi_behavior)
+            A = (_c6 + _c4*_c5)*_nk.minimum(_c7, rho_bar) + (gamma*lambda_*(1.0 - _c0)*_nk.minimum(_c7, c_bar)) * A
             if STORE_targets:
                 targets__a[r1, r2, t] = A + values
             if STORE_pg_advantages:
-                pg_advantages__a[r1, r2, t] = (rewards - values + gamma*(1.0 - terminateds)*(lambda_*(_e4 if _e3 != 0 else _e5 + (0.0 if is_last != 0 else A__next)) + (1.0 - lambda_)*(_e4 if _e3 != 0 else _e5)))*_nk.minimum(pg_rho_bar, np.exp(log_pi_target - log_pi_behavior))
+                pg_advantages__a[r1, r2, t] = (_c6 + _c5*(_c4*(1.0 - lambda_) + lambda_*(_c2 if _c1 != 0 else _c3 + (0.0 if is_last != 0 else A__next))))*_nk.minimum(_c7, pg_rho_bar)
             if STORE_st__A:
                 st__A__a[r1, r2, t] = A
 
@@ -109,14 +112,17 @@ def _tmajor(lo, hi, R2, T, K, TB, S, log_pi_target__a, log_pi_behavior__a, value
                 truncateds = float(_nk.at(truncateds__a, r1, t, r2))
                 values = float(_nk.at(values__a, r1, t, r2))
                 values__next = float(_nk.at(values__a, r1, _tn, r2))
-                _e1 = _nk.maximum(terminateds, truncateds)
-                _e2 = np.exp(log_pi_target - log_pi_behavior)
-                A = (rewards - values + gamma*(1.0 - terminateds)*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if (1.0 if is_last != 0 else _e1) != 0 else (0.0 if is_last != 0 else values__next)))*_nk.minimum(_e2, rho_bar) + (gamma*lambda_*(1.0 - _e1)*_nk.minimum(_e2, c_bar)) * A
-                _e3 = (1.0 if is_last != 0 else _nk.maximum(terminateds, truncateds))
-                _e4 = (bootstrap_values + last_value if is_last != 0 else bootstrap_values)
-                _e5 = (0.0 if is_last != 0 else values__next)
+                _c0 = _nk.maximum(terminateds, truncateds)
+                _c1 = (1.0 if is_last != 0 else _c0)
+                _c2 = (bootstrap_values + last_value if is_last != 0 else bootstrap_values)
+                _c3 = (0.0 if is_last != 0 else values__next)
+                _c4 = (_c2 if _c1 != 0 else _c3)
+                _c5 = gamma*(1.0 - terminateds)
+                _c6 = rewards - values
+                _c7 = np.exp(log_pi_target - log_pi_behavior)
+                A = (_c6 + _c4*_c5)*_nk.minimum(_c7, rho_bar) + (gamma*lambda_*(1.0 - _c0)*_nk.minimum(_c7, c_bar)) * A
                 targets__a[r1, t, r2] = A + values
-                pg_advantages__a[r1, t, r2] = (rewards - values + gamma*(1.0 - terminateds)*(lambda_*(_e4 if _e3 != 0 else _e5 + (0.0 if is_last != 0 else A__next)) + (1.0 - lambda_)*(_e4 if _e3 != 0 else _e5)))*_nk.minimum(pg_rho_bar, np.exp(log_pi_target - log_pi_behavior))
+                pg_advantages__a[r1, t, r2] = (_c6 + _c5*(_c4*(1.0 - lambda_) + lambda_*(_c2 if _c1 != 0 else _c3 + (0.0 if is_last != 0 else A__next))))*_nk.minimum(_c7, pg_rho_bar)
                 st__A__a[r1, t, r2] = A
 
                 A__c[_j] = A

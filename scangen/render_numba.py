@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace as NS
 
+import sympy
+
 from .plan import Block, Plan, split_sym
 from .printers import NumbaPrinter, print_expr
 
@@ -96,12 +98,7 @@ def _step(plan: Plan, table: dict, order: str, guarded: bool) -> NS:
         kk.update({v: v for v, _ in sp.block.assigns})
         sums.append(NS(var=sp.var, loads=k_loads, assigns=_assigns(sp.block, kk, spec),
                        summand=print_expr(NumbaPrinter, sp.block.results[0][1], kk, spec)))
-    scans = []
-    for s in plan.scans:
-        res = dict(s.block.results)
-        scans.append(NS(name=s.name, assigns=_assigns(s.block, table, spec),
-                        alpha=print_expr(NumbaPrinter, res["alpha"], table, spec),
-                        beta=print_expr(NumbaPrinter, res["beta"], table, spec)))
+    scans, out_assigns, out_exprs = _one_cse(plan, table)
     times = []
     for shift in sorted(shifts - {""}, key=lambda s: OFFSETS[s]):
         off = OFFSETS[shift]
@@ -111,9 +108,59 @@ def _step(plan: Plan, table: dict, order: str, guarded: bool) -> NS:
              for s in plan.scans if s.shifted]
     outputs = [NS(name=o, code=print_expr(NumbaPrinter, e, table, spec),
                   at=order.format(t="t"), guard=f"STORE_{o}" if guarded else "")
-               for o, e in plan.outputs.results]
+               for o, e in out_exprs]
     return NS(row_loads=row_loads, saved=saved, times=times, loads=loads, sums=sums,
-              scans=scans, out_assigns=_assigns(plan.outputs, table, spec), outputs=outputs)
+              scans=scans, out_assigns=out_assigns, outputs=outputs)
+
+
+def _one_cse(plan: Plan, table: dict):
+    """The scans' updates and the outputs of one step with their common subexpressions taken
+    once over the whole step (the plan takes them per block, which suits the GPU's separate
+    passes; a sequential step holds every value at once: V-trace's ratio exp(...) is then
+    computed once, not twice). A temporary that reads a scan's state is emitted after that
+    scan's update; the states always mean their value at step t, as in the spec.
+
+    Returns (scans: [NS(name, assigns, alpha, beta)], the remaining assigns, [(output, expr)])."""
+    spec = plan.ir.name
+    results = []
+    for s in plan.scans:
+        res = dict(_inlined(s.block))
+        results += [res["alpha"], res["beta"]]
+    outs = _inlined(plan.outputs)
+    temps, reduced = sympy.cse(results + [e for _, e in outs], optimizations=None, order="none",
+                               symbols=sympy.numbered_symbols("_c"))
+    states = {s.name for s in plan.scans}
+    names_of_temps = {v.name for v, _ in temps}
+    pending, done, updated = list(temps), set(), set()
+
+    def ready():
+        out = []
+        for v, e in list(pending):
+            names = {x.name for x in e.free_symbols}
+            if (names & states) <= updated and (names & names_of_temps) <= done:
+                out.append(f"{v} = {print_expr(NumbaPrinter, e, table, spec)}")
+                done.add(v.name)
+                pending.remove((v, e))
+        return out
+
+    scans = []
+    for k, s in enumerate(plan.scans):
+        alpha, beta = reduced[2 * k], reduced[2 * k + 1]
+        scans.append(NS(name=s.name, assigns=ready(),
+                        alpha=print_expr(NumbaPrinter, alpha, table, spec),
+                        beta=print_expr(NumbaPrinter, beta, table, spec)))
+        updated.add(s.name)
+    rest = ready()
+    assert not pending, pending
+    return scans, rest, list(zip((n for n, _ in outs), reduced[2 * len(plan.scans):]))
+
+
+def _inlined(block: Block) -> list:
+    """A block's results with its temporaries substituted back."""
+    sub = {}
+    for v, e in block.assigns:
+        sub[sympy.Symbol(v)] = e.xreplace(sub)
+    return [(n, e.xreplace(sub)) for n, e in block.results]
 
 
 NUMBA_TEMPLATE = "numba_module.py.j2"
