@@ -50,8 +50,9 @@ def numba_context(plan: Plan) -> NS:
                   for i in ir.inputs if i.optional})
     inits = [f"{s.name} = {print_expr(NumbaPrinter, s.init, table, ir.name)}"
              for s in plan.scans]
-    rows = _step(plan, table, ORDER["rows"], guarded=True)
-    tmajor = _step(plan, table, ORDER["tmajor"], guarded=False)
+    cse = _one_cse(plan, table)  # the arithmetic of a step, the same in both loops
+    rows = _step(plan, table, cse, ORDER["rows"], guarded=True)
+    tmajor = _step(plan, table, cse, ORDER["tmajor"], guarded=False)
     return NS(array_args=", ".join(f"{a.name}__a" for a in arrays),
               array_names=tuple(a.name for a in arrays),
               array_roles=tuple(a.role for a in arrays), flags=tuple(flags), consts=consts,
@@ -59,7 +60,7 @@ def numba_context(plan: Plan) -> NS:
               time=("T - 1 - _i" if ir.reverse else "_i"))
 
 
-def _step(plan: Plan, table: dict, order: str, guarded: bool) -> NS:
+def _step(plan: Plan, table: dict, cse: tuple, order: str, guarded: bool) -> NS:
     """The lines of one step at ``t`` of one row, indexing the views in ``order``. ``guarded``:
     each store runs only where its output was asked for (``STORE_<output>``); unguarded
     stores let the time-major loop over rows vectorise, and the outputs nobody asked for go
@@ -98,7 +99,7 @@ def _step(plan: Plan, table: dict, order: str, guarded: bool) -> NS:
         kk.update({v: v for v, _ in sp.block.assigns})
         sums.append(NS(var=sp.var, loads=k_loads, assigns=_assigns(sp.block, kk, spec),
                        summand=print_expr(NumbaPrinter, sp.block.results[0][1], kk, spec)))
-    scans, out_assigns, out_exprs = _one_cse(plan, table)
+    scans, out_assigns, out_exprs = cse
     times = []
     for shift in sorted(shifts - {""}, key=lambda s: OFFSETS[s]):
         off = OFFSETS[shift]
