@@ -1,4 +1,4 @@
-"""The ``scangen`` command: build, list, show, check and verify generated kernels."""
+"""The ``scangen`` command: build, list, show, check, verify and benchmark generated kernels."""
 from __future__ import annotations
 
 import argparse
@@ -76,6 +76,40 @@ def _cmd_verify(args) -> int:
     return 0 if verify_all(device=args.device, sizes=args.sizes) else 1
 
 
+def _cmd_bench(args) -> int:
+    from .benchmark.suite import main as bench
+    try:
+        return bench(args)
+    except (ValueError, RuntimeError, OSError) as exc:  # a bad option, no matplotlib, an unreadable CSV
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _add_bench(sub) -> None:
+    b = sub.add_parser("bench", help="time the built-ins on this machine beside the loops users run",
+                       description="Check each implementation against the float64 reference, then time "
+                                   "it beside a copy of a buffer beyond the last-level cache (the floor).")
+    b.add_argument("names", nargs="*", metavar="NAME",
+                   help="built-ins (gae or compute_gae; default: gae vtrace masked_gae)")
+    b.add_argument("--shapes", help="NxT[,NxT...] (default: 4096x128,1024x1024,1x1048576 on the CPU; "
+                                    "4096x128,16384x1024,64x65536,1x1048576 on CUDA)")
+    b.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda if available")
+    b.add_argument("--dtype", help="float32,bfloat16,float16,float64 (comma list; default float32)")
+    b.add_argument("--layout", help="rows or time-major (comma list; default rows)")
+    b.add_argument("--threads", type=int, help="CPU threads of every implementation (default: all cores)")
+    b.add_argument("--baselines", help="comma list of scangen_torch, compiled_scan, torch_loop, numpy_loop "
+                                       "(default: scangen_torch,torch_loop,numpy_loop on the CPU; "
+                                       "scangen_torch,compiled_scan,torch_loop on CUDA)")
+    b.add_argument("--rounds", type=int, help="samples per implementation (default 7 on the CPU, 5 on CUDA)")
+    b.add_argument("--floor-mb", type=float, help="size of the copy that measures the bandwidth "
+                                                  "(default: max(256 MiB CPU / 1 GiB CUDA, 4 x last-level cache))")
+    b.add_argument("--quick", action="store_true", help="3 rounds, shorter samples, loops over <= 1024 steps")
+    b.add_argument("--csv", metavar="FILE", help="write one row per implementation and configuration")
+    b.add_argument("--plot", metavar="FILE.png", help='draw the chart (needs pip install "scangen[plot]")')
+    b.add_argument("--from-csv", metavar="FILE", help="measure nothing: print and --plot a CSV of an earlier run")
+    b.set_defaults(fn=_cmd_bench)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="scangen", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -95,6 +129,7 @@ def main(argv=None) -> int:
     v.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
     v.add_argument("--sizes", default="small", choices=("small", "large"))
     v.set_defaults(fn=_cmd_verify)
+    _add_bench(sub)
     args = p.parse_args(argv)
     try:
         return args.fn(args)

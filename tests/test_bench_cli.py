@@ -1,0 +1,143 @@
+"""``scangen bench``: it checks before it times, reports a wrong result instead of timing it,
+writes its CSV and draws its chart, also from a CSV alone. One tiny shape on the CPU, one
+round: no timing is asserted."""
+import csv
+import importlib.util
+import io
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import scangen
+from scangen import cli, numbapath
+from scangen.benchmark import baselines, report, suite, timing
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["--shapes", "4x64", "--device", "cpu", "--threads", "1", "--quick", "--rounds", "1", "--floor-mb", "4"]
+HAS_MPL = importlib.util.find_spec("matplotlib") is not None
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def bench(*args):
+    return cli.main(["bench", *args])
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """One run of two algorithms (with --plot where matplotlib is installed): its CSV, its chart."""
+    out = tmp_path_factory.mktemp("bench")
+    csv_path, png = out / "run.csv", out / "run.png"
+    assert bench("gae", "masked_gae", *TINY, "--csv", str(csv_path), *(["--plot", str(png)] if HAS_MPL else [])) == 0
+    return csv_path, png
+
+
+def test_csv_has_one_checked_row_per_implementation(run):
+    with open(run[0], newline="") as f:
+        assert tuple(next(csv.reader(f))) == report.COLUMNS
+    for col in ("host", "cpu", "commit", "scangen", "torch", "numba", "median_ms", "pct_of_floor", "speedup"):
+        assert col in report.COLUMNS
+    rows = report.read_csv(run[0])
+    assert sorted((r["algo"], r["impl"]) for r in rows) == sorted(
+        [("compute_gae", i) for i in ("scangen", "scangen_torch", "torch_loop", "numpy_loop")]
+        + [("compute_masked_gae", i) for i in ("scangen", "scangen_torch", "torch_loop")])  # no numpy loop of it
+    for r in rows:
+        assert (r["N"], r["T"], r["dtype"], r["layout"], r["device"], r["threads"]) == (4, 64, "float32", "rows",
+                                                                                      "cpu", 1)
+        assert r["check"] == "ok", r["note"]
+        assert r["median_ms"] > 0 and r["pct_of_floor"] > 0 and r["copy_GBps"] > 0 and r["err_x_tol"] <= 1
+        assert (r["speedup"] is None) == (r["impl"] == "scangen")
+    assert {r["backend"] for r in rows if r["impl"] == "scangen"} == {"numba" if numbapath.available() else "torch"}
+
+
+def test_a_wrong_baseline_is_reported_and_not_timed(tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def wrong(**kw):
+        calls.append(1)
+        return torch.zeros_like(kw["rewards"])
+
+    monkeypatch.setitem(baselines.LOOPS, "compute_gae", wrong)
+    path = tmp_path / "wrong.csv"
+    assert bench("gae", *TINY, "--csv", str(path)) == 1
+    out = capsys.readouterr().out
+    assert "CHECK FAILED (not timed): gae 4x64 float32 rows torch_loop: check failed: output 0" in out
+    assert "torch loop CHECK FAILED" in out
+    assert len(calls) == 1  # the checked call, never a timed one
+    rows = {r["impl"]: r for r in report.read_csv(path)}
+    assert rows["torch_loop"]["check"] == "failed" and rows["torch_loop"]["median_ms"] is None
+    assert "elements differ" in rows["torch_loop"]["note"]
+    assert rows["scangen"]["check"] == "ok" and rows["scangen"]["median_ms"] > 0
+    assert rows["numpy_loop"]["check"] == "ok" and rows["numpy_loop"]["speedup"] > 0
+
+
+def test_a_wrong_scangen_result_is_reported_and_not_timed(tmp_path, monkeypatch, capsys):
+    right = scangen.compute_masked_gae
+
+    def wrong(*args, **kw):
+        adv, ret = right(*args, **kw)
+        return adv + 1, ret
+
+    monkeypatch.setattr(scangen, "compute_masked_gae", wrong)
+    path = tmp_path / "wrong.csv"
+    assert bench("masked_gae", *TINY, "--baselines", "torch_loop", "--csv", str(path)) == 1
+    out = capsys.readouterr().out
+    assert "masked_gae 4x64 float32 rows: scangen CHECK FAILED, not timed" in out
+    assert "CHECK FAILED (not timed): masked_gae 4x64 float32 rows scangen: check failed" in out
+    rows = {r["impl"]: r for r in report.read_csv(path)}
+    assert rows["scangen"]["check"] == "failed" and rows["scangen"]["median_ms"] is None
+    assert rows["torch_loop"]["check"] == "ok" and rows["torch_loop"]["speedup"] is None  # nothing to compare with
+
+
+@pytest.mark.skipif(not HAS_MPL, reason="matplotlib is not installed")
+def test_plot_writes_a_png(run):
+    assert run[1].read_bytes()[:8] == PNG
+
+
+@pytest.mark.skipif(not HAS_MPL, reason="matplotlib is not installed")
+def test_from_csv_redraws_without_measuring(run, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(suite, "run", lambda *a, **k: pytest.fail("--from-csv measured"))
+    png = tmp_path / "again.png"
+    assert bench("--from-csv", str(run[0]), "--plot", str(png)) == 0
+    assert png.read_bytes()[:8] == PNG
+    out = capsys.readouterr().out
+    assert "gae 4x64 float32 rows" in out and "masked_gae 4x64 float32 rows" in out
+
+
+def test_without_matplotlib_plot_names_the_extra_before_measuring(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    monkeypatch.setattr(suite, "run", lambda *a, **k: pytest.fail("measured before failing"))
+    assert bench("gae", *TINY, "--plot", str(tmp_path / "x.png")) == 2
+    assert 'pip install "scangen[plot]"' in capsys.readouterr().err
+
+
+def test_bad_options_are_errors(capsys):
+    assert bench("nope", *TINY) == 2
+    assert "unknown algorithm(s) compute_nope" in capsys.readouterr().err
+    assert bench("gae", "--shapes", "4by64", "--device", "cpu") == 2
+    assert "--shapes takes NxT" in capsys.readouterr().err
+    assert bench("gae", "--device", "cpu", "--baselines", "numpy_loop,nope") == 2
+
+
+def test_progress_without_tqdm_is_a_counter_on_stderr(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    err = io.StringIO()
+    p = report.Progress(2, stream=err)
+    p.start("gae 4x64 float32 rows")
+    p.done("first line")
+    p.start("vtrace 4x64 float32 rows")
+    p.close()
+    assert "[1/2 0s] gae 4x64 float32 rows ..." in err.getvalue()
+    assert "[2/2 0s] vtrace" in err.getvalue()
+    assert capsys.readouterr().out == "first line\n"
+
+
+def test_bench_scripts_import_the_package_library():
+    """bench/timing.py and bench/baselines.py re-export scangen.benchmark: one copy of each."""
+    for name, module in (("timing", timing), ("baselines", baselines)):
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+        m = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(m)
+        for attr in ("interleaved", "checked", "CopyFloor") if name == "timing" else ("LOOPS", "VECTORIZED"):
+            assert getattr(m, attr) is getattr(module, attr)
