@@ -181,13 +181,17 @@ def launch(c, op) -> None:
         o.detach().as_strided((wide.numel(),), (1,), o.storage_offset()).copy_(wide)
 
 
-_POOL: list = []
+_POOL: dict = {}
 
 
 def _pool() -> ThreadPoolExecutor:
-    if not _POOL:
+    """The shared pool of this process. A forked child (a DataLoader worker, a subprocess
+    env) inherits the parent's pool without its threads, so it makes its own."""
+    pid = os.getpid()
+    if _POOL.get("pid") != pid:
         with _LOCK:
-            if not _POOL:
-                _POOL.append(ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) - 1),
-                                                thread_name_prefix="scangen-numba"))
-    return _POOL[0]
+            if _POOL.get("pid") != pid:
+                _POOL["pool"] = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) - 1),
+                                                   thread_name_prefix="scangen-numba")
+                _POOL["pid"] = pid
+    return _POOL["pool"]

@@ -115,3 +115,29 @@ def test_dtypes_written_in_the_input_dtype(dtype):
     e_adv, e_ret = REFERENCES["compute_masked_gae"](**inputs, gamma=0.99, lambda_=0.9)
     assert_close(adv, e_adv, dtype=dtype, name="advantages")
     assert_close(ret, e_ret, dtype=dtype, name="returns")
+
+
+FORKED = """
+import os, torch, scangen
+from scangen import numbapath
+numbapath.MIN_PARALLEL_STEPS = 1
+torch.set_num_threads(2)
+x = torch.randn(8, 64); d = torch.rand(8, 64) < 0.1
+want = scangen.compute_discounted_returns(x, d, backend="numba")  # the pool now exists
+pid = os.fork()
+if pid == 0:  # the child inherits the pool without its threads
+    got = scangen.compute_discounted_returns(x, d, backend="numba")
+    os._exit(0 if torch.equal(got, want) else 3)
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_a_forked_child_gets_its_own_thread_pool():
+    """A call split over threads in a forked child (a DataLoader worker, a subprocess env)
+    must not wait forever on the parent's pool, whose threads the child does not have."""
+    out = subprocess.run([sys.executable, "-c", FORKED], capture_output=True, text=True,
+                         cwd=REPO, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "0"
