@@ -58,7 +58,8 @@ def read_csv(path) -> list[dict]:
 
 class Progress:
     """A progress bar over the configurations: tqdm where it is installed, else a one-line
-    counter on stderr. ``done(line)`` prints a finished configuration's line on stdout."""
+    counter on stderr. ``done(line)`` counts a finished configuration and prints its line on
+    stdout."""
 
     def __init__(self, total, stream=None):
         self.total, self.n, self.t0 = total, 0, time.perf_counter()
@@ -80,14 +81,20 @@ class Progress:
         self.stream.flush()
         self._width = len(text)
 
-    def done(self, line):
-        self.n += 1
+    def write(self, line):
+        """A line on stdout, above the bar."""
         if self.bar is not None:
             self.bar.write(line, file=sys.stdout)
-            self.bar.update(1)
             return
         self._clear()
         print(line, flush=True)
+
+    def done(self, line):
+        """One more configuration finished: its line."""
+        self.n += 1
+        self.write(line)
+        if self.bar is not None:
+            self.bar.update(1)
 
     def _clear(self):
         if self._width:
@@ -232,18 +239,17 @@ def plot(rows, path) -> None:
         ok = r is not None and r["check"] == "ok" and r[col]
         return (r[col], r["estimated"]) if ok else (math.nan, False)
 
-    def lines(ax, names, col, fmt):
-        for n, impl in enumerate(names):
+    def lines(ax, names, col, fmt, labelled):
+        for impl in names:
             label = SHORT[impl] + (f" ({backend})" if impl == "scangen" and backend else "")
             for j, seg in enumerate(segments):
                 vals = [value(keys[i], impl, col) for i in seg]
                 ax.plot(list(seg), [y for y, _ in vals], marker="o", color=COLORS[impl],
                         label=label if j == 0 else None)
                 for x, (y, est) in zip(seg, vals):
-                    if not math.isnan(y):  # labels above and below in turn, so neighbours overlap less
+                    if impl in labelled and not math.isnan(y):  # beside the point: neighbours differ in y
                         ax.annotate(("~" if est else "") + fmt(y), (x, y), textcoords="offset points",
-                                    xytext=(0, 5 if n % 2 == 0 else -11), ha="center", fontsize=7,
-                                    color=COLORS[impl])
+                                    xytext=(6, 0), ha="left", va="center", fontsize=7, color=COLORS[impl])
         ax.set_yscale("log")
         ax.set_xticks(range(len(keys)), labels, fontsize=8)
         ax.set_xlim(-0.5, len(keys) - 0.5)
@@ -252,11 +258,12 @@ def plot(rows, path) -> None:
         ax.grid(axis="y", which="both", color="0.93")
         ax.legend(fontsize=8)
 
-    lines(ax1, impls, "pct_of_floor", fmt_pct)
+    lines(ax1, impls, "pct_of_floor", fmt_pct, labelled=("scangen",))
     ax1.axhline(100, color="0.5", ls="--", lw=0.8)
     ax1.set_ylabel("% of the copy-bandwidth floor (higher is better)")
     ax1.set_title("Time against the bandwidth floor (bytes in + out / copy bandwidth)", fontsize=9)
-    lines(ax2, [k for k in impls if k != "scangen"], "speedup", fmt_x)
+    baselines = [k for k in impls if k != "scangen"]
+    lines(ax2, baselines, "speedup", fmt_x, labelled=baselines)
     ax2.axhline(1, color="0.5", ls="--", lw=0.8)
     ax2.set_ylabel("speed-up of scangen (baseline time / scangen time)")
     ax2.set_title("scangen's speed-up over each baseline", fontsize=9)

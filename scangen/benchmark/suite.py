@@ -404,8 +404,8 @@ def main(args) -> int:
     progress = report.Progress(len(configurations(s)))
 
     def on_config(cfg, cfg_rows, rows):
-        if len(rows) == len(cfg_rows) and rows[0].get("copy_GBps"):
-            progress.done(report.header(rows))
+        if len(rows) == len(cfg_rows) and rows[0].get("copy_GBps"):  # the first: the floor is known
+            progress.write(report.header(rows))
         progress.done(report.config_line(cfg_rows))
         if args.csv:
             report.write_csv(args.csv, rows)
