@@ -98,7 +98,7 @@ class _Plan:
         infos = {i.name: i for i in c.op.inputs}
         first = next(n for n in c.strides if infos[n].shape != "N")
         s1, s2, st = c.strides[first][:3]
-        self.time_major = tm = c.R2 > 1 and s2 < st
+        tm = c.R2 > 1 and s2 < st  # time-major: rows adjacent in memory
         dummy = np.empty((0,) * 3, np.float32 if c.out_dtype in _HALF else
                          torch.empty(0, dtype=c.out_dtype).numpy().dtype)
         self.sources = []  # (kind, name or value, shape, strides)

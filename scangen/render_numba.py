@@ -23,11 +23,10 @@ from types import SimpleNamespace as NS
 
 import sympy
 
+from .adjoint import OFFSETS  # time offsets of the shifted symbols (x__next: one step later)
 from .plan import Block, Plan, split_sym
 from .printers import NumbaPrinter, print_expr
 
-# Time offsets of the shifted symbols (x__next is x one step later).
-OFFSETS = {"": 0, "next": 1, "prev": -1, "next2": 2, "prev2": -2}
 TIME = {"": "t", "next": "_tn", "prev": "_tp", "next2": "_tn2", "prev2": "_tp2"}
 # The index of step ``{t}`` of the row (r1, r2) in each kernel's views.
 ORDER = {"rows": "r1, r2, {t}", "tmajor": "r1, {t}, r2"}
