@@ -5,13 +5,13 @@
 Generated CPU kernels (numba) of ``compute_eligibility_traces``: one sequential pass in time per row, the
 scan states in registers. ``_rows`` scans rows contiguous in time one after another; ``_tmajor``
 keeps time outermost and sweeps a tile of rows innermost (time-major buffers). Both take the
-views named by ``ARRAYS`` and the flags in ``S`` (scangen.render_numba); scangen.numbapath
-launches them.
+views named by ``ARRAYS`` and the flags in ``S`` (scangen.compiler.render_numba);
+scangen.runtime.numba launches them.
 """
 import numba as _nb
 import numpy as np
 
-from scangen import numba_kernels as _nk
+from scangen.runtime import numba_kernels as _nk
 
 ARRAYS = ('gradients', 'dones', 'seed_values', 'gamma', 'lambda_', 'traces', 'st__z')
 ROLES = ('input', 'input', 'input', 'param', 'param', 'output', 'output')

@@ -2,37 +2,21 @@
 # Regenerate with `scangen build`; edit the spec or the templates instead.
 """Token-level GAE with a response mask (multi-turn LLM post-training), reverse in time.
 
-Generated op module: the fused Triton kernel, its host launcher, a vectorised torch
-implementation that runs on any device, and the public function ``compute_masked_gae``.
+Generated op module: the fused Triton kernels (launched by scangen.runtime.launch), a
+vectorised torch implementation that runs on any device, and the public function
+``compute_masked_gae``.
 """
-import torch
 import triton
 import triton.language as tl
 
-from scangen import ops as _ops
-from scangen import runtime as _rt
-from scangen import torchpath as _tp
-
-
-@triton.jit
-def _combine(a_prev, b_prev, a_cur, b_cur):
-    # Composes two affine maps A -> a + b * A; `prev` is the element nearer to the carry in
-    # scan order (the later step in a reverse scan), so one combine serves both directions.
-    return a_cur + b_cur * a_prev, b_cur * b_prev
-
-
-@triton.jit
-def _flip_groups(x, BN: tl.constexpr, BT: tl.constexpr, G: tl.constexpr):
-    # Reverses every group of G consecutive columns of a [BN, BT] tile. The groups are the
-    # steps each thread holds (SHIFT_G), so this moves registers only, no data between threads.
-    return tl.reshape(tl.flip(tl.reshape(x, (BN, BT // G, G)), 2), (BN, BT))
-
-
-@triton.jit
-def _combine_joint(p0, q0, r0, u0, v0, p1, q1, r1, u1, v1):
-    # Composes two maps x -> [[p, q], [0, r]] x + (u, v) of a joint scan (plan.JointPlan), the
-    # element `0` nearer to the carry applied first, as in _combine.
-    return p1 * p0, p1 * q0 + q1 * r0, r1 * r0, p1 * u0 + q1 * v0 + u1, r1 * v0 + v1
+from scangen import abi as _abi
+from scangen.kernels.common import (
+    combine_joint as _combine_joint,
+    flip_groups as _flip_groups,
+    lookback_joint as _lookback_joint,
+)
+from scangen.runtime import ops as _ops
+from scangen.runtime import torchpath as _tp
 
 
 @triton.jit
@@ -388,144 +372,6 @@ def _masked_gae_persist_kernel(
 
 
 @triton.jit
-def _lb_written(x, ACC: tl.constexpr):
-    # The look-back workspace starts as all-one bits (a NaN no arithmetic produces); a word that
-    # differs has been written, and each word is written once, so reading it needs no flag.
-    if ACC == tl.float64:
-        ok = x.to(tl.int64, bitcast=True) != -1
-    else:
-        ok = x.to(tl.int32, bitcast=True) != -1
-    return ok
-
-
-@triton.jit
-def _lb_word(x):
-    return tl.where(x != x, float("nan"), x)  # a NaN result is stored as the canonical NaN
-
-
-@triton.jit
-def _lb_wait(word, j, ACC: tl.constexpr):
-    # The look-back's first wait (SPIN): until the nearest predecessor's first aggregate word
-    # (j >= 0) is written, read that one word again.
-    x = tl.load(word, mask=j >= 0, other=0.0, volatile=True)
-    while not _lb_written(x, ACC):
-        x = tl.load(word, volatile=True)
-
-
-@triton.jit
-def _lookback(ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init, WINDOW: tl.constexpr,
-              SPIN: tl.constexpr, ACC: tl.constexpr):
-    """Publish this chunk's aggregate, find its carry from earlier chunks, publish the result.
-
-    Every word (aggregate a and b, inclusive state s) is written once, from the all-ones bit
-    pattern to a value, so a reader tells a written word by its bits alone and needs no flags,
-    fences or atomics (volatile loads read L2, never a stale L1 line). The look-back reads
-    WINDOW predecessors at a time (their three words in one round trip to L2), nearest first, up
-    to the nearest inclusive state; it reads again until every aggregate before that state is
-    written, then composes them with one small scan, so a chain of P predecessors costs about
-    P / WINDOW round trips. WINDOW is chosen per call (runtime.lookback_window), and so is SPIN
-    (runtime.lookback_spin): whether to wait on the nearest predecessor's aggregate alone, one
-    word at a time, before the first window. Without that wait most calls run faster; rows of
-    thousands of chunks run faster with it, which keeps their many waiting programs from reading
-    whole windows (bench/NOTES.md, eighth round)."""
-    tl.store(ws_a + slot, _lb_word(agg_a))
-    tl.store(ws_b + slot, _lb_word(agg_b))
-    g_a = agg_a * 0.0  # the predecessors composed so far, nearest outermost
-    g_b = g_a + 1.0
-    base = init
-    w = tl.arange(0, WINDOW)
-    j = step - 1  # the nearest predecessor not composed yet
-    if SPIN:
-        _lb_wait(ws_a + slot - 1, j, ACC)
-    while j >= 0:
-        idx = j - w  # [WINDOW] predecessors, nearest first
-        live = idx >= 0
-        # The three words of the window in one round trip; a and b past `stop` go unused.
-        s = tl.load(ws_s + slot - step + idx, mask=live, other=0.0, volatile=True)
-        a = tl.load(ws_a + slot - step + idx, mask=live, other=0.0, volatile=True)
-        b = tl.load(ws_b + slot - step + idx, mask=live, other=1.0, volatile=True)
-        stop = tl.min(tl.where(_lb_written(s, ACC) | (idx < 0), w, WINDOW))
-        take = w < stop  # compose these, then apply them to the state at `stop`
-        ready = _lb_written(a, ACC) & _lb_written(b, ACC)
-        if tl.min(tl.where(take, ready, True).to(tl.int32)) == 1:  # else read again
-            sa, sb = tl.associative_scan((tl.where(take, a, 0.0), tl.where(take, b, 1.0)), 0,
-                                         _combine, reverse=True)
-            wa = tl.sum(tl.where(w == 0, sa, 0.0))  # f_j o f_(j-1) o ... over the window
-            wb = tl.sum(tl.where(w == 0, sb, 0.0))
-            g_a = g_a + g_b * wa
-            g_b = g_b * wb
-            if stop < WINDOW:
-                base = tl.sum(tl.where(w == stop, tl.where(live, s, init), 0.0))
-                j = j * 0 - 1
-            else:
-                j = j - WINDOW
-    carry = g_a + g_b * base
-    tl.store(ws_s + slot, _lb_word(agg_a + agg_b * carry))
-    return carry
-
-
-@triton.jit
-def _lookback_joint(ws, n, slot, step, p, q, r, u, v, init2, init1, WINDOW: tl.constexpr,
-                    SPIN: tl.constexpr, ACC: tl.constexpr):
-    """_lookback for two scans scanned jointly (plan.JointPlan): the aggregate is the five
-    words of the map x -> [[p, q], [0, r]] x + (u, v) on x = (second, first), the inclusive
-    state two words (second, first); word array k starts at ws + k * n. Returns the carry
-    (second, first)."""
-    tl.store(ws + slot, _lb_word(p))
-    tl.store(ws + n + slot, _lb_word(q))
-    tl.store(ws + 2 * n + slot, _lb_word(r))
-    tl.store(ws + 3 * n + slot, _lb_word(u))
-    tl.store(ws + 4 * n + slot, _lb_word(v))
-    gq = p * 0.0  # the predecessors composed so far, nearest outermost
-    gp = gq + 1.0
-    gr = gp
-    gu = gq
-    gv = gq
-    b2 = init2
-    b1 = init1
-    w = tl.arange(0, WINDOW)
-    j = step - 1
-    if SPIN:
-        _lb_wait(ws + slot - 1, j, ACC)
-    while j >= 0:
-        idx = j - w
-        live = idx >= 0
-        o = slot - step + idx
-        s2 = tl.load(ws + 5 * n + o, mask=live, other=0.0, volatile=True)
-        s1 = tl.load(ws + 6 * n + o, mask=live, other=0.0, volatile=True)
-        a0 = tl.load(ws + o, mask=live, other=1.0, volatile=True)
-        a1 = tl.load(ws + n + o, mask=live, other=0.0, volatile=True)
-        a2 = tl.load(ws + 2 * n + o, mask=live, other=1.0, volatile=True)
-        a3 = tl.load(ws + 3 * n + o, mask=live, other=0.0, volatile=True)
-        a4 = tl.load(ws + 4 * n + o, mask=live, other=0.0, volatile=True)
-        stop = tl.min(tl.where((_lb_written(s2, ACC) & _lb_written(s1, ACC)) | (idx < 0), w,
-                               WINDOW))
-        take = w < stop
-        ready = (_lb_written(a0, ACC) & _lb_written(a1, ACC) & _lb_written(a2, ACC)
-                 & _lb_written(a3, ACC) & _lb_written(a4, ACC))
-        if tl.min(tl.where(take, ready, True).to(tl.int32)) == 1:  # else read again
-            cp, cq, cr, cu, cv = tl.associative_scan(
-                (tl.where(take, a0, 1.0), tl.where(take, a1, 0.0), tl.where(take, a2, 1.0),
-                 tl.where(take, a3, 0.0), tl.where(take, a4, 0.0)), 0, _combine_joint,
-                reverse=True)
-            gp, gq, gr, gu, gv = _combine_joint(
-                tl.sum(tl.where(w == 0, cp, 0.0)), tl.sum(tl.where(w == 0, cq, 0.0)),
-                tl.sum(tl.where(w == 0, cr, 0.0)), tl.sum(tl.where(w == 0, cu, 0.0)),
-                tl.sum(tl.where(w == 0, cv, 0.0)), gp, gq, gr, gu, gv)
-            if stop < WINDOW:
-                b2 = tl.sum(tl.where(w == stop, tl.where(live, s2, init2), 0.0))
-                b1 = tl.sum(tl.where(w == stop, tl.where(live, s1, init1), 0.0))
-                j = j * 0 - 1
-            else:
-                j = j - WINDOW
-    c2 = gp * b2 + gq * b1 + gu
-    c1 = gr * b1 + gv
-    tl.store(ws + 5 * n + slot, _lb_word(p * c2 + q * c1 + u))
-    tl.store(ws + 6 * n + slot, _lb_word(r * c1 + v))
-    return c2, c1
-
-
-@triton.jit
 def _masked_gae_lookback_kernel(
     token_level_rewards__ptr,
     values__ptr,
@@ -704,70 +550,6 @@ def _masked_gae_lookback_kernel(
         for _w in tl.static_range(7):  # no program of this call reads that half
             tl.store(_ws_clear + _w * _n_prog, -1)
 
-def _launch(_call, _cfg):
-    """Launch one kernel family on the canonical call ``_call`` (see scangen.runtime.Call)."""
-    _k = _call.kernels  # shared by every call of one plan
-    # Unused pointer slots (absent optional inputs, float params, outputs not asked for): a
-    # tensor on the plan's first launch, since Triton specialises pointer arguments on it; None
-    # on the direct launches after it (runtime.launch): a null pointer the kernel never reads,
-    # which Triton's launcher takes without calling data_ptr() or asking the driver about it.
-    _dummy = None if "direct" in _k else next(iter(_call.outs.values()))
-    _t = _call.tensors
-    _ptrs = (
-        _t["token_level_rewards"],
-        _t["values"],
-        _t["response_mask"],
-        *_rt.param_ptrs(_call, _dummy),
-        _call.outs.get("advantages", _dummy),
-        _call.outs.get("returns", _dummy),
-        _call.outs.get("st__nv", _dummy),
-        _call.outs.get("st__A", _dummy),
-    )
-    _meta = _k.get("meta")
-    if _meta is None:  # the first call of this plan: constants and integer arguments
-        _st = _call.strides
-        _k["ints"] = (
-            *_st["token_level_rewards"],
-            *_st["values"],
-            *_st["response_mask"],
-            *_call.pstrides.get("gamma", (0, 0, 0)),
-            *_call.pstrides.get("lambda_", (0, 0, 0)),
-            *_call.out_strides.get("advantages", (0, 0, 0)),
-            *_call.out_strides.get("returns", (0, 0, 0)),
-            *_call.out_strides.get("st__nv", (0, 0, 0)),
-            *_call.out_strides.get("st__A", (0, 0, 0)),
-            _call.R1, _call.R2, _call.T, _call.K,
-        )
-        _meta = _k["meta"] = dict(
-            gamma__TENSOR=_call.is_tensor("gamma"),
-            lambda___TENSOR=_call.is_tensor("lambda_"),
-            STORE_advantages="advantages" in _call.outs,
-            STORE_returns="returns" in _call.outs,
-            STORE_st__nv="st__nv" in _call.outs,
-            STORE_st__A="st__A" in _call.outs,
-            EVEN=_rt.even(_call, _cfg),
-            SHIFT_G=_rt.shift_group(_call, _cfg),
-            BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
-            ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
-            LB_WINDOW=_rt.lookback_window(_call, _cfg, 7),
-            LB_SPIN=_rt.lookback_spin(_call, _cfg),
-            LB_PID=_rt.lookback_pid(_call, _cfg),
-        )
-        _tiles = -(-(_call.R1 * _call.R2) // _cfg.block_n)  # row tiles
-        if _cfg.family == "lookback":  # one program per ticket (row, chunk)
-            _k["grid"] = (_rt.lookback_tickets(_call, _cfg),)
-        elif _cfg.family == "persist":
-            _k["grid"] = (min(_tiles, _rt.persistent_programs(_call)),)
-        else:
-            _k["grid"] = (_tiles,)
-    if _cfg.family == "lookback":
-        _ws = _rt.lookback_workspace(_call, _cfg, 7)
-        _rt.launch(_call, _masked_gae_lookback_kernel, _k["grid"], (*_ptrs, _ws, *_k["ints"]), _meta, _cfg)
-    elif _cfg.family == "persist":
-        _rt.launch(_call, _masked_gae_persist_kernel, _k["grid"], (*_ptrs, *_k["ints"]), _meta, _cfg)
-    else:
-        _rt.launch(_call, _masked_gae_chunked_kernel, _k["grid"], (*_ptrs, *_k["ints"]), _meta, _cfg)
-
 
 def _torch_impl(_call):
     """The same recurrence in vectorised torch: any device, log-depth doubling scans."""
@@ -788,23 +570,31 @@ def _torch_impl(_call):
     _tp.store(_call, "st__A", A)
 
 
-OP = _rt.OpInfo(
+OP = _abi.OpInfo(
     name='masked_gae',
     function='compute_masked_gae',
     direction='reverse',
     inputs=(
-        _rt.InputInfo('token_level_rewards', 'float', 'NT', None, 'r_t per token.'),
-        _rt.InputInfo('values', 'float', 'NT', None, 'V_t per token.'),
-        _rt.InputInfo('response_mask', 'flag', 'NT', None, '1 on tokens the policy generated, 0 elsewhere.'),
+        _abi.InputInfo('token_level_rewards', 'float', 'NT', None, 'r_t per token.'),
+        _abi.InputInfo('values', 'float', 'NT', None, 'V_t per token.'),
+        _abi.InputInfo('response_mask', 'flag', 'NT', None, '1 on tokens the policy generated, 0 elsewhere.'),
     ),
     params=(
-        _rt.ParamInfo('gamma', 1.0, 'discount factor', ()),
-        _rt.ParamInfo('lambda_', 1.0, 'GAE trace decay', ()),
+        _abi.ParamInfo('gamma', 1.0, 'discount factor', ()),
+        _abi.ParamInfo('lambda_', 1.0, 'GAE trace decay', ()),
     ),
     outputs=('advantages', 'returns', 'st__nv', 'st__A'),
     returns=('advantages', 'returns'),
     exclusive=(),
-    launch=_launch,
+    module=__name__,
+    kernels=_abi.Kernels(
+        stream=_masked_gae_chunked_kernel,
+        persist=_masked_gae_persist_kernel,
+        lookback=_masked_gae_lookback_kernel,
+        lb_words=7,
+        k_dense=False,
+        shift_g=True,
+    ),
     torch_impl=_torch_impl,
 )
 _ops.qualname(OP)  # register the torch.library op now: torch.compile cannot do it mid-trace
@@ -834,7 +624,7 @@ def compute_masked_gae(token_level_rewards, values, response_mask, gamma=1.0, la
         returns: [N, T] in the inputs' floating dtype. A_t + V_t.
         st__nv: [N, T] in the inputs' floating dtype. the scan state, saved for the backward pass
         st__A: [N, T] in the inputs' floating dtype. the scan state, saved for the backward pass"""
-    return _rt.call(OP, {
+    return _ops.call(OP, {
         "token_level_rewards": token_level_rewards,
         "values": values,
         "response_mask": response_mask,

@@ -2,55 +2,23 @@
 # Regenerate with `scangen build`; edit the spec or the templates instead.
 """Backward pass of compute_masked_gae (generated from its spec).
 
-Generated op module: the fused Triton kernel, its host launcher, a vectorised torch
-implementation that runs on any device, and the public function ``compute_masked_gae_grad``.
+Generated op module: the fused Triton kernels (launched by scangen.runtime.launch), a
+vectorised torch implementation that runs on any device, and the public function
+``compute_masked_gae_grad``.
 """
-import torch
 import triton
 import triton.language as tl
 
-from scangen import ops as _ops
-from scangen import runtime as _rt
-from scangen import torchpath as _tp
-
-
-@triton.jit
-def _combine(a_prev, b_prev, a_cur, b_cur):
-    # Composes two affine maps A -> a + b * A; `prev` is the element nearer to the carry in
-    # scan order (the later step in a reverse scan), so one combine serves both directions.
-    return a_cur + b_cur * a_prev, b_cur * b_prev
-
-
-@triton.jit
-def _combine_excl(a_prev, b_prev, ea_prev, eb_prev, a_cur, b_cur, ea_cur, eb_cur):
-    # Carries, beside the composed map (a, b), the map (ea, eb) of the same segment without its
-    # element farthest from the carry: the scan then yields, at every step, both the state and
-    # its neighbour nearer the carry (next(A) in a reverse scan), with no shift across threads.
-    return a_cur + b_cur * a_prev, b_cur * b_prev, ea_cur + eb_cur * a_prev, eb_cur * b_prev
-
-
-@triton.jit
-def _shift_next(x, e, M: tl.constexpr, G: tl.constexpr):
-    # x: [M, G] groups of G steps, each held by one thread; e: [M] the step after each group.
-    # Returns x one step later ([M, G]), in registers: the odd steps shifted are the even
-    # ones, and the even steps shifted are the odd ones moved by one within the group.
-    if G == 1:
-        r = tl.reshape(e, (M, 1))
-    else:
-        ev, od = tl.split(tl.reshape(x, (M, G // 2, 2)))
-        r = tl.reshape(tl.join(od, _shift_next(ev, e, M, G // 2)), (M, G))
-    return r
-
-
-@triton.jit
-def _shift_prev(x, e, M: tl.constexpr, G: tl.constexpr):
-    # As _shift_next, one step earlier; e: [M] the step before each group.
-    if G == 1:
-        r = tl.reshape(e, (M, 1))
-    else:
-        ev, od = tl.split(tl.reshape(x, (M, G // 2, 2)))
-        r = tl.reshape(tl.join(_shift_prev(od, e, M, G // 2), ev), (M, G))
-    return r
+from scangen import abi as _abi
+from scangen.kernels.common import (
+    combine as _combine,
+    combine_excl as _combine_excl,
+    lookback as _lookback,
+    shift_next as _shift_next,
+    shift_prev as _shift_prev,
+)
+from scangen.runtime import ops as _ops
+from scangen.runtime import torchpath as _tp
 
 
 @triton.jit
@@ -622,83 +590,6 @@ def _masked_gae_grad_persist_kernel(
 
 
 @triton.jit
-def _lb_written(x, ACC: tl.constexpr):
-    # The look-back workspace starts as all-one bits (a NaN no arithmetic produces); a word that
-    # differs has been written, and each word is written once, so reading it needs no flag.
-    if ACC == tl.float64:
-        ok = x.to(tl.int64, bitcast=True) != -1
-    else:
-        ok = x.to(tl.int32, bitcast=True) != -1
-    return ok
-
-
-@triton.jit
-def _lb_word(x):
-    return tl.where(x != x, float("nan"), x)  # a NaN result is stored as the canonical NaN
-
-
-@triton.jit
-def _lb_wait(word, j, ACC: tl.constexpr):
-    # The look-back's first wait (SPIN): until the nearest predecessor's first aggregate word
-    # (j >= 0) is written, read that one word again.
-    x = tl.load(word, mask=j >= 0, other=0.0, volatile=True)
-    while not _lb_written(x, ACC):
-        x = tl.load(word, volatile=True)
-
-
-@triton.jit
-def _lookback(ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init, WINDOW: tl.constexpr,
-              SPIN: tl.constexpr, ACC: tl.constexpr):
-    """Publish this chunk's aggregate, find its carry from earlier chunks, publish the result.
-
-    Every word (aggregate a and b, inclusive state s) is written once, from the all-ones bit
-    pattern to a value, so a reader tells a written word by its bits alone and needs no flags,
-    fences or atomics (volatile loads read L2, never a stale L1 line). The look-back reads
-    WINDOW predecessors at a time (their three words in one round trip to L2), nearest first, up
-    to the nearest inclusive state; it reads again until every aggregate before that state is
-    written, then composes them with one small scan, so a chain of P predecessors costs about
-    P / WINDOW round trips. WINDOW is chosen per call (runtime.lookback_window), and so is SPIN
-    (runtime.lookback_spin): whether to wait on the nearest predecessor's aggregate alone, one
-    word at a time, before the first window. Without that wait most calls run faster; rows of
-    thousands of chunks run faster with it, which keeps their many waiting programs from reading
-    whole windows (bench/NOTES.md, eighth round)."""
-    tl.store(ws_a + slot, _lb_word(agg_a))
-    tl.store(ws_b + slot, _lb_word(agg_b))
-    g_a = agg_a * 0.0  # the predecessors composed so far, nearest outermost
-    g_b = g_a + 1.0
-    base = init
-    w = tl.arange(0, WINDOW)
-    j = step - 1  # the nearest predecessor not composed yet
-    if SPIN:
-        _lb_wait(ws_a + slot - 1, j, ACC)
-    while j >= 0:
-        idx = j - w  # [WINDOW] predecessors, nearest first
-        live = idx >= 0
-        # The three words of the window in one round trip; a and b past `stop` go unused.
-        s = tl.load(ws_s + slot - step + idx, mask=live, other=0.0, volatile=True)
-        a = tl.load(ws_a + slot - step + idx, mask=live, other=0.0, volatile=True)
-        b = tl.load(ws_b + slot - step + idx, mask=live, other=1.0, volatile=True)
-        stop = tl.min(tl.where(_lb_written(s, ACC) | (idx < 0), w, WINDOW))
-        take = w < stop  # compose these, then apply them to the state at `stop`
-        ready = _lb_written(a, ACC) & _lb_written(b, ACC)
-        if tl.min(tl.where(take, ready, True).to(tl.int32)) == 1:  # else read again
-            sa, sb = tl.associative_scan((tl.where(take, a, 0.0), tl.where(take, b, 1.0)), 0,
-                                         _combine, reverse=True)
-            wa = tl.sum(tl.where(w == 0, sa, 0.0))  # f_j o f_(j-1) o ... over the window
-            wb = tl.sum(tl.where(w == 0, sb, 0.0))
-            g_a = g_a + g_b * wa
-            g_b = g_b * wb
-            if stop < WINDOW:
-                base = tl.sum(tl.where(w == stop, tl.where(live, s, init), 0.0))
-                j = j * 0 - 1
-            else:
-                j = j - WINDOW
-    carry = g_a + g_b * base
-    tl.store(ws_s + slot, _lb_word(agg_a + agg_b * carry))
-    return carry
-
-
-@triton.jit
 def _masked_gae_grad_lookback_kernel(
     token_level_rewards__ptr,
     values__ptr,
@@ -958,80 +849,6 @@ def _masked_gae_grad_lookback_kernel(
         for _w in tl.static_range(6):  # no program of this call reads that half
             tl.store(_ws_clear + _w * _n_prog, -1)
 
-def _launch(_call, _cfg):
-    """Launch one kernel family on the canonical call ``_call`` (see scangen.runtime.Call)."""
-    _k = _call.kernels  # shared by every call of one plan
-    # Unused pointer slots (absent optional inputs, float params, outputs not asked for): a
-    # tensor on the plan's first launch, since Triton specialises pointer arguments on it; None
-    # on the direct launches after it (runtime.launch): a null pointer the kernel never reads,
-    # which Triton's launcher takes without calling data_ptr() or asking the driver about it.
-    _dummy = None if "direct" in _k else next(iter(_call.outs.values()))
-    _t = _call.tensors
-    _ptrs = (
-        _t["token_level_rewards"],
-        _t["values"],
-        _t["response_mask"],
-        _t["st__nv"],
-        _t["st__A"],
-        _t.get("gy__advantages", _dummy),
-        _t.get("gy__returns", _dummy),
-        *_rt.param_ptrs(_call, _dummy),
-        _call.outs.get("d__token_level_rewards", _dummy),
-        _call.outs.get("d__values", _dummy),
-        _call.outs.get("d__gamma", _dummy),
-        _call.outs.get("d__lambda_", _dummy),
-    )
-    _meta = _k.get("meta")
-    if _meta is None:  # the first call of this plan: constants and integer arguments
-        _st = _call.strides
-        _k["ints"] = (
-            *_st["token_level_rewards"],
-            *_st["values"],
-            *_st["response_mask"],
-            *_st["st__nv"],
-            *_st["st__A"],
-            *_st.get("gy__advantages", (0, 0, 0)),
-            *_st.get("gy__returns", (0, 0, 0)),
-            *_call.pstrides.get("gamma", (0, 0, 0)),
-            *_call.pstrides.get("lambda_", (0, 0, 0)),
-            *_call.out_strides.get("d__token_level_rewards", (0, 0, 0)),
-            *_call.out_strides.get("d__values", (0, 0, 0)),
-            *_call.out_strides.get("d__gamma", (0, 0, 0)),
-            *_call.out_strides.get("d__lambda_", (0, 0, 0)),
-            _call.R1, _call.R2, _call.T, _call.K,
-        )
-        _meta = _k["meta"] = dict(
-            HAS_gy__advantages="gy__advantages" in _call.tensors,
-            HAS_gy__returns="gy__returns" in _call.tensors,
-            gamma__TENSOR=_call.is_tensor("gamma"),
-            lambda___TENSOR=_call.is_tensor("lambda_"),
-            STORE_d__token_level_rewards="d__token_level_rewards" in _call.outs,
-            STORE_d__values="d__values" in _call.outs,
-            STORE_d__gamma="d__gamma" in _call.outs,
-            STORE_d__lambda_="d__lambda_" in _call.outs,
-            EVEN=_rt.even(_call, _cfg),
-            SHIFT_G=_rt.shift_group(_call, _cfg),
-            BLOCK_N=_cfg.block_n, BLOCK_T=_cfg.block_t, BLOCK_K=_cfg.block_k,
-            ACC=tl.float64 if _call.acc == torch.float64 else tl.float32,
-            LB_WINDOW=_rt.lookback_window(_call, _cfg, 6),
-            LB_SPIN=_rt.lookback_spin(_call, _cfg),
-            LB_PID=_rt.lookback_pid(_call, _cfg),
-        )
-        _tiles = -(-(_call.R1 * _call.R2) // _cfg.block_n)  # row tiles
-        if _cfg.family == "lookback":  # one program per ticket (row, chunk)
-            _k["grid"] = (_rt.lookback_tickets(_call, _cfg),)
-        elif _cfg.family == "persist":
-            _k["grid"] = (min(_tiles, _rt.persistent_programs(_call)),)
-        else:
-            _k["grid"] = (_tiles,)
-    if _cfg.family == "lookback":
-        _ws = _rt.lookback_workspace(_call, _cfg, 6)
-        _rt.launch(_call, _masked_gae_grad_lookback_kernel, _k["grid"], (*_ptrs, _ws, *_k["ints"]), _meta, _cfg)
-    elif _cfg.family == "persist":
-        _rt.launch(_call, _masked_gae_grad_persist_kernel, _k["grid"], (*_ptrs, *_k["ints"]), _meta, _cfg)
-    else:
-        _rt.launch(_call, _masked_gae_grad_chunked_kernel, _k["grid"], (*_ptrs, *_k["ints"]), _meta, _cfg)
-
 
 def _torch_impl(_call):
     """The same recurrence in vectorised torch: any device, log-depth doubling scans."""
@@ -1063,27 +880,35 @@ def _torch_impl(_call):
     _tp.store(_call, "d__lambda_", _e2*gamma)
 
 
-OP = _rt.OpInfo(
+OP = _abi.OpInfo(
     name='masked_gae_grad',
     function='compute_masked_gae_grad',
     direction='forward',
     inputs=(
-        _rt.InputInfo('token_level_rewards', 'float', 'NT', None, 'r_t per token.'),
-        _rt.InputInfo('values', 'float', 'NT', None, 'V_t per token.'),
-        _rt.InputInfo('response_mask', 'flag', 'NT', None, '1 on tokens the policy generated, 0 elsewhere.'),
-        _rt.InputInfo('st__nv', 'float', 'NT', None, 'forward state nv'),
-        _rt.InputInfo('st__A', 'float', 'NT', None, 'forward state A'),
-        _rt.InputInfo('gy__advantages', 'float', 'NT', 0.0, 'dL/dadvantages'),
-        _rt.InputInfo('gy__returns', 'float', 'NT', 0.0, 'dL/dreturns'),
+        _abi.InputInfo('token_level_rewards', 'float', 'NT', None, 'r_t per token.'),
+        _abi.InputInfo('values', 'float', 'NT', None, 'V_t per token.'),
+        _abi.InputInfo('response_mask', 'flag', 'NT', None, '1 on tokens the policy generated, 0 elsewhere.'),
+        _abi.InputInfo('st__nv', 'float', 'NT', None, 'forward state nv'),
+        _abi.InputInfo('st__A', 'float', 'NT', None, 'forward state A'),
+        _abi.InputInfo('gy__advantages', 'float', 'NT', 0.0, 'dL/dadvantages'),
+        _abi.InputInfo('gy__returns', 'float', 'NT', 0.0, 'dL/dreturns'),
     ),
     params=(
-        _rt.ParamInfo('gamma', 1.0, 'discount factor', ()),
-        _rt.ParamInfo('lambda_', 1.0, 'GAE trace decay', ()),
+        _abi.ParamInfo('gamma', 1.0, 'discount factor', ()),
+        _abi.ParamInfo('lambda_', 1.0, 'GAE trace decay', ()),
     ),
     outputs=('d__token_level_rewards', 'd__values', 'd__gamma', 'd__lambda_'),
     returns=('d__token_level_rewards', 'd__values', 'd__gamma', 'd__lambda_'),
     exclusive=(),
-    launch=_launch,
+    module=__name__,
+    kernels=_abi.Kernels(
+        stream=_masked_gae_grad_chunked_kernel,
+        persist=_masked_gae_grad_persist_kernel,
+        lookback=_masked_gae_grad_lookback_kernel,
+        lb_words=6,
+        k_dense=False,
+        shift_g=True,
+    ),
     torch_impl=_torch_impl,
 )
 _ops.qualname(OP)  # register the torch.library op now: torch.compile cannot do it mid-trace
@@ -1111,7 +936,7 @@ def compute_masked_gae_grad(*, token_level_rewards=None, values=None, response_m
         d__values: [N, T] in the inputs' floating dtype. dL/dvalues per step
         d__gamma: [N, T] in the inputs' floating dtype. dL/dgamma per step
         d__lambda_: [N, T] in the inputs' floating dtype. dL/dlambda_ per step"""
-    return _rt.call(OP, {
+    return _ops.call(OP, {
         "token_level_rewards": token_level_rewards,
         "values": values,
         "response_mask": response_mask,

@@ -14,7 +14,7 @@ from pathlib import Path
 __version__ = "0.1.0"
 
 from .errors import SpecError  # noqa: E402
-from .spec import Input, Output, Param, Scan, Spec  # noqa: E402
+from .compiler.spec import Input, Output, Param, Scan, Spec  # noqa: E402
 
 
 def _generated():
@@ -46,10 +46,6 @@ def __getattr__(attr: str):
     functions = _generated().FUNCTIONS
     if attr in functions:
         module = importlib.import_module(f"{__name__}.generated.{functions[attr]}")
-        try:  # the generated backward, found by scangen.ops.grad_op_of
-            importlib.import_module(f"{__name__}.generated.{functions[attr]}_grad")
-        except ImportError:
-            pass
         fn = getattr(module, attr)
         globals()[attr] = fn
         return fn
@@ -67,7 +63,7 @@ def compile(spec_or_path, *, cache_dir=None):  # noqa: A001 - mirrors torch.comp
     keyed by the canonical IR, the templates, the compiler source, the template options and
     the scangen, Triton and torch versions. The returned function has the same conventions as the built-ins
     (``backend=``, ``outputs=``, ``time_dim=``)."""
-    from .store import compile_spec
+    from .compiler.store import compile_spec
     return compile_spec(spec_or_path, cache_dir)
 
 

@@ -11,7 +11,7 @@ DEFAULT_OUT = "generated"
 
 
 def _cmd_build(args) -> int:
-    from .store import build, builtin_spec_paths
+    from .compiler.store import build, builtin_spec_paths
     builtins = builtin_spec_paths()
     specs = [Path(p) for p in args.specs] or builtins
     out = Path(args.out)
@@ -34,8 +34,8 @@ def _cmd_build(args) -> int:
 
 
 def _builtins():
-    from .pipeline import to_ir
-    from .store import builtin_spec_paths
+    from .compiler.pipeline import to_ir
+    from .compiler.store import builtin_spec_paths
     return {p.stem: (p, to_ir(p)) for p in builtin_spec_paths()}
 
 
@@ -60,8 +60,8 @@ def _cmd_show(args) -> int:
 
 
 def _cmd_check(args) -> int:
-    from .ir import canonical
-    from .pipeline import generate
+    from .compiler.ir import canonical
+    from .compiler.pipeline import generate
     ir, _ = generate(Path(args.file))  # every stage, so check fails wherever build would
     print(f"{args.file}: ok ({ir.direction} scan, function {ir.function})")
     for s in ir.scans:
@@ -72,7 +72,7 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_verify(args) -> int:
-    from .verify import verify_all
+    from .testing.verify import verify_all
     return 0 if verify_all(device=args.device, sizes=args.sizes) else 1
 
 

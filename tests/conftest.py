@@ -25,7 +25,7 @@ BACKENDS = ("torch", "triton") + (("numba",) if HAS_NUMBA and not ON_GPU else ()
 
 @pytest.fixture(autouse=True)
 def _poison_outputs(monkeypatch):
-    monkeypatch.setattr(runtime, "POISON_OUTPUTS", True)
+    monkeypatch.setattr(runtime.arguments, "POISON_OUTPUTS", True)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,8 +1,8 @@
 """A third, independent implementation of a scangen IR: a plain float64 loop over time.
 
-It reads the IR's SymPy expressions (``scangen.pipeline.to_ir(spec)``) and evaluates them
+It reads the IR's SymPy expressions (``scangen.compiler.pipeline.to_ir(spec)``) and evaluates them
 numerically, one step at a time, with its own implementation of every construct of the spec
-language, taken from the documented meaning in :mod:`scangen.expr` and :mod:`scangen.ir`:
+language, taken from the documented meaning in :mod:`scangen.compiler.expr` and :mod:`scangen.compiler.ir`:
 
 * ``next(e, fill)`` is ``e`` at step ``t+1``, and ``fill`` at the last step ``t = T-1``;
   ``prev(e, fill)`` is ``e`` at ``t-1``, and ``fill`` at the first step ``t = 0``;
@@ -18,9 +18,9 @@ language, taken from the documented meaning in :mod:`scangen.expr` and :mod:`sca
   ``S_T`` (reverse) or ``S_{-1}`` (forward) equal to ``init``; scans run in order, each
   fully before the next, so a later scan and the outputs see every step of earlier states.
 
-Deliberately independent of the code generator: it imports nothing from ``scangen.plan``,
-``scangen.render``, ``scangen.printers`` or ``scangen.runtime``; the expression classes come
-from :mod:`scangen.expr`, where they are defined.
+Deliberately independent of the code generator: it imports nothing from ``scangen.compiler.plan``,
+``scangen.compiler.render``, ``scangen.compiler.printers`` or ``scangen.runtime``; the expression classes come
+from :mod:`scangen.compiler.expr`, where they are defined.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ import math
 import numpy as np
 import sympy
 
-from scangen.expr import Gather, KSum, Next, Prev, Present, Where, _Indicator
+from scangen.compiler.expr import Gather, KSum, Next, Prev, Present, Where, Indicator
 
 _CMP = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
         "==": np.equal, "!=": np.not_equal}
@@ -148,7 +148,7 @@ class _Env:
         if isinstance(e, Where):
             c = self.ev(e.args[0], t, k)
             return np.where(c != 0, self.ev(e.args[1], t, k), self.ev(e.args[2], t, k))
-        if isinstance(e, _Indicator):
+        if isinstance(e, Indicator):
             a, b = (self.ev(x, t, k) for x in e.args)
             return _CMP[e.op](a, b).astype(np.float64)
         args = [self.ev(a, t, k) for a in e.args]

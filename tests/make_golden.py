@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from scangen import reference
+from scangen.testing import reference
 from scangen.testing import make_inputs
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"

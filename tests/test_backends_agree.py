@@ -18,7 +18,7 @@ import torch
 import scangen
 from conftest import DEVICE, HAS_NUMBA, ON_GPU
 from scangen import runtime
-from scangen.reference import REFERENCES
+from scangen.testing.reference import REFERENCES
 from scangen.testing import ALGORITHMS, assert_close, make_inputs
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -26,7 +26,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 def _backends():
     out = [("torch", DEVICE)]
-    if ON_GPU or runtime._interpreting():
+    if ON_GPU or runtime.backends.interpreting():
         out.append(("triton", DEVICE))
     if HAS_NUMBA:
         out.append(("numba", "cpu"))

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import scangen
-from scangen import cli, numbapath
+from scangen import cli
+from scangen.runtime import numba as numbapath
 from scangen.benchmark import baselines, report, suite, timing
 
 ROOT = Path(__file__).resolve().parent.parent

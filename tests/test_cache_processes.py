@@ -25,7 +25,8 @@ import torch
 import triton
 
 import scangen
-from scangen import render, store
+from scangen.compiler import store
+from scangen.compiler.options import Options
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -152,7 +153,7 @@ KILLED = textwrap.dedent("""\
     import os, sys
     from pathlib import Path
     import scangen
-    from scangen import store
+    from scangen.compiler import store
     cache, spec, when = sys.argv[1], sys.argv[2], sys.argv[3]
     write, replace = store.write_if_changed, os.replace
     def dying_write(path, text):
@@ -215,13 +216,16 @@ def test_cache_key_covers_templates_and_versions(tmp_path, monkeypatch):
         ("scangen", store, "__version__", "999.0.0", "999.0.0"),
         ("triton", triton, "__version__", "0.0.1-test", "0.0.1-test"),
         ("torch", torch, "__version__", "0.0.2-test", "0.0.2-test"),
-        ("options", render, "OPTIONS", {**render.OPTIONS, "input_shift": "gather"},
-         {**render.OPTIONS, "input_shift": "gather"}),
+        ("options", None, None, Options(input_shift="gather"),
+         {**Options().as_dict(), "input_shift": "gather"}),
     ]
     for field, obj, attr, value, recorded in changes:
         with monkeypatch.context() as m:
-            m.setattr(obj, attr, value)
-            fn = scangen.compile(text, cache_dir=cache)
+            if obj is None:  # template options are an argument, not a setting
+                fn = store.compile_spec(text, cache, value)
+            else:
+                m.setattr(obj, attr, value)
+                fn = scangen.compile(text, cache_dir=cache)
             new = set(_entries(cache)) - seen
             assert len(new) == 1, f"changing the {field} version did not change the cache key"
             (entry,) = new

@@ -13,11 +13,11 @@ import triton.language as tl
 from conftest import BACKENDS
 import scangen
 from python_specs import ALL
-from scangen.ir import canonical
-from scangen.pipeline import generate, to_ir
-from scangen.spec import load_spec_text
+from scangen.compiler.ir import canonical
+from scangen.compiler.pipeline import generate, to_ir
+from scangen.compiler.spec import load_spec_text
 from scangen.generated import gae
-from scangen.store import build, builtin_spec_paths, compile_spec
+from scangen.compiler.store import build, builtin_spec_paths, compile_spec
 
 BUILTINS = {p.stem: p for p in builtin_spec_paths()}
 

@@ -1,8 +1,9 @@
-"""The plan's fast path (scangen.runtime._fast_path): after a plan's first direct launch, calls
+"""Implementation tests of an invariant: the plan's fast path (scangen.runtime.fastpath) passes
+the kernel exactly what the general path passes. After a plan's first direct launch, calls
 with the same signature go from the arguments straight to the compiled kernel's launcher.
 
 Triton's launcher is not available under the interpreter, so these tests stand a recorder in
-for it (as runtime.launch would find a compiled kernel after a first launch on a GPU) and check
+for it (as runtime.launch.launch would find a compiled kernel after a first launch on a GPU) and check
 that the fast path passes exactly the arguments the general path passes for the same call. The
 GPU suite (tests/test_gpu.py) checks the fast path's results against the references."""
 import contextlib
@@ -31,21 +32,21 @@ class Recorder:
 def _plan_with_recorder(fn, x, **kw):
     """Runs one call (Triton's own launch path), then gives its plan a recorder as compiled
     kernel: the plan's next calls take the direct launch. Returns (plan, recorder)."""
-    runtime._PLANS.clear()
+    runtime.PLANS.clear()
     kernels = []
-    real = runtime.launch
+    real = runtime.launch.launch
 
     def spy(c, kernel, *rest):
         kernels.append(kernel)
         real(c, kernel, *rest)
 
-    with mock.patch.object(runtime, "launch", spy):
+    with mock.patch.object(runtime.launch, "launch", spy):
         fn(**x, backend="triton", **kw)
-    (plan,) = runtime._PLANS.values()
+    (plan,) = runtime.PLANS.values()
     rec = Recorder()
     (kernel,) = kernels
-    plan.kernels[kernel] = (rec, "function", "packed", lambda device: "stream", 0, None)
-    plan.kernels["direct"] = True
+    plan.lp.compiled[kernel] = (rec, "function", "packed", lambda device: "stream", 0)
+    plan.lp.direct = True
     return plan, rec
 
 
@@ -85,17 +86,17 @@ def _same_addresses(guarded, outs_g, general, outs_n):
 def path(plan, which):
     """Calls of ``plan`` take ``which`` of its paths: "general", or "fast" (the fast path
     without the guarded one, as after a signature lookup)."""
-    kept, recent = dict(plan.kernels), dict(runtime._RECENT)
-    plan.kernels["guarded"] = None
+    kept, recent = (plan.lp.fast, plan.lp.guarded), dict(runtime.plans.RECENT)
+    plan.lp.guarded = None
     if which == "general":
-        plan.kernels["fast"] = None
-    runtime._RECENT.clear()
+        plan.lp.fast = None
+    runtime.plans.RECENT.clear()
     try:
         yield
     finally:
-        plan.kernels.update(fast=kept["fast"], guarded=kept["guarded"])
-        runtime._RECENT.clear()
-        runtime._RECENT.update(recent)
+        plan.lp.fast, plan.lp.guarded = kept
+        runtime.plans.RECENT.clear()
+        runtime.plans.RECENT.update(recent)
 
 
 CASES = [
@@ -127,8 +128,8 @@ def test_fast_path_passes_the_general_paths_arguments(name, prep, kw, layout):
     plan, rec = _plan_with_recorder(fn, inputs(0), **kw)
     assert plan.config.family != "lookback"
     fn(**inputs(1), backend="triton", **kw)  # direct launch: builds the fast paths
-    assert plan.kernels.get("fast") is not None, "the plan did not get a fast path"
-    assert plan.kernels.get("guarded") is not None, "the plan did not get a guarded fast path"
+    assert plan.lp.fast is not None, "the plan did not get a fast path"
+    assert plan.lp.guarded is not None, "the plan did not get a guarded fast path"
     fn(**inputs(1), backend="triton", **kw)  # through the signature: the op's recent plan
     for seed, scale in ((2, 0.5), (3, 0.25)):
         x = inputs(seed)
@@ -154,7 +155,7 @@ def test_fast_path_passes_the_general_paths_arguments(name, prep, kw, layout):
             assert torch.isnan(o).all() and torch.isnan(f).all(), \
                 "tests poison outputs: the fast paths must too"
         assert sum(a is o for a in fast_launch[4] for o in fasts) == len(fasts)
-    runtime._PLANS.clear()
+    runtime.PLANS.clear()
 
 
 @pytest.mark.parametrize("name", ["compute_gae", "compute_masked_gae", "compute_retrace"])
@@ -164,12 +165,12 @@ def test_fast_path_of_lookback_plans_passes_the_workspace(name):
     x = make_inputs(name, 2, 300, seed=0)
     x = {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in x.items()}
     fn = getattr(scangen, name)
-    with mock.patch.dict(runtime.ENV, {"SCANGEN_FAMILY": "lookback"}):
+    with mock.patch.dict(runtime.env.ENV, {"SCANGEN_FAMILY": "lookback"}):
         plan, rec = _plan_with_recorder(fn, x)
         fn(**x, backend="triton")
         assert plan.config.family == "lookback"
-        assert plan.kernels["fast"] is not None and plan.kernels["guarded"] is not None
-        (ws,) = plan.kernels["workspaces"].values()
+        assert plan.lp.fast is not None and plan.lp.guarded is not None
+        (ws,) = plan.lp.workspaces.values()
         fn(**x, backend="triton")  # through the signature: the op's recent plan
         out = fn(**x, backend="triton")  # the guarded fast path
         guarded_launch = rec.calls[-1]
@@ -183,7 +184,7 @@ def test_fast_path_of_lookback_plans_passes_the_workspace(name):
                     again if isinstance(again, tuple) else (again,))
     assert sum(a is ws for a in fast_launch[4]) == 1
     assert sum(a is ws for a in guarded_launch[4]) == 1
-    runtime._PLANS.clear()
+    runtime.PLANS.clear()
 
 
 @pytest.mark.parametrize("shape", [(), (3, 1), (3, 40)], ids=["0-dim", "per-row", "per-step"])
@@ -199,9 +200,9 @@ def test_fast_path_expands_tensor_params(shape):
 
     plan, rec = _plan_with_recorder(scangen.compute_gae, {**x, "gamma": gamma(0.9)})
     scangen.compute_gae(**x, gamma=gamma(0.8), backend="triton")
-    fast = plan.kernels["fast"]
+    fast = plan.lp.fast
     assert fast is not None
-    assert plan.kernels["guarded"] is not None
+    assert plan.lp.guarded is not None
     scangen.compute_gae(**x, gamma=gamma(0.75), backend="triton")  # the op's recent plan
     g = gamma(0.7)
     out = scangen.compute_gae(**x, gamma=g, backend="triton")  # the guarded fast path
@@ -217,7 +218,7 @@ def test_fast_path_expands_tensor_params(shape):
         (ptr,) = [a for a in launch[4] if isinstance(a, torch.Tensor)
                   and a.data_ptr() == g.data_ptr()]
         assert (ptr == 0.7).all() and ptr.shape == (3, 40)
-    runtime._PLANS.clear()
+    runtime.PLANS.clear()
 
 
 def test_fast_path_is_not_taken_where_a_call_rebinds_more():
@@ -230,14 +231,14 @@ def test_fast_path_is_not_taken_where_a_call_rebinds_more():
     plan, rec = _plan_with_recorder(scangen.compute_gae, {**x, "gamma": g})
     scangen.compute_gae(**{**x, "gamma": g}, backend="triton")
     assert "gamma" in plan.copied
-    assert plan.kernels["fast"] is None and len(rec.calls) == 1
+    assert plan.lp.fast is None and len(rec.calls) == 1
     x = {k: v.reshape(6, *v.shape[2:]) if torch.is_tensor(v) else v for k, v in x.items()}
     x64 = {k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v
            for k, v in x.items()}
     plan, rec = _plan_with_recorder(scangen.compute_gae, x64)
     scangen.compute_gae(**x64, backend="triton")
-    assert plan.kernels["fast"] is None and len(rec.calls) == 1
-    runtime._PLANS.clear()
+    assert plan.lp.fast is None and len(rec.calls) == 1
+    runtime.PLANS.clear()
 
 
 def test_a_launch_hook_sends_calls_back_to_tritons_path():
@@ -247,13 +248,13 @@ def test_a_launch_hook_sends_calls_back_to_tritons_path():
     x = {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in x.items()}
     plan, rec = _plan_with_recorder(scangen.compute_gae, x)
     scangen.compute_gae(**x, backend="triton")
-    assert plan.kernels["fast"] is not None and len(rec.calls) == 1
-    with mock.patch.object(runtime, "_hooked", lambda: True):
+    assert plan.lp.fast is not None and len(rec.calls) == 1
+    with mock.patch.object(runtime.launch, "hooked", lambda: True):
         out = scangen.compute_gae(**x, backend="triton")  # the interpreter runs the kernel
     assert len(rec.calls) == 1 and not torch.isnan(out).any()
     scangen.compute_gae(**x, backend="triton")
     assert len(rec.calls) == 2
-    runtime._PLANS.clear()
+    runtime.PLANS.clear()
 
 
 def test_calls_through_the_custom_op_take_the_fast_path():
@@ -265,7 +266,7 @@ def test_calls_through_the_custom_op_take_the_fast_path():
     plan, rec = _plan_with_recorder(scangen.compute_gae, x)
     assert plan.ptargets, "the custom op passes its params as tensors"
     scangen.compute_gae(**x, gamma=0.5, backend="triton")
-    fast = plan.kernels["fast"]
+    fast = plan.lp.fast
     assert fast is not None
     scangen.compute_gae(**x, gamma=0.25, backend="triton")
     fast_launch = rec.calls[-1]
@@ -275,33 +276,33 @@ def test_calls_through_the_custom_op_take_the_fast_path():
     gammas = [a for a in fast_launch[4] if isinstance(a, torch.Tensor) and a.dim() == 2
               and a.stride() == (0, 0)]
     assert any((g == 0.25).all() for g in gammas)
-    runtime._PLANS.clear()
+    runtime.PLANS.clear()
 
 
 def test_guarded_fast_path_misses_whatever_the_signature_holds():
     """The guarded fast path, tried on an op's next call before any signature is built, takes
-    exactly the calls whose signature matches its plan's (runtime._signature): another shape,
+    exactly the calls whose signature matches its plan's (runtime.plans.signature): another shape,
     strides, dtype, alignment, presence of an optional input, param type, time_dim, outputs,
     backend, environment switch, or a tensor that needs a gradient each go elsewhere."""
     x = make_inputs("compute_gae", 3, 40, seed=0)
     x = {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in x.items()}
     plan, rec = _plan_with_recorder(scangen.compute_gae, x)
     scangen.compute_gae(**x, backend="triton")  # builds the fast paths
-    guarded = plan.kernels["guarded"]
+    guarded = plan.lp.guarded
     assert guarded is not None
     scangen.compute_gae(**x, backend="triton")  # through the signature: the op's recent plan
     op = plan.op
-    assert runtime._RECENT[id(op)] == (op, guarded)
+    assert runtime.plans.RECENT[id(op)] == (op, guarded)
     hits = []
 
     def spy(*args):
         out = guarded(*args)
-        hits.append(out is not runtime._MISS)
+        hits.append(out is not runtime.fastpath.MISS)
         return out
 
     def took(**change):
         """Whether a call with ``change`` applied to ``x`` took the guarded path."""
-        runtime._RECENT[id(op)] = (op, spy)
+        runtime.plans.RECENT[id(op)] = (op, spy)
         kw = {k: change.pop(k) for k in ("time_dim", "outputs") if k in change}
         backend = change.pop("backend", "triton")
         y = {k: v for k, v in {**x, **change}.items() if v is not _DROP}
@@ -329,12 +330,12 @@ def test_guarded_fast_path_misses_whatever_the_signature_holds():
             for k in ("values", "terminateds", "truncateds", "bootstrap_values"):
                 change[k] = x[k][:3, :39]
         assert not took(**change), change
-    with mock.patch.dict(runtime.ENV, {"SCANGEN_FAMILY": "stream"}):
+    with mock.patch.dict(runtime.env.ENV, {"SCANGEN_FAMILY": "stream"}):
         assert not took()
     with torch.no_grad():
         assert not took(rewards=r.clone().requires_grad_(True))
-    runtime._PLANS.clear()
-    assert not runtime._RECENT, "clearing the plans forgets the guarded paths"
+    runtime.PLANS.clear()
+    assert not runtime.plans.RECENT, "clearing the plans forgets the guarded paths"
 
 
 _DROP = object()  # took(): leave this argument out

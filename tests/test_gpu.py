@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import scangen
-from scangen import reference, runtime
+from scangen.testing import reference
+from scangen import runtime
 from scangen.testing import assert_close, make_inputs
 
 pytestmark = pytest.mark.gpu
@@ -135,14 +136,14 @@ def test_cuda_graph_capture_and_replay(family, shape, monkeypatch):
 
 
 def test_lookback_captures_share_no_workspace(monkeypatch):
-    """Look-back calls under CUDA-graph capture (runtime._captured_workspace): the first
+    """Look-back calls under CUDA-graph capture (runtime.workspace._captured_workspace): the first
     capture after eager calls takes the plan's spare workspace, filled outside the graph; a
     second capture, with no eager call between, fills its own inside the graph; two calls of
     the plan in one capture share one. The two graphs, replayed in turn and then at once on two
     streams, and eager calls after them, all match the reference."""
     monkeypatch.setenv("SCANGEN_FAMILY", "lookback")
     runtime.reload_env()
-    runtime._PLANS.clear()
+    runtime.PLANS.clear()
     try:
         shape = (4, 8192)
         static = [make_inputs("gae", *shape, seed=30 + i, device="cuda") for i in range(3)]
@@ -154,20 +155,20 @@ def test_lookback_captures_share_no_workspace(monkeypatch):
             torch.cuda.synchronize()
             scangen.compute_gae(**static[0])
         torch.cuda.current_stream().wait_stream(side)
-        (plan,) = [p for p in runtime._PLANS.values()
+        (plan,) = [p for p in runtime.PLANS.values()
                    if p.config is not None and p.config.family == "lookback"]
-        assert plan.kernels.get("spare_ready"), "the spare's fill was not seen complete"
-        spare = plan.kernels["spare"][0]
-        held = runtime._HELD[0]
+        assert plan.lp.spare_ready, "the spare's fill was not seen complete"
+        spare = plan.lp.spare[0]
+        held = runtime.workspace._HELD[0]
         g1, g2 = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
         with torch.cuda.graph(g1):
             out1 = scangen.compute_gae(**static[0])
-        assert "spare" not in plan.kernels and runtime._HELD[-1] is spare
-        assert runtime._HELD[0] == held + spare.numel() * 4
+        assert plan.lp.spare is None and runtime.workspace._HELD[-1] is spare
+        assert runtime.workspace._HELD[0] == held + spare.numel() * 4
         with torch.cuda.graph(g2):  # no eager call between: no spare; two calls, one workspace
             out2 = scangen.compute_gae(**static[1])
             out3 = scangen.compute_gae(**static[2])
-        (ws,) = plan.kernels["captured"][1].values()
+        (ws,) = plan.lp.captured[1].values()
         assert ws is not spare
 
         def check(seed):
@@ -204,7 +205,7 @@ def test_lookback_captures_share_no_workspace(monkeypatch):
         expected = reference.compute_gae(**{k: v.cpu() if torch.is_tensor(v) else v
                                             for k, v in fresh.items()})
         assert_close(got.cpu(), expected, dtype=got.dtype, name="eager after graphs")
-        assert "spare" in plan.kernels, "an eager call makes the next capture's spare"
+        assert plan.lp.spare is not None, "an eager call makes the next capture's spare"
     finally:
         monkeypatch.delenv("SCANGEN_FAMILY")
         runtime.reload_env()
@@ -240,7 +241,7 @@ def test_fast_path_results(name, family):
     """From a plan's third call on, calls go straight to the compiled kernel's launcher
     (runtime._fast_path). Each call gets new inputs and a new gamma (where the op has one), and
     its outputs, fresh tensors, match the float64 reference."""
-    runtime._PLANS.clear()
+    runtime.PLANS.clear()
     fn = getattr(scangen, name)
     has_gamma = "gamma" in fn.__code__.co_varnames
     plans = []
@@ -253,8 +254,8 @@ def test_fast_path_results(name, family):
         got = _tuple(fn(**dev, outputs=None))
         for g, e in zip(got, expected):
             assert_close(g.cpu(), e, dtype=g.dtype, name=f"{name} call {call}")
-        plans = list(runtime._PLANS.values())
+        plans = list(runtime.PLANS.values())
     (plan,) = plans
     assert plan.config.family == family
-    assert plan.kernels.get("fast") is not None, "the plan's calls did not take the fast path"
-    runtime._PLANS.clear()
+    assert plan.lp.fast is not None, "the plan's calls did not take the fast path"
+    runtime.PLANS.clear()

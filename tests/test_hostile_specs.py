@@ -22,9 +22,9 @@ import torch
 
 from conftest import BACKENDS
 import scangen
-from scangen.expr import MAX_EXPR_CHARS, MAX_EXPR_NODES
-from scangen.pipeline import to_ir
-from scangen.spec import MAX_SPEC_BYTES, as_spec, replace
+from scangen.compiler.expr import MAX_EXPR_CHARS, MAX_EXPR_NODES
+from scangen.compiler.pipeline import to_ir
+from scangen.compiler.spec import MAX_SPEC_BYTES, as_spec, replace
 
 REPO = Path(__file__).resolve().parent.parent
 FAST_S = 5.0  # every refusal below must take less than this (most take milliseconds)
@@ -278,7 +278,7 @@ def test_huge_constant_power_is_refused_quickly():
     """``9**9**9`` is 7 characters; SymPy folds it exactly (a 370-million-digit integer), which
     takes minutes and gigabytes. It must be refused (or folded to a float) at once. Run in a
     child process: the fold is one C call that no signal interrupts."""
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from scangen.pipeline import to_ir\n"
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from scangen.compiler.pipeline import to_ir\n"
             "from scangen import SpecError\n"
             "try:\n    to_ir(sys.argv[2])\nexcept SpecError as e:\n    print('SpecError', e)\n"
             "else:\n    print('accepted')\n")
@@ -359,7 +359,7 @@ COLLISIONS = [
 
 @pytest.mark.parametrize("role,name", COLLISIONS, ids=lambda v: str(v))
 def test_names_used_by_the_generated_code(tmp_path, monkeypatch, role, name):
-    from scangen import config
+    from scangen.runtime import config
     if hasattr(config, "MAX_BLOCK_T"):  # 16-step chunks: T = 40 crosses two chunk boundaries
         monkeypatch.setattr(config, "MAX_BLOCK_T", 16)
     kwargs = {"name": f"coll_{role}_{name}".lower()}

@@ -14,8 +14,9 @@ import torch
 
 import scangen
 from conftest import HAS_NUMBA
-from scangen import numbapath, runtime
-from scangen.reference import REFERENCES
+from scangen import runtime
+from scangen.runtime import numba as numbapath
+from scangen.testing.reference import REFERENCES
 from scangen.testing import assert_close, make_inputs
 
 pytestmark = pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed")
@@ -69,17 +70,17 @@ def test_a_call_split_over_threads_equals_one_thread(layout, monkeypatch):
                   for k, v in inputs.items()}
     monkeypatch.setattr(numbapath, "MIN_PARALLEL_STEPS", 1)
     monkeypatch.setattr(numbapath, "TILE_ROWS", 4)  # 10 tiles of rows, split over threads
-    runtime._PLANS.clear()
+    runtime.PLANS.clear()
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
         one = scangen.compute_vtrace(**inputs, backend="numba", **kw)
-        runtime._PLANS.clear()
+        runtime.PLANS.clear()
         torch.set_num_threads(3)
         many = scangen.compute_vtrace(**inputs, backend="numba", **kw)
     finally:
         torch.set_num_threads(threads)
-        runtime._PLANS.clear()
+        runtime.PLANS.clear()
     for a, b in zip(one, many):
         assert torch.equal(a, b)
 
@@ -119,7 +120,7 @@ def test_dtypes_written_in_the_input_dtype(dtype):
 
 FORKED = """
 import os, torch, scangen
-from scangen import numbapath
+from scangen.runtime import numba as numbapath
 numbapath.MIN_PARALLEL_STEPS = 1
 torch.set_num_threads(2)
 x = torch.randn(8, 64); d = torch.rand(8, 64) < 0.1

@@ -1,7 +1,7 @@
 """Every built-in, through both generated implementations, against the float64 references.
 
 The torch path and the Triton kernels (compiled on a GPU, interpreted on CPU) are each compared
-with scangen.reference, which is written from SEMANTICS.md without the generator.
+with scangen.testing.reference, which is written from SEMANTICS.md without the generator.
 """
 from unittest import mock
 
@@ -12,7 +12,8 @@ import triton.language as tl
 
 import scangen
 from conftest import BACKENDS, DEVICE, ON_GPU
-from scangen import reference, runtime
+from scangen.testing import reference
+from scangen import runtime
 from scangen.generated.gae import _lookback as _gae_lookback
 from scangen.testing import assert_close, make_inputs
 
@@ -232,60 +233,60 @@ def test_lookback_family_matches_reference(name, dtype, monkeypatch):
 
 @pytest.mark.parametrize("name", ["compute_gae", "compute_masked_gae"])
 def test_lookback_with_its_first_wait(name, monkeypatch):
-    """The look-back kernels with LB_SPIN on (runtime.lookback_spin: rows of many chunks wait on
+    """The look-back kernels with LB_SPIN on (runtime.config.lookback_spin: rows of many chunks wait on
     their nearest predecessor alone before reading whole windows), forced here on short rows."""
     monkeypatch.setenv("SCANGEN_FAMILY", "lookback")
-    monkeypatch.setattr(runtime, "LB_SPIN_CHUNKS", 1)
+    monkeypatch.setattr(runtime.config, "LB_SPIN_CHUNKS", 1)
     runtime.reload_env()
-    runtime._PLANS.clear()
+    runtime.PLANS.clear()
     try:
         for seed in (14, 15):
             _check(name, make_inputs(name, 2, 2100 if not ON_GPU else 50000, seed=seed), "triton")
-        (plan,) = runtime._PLANS.values()
-        assert plan.kernels["meta"]["LB_SPIN"] is True
+        (plan,) = runtime.PLANS.values()
+        assert plan.lp.meta["LB_SPIN"] is True
     finally:
         monkeypatch.delenv("SCANGEN_FAMILY")
         runtime.reload_env()
-        runtime._PLANS.clear()
+        runtime.PLANS.clear()
 
 
 @pytest.mark.parametrize("name", ["compute_gae", "compute_masked_gae"])
 def test_lookback_in_program_id_order(name, monkeypatch):
-    """The look-back kernels with LB_PID on (runtime.lookback_pid: chunks in the order of
+    """The look-back kernels with LB_PID on (runtime.config.lookback_pid: chunks in the order of
     program ids, the counter only for the workspace half), forced here for every call; three
     calls on one plan, so that its workspace halves alternate."""
     monkeypatch.setenv("SCANGEN_FAMILY", "lookback")
-    monkeypatch.setattr(runtime, "lookback_pid", lambda c, cfg: cfg.family == "lookback")
+    monkeypatch.setattr(runtime.config, "lookback_pid", lambda c, cfg: cfg.family == "lookback")
     runtime.reload_env()
-    runtime._PLANS.clear()
+    runtime.PLANS.clear()
     try:
         for seed in (16, 17, 18):
             _check(name, make_inputs(name, 2, 2100 if not ON_GPU else 50000, seed=seed), "triton")
-        (plan,) = runtime._PLANS.values()
-        assert plan.kernels["meta"]["LB_PID"] is True
+        (plan,) = runtime.PLANS.values()
+        assert plan.lp.meta["LB_PID"] is True
     finally:
         monkeypatch.delenv("SCANGEN_FAMILY")
         runtime.reload_env()
-        runtime._PLANS.clear()
+        runtime.PLANS.clear()
 
 
 @pytest.mark.parametrize("name", ALGOS)
 def test_full_and_partial_tiles(name, monkeypatch):
-    """Calls whose tiles are all full run without bounds masks (runtime.even): both kinds of
+    """Calls whose tiles are all full run without bounds masks (runtime.launch.even): both kinds of
     call, in the stream family and in the look-back family (T split across programs)."""
     for family, shapes in (("stream", [(4, 64), (4, 48)]), ("lookback", [(1, 4096), (1, 4000)])):
         monkeypatch.setenv("SCANGEN_FAMILY", family)
         runtime.reload_env()
         evens = []
         for shape in shapes:
-            runtime._PLANS.clear()
+            runtime.PLANS.clear()
             _check(name, make_inputs(name, *shape, seed=shape[1]), "triton")
-            (plan,) = runtime._PLANS.values()
-            evens.append(plan.kernels["meta"]["EVEN"])
+            (plan,) = runtime.PLANS.values()
+            evens.append(plan.lp.meta["EVEN"])
         assert evens == [True, False], (family, evens)
     monkeypatch.delenv("SCANGEN_FAMILY")
     runtime.reload_env()
-    runtime._PLANS.clear()
+    runtime.PLANS.clear()
 
 
 def test_unused_pointer_slots_after_the_first_launch():
@@ -293,24 +294,24 @@ def test_unused_pointer_slots_after_the_first_launch():
     optional inputs, float params, outputs not asked for), for Triton's launcher to take as
     null pointers. A call that goes through Triton's own launch path again (a launch hook; the
     interpreter always does) gets a real tensor back in those slots, and the same results."""
-    runtime._PLANS.clear()
+    runtime.PLANS.clear()
     x = make_inputs("compute_vtrace", 3, 40, seed=5)
     del x["truncateds"]  # absent optional inputs, float params, and one of two outputs asked for
     expected = reference.compute_vtrace(**x)[1]
     x = {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in x.items()}
     first = scangen.compute_vtrace(**x, outputs="pg_advantages", backend="triton")
-    (plan,) = runtime._PLANS.values()
-    plan.kernels["direct"] = True  # as after a first launch on a GPU
+    (plan,) = runtime.PLANS.values()
+    plan.lp.direct = True  # as after a first launch on a GPU
     seen = []
-    launch = runtime.launch
+    launch = runtime.launch.launch
 
     def spy(c, kernel, grid, args, *rest):
         seen.append(args)
         launch(c, kernel, grid, args, *rest)
 
-    with mock.patch.object(runtime, "launch", spy):
+    with mock.patch.object(runtime.launch, "launch", spy):
         again = scangen.compute_vtrace(**x, outputs="pg_advantages", backend="triton")
-    runtime._PLANS.clear()
+    runtime.PLANS.clear()
     assert any(a is None for a in seen[0]), "no unused slot was passed as None"
     for got in (first, again):
         assert_close(got.cpu(), expected, dtype=got.dtype, name="vtrace pg_advantages")
@@ -325,14 +326,14 @@ def test_lookback_workspace_is_kept_and_reset_for_the_next_call(acc, name, array
     monkeypatch.setenv("SCANGEN_FAMILY", "lookback")
     runtime.reload_env()
     try:
-        runtime._PLANS.clear()
+        runtime.PLANS.clear()
         N, T = 2, 2100
         words = 2 if acc == torch.float64 else 1
         for call in range(3):
             x = make_inputs(name, N, T, seed=call, dtype=acc)
             _check(name, x, "triton")
-            (plan,) = [p for p in runtime._PLANS.values() if p.kernels.get("workspaces")]
-            (ws,) = plan.kernels["workspaces"].values()
+            (plan,) = [p for p in runtime.PLANS.values() if p.lp.workspaces]
+            (ws,) = plan.lp.workspaces.values()
             progs = N * -(-T // plan.config.block_t)
             assert progs > 2  # several chunks per row: the look-back has predecessors to read
             assert ws[:2].view(torch.int64).item() == (call + 1) * progs - 1
@@ -396,7 +397,7 @@ def test_lookback_composes_many_predecessors(inclusive_at, acc, window, spin):
     """The look-back of chunk 300: aggregates of chunks 0..299 are written and at most one
     inclusive state (the rest read as unwritten), so it composes across several windows (one
     window of 512) in one pass and must match the float64 composition; with or without its
-    first wait on the nearest predecessor alone (runtime.lookback_window, lookback_spin)."""
+    first wait on the nearest predecessor alone (runtime.config.lookback_window, lookback_spin)."""
     step = 300
     g = torch.Generator().manual_seed(3)
     a = torch.randn(step + 1, generator=g, dtype=torch.float64)
@@ -499,7 +500,7 @@ def test_joint_lookback_composes_many_predecessors(joint_lookback, inclusive_at,
 @pytest.mark.parametrize("actions", [1, 3, 8, 16])
 def test_retrace_action_counts(actions):
     """Retrace's sums over the action axis: dense blocks when K is a power of two (offsets
-    t * BLOCK_K + k, runtime.k_dense), strided loads otherwise; both against the reference."""
+    t * BLOCK_K + k, runtime.launch.k_dense), strided loads otherwise; both against the reference."""
     inputs = make_inputs("retrace", 5, 37, seed=13, A=actions)
     _check("compute_retrace", inputs, "triton", outputs=("targets", "advantages"))
 
@@ -543,7 +544,7 @@ def test_reused_plan_takes_every_float_param_of_the_call(name, backend):
         second = dict(first, **{p: 0.5})
         fn(**first, backend=backend)  # makes the plan
         reused = fn(**second, backend=backend)
-        runtime._PLANS.clear()
+        runtime.PLANS.clear()
         fresh = fn(**second, backend=backend)
         for r, f in zip(reused if isinstance(reused, tuple) else (reused,),
                         fresh if isinstance(fresh, tuple) else (fresh,)):

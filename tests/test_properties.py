@@ -16,7 +16,7 @@ updates, always refused.
   state (squared, inside exp/min/where's condition, products of states, ...) is a SpecError
   saying "not affine" (or "cannot appear here"); the same update without that term is accepted.
 * ``test_ir_eval_matches_the_references``: tests/ir_eval.py itself agrees with
-  scangen.reference on every built-in spec (so a disagreement above is not ir_eval's fault).
+  scangen.testing.reference on every built-in spec (so a disagreement above is not ir_eval's fault).
 * Plain examples at the end pin what the properties found (abs(exp(x)); float64 constants)
   and the NaN of an out-of-range gather.
 
@@ -46,15 +46,17 @@ from hypothesis import strategies as st
 
 from conftest import BACKENDS
 import scangen
-from scangen import ops
+from scangen.compiler.options import Options
+from scangen.compiler.store import compile_spec
+from scangen.runtime import ops
 import ir_eval
-from scangen import config as launch_config
-from scangen import reference
-from scangen.expr import parse_expr
-from scangen.ir import POSITIONS
-from scangen.pipeline import to_ir
-from scangen.spec import load_spec_text
-from scangen.store import builtin_spec_paths
+from scangen.runtime import config as launch_config
+from scangen.testing import reference
+from scangen.compiler.expr import parse_expr
+from scangen.compiler.ir import POSITIONS
+from scangen.compiler.pipeline import to_ir
+from scangen.compiler.spec import load_spec_text
+from scangen.compiler.store import builtin_spec_paths
 from scangen.testing import assert_close, make_inputs
 
 # ----------------------------------------------------------------------------- budgets
@@ -341,7 +343,7 @@ def call_data(draw, d):
 
 def _launch(stack: ExitStack, launch: str):
     """Shorter chunks (the carry crosses chunk boundaries even for T <= 40), or the look-back
-    family, where this version of scangen.config has them. The family is forced explicitly in
+    family, where this version of scangen.runtime.config has them. The family is forced explicitly in
     both cases, so a launch plan cached for the default configuration is not reused."""
     family = {"stream16": "stream", "persist16": "persist", "lookback16": "lookback"}.get(launch)
     if family is None:
@@ -358,7 +360,7 @@ def _launch(stack: ExitStack, launch: str):
 
 def _env_module():
     try:
-        return importlib.import_module("scangen.env")
+        return importlib.import_module("scangen.runtime.env")
     except ImportError:
         return None
 
@@ -377,9 +379,7 @@ def check_spec(cache_dir, d, inputs, params, launch, chain="sequential"):
     the other or jointly) and compare triton, torch and the float64 IR loop on one call."""
     text = spec_text(d)
     try:
-        options = getattr(importlib.import_module("scangen.render"), "OPTIONS", {})
-        with mock.patch.dict(options, {"chain": chain} if "chain" in options else {}):
-            fn = scangen.compile(text, cache_dir=cache_dir)
+        fn = compile_spec(text, cache_dir, Options(chain=chain))
     except scangen.SpecError as exc:
         # The one documented limit a random product can reach: powers beyond 4 (x**5 and up).
         assume("unsupported power" not in str(exc)
@@ -636,7 +636,7 @@ def _grads(fn, inputs, params, names, backend):
 @budget(20)
 @given(data=st.data())
 def test_random_specs_generated_backward_matches_autograd(cache_dir, data):
-    """The generated adjoint kernel (scangen.adjoint) against autograd through the generated
+    """The generated adjoint kernel (scangen.compiler.adjoint) against autograd through the generated
     torch path, for every float input and tensor param of a random spec, in float64."""
     d = data.draw(affine_spec(), label="spec")
     inputs, params, _ = data.draw(call_data(d), label="call")

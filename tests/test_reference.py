@@ -4,7 +4,7 @@ shared/SEMANTICS.md on random inputs. Everything else in the suite trusts these 
 import pytest
 import torch
 
-from scangen import reference as R
+from scangen.testing import reference as R
 from scangen.testing import ALGORITHMS, assert_close, make_inputs
 
 F64 = torch.float64

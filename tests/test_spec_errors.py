@@ -2,7 +2,7 @@
 import pytest
 
 import scangen
-from scangen.pipeline import to_ir
+from scangen.compiler.pipeline import to_ir
 
 BASE = 'name: bad\ndirection: {direction}\ninputs:\n  x: float\n  d: {dkind}\n  k: {{kind: float, shape: [N, T, K]}}\n  i: {{kind: index}}\nparams:\n  g: 0.9\nscans:\n  A:\n    {scan}\noutputs:\n  y: {out}\n'
 

@@ -1,5 +1,5 @@
-"""Template options kept for side-by-side measurement (scangen.render.OPTIONS, used by
-bench/sweep.py --variants) generate kernels that match the float64 references too.
+"""Template options kept for side-by-side measurement (scangen.compiler.options.Options, used by
+bench/dev/sweep.py --variants) generate kernels that match the float64 references too.
 
 Each variant is compiled from a built-in spec under a new name, then run through the Triton
 backend (interpreted on CPU) with chunks of 16 steps, so that every chunk edge, where a shifted
@@ -14,8 +14,12 @@ import torch
 
 import scangen
 from conftest import DEVICE
-from scangen import config, reference, render, runtime
-from scangen.store import spec_dir
+from scangen import runtime
+from scangen.compiler.options import Options
+from scangen.compiler.pipeline import generate
+from scangen.runtime import config
+from scangen.testing import reference
+from scangen.compiler.store import spec_dir
 from scangen.testing import as_time_major, assert_close, compile_variant, make_inputs
 
 VARIANTS = [("shift", "gather"), ("input_shift", "gather"), ("input_shift", "load")]
@@ -44,11 +48,11 @@ def _check(fn, name, rows, seed, label, *patches, family=None, chunk=16, T=50):
                   mock.patch.dict(os.environ, env), *patches):
             stack.enter_context(p)
         runtime.reload_env()
-        runtime._PLANS.clear()
+        runtime.PLANS.clear()
         try:
             got = _tuple(fn(**dev, backend="triton"))
         finally:
-            runtime._PLANS.clear()
+            runtime.PLANS.clear()
     runtime.reload_env()
     for g, e in zip(got, expected):
         assert_close(g.cpu(), e, dtype=g.dtype, name=f"{name} {label}")
@@ -68,12 +72,12 @@ def test_variant_matches_reference(name, option, value, family, cache):
                                   "eligibility_traces"])
 def test_register_shift_groups(name, family, group):
     """The default input_shift="split" takes x[t + 1] / x[t - 1] from the aligned tile, SHIFT_G
-    steps per thread. On CPU runtime.shift_group picks 1 (the plain shifted load), so the
+    steps per thread. On CPU runtime.launch.shift_group picks 1 (the plain shifted load), so the
     register path is forced here for every group size a GPU layout gives, with 16-step chunks
     and T = 50: groups end at chunk edges and at the window end, where the shifted step is
     clamped as the torch path clamps it."""
     _check(getattr(scangen, f"compute_{name}"), name, 3, 5, f"SHIFT_G={group} {family}",
-           mock.patch.object(runtime, "shift_group", lambda c, cfg: group), family=family)
+           mock.patch.object(runtime.launch, "shift_group", lambda c, cfg: group), family=family)
 
 
 @pytest.mark.parametrize("group", [1, 4])
@@ -85,9 +89,8 @@ def test_persist_strides_over_tiles(name, group):
     and the next item's tiles are loaded before the current one is scanned."""
     kk = 8 if name == "retrace" else 1  # make_inputs' action count: one tile element per action
     _check(getattr(scangen, f"compute_{name}"), name, 9, 8, f"persist SHIFT_G={group}",
-           mock.patch.object(config, "OVERRIDE",
-                             lambda c: config.Config(2, 16, kk, 4, "persist")),
-           mock.patch.object(runtime, "shift_group", lambda c, cfg: group))
+           config.override(lambda c: config.Config(2, 16, kk, 4, "persist")),
+           mock.patch.object(runtime.launch, "shift_group", lambda c, cfg: group))
 
 
 @pytest.mark.parametrize("family", ["stream", "persist"])
@@ -99,13 +102,12 @@ def test_time_major_buffers_in_partial_row_tiles(name, family):
     expected = _tuple(reference.REFERENCES[f"compute_{name}"](**inputs))
     tm = as_time_major({k: v.to(DEVICE) if torch.is_tensor(v) else v
                         for k, v in inputs.items()})
-    runtime._PLANS.clear()
+    runtime.PLANS.clear()
     try:
-        with mock.patch.object(config, "OVERRIDE",
-                               lambda c: config.Config(4, 16, 1, 4, family, 3)):
+        with config.override(lambda c: config.Config(4, 16, 1, 4, family, 3)):
             got = _tuple(getattr(scangen, f"compute_{name}")(**tm, backend="triton"))
     finally:
-        runtime._PLANS.clear()
+        runtime.PLANS.clear()
     for g, e in zip(got, expected):
         assert_close(g.cpu(), e, dtype=g.dtype, name=f"{name} {family} time-major")
 
@@ -119,11 +121,11 @@ def test_masked_gae_chained_scans(family, group, chain, cache):
     chain="sequential": the first scan with its exclusive map, then the second. Chunks of 16
     steps, T = 50, against the float64 reference."""
     fn = compile_variant("masked_gae", cache, chain=chain)
-    source = inspect.getsource(inspect.getmodule(fn))
+    source = inspect.getsource(inspect.getmodule(fn)).split("def _torch_impl")[0]  # kernels
     assert ("_combine_joint" in source) == (chain == "joint")
     assert ("_combine_excl" in source) == (chain == "sequential")
     _check(fn, "masked_gae", 3, 23, f"chain={chain} {family} SHIFT_G={group}",
-           mock.patch.object(runtime, "shift_group", lambda c, cfg: group), family=family)
+           mock.patch.object(runtime.launch, "shift_group", lambda c, cfg: group), family=family)
 
 
 FORWARD_CHAIN = """
@@ -145,29 +147,29 @@ def test_forward_chained_scans_jointly(family, cache):
     """A forward pair: the second scan reads prev(first) (fill 0.25 at t = 0): jointly scanned
     with chunks of 16 steps and 2-row tiles over 5 rows, against the float64 IR loop."""
     import ir_eval
-    from scangen.pipeline import plan, to_ir
+    from scangen.compiler.pipeline import plan, to_ir
 
     ir = to_ir(FORWARD_CHAIN)
     assert [(j.first, j.second) for j in plan(ir).joints] == [("S1", "S2")]
-    with mock.patch.dict(render.OPTIONS, {"chain": "joint"}):
-        fn = scangen.compile(FORWARD_CHAIN, cache_dir=cache)
+    from scangen.compiler.store import compile_spec
+    fn = compile_spec(FORWARD_CHAIN, cache, Options(chain="joint"))
     assert "_combine_joint" in inspect.getsource(inspect.getmodule(fn))
     g = torch.Generator().manual_seed(9)
     x = {"x": torch.rand(5, 50, generator=g) * 2 - 1, "d": torch.rand(5, 50, generator=g) < 0.2}
     expected = ir_eval.evaluate(ir, x)["y"]
-    runtime._PLANS.clear()
+    runtime.PLANS.clear()
     try:
-        with mock.patch.object(config, "OVERRIDE", lambda c: config.Config(2, 16, 1, 4, family)):
+        with config.override(lambda c: config.Config(2, 16, 1, 4, family)):
             got = fn(**{k: v.to(DEVICE) for k, v in x.items()}, backend="triton")
     finally:
-        runtime._PLANS.clear()
+        runtime.PLANS.clear()
     assert_close(got.cpu(), torch.from_numpy(expected), dtype=got.dtype, name=f"fwd {family}")
 
 
 def test_joint_pairs_only_where_the_shifted_state_is_read_once():
     """plan.JointPlan is offered for masked GAE (nv then A), and not when an output also reads
     the first scan's shifted state, nor for single-scan specs."""
-    from scangen.pipeline import plan, to_ir
+    from scangen.compiler.pipeline import plan, to_ir
 
     assert [(j.first, j.second) for j in plan(to_ir(spec_dir() / "masked_gae.yaml")).joints] == \
         [("nv", "A")]
@@ -177,13 +179,13 @@ def test_joint_pairs_only_where_the_shifted_state_is_read_once():
 
 
 @pytest.mark.parametrize("options,message", [
-    ({"input_shift": "splt"}, r"OPTIONS\['input_shift'\] = 'splt': expected one of split, load"),
-    ({"shift": "gathr"}, r"OPTIONS\['shift'\] = 'gathr': expected one of scan, gather"),
-    ({"unroll": "on"}, r"OPTIONS has no option 'unroll'"),
+    ({"input_shift": "splt"}, r"Options.input_shift = 'splt': expected one of split, load"),
+    ({"shift": "gathr"}, r"Options.shift = 'gathr': expected one of scan, gather"),
+    ({"unroll": "on"}, r"unknown template option 'unroll' \(options: shift, input_shift"),
 ])
 def test_misspelt_options_are_refused(options, message):
-    with mock.patch.dict(render.OPTIONS, options), pytest.raises(ValueError, match=message):
-        scangen.pipeline.generate(spec_dir() / "gae.yaml")
+    with pytest.raises(ValueError, match=message):
+        generate(spec_dir() / "gae.yaml", options=Options.of(options))
 
 
 def test_gather_loads_leave_out_the_persist_kernel(cache):
@@ -204,28 +206,26 @@ def test_shift_group_follows_the_layout():
     c = NS(tensors={"x": f32, "d": flag}, strides={"x": (1024, 0, 1), "d": (1024, 0, 1)},
            outs={"y": f32}, out_strides={"y": (1024, 0, 1)})
     cfg = config.Config(1, 1024, 1, 4)
-    assert runtime.shift_group(c, cfg) == 8  # 1024 steps over 128 threads
-    assert runtime.shift_group(c, config.Config(2, 1024, 1, 4)) == 16  # the int8 vector
+    assert runtime.launch.shift_group(c, cfg) == 8  # 1024 steps over 128 threads
+    assert runtime.launch.shift_group(c, config.Config(2, 1024, 1, 4)) == 16  # the int8 vector
     c.tensors, c.strides = {"x": f32}, {"x": (1024, 0, 1)}
-    assert runtime.shift_group(c, cfg) == 4  # the fp32 vector
+    assert runtime.launch.shift_group(c, cfg) == 4  # the fp32 vector
     c.strides = {"x": (1, 0, 4)}  # time-major: no vector along time
-    assert runtime.shift_group(c, cfg) == 1
+    assert runtime.launch.shift_group(c, cfg) == 1
     c.strides = {"x": (1000, 0, 1)}  # rows not 16-aligned: Triton cannot vectorise
-    assert runtime.shift_group(c, cfg) == 1
+    assert runtime.launch.shift_group(c, cfg) == 1
     c.strides = {"x": (1024, 0, 1)}
     c.tensors = {"x": f32[:, 1:]}  # a pointer off 16-byte alignment
-    assert runtime.shift_group(c, cfg) == 1
+    assert runtime.launch.shift_group(c, cfg) == 1
 
 
 def test_variant_source_differs():
     """The options change the generated kernels where they apply (not silently ignored)."""
-    ir, default = scangen.pipeline.generate(spec_dir() / "gae.yaml")
-    with mock.patch.dict(render.OPTIONS, {"input_shift": "gather"}):
-        _, gathered = scangen.pipeline.generate(spec_dir() / "gae.yaml")
+    ir, default = generate(spec_dir() / "gae.yaml")
+    _, gathered = generate(spec_dir() / "gae.yaml", options=Options(input_shift="gather"))
     assert "tl.gather(values, _idx_next, 1)" in gathered and "tl.gather" not in default
     assert "_shift_next(" in default and "_shift_next(" not in gathered
-    with mock.patch.dict(render.OPTIONS, {"shift": "gather"}):
-        _, state = scangen.pipeline.generate(spec_dir() / "vtrace.yaml")
+    _, state = generate(spec_dir() / "vtrace.yaml", options=Options(shift="gather"))
     assert "tl.gather(A, _idx_next, 1)" in state
 
 
@@ -240,23 +240,22 @@ SCAN_ORDER_CASES = ([(n, "grouped", g, T) for n in GROUPED
 def test_scan_order(name, family, order, group, T, cache):
     """scan_order="grouped" (the default): a chunk's columns hold its steps group by group in
     reverse order (SHIFT_G steps a group), each group reversed again in registers before a
-    forward scan. On CPU runtime.shift_group picks 1 (the whole chunk reversed); groups of 4
-    and 16 are forced here, with 16-step chunks, T = 50 (a partial last chunk) and T = 64 (full
+    forward scan. On CPU runtime.launch.shift_group picks 1 (the whole chunk reversed); groups
+    of 4 and 16 are forced here, with 16-step chunks, T = 50 (a partial last chunk) and T = 64 (full
     tiles, no masks). scan_order="natural" runs the reverse associative scan."""
     fn = compile_variant(name, cache, scan_order=order)
-    source = inspect.getsource(inspect.getmodule(fn)).split("def _lb_written")[0]
+    source = inspect.getsource(inspect.getmodule(fn)).split("def _torch_impl")[0]  # kernels
     assert ("_flip_groups" in source) == (order == "grouped")
     assert ("reverse=True" in source) == (order == "natural")
     _check(fn, name, 3, 7, f"scan_order={order} {family} SHIFT_G={group} T={T}",
-           mock.patch.object(runtime, "shift_group", lambda c, cfg: group), family=family, T=T)
+           mock.patch.object(runtime.launch, "shift_group", lambda c, cfg: group), family=family, T=T)
 
 
 def test_trailing_axis_specs_keep_the_natural_order():
     """Retrace ([N, T, K] inputs, one step a thread) runs the reverse associative scan under
     scan_order="grouped" too: grouped measured slower for it (bench/NOTES.md, seventh round).
     Its kernels run in every other test of this file and of test_ops."""
-    _, source = scangen.pipeline.generate(spec_dir() / "retrace.yaml")
-    kernels = source.split("def _lb_written")[0]
+    kernels = generate(spec_dir() / "retrace.yaml")[1].split("def _torch_impl")[0]
     assert "_flip_groups" not in kernels and "reverse=True" in kernels
 
 
@@ -264,8 +263,8 @@ def test_trailing_axis_specs_keep_the_natural_order():
 def test_gathers_scan_in_natural_order(option):
     """The gather options index natural columns: with either, the reverse scans run in natural
     order whatever scan_order says; without them the default is grouped."""
-    _, default = scangen.pipeline.generate(spec_dir() / "gae.yaml")
-    with mock.patch.dict(render.OPTIONS, option):
-        _, gathered = scangen.pipeline.generate(spec_dir() / "gae.yaml")
-    assert "_flip_groups(" in default and "reverse=True" not in default.split("def _lb_written")[0]
+    _, default = generate(spec_dir() / "gae.yaml")
+    _, gathered = generate(spec_dir() / "gae.yaml", options=Options(**option))
+    default, gathered = (text.split("def _torch_impl")[0] for text in (default, gathered))
+    assert "_flip_groups(" in default and "reverse=True" not in default
     assert "_flip_groups(" not in gathered and "reverse=True" in gathered

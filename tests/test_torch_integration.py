@@ -6,7 +6,8 @@ import torch
 
 import scangen
 from conftest import BACKENDS, DEVICE, ON_GPU
-from scangen import ops, reference
+from scangen.runtime import ops
+from scangen.testing import reference
 from scangen.testing import make_inputs
 
 ALGOS = sorted(reference.REFERENCES)

@@ -1,6 +1,6 @@
 """Helpers of the generated torch implementations (``_torch_impl`` in every generated module).
 
-Each works on the canonical ``[R1, R2, T]`` views of a :class:`scangen.runtime.Call`, on any
+Each works on the canonical ``[R1, R2, T]`` views of a :class:`scangen.runtime.arguments.Call`, on any
 device, and is differentiable, so the torch path doubles as the autograd reference.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from .runtime import Call
+from .arguments import Call
 
 def load(c: Call, name: str, default: float):
     """Canonical ``[R1, R2, T]`` (``[R1, R2, 1]`` for [N] inputs, ``[..., K]`` for [N, T, K])
@@ -131,3 +131,8 @@ def log(x):
 
 def sqrt(x):
     return torch.sqrt(x) if isinstance(x, torch.Tensor) else math.sqrt(x)
+
+
+def run(c: Call) -> None:
+    """The torch target: the generated module's vectorised torch implementation."""
+    c.op.torch_impl(c)

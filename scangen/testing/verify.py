@@ -10,9 +10,10 @@ import time
 
 import torch
 
-from . import numbapath, reference
-from .runtime import _interpreting
-from .testing import assert_close, make_inputs
+from ..runtime import numba as numbapath
+from ..runtime.backends import interpreting
+from . import reference
+from .helpers import assert_close, make_inputs
 
 SIZES = {
     "small": [(4, 1), (3, 7), (17, 333), (2, 4100)],
@@ -27,9 +28,9 @@ def _as_tuple(x):
 def verify_all(device: str | None = None, sizes: str = "small", seed: int = 0) -> bool:
     import scangen
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    backends = ["torch"] + (["triton"] if device == "cuda" or _interpreting() else [])
+    backends = ["torch"] + (["triton"] if device == "cuda" or interpreting() else [])
     backends += ["numba"] if device == "cpu" and numbapath.available() else []
-    if sizes == "small" and device == "cpu" and _interpreting():
+    if sizes == "small" and device == "cpu" and interpreting():
         shapes = SIZES["small"][:3]  # the interpreter runs kernels in numpy: keep it short
     else:
         shapes = SIZES[sizes]

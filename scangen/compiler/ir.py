@@ -2,7 +2,7 @@
 
 In the IR every ``let`` is inlined and every scan is in ``alpha``/``beta`` form, so two specs
 that mean the same recurrence compare equal. :meth:`IR.text` prints the canonical form, a YAML
-spec that :func:`scangen.spec.load_spec_text` parses back to the same IR.
+spec that :func:`scangen.compiler.spec.load_spec_text` parses back to the same IR.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import sympy
 from sympy.printing.str import StrPrinter
 
-from .expr import Gather, KSum, Next, Prev, Present, _Indicator
+from .expr import Gather, KSum, Next, Prev, Present, Indicator
 
 POSITIONS = ("is_first", "is_last")
 
@@ -85,7 +85,7 @@ class CanonicalPrinter(StrPrinter):
         return self._fn("where", expr)
 
     def _print_Function(self, expr):
-        if isinstance(expr, _Indicator):
+        if isinstance(expr, Indicator):
             return f"{self._print(expr.args[0])} {expr.op} {self._print(expr.args[1])}"
         return super()._print_Function(expr)
 

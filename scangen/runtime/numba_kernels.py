@@ -1,7 +1,7 @@
 """Hand-written ``@numba.njit`` helpers that every generated numba module imports as ``_nk``.
 
 This module imports numba at the top: only the generated ``*_numba.py`` modules import it, and
-only :mod:`scangen.numbapath` imports those, when the numba backend runs.
+only :mod:`scangen.runtime.numba` imports those, when the numba backend runs.
 """
 import math
 

@@ -1,10 +1,11 @@
 """The compiler, stage by stage: spec -> validated spec -> IR -> plan -> Python source."""
 from __future__ import annotations
 
+from ..errors import SpecError
 from .adjoint import adjoint_ir, with_states
-from .errors import SpecError
 from .ir import IR
 from .lower import lower
+from .options import Options
 from .plan import plan
 from .render import render
 from .render_numba import render_numba
@@ -16,35 +17,39 @@ def to_ir(spec_or_path) -> IR:
     return lower(validate(as_spec(spec_or_path)))
 
 
-def generate(spec_or_path, source: str | None = None) -> tuple[IR, str]:
+def generate(spec_or_path, source: str | None = None,
+             options: Options | None = None) -> tuple[IR, str]:
     """Compile a spec to ``(ir, module source)``. ``source`` names the spec in the header."""
-    ir, text, _ = generate_with_grad(spec_or_path, source)
+    ir, text, _ = generate_with_grad(spec_or_path, source, options)
     return ir, text
 
 
-def generate_with_grad(spec_or_path, source: str | None = None):
+def generate_with_grad(spec_or_path, source: str | None = None, options: Options | None = None):
     """``(ir, forward module, backward module or None)``: the forward can also store its scan
-    states; the backward is the spec's adjoint (scangen.adjoint), compiled the same way."""
-    ir, files = generate_modules(spec_or_path, source)
+    states; the backward is the spec's adjoint (scangen.compiler.adjoint), compiled the same
+    way."""
+    ir, files = generate_modules(spec_or_path, source, options)
     return ir, files[""], files.get("_grad")
 
 
-def generate_modules(spec_or_path, source: str | None = None) -> tuple[IR, dict[str, str]]:
+def generate_modules(spec_or_path, source: str | None = None,
+                     options: Options | None = None) -> tuple[IR, dict[str, str]]:
     """``(ir, {suffix: module source})``: ``""`` the forward module (Triton kernels, torch path,
     public function), ``"_numba"`` its CPU kernels, and where the adjoint could be generated
     ``"_grad"`` / ``"_grad_numba"`` the backward op's. The forward can also store its scan
-    states; the backward is the spec's adjoint (scangen.adjoint), compiled the same way."""
+    states; the backward is the spec's adjoint (scangen.compiler.adjoint), compiled the same way.
+    ``options``: the template options of the Triton kernels (the defaults where None)."""
     spec: Spec = as_spec(spec_or_path)
     ir = lower(validate(spec))
     source = source or spec.source
     forward = plan(with_states(ir))
-    files = {"": render(forward, source), "_numba": render_numba(forward, source)}
+    files = {"": render(forward, source, options), "_numba": render_numba(forward, source)}
     backward = adjoint_ir(ir)
     if backward is not None:
         try:
             grad = plan(backward)
-            files["_grad"] = render(grad, f"{source} (adjoint)")
+            files["_grad"] = render(grad, f"{source} (adjoint)", options)
             files["_grad_numba"] = render_numba(grad, f"{source} (adjoint)")
         except SpecError:  # a derivative the printers cannot write: autograd differentiates
-            files.pop("_grad", None)  # the generated torch path instead (scangen.ops)
+            files.pop("_grad", None)  # the generated torch path instead (scangen.runtime.ops)
     return ir, files

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from sympy.printing.str import StrPrinter
 
-from .errors import SpecError
-from .expr import Where, _Indicator
+from ..errors import SpecError
+from .expr import Where, Indicator
 
 
 class _Printer(StrPrinter):
@@ -44,7 +44,7 @@ class _Printer(StrPrinter):
     _print_Exp1 = _print_Pi = _print_EulerGamma = _print_GoldenRatio = _print_NumberSymbol
 
     def _print_Function(self, expr):
-        if isinstance(expr, _Indicator):
+        if isinstance(expr, Indicator):
             return f"({self._print(expr.args[0])} {expr.op} {self._print(expr.args[1])})"
         name = type(expr).__name__
         if name not in self.functions:
@@ -75,7 +75,7 @@ class _Printer(StrPrinter):
 
     def _print_Where(self, expr):
         c, a, b = expr.args
-        cond = self._print(c) if isinstance(c, _Indicator) else f"({self._print(c)} != 0)"
+        cond = self._print(c) if isinstance(c, Indicator) else f"({self._print(c)} != 0)"
         return f"{self.where}({cond}, {self._print(a)}, {self._print(b)})"
 
     def _print_sign(self, expr):
@@ -120,7 +120,7 @@ class TorchPrinter(_Printer):
 
 
 class NumbaPrinter(_Printer):
-    """Scalar code inside ``@numba.njit`` kernels (``scangen.numba_kernels`` as ``_nk``)."""
+    """Scalar code inside ``@numba.njit`` kernels (``scangen.runtime.numba_kernels`` as ``_nk``)."""
 
     target = "numba"
     functions = {"exp": "np.exp", "log": "np.log", "Abs": "abs", "sqrt": "np.sqrt"}
@@ -129,7 +129,7 @@ class NumbaPrinter(_Printer):
 
     def _print_Where(self, expr):
         c, a, b = expr.args
-        cond = self._print(c) if isinstance(c, _Indicator) else f"{self._print(c)} != 0"
+        cond = self._print(c) if isinstance(c, Indicator) else f"{self._print(c)} != 0"
         return f"({self._print(a)} if {cond} else {self._print(b)})"
 
     def _print_Min(self, expr):  # NaN-propagating, as torch.minimum

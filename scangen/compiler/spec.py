@@ -1,7 +1,7 @@
 """Stage 1: the spec, as written by a user, in YAML or as Python objects.
 
 Both forms produce the same frozen :class:`Spec`; nothing here interprets expressions (that is
-:mod:`scangen.lower`). YAML is read with PyYAML's safe composer and walked node by node, so every
+:mod:`scangen.compiler.lower`). YAML is read with PyYAML's safe composer and walked node by node, so every
 value keeps its line number, duplicate and unknown keys are refused, and aliases (which could
 expand a small file into a huge one) are not followed.
 """
@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from .errors import LStr, SpecError, line_of
+from ..errors import LStr, SpecError, line_of
 
 MAX_SPEC_BYTES = 256 * 1024
 KINDS = ("float", "flag", "index")

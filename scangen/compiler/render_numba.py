@@ -1,17 +1,18 @@
-"""Stage 5, CPU target: render a :class:`~scangen.plan.Plan` as numba kernels.
+"""Stage 5, CPU target: render a :class:`~scangen.compiler.plan.Plan` as numba kernels.
 
 The CPU has no use for the GPU's parallel scan: one thread walks each row once in time, the
 carried states in registers, so the work is O(T) with one read of every input and one write of
 every output. Two kernels come from one step body: ``_rows`` (rows contiguous in time: each row
 scanned in turn) and ``_tmajor`` (time-major buffers: time outermost, a tile of rows innermost,
-so memory is read in order). The host side (:mod:`scangen.numbapath`) splits rows or tiles
+so memory is read in order). The host side (:mod:`scangen.runtime.numba`) splits rows or tiles
 across threads.
 
 Every decision is made here; ``templates/numba_module.py.j2`` only lays the lines out. The
 argument contract with the host side is the module's ``ARRAYS`` and ``FLAGS`` tuples: the kernel
 takes one argument per entry of ``ARRAYS`` (inputs, params, outputs, in that order) and one
 int64 array ``S`` of 0/1 words, one per entry of ``FLAGS`` (``HAS_<optional input>``,
-``STORE_<output>``; ``_tmajor`` stores every output, those not asked for into a scratch view). An argument is a NumPy view of the tensor's own storage over the canonical
+``STORE_<output>``; ``_tmajor`` stores every output, those not asked for into a scratch
+view). An argument is a NumPy view of the tensor's own storage over the canonical
 index space, ``[R1, R2, T]`` for ``_rows`` and ``[R1, T, R2]`` for ``_tmajor`` (``[.., K]`` for
 ``[N, T, K]`` inputs, the time axis of size 1 for ``[N]`` inputs), so numba knows the innermost
 stride of a contiguous view at compile time; or, for a float param or an absent input, a
@@ -23,9 +24,10 @@ from types import SimpleNamespace as NS
 
 import sympy
 
-from .adjoint import OFFSETS  # time offsets of the shifted symbols (x__next: one step later)
-from .plan import Block, Plan, split_sym
+from ..abi import OFFSETS, has_flag, split_sym, store_flag
+from .plan import Block, Plan
 from .printers import NumbaPrinter, print_expr
+from .templating import comment, pylit, render_template
 
 TIME = {"": "t", "next": "_tn", "prev": "_tp", "next2": "_tn2", "prev2": "_tp2"}
 # The index of step ``{t}`` of the row (r1, r2) in each kernel's views.
@@ -41,8 +43,8 @@ def numba_context(plan: Plan) -> NS:
     arrays = ([NS(name=i.name, role="input") for i in ir.inputs]
               + [NS(name=p.name, role="param") for p in ir.params]
               + [NS(name=o.name, role="output") for o in ir.outputs])
-    flags = [f"HAS_{i.name}" for i in ir.inputs if i.optional]
-    flags += [f"STORE_{o.name}" for o in ir.outputs]
+    flags = [has_flag(i.name) for i in ir.inputs if i.optional]
+    flags += [store_flag(o.name) for o in ir.outputs]
     consts = [f"{f} = S[{k}] != 0" for k, f in enumerate(flags)]
     table = {s: s for s in plan.symbols}
     table.update({f"HAS_{i.name}": f"(1.0 if HAS_{i.name} else 0.0)"
@@ -63,7 +65,7 @@ def _step(plan: Plan, table: dict, cse: tuple, order: str, guarded: bool) -> NS:
     """The lines of one step at ``t`` of one row, indexing the views in ``order``. ``guarded``:
     each store runs only where its output was asked for (``STORE_<output>``); unguarded
     stores let the time-major loop over rows vectorise, and the outputs nobody asked for go
-    to a small scratch view (scangen.numbapath)."""
+    to a small scratch view (scangen.runtime.numba)."""
     ir, spec = plan.ir, plan.ir.name
     kinds = {i.name: i for i in ir.inputs}
     params = {p.name for p in ir.params}
@@ -107,7 +109,7 @@ def _step(plan: Plan, table: dict, cse: tuple, order: str, guarded: bool) -> NS:
     saved = [f"{s.name}__{'next' if ir.reverse else 'prev'} = {s.name}"
              for s in plan.scans if s.shifted]
     outputs = [NS(name=o, code=print_expr(NumbaPrinter, e, table, spec),
-                  at=order.format(t="t"), guard=f"STORE_{o}" if guarded else "")
+                  at=order.format(t="t"), guard=store_flag(o) if guarded else "")
                for o, e in out_exprs]
     return NS(row_loads=row_loads, saved=saved, times=times, loads=loads, sums=sums,
               scans=scans, out_assigns=out_assigns, outputs=outputs)
@@ -167,10 +169,8 @@ NUMBA_TEMPLATE = "numba_module.py.j2"
 
 
 def render_numba(plan: Plan, source: str) -> str:
-    from . import __version__
-    from .render import _comment, _env, _pylit, template_dir
+    from .. import __version__
     ir = plan.ir
     title = (ir.doc.strip().splitlines() or [ir.name])[0]
-    ctx = dict(version=__version__, source=_comment(source), title=_pylit(title),
-               function=ir.function, k=numba_context(plan))
-    return _env(str(template_dir())).get_template(NUMBA_TEMPLATE).render(**ctx)
+    return render_template(NUMBA_TEMPLATE, version=__version__, source=comment(source),
+                           title=pylit(title), function=ir.function, k=numba_context(plan))

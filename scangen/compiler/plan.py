@@ -16,17 +16,10 @@ import sympy
 
 from .expr import Gather, KSum, Next, Prev, Present, Where
 from .ir import IR
-from .lower import _affine, _Nonlinear
+from ..abi import split_sym
+from .lower import Nonlinear, affine
 
 SHIFT = {Next: "next", Prev: "prev"}
-
-
-def split_sym(sym: str) -> tuple[str, str]:
-    """``"values__next"`` -> ``("values", "next")``; user names never contain ``__``."""
-    for shift in ("next2", "prev2", "next", "prev"):
-        if sym.endswith(f"__{shift}"):
-            return sym[: -len(shift) - 2], shift
-    return sym, ""
 
 
 @dataclass(frozen=True)
@@ -95,7 +88,7 @@ def _shift_symbols(ir: IR) -> set[str]:
     return names
 
 
-def _lower_shifts(expr, shiftable: set[str]):
+def lower_shifts(expr, shiftable: set[str]):
     def shifted(e, suffix):
         return e.xreplace({s: sympy.Symbol(f"{s.name}__{suffix}") for s in e.free_symbols
                            if s.name in shiftable})
@@ -141,7 +134,7 @@ def plan(ir: IR) -> Plan:
     sums: dict[KSum, SumPlan] = {}
 
     def extract(expr):
-        expr = _lower_shifts(expr, shiftable)
+        expr = lower_shifts(expr, shiftable)
         for g in sorted(expr.atoms(Gather), key=sympy.default_sort_key):
             src, idx = g.args
             base, shift = split_sym(src.name)
@@ -188,8 +181,8 @@ def _joints(ir: IR, scan_exprs, every, temps) -> tuple[JointPlan, ...]:
                 or any(f"{second.name}__{d}" in reads for d in ("next", "prev"))):
             continue
         try:
-            u, q = _affine(alpha2, shifted)
-        except _Nonlinear:
+            u, q = affine(alpha2, shifted)
+        except Nonlinear:
             continue
         out.append(JointPlan(first.name, second.name, _block(
             [("p", beta2), ("q", q), ("r", beta1), ("u", u), ("v", alpha1)], temps)))

@@ -22,30 +22,17 @@ import sympy
 
 from .expr import Gather, Ge, KSum, Le, Present, Where
 from .ir import IR, IRInput, IROutput, IRScan
-from .plan import _lower_shifts
-
-OFFSETS = {"": 0, "next": 1, "prev": -1, "next2": 2, "prev2": -2}
-SUFFIX = {v: k for k, v in OFFSETS.items()}
-
+from ..abi import (RESERVED_PREFIXES, SHIFT_OF, input_grad, offset_of, output_grad,
+                   state_grad, state_output)
+from .plan import lower_shifts
 
 class Unsupported(Exception):
     pass
 
 
-def offset_of(name: str) -> tuple[str, int]:
-    for suffix in ("next2", "prev2", "next", "prev"):
-        if name.endswith(f"__{suffix}"):
-            return name[: -len(suffix) - 2], OFFSETS[suffix]
-    return name, 0
-
-
-def state_name(scan: str) -> str:
-    return f"st__{scan}"
-
-
 def with_states(ir: IR) -> IR:
     """The forward IR plus one output per scan state (``st__A = A``), stored only on request."""
-    extra = tuple(IROutput(state_name(s.name), sympy.Symbol(s.name, real=True),
+    extra = tuple(IROutput(state_output(s.name), sympy.Symbol(s.name, real=True),
                            "the scan state, saved for the backward pass") for s in ir.scans)
     return dataclasses.replace(ir, outputs=ir.outputs + extra)
 
@@ -64,7 +51,7 @@ class _Shifter:
             if base in self.per_step:
                 if abs(off + delta) > 2:
                     raise Unsupported("shift beyond two steps")
-                mapping[sym] = sympy.Symbol(f"{base}__{SUFFIX[off + delta]}".rstrip("_"),
+                mapping[sym] = sympy.Symbol(f"{base}__{SHIFT_OF[off + delta]}".rstrip("_"),
                                             real=True) if off + delta else sympy.Symbol(base,
                                                                                        real=True)
         shifted = expr.xreplace(mapping)
@@ -108,13 +95,13 @@ def _adjoint(ir: IR) -> IR:
         raise Unsupported("trailing-axis inputs")
     states = [s.name for s in ir.scans]
     per_step = {i.name for i in ir.inputs if i.shape != "N"} | {p.name for p in ir.params}
-    per_step |= {"is_first", "is_last"} | {state_name(s) for s in states}
-    per_step |= {f"gy__{o.name}" for o in ir.outputs} | {f"g__{s}" for s in states}
+    per_step |= {"is_first", "is_last"} | {state_output(s) for s in states}
+    per_step |= {output_grad(o.name) for o in ir.outputs} | {state_grad(s) for s in states}
     shift = _Shifter(per_step)
     S = lambda n: sympy.Symbol(n, real=True)  # noqa: E731
 
     def lower(expr):
-        e = _select_minmax(_lower_shifts(expr, {i.name for i in ir.inputs if i.shape != "N"}
+        e = _select_minmax(lower_shifts(expr, {i.name for i in ir.inputs if i.shape != "N"}
                           | {p.name for p in ir.params} | {"is_first", "is_last"} | set(states)))
         if e.has(Gather, KSum):
             raise Unsupported("sum/gather")
@@ -124,26 +111,26 @@ def _adjoint(ir: IR) -> IR:
         for sym in e.free_symbols:
             base, off = offset_of(sym.name)
             if base in states:
-                rename[sym] = S(state_name(base) + (f"__{SUFFIX[off]}" if off else ""))
+                rename[sym] = S(state_output(base) + (f"__{SHIFT_OF[off]}" if off else ""))
         return e.xreplace(rename)
 
     def present(e):
         return e.xreplace({sym: Present(S(sym.name[4:])) for sym in e.free_symbols
-                           if sym.name.startswith("HAS_")})
+                           if sym.name.startswith(RESERVED_PREFIXES[0])})
 
     # (coefficient, expression) pairs: every place a forward quantity enters the loss
-    g = {s: S(f"g__{s}") for s in states}
+    g = {s: S(state_grad(s)) for s in states}
     terms = []
     for s in ir.scans:
         # the forward state on the carry side; past the window's edge it is the carry, init
         far = S("is_last" if reverse else "is_first")
-        st_carry = Where(far, lower(s.init), S(state_name(s.name) + f"__{SUFFIX[carry]}"))
+        st_carry = Where(far, lower(s.init), S(state_output(s.name) + f"__{SHIFT_OF[carry]}"))
         terms.append((g[s.name], lower(s.alpha), s.name))
         terms.append((g[s.name] * st_carry, lower(s.beta), s.name))
-    grads_in = [IRInput(f"gy__{o.name}", "float", "NT", 0.0, f"dL/d{o.name}")
+    grads_in = [IRInput(output_grad(o.name), "float", "NT", 0.0, f"dL/d{o.name}")
                 for o in ir.outputs]
     for o in ir.outputs:
-        terms.append((S(f"gy__{o.name}"), lower(o.expr), None))
+        terms.append((S(output_grad(o.name)), lower(o.expr), None))
 
     def gradient(target: str, selected):
         """Sum of coef * dE/d(target read at offset o), each sent back to the target's step."""
@@ -163,15 +150,15 @@ def _adjoint(ir: IR) -> IR:
         name = states[k]
         # what reads A_k: the outputs and the alpha/beta of later scans in the chain
         readers = [t for t in terms if t[2] is None or states.index(t[2]) > k]
-        direct = gradient(state_name(name), readers)
+        direct = gradient(state_output(name), readers)
         beta = shift(lower(ir.scans[k].beta), sigma)
-        b_scans.append(IRScan(f"g__{name}", present(direct), present(beta), sympy.S.Zero,
+        b_scans.append(IRScan(state_grad(name), present(direct), present(beta), sympy.S.Zero,
                               f"dL/d{name}"))
     for scan in b_scans:  # a state read on the wrong side of the carry cannot be expressed
         for e in (scan.alpha, scan.beta):
             for sym in e.free_symbols:
                 base, off = offset_of(sym.name)
-                if base.startswith("g__") and off not in (0, sigma):
+                if base.startswith(state_grad("")) and off not in (0, sigma):
                     raise Unsupported("adjoint state on the wrong side")
 
     outputs = []
@@ -185,11 +172,11 @@ def _adjoint(ir: IR) -> IR:
                 d += Where(edge, g[s.name] * lower(s.beta) * dinit, 0)
         for sym in d.free_symbols:
             base, off = offset_of(sym.name)
-            if base.startswith("g__") and off not in (0, sigma):
+            if base.startswith(state_grad("")) and off not in (0, sigma):
                 raise Unsupported("gradient reads the adjoint on the wrong side")
-        outputs.append(IROutput(f"d__{x}", present(d), f"dL/d{x} per step"))
+        outputs.append(IROutput(input_grad(x), present(d), f"dL/d{x} per step"))
 
-    st_inputs = [IRInput(state_name(s), "float", "NT", None, f"forward state {s}")
+    st_inputs = [IRInput(state_output(s), "float", "NT", None, f"forward state {s}")
                  for s in states]
     return IR(name=f"{ir.name}_grad", function=f"{ir.function}_grad",
               doc=f"Backward pass of {ir.function} (generated from its spec).",
@@ -202,4 +189,4 @@ def _adjoint(ir: IR) -> IR:
               exclusive=(), returns=tuple(o.name for o in outputs))
 
 
-__all__ = ["adjoint_ir", "with_states", "state_name", "offset_of"]
+__all__ = ["adjoint_ir", "with_states", "state_output", "offset_of"]

@@ -4,7 +4,8 @@ numba is imported only here, and only when the numba backend runs, so scangen im
 where numba is absent (``auto`` then takes the torch path on CPU tensors). The kernels take each
 tensor as a NumPy view of its storage (no copy; half-precision tensors are widened to
 float32 once, as numba has no bfloat16), viewed over the canonical ``[R1, R2, T]`` index space
-of :class:`scangen.runtime.Call` in the order the kernel walks it (scangen.render_numba).
+of :class:`scangen.runtime.arguments.Call` in the order the kernel walks it
+(scangen.compiler.render_numba).
 
 Threads: the kernels release the GIL, and the rows (or tiles of time-major rows) of one call are
 split over ``torch.get_num_threads()`` threads: the caller and a shared pool. Calls from several
@@ -15,13 +16,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import torch
+
+from .. import abi
 
 _HALF = (torch.float16, torch.bfloat16)
 # Time-major tiles: rows swept innermost per step. 256 float64 carries per scan fit in L1.
@@ -45,22 +46,8 @@ _LOCK = threading.Lock()
 
 
 def kernels_of(op):
-    """The generated numba module of ``op``: ``<forward module>_numba``, beside its file."""
-    name = op.launch.__module__ + "_numba"
-    module = sys.modules.get(name)
-    if module is not None:
-        return module
-    with _LOCK:
-        module = sys.modules.get(name)
-        if module is None:
-            forward = sys.modules[op.launch.__module__]
-            path = Path(forward.__file__)
-            path = path.with_name(path.stem + "_numba.py")
-            spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            sys.modules[name] = module
-    return module
+    """The generated numba module of ``op`` (``<module>_numba``, beside its module)."""
+    return abi.companion(op, abi.NUMBA_SUFFIX)
 
 
 def _span(t: torch.Tensor) -> int:
@@ -160,11 +147,11 @@ class _Plan:
         return out, widened
 
 
-def launch(c, op) -> None:
-    """Run ``op``'s numba kernel over the call ``c`` (CPU tensors)."""
-    plan = c.kernels.get("numba")
+def run(c) -> None:
+    """Run the op's numba kernel over the bound call ``c`` (CPU tensors)."""
+    plan = c.lp.numba
     if plan is None:
-        plan = c.kernels["numba"] = _Plan(c, kernels_of(op))
+        plan = c.lp.numba = _Plan(c, kernels_of(c.op))
     arrays, widened = plan.arrays(c)
     threads = min(torch.get_num_threads(), plan.items)
     if threads <= 1 or plan.steps < MIN_PARALLEL_STEPS:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
 import json
 import os
 import sys
@@ -19,10 +18,11 @@ from pathlib import Path
 import torch
 import triton
 
-from . import __version__, render
+from .. import __version__, abi
+from .options import Options
 from .pipeline import generate_modules
-from .render import templates_hash
 from .spec import as_spec
+from .templating import PACKAGE, package_data, templates_hash
 
 
 def write_if_changed(path: Path, text: str) -> bool:
@@ -46,11 +46,7 @@ def write_if_changed(path: Path, text: str) -> bool:
 
 
 def spec_dir() -> Path:
-    here = Path(__file__).resolve().parent
-    for cand in (here / "specs", here.parent / "specs"):
-        if cand.is_dir() and any(cand.glob("*.yaml")):
-            return cand
-    raise FileNotFoundError("scangen built-in specs not found next to the package")
+    return package_data("specs", "*.yaml")
 
 
 def builtin_spec_paths() -> list[Path]:
@@ -107,58 +103,53 @@ def cache_root() -> Path:
 
 @functools.lru_cache(maxsize=1)
 def compiler_hash() -> str:
-    """The compiler's own source: a change to it (say, to the derivation of the backward)
-    must not reuse modules that an older compiler generated."""
+    """The package's own source, every ``*.py`` under ``scangen/`` (subpackages followed, the
+    generated built-ins left out): a change to the compiler (say, to the derivation of the
+    backward), to the contract or to the runtime generated modules call must not reuse modules
+    that an older scangen generated."""
     h = hashlib.sha256()
-    for p in sorted(Path(__file__).resolve().parent.glob("*.py")):
-        h.update(p.name.encode() + b"\0" + p.read_bytes())
+    for p in compiler_sources():
+        h.update(p.relative_to(PACKAGE).as_posix().encode() + b"\0" + p.read_bytes())
     return h.hexdigest()
 
 
-def cache_key(ir_text: str) -> str:
+def compiler_sources() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py")
+                  if not {"generated", "__pycache__"} & set(p.relative_to(PACKAGE).parts))
+
+
+def cache_key(ir_text: str, options: Options | None = None) -> str:
     """Everything a generated module depends on: the spec's IR, the templates, the compiler, the
-    template options in force (scangen.render.OPTIONS) and the versions."""
+    template options it was rendered with, and the versions."""
     h = hashlib.sha256()
-    options = repr(sorted(render.OPTIONS.items()))
-    for part in (ir_text, templates_hash(), compiler_hash(), options, __version__,
-                 triton.__version__, torch.__version__):
+    for part in (ir_text, templates_hash(), compiler_hash(), Options.of(options).key(),
+                 __version__, triton.__version__, torch.__version__):
         h.update(part.encode() + b"\0")
     return h.hexdigest()
 
 
-def _load_module(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(name, None)
-        raise
-    return module
-
-
-def compile_spec(spec_or_path, cache_dir: Path | None = None):
-    """Build a user spec into the on-disk cache (or reuse it) and return its public function."""
+def compile_spec(spec_or_path, cache_dir: Path | None = None, options: Options | None = None,
+                 *, name_suffix: str = ""):
+    """Build a user spec into the on-disk cache (or reuse it) and return its public function.
+    ``options``: the template options to render it with (the defaults where None);
+    ``name_suffix`` is added to the module's name (variants of one spec side by side)."""
+    options = Options.of(options)
     spec = as_spec(spec_or_path)
-    ir, modules = generate_modules(spec)
-    key = cache_key(ir.text())
+    ir, modules = generate_modules(spec, options=options)
+    key = cache_key(ir.text(), options)
     entry = Path(cache_dir or cache_root()) / f"{ir.name}-{key[:24]}"
     module_path, meta_path = entry / f"{ir.name}.py", entry / "meta.json"
-    grad_path = entry / f"{ir.name}_grad.py"
-    grad = modules.get("_grad")
     meta = {"key": key, "spec": ir.name, "function": ir.function, "scangen": __version__,
             "triton": triton.__version__, "torch": torch.__version__,
-            "templates": templates_hash(), "options": dict(render.OPTIONS)}
+            "templates": templates_hash(), "options": options.as_dict()}
     files = {entry / f"{ir.name}{suffix}.py": text for suffix, text in modules.items()}
     if not _committed(meta_path, key) or not all(p.is_file() for p in files):
         for path, text in files.items():  # the numba modules are loaded when used
             write_if_changed(path, text)
         write_if_changed(meta_path, json.dumps(meta, indent=1, sort_keys=True) + "\n")
-    module_name = f"scangen._compiled.{ir.name}_{key[:16]}"
-    module = sys.modules.get(module_name) or _load_module(module_name, module_path)
-    if grad is not None and module_name + "_grad" not in sys.modules:
-        _load_module(module_name + "_grad", grad_path)  # found by scangen.ops.grad_op_of
+    module_name = f"scangen._compiled.{ir.name}{name_suffix}_{key[:16]}"
+    # its companions (<name>_grad.py, <name>_numba.py) are found beside it (scangen.abi)
+    module = sys.modules.get(module_name) or abi.load_module(module_name, module_path)
     return getattr(module, ir.function)
 
 

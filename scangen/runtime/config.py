@@ -11,11 +11,13 @@ persistent stream ("persist": a few programs per SM, each loading its next tile 
 the current one).
 Time-major buffers (rows adjacent in memory) get wide row tiles and short chunks instead, so
 each step's loads are coalesced across rows. The numbers behind the constants come from
-bench/sweep.py (bench/NOTES.md); docs/runtime.md states the rule.
+bench/dev/sweep.py and the probes beside it (bench/NOTES.md, "Decisions"); docs/runtime.md
+states the rule.
 ``SCANGEN_FAMILY=stream|persist|lookback`` forces a family (for tests and measurements).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import NamedTuple
 
@@ -28,9 +30,8 @@ MIN_TILE = 512       # ... halved down to this while the grid has fewer than SHO
 SHORT_PROGRAMS_PER_SM = 8
 LONG_TILE = 1024     # ... once a chunk holds 512 elements or more: one row per program
 # Long chunks moving this many [N, T] tensors (inputs + outputs) persist, one row of PERSIST_TILE
-# steps a program: V-trace without truncations (7) at 16384x1024, 117.3 -> 106.0 us, and
-# 1024x1024, 7.05 -> 7.31 (ninth round, results/h200-2026-11-30-i-vtrace-sweep.txt; it was 8
-# from the fourth round, when persist calls kept the stream tile of 1024 steps: 137 us today).
+# steps a program: with that many loads a step, prefetching the next tile beats more resident
+# programs (V-trace without truncations, 7 tensors, gains 10% at 16384x1024; bench/NOTES.md).
 PERSIST_TENSORS = 7
 MAX_BLOCK_T = 1024   # longer chunks add scan depth without adding parallelism
 MAX_BLOCK_K = 16     # the trailing axis is streamed in slices of this width
@@ -52,9 +53,25 @@ class Config(NamedTuple):
     num_stages: int = 3      # software-pipelining depth of the chunk loop (Triton's default)
 
 
-# A function ``call -> Config`` that replaces the rule below (bench/sweep.py measures variants
-# through it); None in normal use. Plans cache their config: clear runtime._PLANS after setting it.
-OVERRIDE = None
+_RULES: list = []      # rules in force, innermost last (see override)
+_ON_CHANGE: list = []  # called when they change: the plan cache, whose plans keep their config
+
+
+@contextlib.contextmanager
+def override(rule):
+    """Within the block, ``rule(call) -> Config`` picks every launch configuration instead of
+    the dispatch rule (tests and bench/dev/sweep.py measure variants through it). Plans keep
+    their config, so plans made inside the block are dropped when it ends, and plans made
+    before it are not used in it."""
+    for fn in _ON_CHANGE:
+        fn()
+    _RULES.append(rule)
+    try:
+        yield rule
+    finally:
+        _RULES.remove(rule)
+        for fn in _ON_CHANGE:
+            fn()
 
 
 def _pow2(n: int) -> int:
@@ -66,17 +83,12 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-# The look-back family (T split across programs), bench/NOTES.md fifth round: chunks of 2048
-# steps on 4 warps; 4096 where 2048 would give fewer than LOOKBACK_PROGRAMS_PER_SM programs per
-# SM (8x262144, 1x1048576); 8192 on 8 warps (32 steps a thread, as 4096 on 4) where 4096 would
-# give fewer than LOOKBACK_LONG_PROGRAMS_PER_SM (1x1048576: 256 programs on 132 SMs; seventh
-# round, h200-2026-11-30-g-lookback-sweep: GAE 11.4 -> 10.9 us, V-trace 15.0 -> 14.2, masked
-# GAE 13.6 -> 11.7, discounted returns 10.7 -> 9.9); calls that move LOOKBACK_MANY_TENSORS or
-# more [N, T] tensors take 1024 where 2048 gives enough programs (V-trace with truncations, 9
-# tensors, 186 registers at 2048: 64x65536 60.2 -> 51.2 us in the same sweep; masked GAE, 7
-# tensors, loses 45% at 1024); at most half the padded row, so that a row has two chunks or more.
-# Specs that sum over a trailing axis (K > 1, Retrace) keep 1024 elements on 4 warps (measured
-# in the fourth round; longer chunks not measured for them).
+# The look-back family (T split across programs): chunks of 2048 steps on 4 warps, longer
+# where that would leave too few programs per SM (4096; then 8192 on 8 warps, 32 steps a thread
+# as 4096 on 4), shorter (1024) for calls that move LOOKBACK_MANY_TENSORS or more [N, T]
+# tensors, whose registers at 2048 cost more than the extra programs; at most half the padded
+# row, so that a row has two chunks or more. Specs that sum over a trailing axis (K > 1,
+# Retrace) keep 1024 elements on 4 warps. The sweeps behind each number: bench/NOTES.md.
 LOOKBACK_MIN_T = 2048    # rows at least this long may be split
 LOOKBACK_BLOCK_T = 2048
 LOOKBACK_WARPS = 4
@@ -134,8 +146,8 @@ def _rows_contiguous(c) -> bool:
 
 
 def choose_config(c) -> Config:
-    if OVERRIDE is not None:
-        return OVERRIDE(c)
+    if _RULES:
+        return _RULES[-1](c)
     rows = c.R1 * c.R2
     block_k = min(_pow2(c.K), MAX_BLOCK_K)
     kk = block_k if c.K > 1 else 1
@@ -182,10 +194,10 @@ def _shape_config(c, rows: int, block_k: int, kk: int, time_major: bool) -> Conf
     sms = _sm_count(c.device.index or 0) if c.device.type == "cuda" else 0
     want = 2 * sms or 1
     if time_major and kk == 1:
-        # Time-major buffers ([T, N], rows adjacent in memory), fifth-round sweep: tiles of 16
-        # rows (64 bytes of fp32 per step, loads coalesced across rows), halved down to 4 while
-        # the grid has fewer programs than SMs. Many programs (TM_MANY_PROGRAMS_PER_SM per SM):
-        # 16-step chunks on 2 warps; fewer: tiles of TM_TILE elements on 4 warps.
+        # Time-major buffers ([T, N], rows adjacent in memory): tiles of 16 rows (64 bytes of
+        # fp32 per step, loads coalesced across rows), halved down to 4 while the grid has fewer
+        # programs than SMs. Many programs (TM_MANY_PROGRAMS_PER_SM per SM): 16-step chunks on 2
+        # warps; fewer: tiles of TM_TILE elements on 4 warps (swept: bench/NOTES.md).
         block_n = min(TM_ROWS, _pow2(rows))
         while block_n > TM_MIN_ROWS and -(-rows // block_n) < sms:
             block_n //= 2
@@ -216,3 +228,80 @@ def _shape_config(c, rows: int, block_k: int, kk: int, time_major: bool) -> Conf
     while block_n > 1 and -(-rows // block_n) < want:
         block_n //= 2
     return Config(block_n, block_t, block_k, NUM_WARPS, "stream")
+
+
+# ------------------------------------------------ look-back and persist tuning (per call)
+
+PERSISTENT_PER_SM = 4  # programs per SM of the persist family's kernels
+
+
+def persistent_programs(c) -> int:
+    """Programs of a persist-family kernel: a few per SM on a GPU; three on the CPU, so that
+    the interpreter runs programs that stride over tiles."""
+    if c.device.type != "cuda":
+        return 3
+    return PERSISTENT_PER_SM * _sm_count(c.device.index or 0)
+
+
+# The look-back's window (predecessors read per round trip): small where a row has few chunks
+# (less to read and reduce), wide on 8 warps for look-backs of one scan (3 words a predecessor,
+# two words a thread), else 128; look-backs over a trailing axis (K > 1: thousands of short
+# chunks a row) read the small window. bench/NOTES.md has the sweeps behind each number.
+LB_SMALL_WINDOW = 32
+LB_WINDOW = 128
+LB_WIDE_WINDOW = 512
+LB_WIDE_WORDS = 3  # words a predecessor, at most, for the wide window
+
+
+def lookback_window(c, cfg, words: int = 3) -> int:
+    """Predecessors the look-back reads per round trip (the kernels' LB_WINDOW); ``words``: the
+    words it reads per predecessor (3 per scan, 7 per joint pair). A constexpr of every kernel:
+    fixed for the other families, which do not use it, so that a new T does not make Triton
+    compile them again."""
+    if cfg.family != "lookback":
+        return LB_WINDOW
+    if row_chunks(c, cfg) <= LB_SMALL_WINDOW or cfg.block_k > 1:
+        return LB_SMALL_WINDOW
+    return LB_WIDE_WINDOW if cfg.num_warps >= 8 and words <= LB_WIDE_WORDS else LB_WINDOW
+
+
+# Rows of more chunks than this wait on the nearest predecessor's aggregate, one word at a time,
+# before reading whole windows (the kernels' LB_SPIN): the many waiting programs of such rows
+# otherwise keep reading whole windows; rows of fewer chunks run faster without the wait.
+LB_SPIN_CHUNKS = 4096
+
+
+def lookback_spin(c, cfg) -> bool:
+    """Whether the look-back first waits on its nearest predecessor alone (LB_SPIN; False for
+    the other families, as in lookback_window)."""
+    return cfg.family == "lookback" and row_chunks(c, cfg) > LB_SPIN_CHUNKS
+
+
+# Look-back grids of at least this many programs per SM take each program's chunk from its id
+# (the kernels' LB_PID), not from a ticket of the atomic counter, whose round trip every load of
+# the program waits on. With every program resident at once (fewer per SM), tickets win: they
+# hand out chunks in the order programs actually start.
+LB_PID_PROGRAMS_PER_SM = 8
+
+
+def lookback_pid(c, cfg) -> bool:
+    """Whether look-back programs take their chunks in the order of their ids (LB_PID) rather
+    than from tickets; False for the other families and off the GPU (as in lookback_window)."""
+    if cfg.family != "lookback" or c.device.type != "cuda":
+        return False
+    return lookback_tickets(c, cfg) >= LB_PID_PROGRAMS_PER_SM * _sm_count(c.device.index or 0)
+
+
+def lookback_tickets(c, cfg) -> int:
+    """The look-back kernel's grid: one program per ticket (row, chunk)."""
+    return c.R1 * c.R2 * row_chunks(c, cfg)
+
+
+def row_chunks(c, cfg) -> int:
+    """Chunks of BLOCK_T steps in a row."""
+    return -(-c.T // cfg.block_t)
+
+
+def on_change(fn) -> None:
+    """Call ``fn()`` whenever an :func:`override` starts or ends."""
+    _ON_CHANGE.append(fn)

@@ -1,7 +1,7 @@
-"""Stage 2: structural checks on a :class:`~scangen.spec.Spec` (names, kinds, signature).
+"""Stage 2: structural checks on a :class:`~scangen.compiler.spec.Spec` (names, kinds, signature).
 
 The math (affinity, shifts, which names an expression may use) is checked in
-:mod:`scangen.lower`, where the expressions are parsed; everything that can be decided from the
+:mod:`scangen.compiler.lower`, where the expressions are parsed; everything that can be decided from the
 spec's shape alone is decided here.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ import builtins
 import keyword
 import re
 
-from .errors import SpecError, line_of
+from ..errors import SpecError, line_of
 from .spec import KINDS, Spec
 
 _IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}\Z")

@@ -235,84 +235,81 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
     Optional inputs are all present (or all absent), every output is stored, params are floats.
     ``contiguous`` specialises as Triton's launcher does for ``[N, T]`` rows with T a multiple of
     16: time strides equal to 1, pointers and other integers divisible by 16. ``even``: every
-    tile full (runtime.even; default: as the launcher sets it for full tiles). ``time_major``
+    tile full (runtime.launch.even; default: as the launcher sets it for full tiles). ``time_major``
     specialises as it does for time-major ``[T, N]`` buffers with N a multiple of 16 instead:
     row strides and ``R2`` equal to 1 (one row dimension), time strides divisible by 16.
     ``lb_window``, ``lb_spin``, ``lb_pid``: the look-back's window, wait and order
-    (runtime.lookback_window, lookback_spin and lookback_pid).
+    (runtime.config.lookback_window, lookback_spin and lookback_pid).
     """
     import triton
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    from ..abi import op_kernel_args
+    from ..runtime.launch import layout_steps
+
     op = module.OP
-    kind = {"stream": "chunked", "persist": "persist", "lookback": "lookback"}[family]
-    kernel = getattr(module, f"_{op.name}_{kind}_kernel")
-    kinds = {i.name: i.kind for i in op.inputs}
-    shapes = {i.name: i.shape for i in op.inputs}
-    params = {p.name for p in op.params}
+    kernel = {"stream": op.kernels.stream, "persist": op.kernels.persist,
+              "lookback": op.kernels.lookback}[family]
+    args = op_kernel_args(op, workspace=family == "lookback")
+    assert [a.name for a in args] == [p.name for p in kernel.params], "kernel_args differs"
+    inputs = {i.name: i for i in op.inputs}
     ptr = {"float": "*fp32", "flag": "*i8", "index": "*i64"}
-    values = dict(BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=block_k, ACC=acc or tl.float32,
-                  EVEN=family != "persist" if even is None else even, LB_WINDOW=lb_window,
-                  LB_SPIN=lb_spin, LB_PID=lb_pid)
+    acc = acc or tl.float32
+    fp = "*fp64" if acc == tl.float64 else "*fp32"
+    tile = dict(BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=block_k, ACC=acc,
+                EVEN=family != "persist" if even is None else even, LB_WINDOW=lb_window,
+                LB_SPIN=lb_spin, LB_PID=lb_pid)
     sig, consts, attrs = {}, {}, {}
-    for i, p in enumerate(kernel.params):
-        n = p.name
-        ntk = n.endswith("__st") and shapes.get(n[:-4]) == "NTK"
+    for i, a in enumerate(args):
+        n = a.name
+        ntk = a.role == "input" and n.endswith("__st") and inputs[a.of].shape == "NTK"
+        dynamic = a.kind in ("ptr", "int")  # Triton's launcher specialises these on 16
         if time_major and (n.endswith("__s1") or n.endswith("__os1") or n == "R2"):
-            sig[n], consts[(i,)] = "constexpr", 1
+            sig[n], consts[(i,)] = "constexpr", 1  # one row dimension, adjacent rows
             continue
-        if time_major and not p.is_constexpr and n not in params:
+        if time_major and dynamic:
             attrs[(i,)] = [["tt.divisibility", 16]]
-        if contiguous and not time_major and (n.endswith("__st") or n.endswith("__ost")) and not ntk:
-            sig[n], consts[(i,)] = "constexpr", 1
+        if contiguous and not time_major and (n.endswith("__st") or n.endswith("__ost")) \
+                and not ntk:
+            sig[n], consts[(i,)] = "constexpr", 1  # unit time strides
             continue
         if ntk:  # the time stride of [N, T, K] rows is K: an int Triton knows nothing about
             sig[n] = "i32"
             continue
-        if contiguous and not time_major and not p.is_constexpr and n not in params:
+        if contiguous and not time_major and dynamic:
             attrs[(i,)] = [["tt.divisibility", 16]]
-        if p.is_constexpr:
+        if a.kind == "constexpr":  # optional inputs as ``present``, outputs stored, floats
             sig[n] = "constexpr"
-            consts[(i,)] = values.get(n, present if n.startswith("HAS_") else
-                                      not n.endswith("__TENSOR"))
-        elif n.endswith("__ptr") and n[:-5] in kinds:
-            sig[n] = ptr[kinds[n[:-5]]]
-        elif n.endswith("__ptr") or n.endswith("__optr"):
-            sig[n] = "*fp64" if values["ACC"] == tl.float64 else "*fp32"
-        elif n == "_ws":
-            sig[n] = "*i32"
-        elif n in params:
+            consts[(i,)] = tile.get(n, present if a.name.startswith("HAS_")
+                                    else not n.endswith("__TENSOR"))
+        elif a.kind == "ptr":
+            sig[n] = ("*i32" if a.role == "workspace" else
+                      ptr[inputs[a.of].kind] if a.role == "input" else fp)
+        elif a.kind == "value":
             sig[n] = "fp32"
         else:
             sig[n] = "i32"
-    if "SHIFT_G" in [p.name for p in kernel.params]:  # as runtime.shift_group would choose
-        from .runtime import layout_steps
-        i = [p.name for p in kernel.params].index("SHIFT_G")
-        nt = [sig[p.name] for p in kernel.params if p.name.endswith("ptr") and p.name in sig
-              and sig[p.name].startswith("*")]
+    if "SHIFT_G" in sig:  # as runtime.launch.shift_group would choose
+        i = [a.name for a in args].index("SHIFT_G")
+        nt = [sig[a.name] for a in args if a.kind == "ptr" and a.role != "workspace"
+              and sig[a.name].startswith("*")]
         size = min({"*i8": 1, "*i64": 8, "*fp64": 8}.get(t, 4) for t in nt)
         consts[(i,)] = (layout_steps(size, block_n, block_t, num_warps)
                         if contiguous and not time_major else 1)
     src = ASTSource(fn=kernel, signature=sig, constexprs=consts, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                          options=dict(num_warps=num_warps, enable_fp_fusion=True))  # as runtime.launch
+                          options=dict(num_warps=num_warps, enable_fp_fusion=True))  # as launch.launch
 
 
 def compile_variant(name: str, cache_dir, **options):
-    """The built-in ``specs/<name>.yaml`` compiled with template options set (see
-    scangen.render.OPTIONS), under a name that says which: for side-by-side measurements
-    (bench/sweep.py --variants) and their tests."""
-    import dataclasses
-    from unittest import mock
-
-    from . import compile as compile_spec, render
-    from .spec import as_spec
-    from .store import spec_dir
+    """The built-in ``specs/<name>.yaml`` compiled with template ``options``
+    (:class:`scangen.compiler.options.Options`), under a name that says which: for side-by-side
+    measurements (bench/dev/sweep.py --variants) and their tests."""
+    from ..compiler.options import Options
+    from ..compiler.store import compile_spec, spec_dir
 
     suffix = "".join(f"_{k}_{v}" for k, v in sorted(options.items()))
-    spec = as_spec(spec_dir() / f"{name}.yaml")
-    spec = dataclasses.replace(spec, name=spec.name + suffix, function=spec.function + suffix)
-    with mock.patch.dict(render.OPTIONS, options):
-        return compile_spec(spec, cache_dir=cache_dir)
+    return compile_spec(spec_dir() / f"{name}.yaml", cache_dir, Options.of(options),
+                        name_suffix=suffix)

@@ -12,7 +12,7 @@ from typing import Callable, Mapping
 
 import sympy
 
-from .errors import SpecError
+from ..errors import SpecError
 
 MAX_EXPR_CHARS = 4000
 MAX_EXPR_NODES = 800
@@ -79,7 +79,7 @@ class Where(sympy.Function):
         return sympy.S.Zero
 
 
-class _Indicator(sympy.Function):
+class Indicator(sympy.Function):
     """1 where the comparison holds, else 0; its derivative is 0 almost everywhere."""
 
     is_real = True  # every value in a spec is real; keeps SymPy from re()/im()
@@ -91,7 +91,7 @@ class _Indicator(sympy.Function):
 
 
 def _indicator(name, op):
-    return type(name, (_Indicator,), {"op": op, "__doc__": f"``a {op} b`` as 1 or 0."})
+    return type(name, (Indicator,), {"op": op, "__doc__": f"``a {op} b`` as 1 or 0."})
 
 
 Lt, Le, Gt, Ge = (_indicator(n, o) for n, o in

@@ -1,4 +1,4 @@
-"""Stage 3: lower a validated :class:`~scangen.spec.Spec` to the :class:`~scangen.ir.IR`.
+"""Stage 3: lower a validated :class:`~scangen.compiler.spec.Spec` to the :class:`~scangen.compiler.ir.IR`.
 
 Parses every expression, inlines ``let`` names, proves each ``update`` affine in its state and
 splits it into ``alpha``/``beta`` structurally (like SymPy's ``linear_coeffs``: any product of
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sympy
 
-from .errors import SpecError, line_of
+from ..errors import SpecError, line_of
 from .expr import Gather, KSum, Next, Prev, Present, Where, parse_expr
 from .ir import IR, POSITIONS, canonical, IRInput, IROutput, IRParam, IRScan
 from .spec import Spec
@@ -95,12 +95,12 @@ def _check(expr, ctx: _Ctx, kinds: dict[str, tuple[str, str, bool]], states: lis
             _check(arg, ctx, kinds, states, reverse, shift, in_sum)
 
 
-class _Nonlinear(Exception):
+class Nonlinear(Exception):
     pass
 
 
-def _affine(expr, state: sympy.Symbol):
-    """``(alpha, beta)`` with ``expr == alpha + beta * state``, or :class:`_Nonlinear`.
+def affine(expr, state: sympy.Symbol):
+    """``(alpha, beta)`` with ``expr == alpha + beta * state``, or :class:`Nonlinear`.
 
     Structural, like ``linear_coeffs``, and also through ``where``: a ``where`` whose branches are
     affine in the state is affine (its condition must not use the state)."""
@@ -109,20 +109,20 @@ def _affine(expr, state: sympy.Symbol):
     if expr == state:
         return sympy.S.Zero, sympy.S.One
     if isinstance(expr, sympy.Add):
-        parts = [_affine(a, state) for a in expr.args]
+        parts = [affine(a, state) for a in expr.args]
         return sympy.Add(*(p[0] for p in parts)), sympy.Add(*(p[1] for p in parts))
     if isinstance(expr, sympy.Mul):
         with_state = [a for a in expr.args if state in a.free_symbols]
         if len(with_state) > 1:
-            raise _Nonlinear(sympy.Mul(*with_state))
+            raise Nonlinear(sympy.Mul(*with_state))
         rest = sympy.Mul(*(a for a in expr.args if state not in a.free_symbols))
-        alpha, beta = _affine(with_state[0], state)
+        alpha, beta = affine(with_state[0], state)
         return rest * alpha, rest * beta
     if isinstance(expr, Where) and state not in expr.args[0].free_symbols:
-        (a1, b1), (a2, b2) = (_affine(e, state) for e in expr.args[1:])
+        (a1, b1), (a2, b2) = (affine(e, state) for e in expr.args[1:])
         cond = expr.args[0]
         return Where(cond, a1, a2), Where(cond, b1, b2)
-    raise _Nonlinear(expr)
+    raise Nonlinear(expr)
 
 
 def _split_update(expr, state: sympy.Symbol, ctx: _Ctx):
@@ -131,14 +131,14 @@ def _split_update(expr, state: sympy.Symbol, ctx: _Ctx):
             raise ctx.fail(f"write the carried state as plain '{state.name}' in an update, "
                            f"not inside next()/prev()")
     try:
-        return _affine(expr, state)
-    except _Nonlinear as exc:
+        return affine(expr, state)
+    except Nonlinear as exc:
         raise ctx.fail(f"not affine in the state '{state.name}' "
                        f"(nonlinear term: {canonical(exc.args[0])})") from None
 
 
 def lower(spec: Spec) -> IR:
-    """Build the IR from a spec that :func:`scangen.validate.validate` accepted."""
+    """Build the IR from a spec that :func:`scangen.compiler.validate.validate` accepted."""
     reverse = spec.direction == "reverse"
     kinds = {i.name: (i.kind, i.shape, i.default is not None) for i in spec.inputs}
     states = [s.name for s in spec.scans]

@@ -2,39 +2,43 @@
 implementation and an autograd formula, so ops compose with autograd, ``torch.compile``
 (``fullgraph=True``, no graph break) and CUDA graphs.
 
-Plain eager calls without gradients skip the dispatcher (see :func:`scangen.runtime.call`);
-calls that need autograd, and calls traced by ``torch.compile``, go through the custom op.
+The entry point of every generated function is :func:`call`: plain eager calls without
+gradients skip the dispatcher (straight to :mod:`.plans`); calls that need autograd, and calls
+traced by ``torch.compile``, go through the custom op.
 Params reach the op as tensors: a 0-dim tensor for a Python float, so a traced graph does not
 bake a particular gamma in.
 
-Gradients: when the spec's adjoint could be generated (:mod:`scangen.adjoint`; every built-in but
-Retrace), the forward also stores its scan states and the backward runs the generated adjoint
-op, a fused kernel scanning the other way in time. Otherwise the backward recomputes the op
+Gradients: when the spec's adjoint could be generated (:mod:`scangen.compiler.adjoint`; every
+built-in but Retrace), the forward also stores its scan states and the backward runs the
+generated adjoint op (the module ``<module>_grad`` beside the forward's, :func:`scangen.abi.companion`),
+a fused kernel scanning the other way in time. Otherwise the backward recomputes the op
 with the generated torch path under autograd and differentiates it (exact, O(T log T)).
 """
 from __future__ import annotations
 
-import sys
-
 import torch
 
-from . import runtime
+from .. import abi
+from . import launch, plans
+from .arguments import Call, choice_code
+from .fastpath import MISS
 
 # Keyed by the generated module that defines the op (one OP per module): a string that
 # torch.compile can trace, unlike id() of the OpInfo, which dynamo does not preserve.
 _REGISTERED: dict[str, str] = {}
 _LIBS: dict = {}
+_ADJOINTS: dict = {}  # generated module -> its backward op (or None)
 
 
-def _schema(op: runtime.OpInfo) -> str:
+def _schema(op: abi.OpInfo) -> str:
     args = [f"Tensor? {i.name}" for i in op.inputs] + [f"Tensor {p.name}" for p in op.params]
     args += ["int time_dim", "str[] outputs", "str? backend"]
     return f"({', '.join(args)}) -> Tensor[]"
 
 
-def qualname(op: runtime.OpInfo) -> str:
+def qualname(op: abi.OpInfo) -> str:
     """Register ``op`` once per process; returns ``scangen::<name>[_<n>]``."""
-    key = op.launch.__module__
+    key = op.module
     if key in _REGISTERED:
         return _REGISTERED[key]
     taken = set(_REGISTERED.values())
@@ -57,12 +61,12 @@ def qualname(op: runtime.OpInfo) -> str:
 
     def impl(*args):
         values, time_dim, outputs, backend = unpack(args)
-        return list(runtime.call_direct(op, values, time_dim=time_dim, outputs=outputs,
+        return list(plans.call_direct(op, values, time_dim=time_dim, outputs=outputs,
                                         backend=backend))
 
     def fake(*args):
         values, time_dim, outputs, _ = unpack(args)
-        c = runtime.Call(op, values, time_dim, outputs)
+        c = Call(op, values, time_dim, outputs)
         c.allocate()
         return [c.outs[n] for n in c.requested]
 
@@ -72,8 +76,8 @@ def qualname(op: runtime.OpInfo) -> str:
     def setup_context(ctx, inputs, output):
         ctx.args = inputs
         names = list(inputs[n_in + n_par + 1])
-        ctx.state_names = [n for n in names if n.startswith("st__")]
-        states = [o for n, o in zip(names, output) if n.startswith("st__")]
+        ctx.state_names = [n for n in names if abi.is_state_output(n)]
+        states = [o for n, o in zip(names, output) if abi.is_state_output(n)]
         ctx.save_for_backward(*states)  # the inputs themselves are read from ctx.args
         ctx.n_states = len(states)
 
@@ -94,6 +98,9 @@ def qualname(op: runtime.OpInfo) -> str:
 
     torch.library.register_autograd(qn, backward, setup_context=setup_context, lib=lib)
     _REGISTERED[key] = qn
+    # the backward's module is loaded now, not on the first backward: torch.compile can neither
+    # import a module nor register an op mid-trace
+    _ADJOINTS[key] = getattr(abi.companion(op, abi.GRAD_SUFFIX), "OP", None)
     return qn
 
 
@@ -104,15 +111,15 @@ def _param_tensor(op, name, v, like: torch.Tensor):
     if v is None:
         v = info.default
     if info.choices:
-        v = runtime.choice_code(op.function, info, v)
+        v = choice_code(op.function, info, v)
     # float64 keeps the Python float exact; kernels convert it to their accumulation dtype.
     return torch.scalar_tensor(v, dtype=torch.float64, device=like.device)
 
 
-def grad_op_of(op: runtime.OpInfo):
-    """The generated backward op of ``op`` (module ``<forward module>_grad``), if loaded."""
-    module = sys.modules.get(op.launch.__module__ + "_grad")
-    return getattr(module, "OP", None)
+def grad_op_of(op: abi.OpInfo):
+    """The generated backward op of ``op``, or None where its adjoint was not generated
+    (found when ``op`` was registered: a plain dict lookup, which torch.compile can trace)."""
+    return _ADJOINTS.get(op.module)
 
 
 def _recompute_backward(op, values, outputs, grads, wanted, time_dim):
@@ -120,7 +127,7 @@ def _recompute_backward(op, values, outputs, grads, wanted, time_dim):
     leaves = {n: values[n].detach().requires_grad_(True) for n in wanted
               if isinstance(values[n], torch.Tensor)}
     with torch.enable_grad():
-        outs = runtime.call_direct(op, {**values, **leaves}, time_dim=time_dim,
+        outs = plans.call_direct(op, {**values, **leaves}, time_dim=time_dim,
                                    outputs=outputs, backend="torch")
         pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
         if not pairs:  # no output depends on what needs a gradient
@@ -135,14 +142,14 @@ def _fused_backward(op, grad_op, ctx, values, outputs, grads, wanted, time_dim, 
     states = ctx.saved_tensors
     b_values = dict(values)
     b_values.update(zip(ctx.state_names, states))
-    user = [n for n in outputs if not n.startswith("st__")]
-    b_values.update({f"gy__{o}": None for o in op.outputs})
-    b_values.update({f"gy__{n}": g for n, g in zip(user, grads) if g is not None})
-    names = [f"d__{n}" for n in wanted]
+    user = [n for n in outputs if not abi.is_state_output(n)]
+    b_values.update({abi.output_grad(o): None for o in op.outputs})
+    b_values.update({abi.output_grad(n): g for n, g in zip(user, grads) if g is not None})
+    names = [abi.input_grad(n) for n in wanted]
     if not names:
         return {}
     per_step = call_op(grad_op, b_values, time_dim=time_dim, names=names, backend=backend)
-    c = runtime.Call(op, values, time_dim, user)
+    c = Call(op, values, time_dim, user)
     roles = {i.name: i.shape for i in op.inputs}
     return {n: _sum_to(g, values[n], c, roles.get(n, "param")) for n, g in zip(wanted, per_step)}
 
@@ -161,7 +168,7 @@ def _sum_to(grad, like, c, role: str):
     return grad.sum_to_size(like.shape).to(like.dtype)
 
 
-def call_op(op: runtime.OpInfo, values: dict, *, time_dim, names, backend):
+def call_op(op: abi.OpInfo, values: dict, *, time_dim, names, backend):
     """Call ``op``'s registered custom op for the output ``names``; returns a list."""
     qn = qualname(op)
     like = next(v for v in values.values() if isinstance(v, torch.Tensor))
@@ -175,7 +182,7 @@ def call_op(op: runtime.OpInfo, values: dict, *, time_dim, names, backend):
     return getattr(getattr(torch.ops, namespace), name)(*args, time_dim, list(names), backend)
 
 
-def dispatch(op: runtime.OpInfo, values: dict, *, time_dim, outputs, backend):
+def dispatch(op: abi.OpInfo, values: dict, *, time_dim, outputs, backend):
     """Call ``op`` through its registered custom op (autograd, torch.compile). When gradients
     will be needed and the op has a generated backward, the forward also stores its states."""
     names = op.returns if outputs is None else ((outputs,) if isinstance(outputs, str)
@@ -183,8 +190,28 @@ def dispatch(op: runtime.OpInfo, values: dict, *, time_dim, outputs, backend):
     extra = ()
     if torch.is_grad_enabled() and grad_op_of(op) is not None and any(
             isinstance(v, torch.Tensor) and v.requires_grad for v in values.values()):
-        extra = tuple(o for o in op.outputs if o.startswith("st__"))
+        extra = tuple(o for o in op.outputs if abi.is_state_output(o))
     outs = call_op(op, values, time_dim=time_dim, names=names + extra, backend=backend)
     outs = outs[:len(names)]
     single = outputs is None and len(op.returns) == 1 or isinstance(outputs, str)
     return outs[0] if single else tuple(outs)
+
+
+def call(op: abi.OpInfo, values: dict, *, time_dim: int = -1, outputs=None, backend=None):
+    """Run an op (every generated function's body): through its torch.library custom op when
+    autograd or torch.compile needs it, else straight to its plan (no dispatcher overhead)."""
+    if torch.compiler.is_compiling():
+        return dispatch(op, values, time_dim=time_dim, outputs=outputs, backend=backend)
+    recent = plans.RECENT.get(id(op))
+    if recent is not None and recent[1] is not None and recent[0] is op and not launch.hooked():
+        out = recent[1](values, time_dim, outputs, backend)
+        if out is not MISS:
+            return out
+    try:
+        key, grad = plans.signature(op, values, time_dim, outputs, backend)
+    except TypeError:  # an unhashable argument: no plan, the checks will explain
+        key, grad = None, any(isinstance(v, torch.Tensor) and v.requires_grad
+                              for v in values.values())
+    if grad and torch.is_grad_enabled():
+        return dispatch(op, values, time_dim=time_dim, outputs=outputs, backend=backend)
+    return plans.run(op, values, key, time_dim, outputs, backend)

@@ -1,0 +1,237 @@
+"""The one contract between the compiler and the runtime.
+
+Everything a generated module and the runtime must agree on is written here once: how the
+compiler names the symbols it derives from a spec's names, the descriptors a generated module
+describes its op with (:class:`OpInfo`), the order of a Triton kernel's arguments
+(:func:`kernel_args`), and how a generated module is loaded from its file. The compiler
+(``scangen.compiler``) and the runtime (``scangen.runtime``) both import this module and
+nothing of each other.
+
+Name mangling (user names never contain ``__`` and never start with a reserved prefix, which
+``scangen.compiler.validate`` checks):
+
+=======================  ====================================================================
+``x__next``, ``x__prev`` ``x`` one step later / earlier (also ``__next2``, ``__prev2``)
+``HAS_x``                1.0 where the optional input ``x`` was given (a constexpr in kernels)
+``STORE_y``              whether output ``y`` is written (a constexpr in kernels)
+``p__TENSOR``            whether param ``p`` is a tensor (a constexpr in kernels)
+``st__A``                scan ``A``'s state, an output the forward stores for its backward
+``gy__y``, ``d__x``      the backward op's input dL/dy and output dL/dx (per step)
+``g__A``                 the backward scan of ``A``'s adjoint state
+=======================  ====================================================================
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+# ---------------------------------------------------------------------------- name mangling
+
+# Time offsets of the shifted symbols: x__next is x one step later.
+OFFSETS = {"": 0, "next": 1, "prev": -1, "next2": 2, "prev2": -2}
+SHIFT_OF = {v: k for k, v in OFFSETS.items()}
+RESERVED_PREFIXES = ("HAS_", "STORE_")
+STATE_PREFIX = "st__"
+
+
+def shifted(name: str, shift: str) -> str:
+    """``shifted("x", "next") == "x__next"``; ``shift=""`` gives ``name``."""
+    return f"{name}__{shift}" if shift else name
+
+
+def split_sym(sym: str) -> tuple[str, str]:
+    """``"values__next"`` -> ``("values", "next")``; an unshifted name -> ``(name, "")``."""
+    for shift in ("next2", "prev2", "next", "prev"):
+        if sym.endswith(f"__{shift}"):
+            return sym[: -len(shift) - 2], shift
+    return sym, ""
+
+
+def offset_of(sym: str) -> tuple[str, int]:
+    """``"x__prev"`` -> ``("x", -1)``."""
+    base, shift = split_sym(sym)
+    return base, OFFSETS[shift]
+
+
+def has_flag(name: str) -> str:
+    return f"HAS_{name}"
+
+
+def store_flag(name: str) -> str:
+    return f"STORE_{name}"
+
+
+def tensor_flag(param: str) -> str:
+    return f"{param}__TENSOR"
+
+
+def state_output(scan: str) -> str:
+    return f"{STATE_PREFIX}{scan}"
+
+
+def is_state_output(name: str) -> bool:
+    return name.startswith(STATE_PREFIX)
+
+
+def output_grad(output: str) -> str:
+    return f"gy__{output}"
+
+
+def input_grad(name: str) -> str:
+    return f"d__{name}"
+
+
+def state_grad(scan: str) -> str:
+    return f"g__{scan}"
+
+
+# ------------------------------------------------------------------------------ descriptors
+
+class InputInfo(NamedTuple):
+    name: str
+    kind: str      # float | flag | index
+    shape: str     # NT | N | NTK
+    default: float | None   # None: required
+    doc: str
+
+    @property
+    def optional(self) -> bool:
+        return self.default is not None
+
+
+class ParamInfo(NamedTuple):
+    name: str
+    default: float | str | None  # a number, another param's name, a choice's key, or None
+    doc: str
+    choices: tuple
+
+
+class Kernels(NamedTuple):
+    """The Triton side of a generated module: one kernel per family (``persist`` is None where
+    the module was rendered without it) and what their launch needs to know."""
+    stream: Callable
+    persist: Callable | None
+    lookback: Callable
+    lb_words: int    # words of the look-back workspace per (row, chunk): 3 a scan, 7 a pair
+    k_dense: bool    # the kernels take the K_DENSE constexpr (specs that sum over K)
+    shift_g: bool    # the kernels take the SHIFT_G constexpr
+
+
+class OpInfo(NamedTuple):
+    """A generated op, as its module describes it to the runtime."""
+    name: str
+    function: str
+    direction: str
+    inputs: tuple[InputInfo, ...]
+    params: tuple[ParamInfo, ...]
+    outputs: tuple[str, ...]
+    returns: tuple[str, ...]
+    exclusive: tuple[tuple[str, ...], ...]
+    module: str              # the generated module's __name__: its backward and numba kernels
+    kernels: Kernels | None  # live beside it, as <module>_grad and <module>_numba
+    torch_impl: Callable
+
+
+# -------------------------------------------------------------------- kernel argument order
+
+class Arg(NamedTuple):
+    """One argument of a generated Triton kernel.
+
+    ``kind``: ``ptr`` (a tensor or None, per call), ``value`` (a param's float, per call),
+    ``int`` (strides and sizes, fixed for a plan) or ``constexpr``. ``role``: ``input``,
+    ``param``, ``output``, ``workspace``, ``size``, ``flag`` (HAS_ / STORE_ / __TENSOR) or
+    ``tile`` (the launch's block sizes and tuning); ``of``: the input, param or output it
+    belongs to."""
+    name: str
+    kind: str
+    role: str
+    of: str = ""
+
+
+def kernel_args(inputs, params, outputs, *, workspace: bool, k_dense: bool,
+                shift_g: bool) -> tuple[Arg, ...]:
+    """Every kernel's arguments, in order: the per-call ones first (each input's pointer, each
+    param's value and pointer, each output's pointer, the look-back's workspace), then the
+    integers fixed for a plan (three strides per tensor, a fourth for ``[N, T, K]`` inputs, then
+    R1, R2, T, K), then the constexprs. ``inputs``: objects with ``name``, ``shape`` and
+    ``optional``; ``params``: with ``name``; ``outputs``: names."""
+    ptrs, ints, cx = [], [], []
+    for i in inputs:
+        ptrs.append(Arg(f"{i.name}__ptr", "ptr", "input", i.name))
+        ints += [Arg(f"{i.name}__s{s}", "int", "input", i.name) for s in ("1", "2", "t")]
+        if i.shape == "NTK":
+            ints.append(Arg(f"{i.name}__sk", "int", "input", i.name))
+        if i.optional:
+            cx.append(Arg(has_flag(i.name), "constexpr", "flag", i.name))
+    for p in params:
+        ptrs += [Arg(p.name, "value", "param", p.name), Arg(f"{p.name}__ptr", "ptr", "param",
+                                                            p.name)]
+        ints += [Arg(f"{p.name}__s{s}", "int", "param", p.name) for s in ("1", "2", "t")]
+        cx.append(Arg(tensor_flag(p.name), "constexpr", "flag", p.name))
+    for o in outputs:
+        ptrs.append(Arg(f"{o}__optr", "ptr", "output", o))
+        ints += [Arg(f"{o}__os{s}", "int", "output", o) for s in ("1", "2", "t")]
+        cx.append(Arg(store_flag(o), "constexpr", "flag", o))
+    if workspace:
+        ptrs.append(Arg("_ws", "ptr", "workspace"))
+    ints += [Arg(n, "int", "size") for n in ("R1", "R2", "T", "K")]
+    cx.append(Arg("EVEN", "constexpr", "tile"))
+    if k_dense:
+        cx.append(Arg("K_DENSE", "constexpr", "tile"))
+    if shift_g:
+        cx.append(Arg("SHIFT_G", "constexpr", "tile"))
+    cx += [Arg(n, "constexpr", "tile") for n in TILE_CONSTEXPRS]
+    return (*ptrs, *ints, *cx)
+
+
+# The constexprs every kernel takes last, set from the launch's Config and tuning.
+TILE_CONSTEXPRS = ("BLOCK_N", "BLOCK_T", "BLOCK_K", "ACC", "LB_WINDOW", "LB_SPIN", "LB_PID")
+
+
+def op_kernel_args(op: OpInfo, *, workspace: bool) -> tuple[Arg, ...]:
+    """:func:`kernel_args` of a generated op's kernels."""
+    return kernel_args(op.inputs, op.params, op.outputs, workspace=workspace,
+                       k_dense=op.kernels.k_dense, shift_g=op.kernels.shift_g)
+
+
+# ------------------------------------------------------------------------ generated modules
+
+GRAD_SUFFIX = "_grad"     # <module>_grad: the backward op (where the adjoint was generated)
+NUMBA_SUFFIX = "_numba"   # <module>_numba: the CPU kernels
+
+
+def load_module(name: str, path: Path):
+    """Import the generated module at ``path`` as ``name`` (registered in ``sys.modules``)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def companion(op: OpInfo, suffix: str):
+    """``op``'s companion module (:data:`GRAD_SUFFIX`, :data:`NUMBA_SUFFIX`), loaded from the file
+    beside its module's on first use; None where there is no such file."""
+    name = op.module + suffix
+    module = sys.modules.get(name)
+    if module is not None:
+        return module
+    with _LOAD_LOCK:  # two threads' first calls load it once
+        module = sys.modules.get(name)
+        if module is None:
+            path = Path(sys.modules[op.module].__file__)
+            path = path.with_name(path.stem + suffix + ".py")
+            if not path.is_file():
+                return None
+            module = load_module(name, path)
+    return module
+
+
+_LOAD_LOCK = threading.RLock()

@@ -1,0 +1,1 @@
+"""Hand-written Triton code shared by the generated kernels."""

@@ -1,0 +1,188 @@
+"""The Triton target: a generated op's kernels launched on a bound call.
+
+The arguments follow :func:`scangen.abi.kernel_args`, the order the compiler writes every
+kernel's signature in. What is fixed for a plan (integer arguments, constexprs, grid) is built
+on its first launch and kept in its :class:`~scangen.runtime.plans.LaunchPlan`; a call only
+builds its pointer tuple.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import abi
+from . import config, workspace
+from .backends import interpreting
+
+
+def run(c) -> None:
+    """Launch the kernel of ``c.config``'s family on the bound call ``c``."""
+    op, cfg, lp = c.op, c.config, c.lp
+    ks = op.kernels
+    # Unused pointer slots (absent optional inputs, float params, outputs not asked for): a
+    # tensor on the plan's first launch, since Triton specialises pointer arguments on it; None
+    # on the direct launches after it: a null pointer the kernel never reads, which Triton's
+    # launcher takes without calling data_ptr() or asking the driver about it.
+    dummy = None if lp.direct else next(iter(c.outs.values()))
+    t, outs = c.tensors, c.outs
+    ptrs = (*(t.get(i.name, dummy) for i in op.inputs), *param_ptrs(c, dummy),
+            *(outs.get(o, dummy) for o in op.outputs))
+    if lp.meta is None:
+        _first_launch(c, cfg, lp)
+    if cfg.family == "lookback":
+        ws = workspace.lookback_workspace(c, cfg, ks.lb_words)
+        launch(c, ks.lookback, lp.grid, (*ptrs, ws, *lp.ints), lp.meta, cfg)
+    elif cfg.family == "persist" and ks.persist is not None:
+        launch(c, ks.persist, lp.grid, (*ptrs, *lp.ints), lp.meta, cfg)
+    else:
+        launch(c, ks.stream, lp.grid, (*ptrs, *lp.ints), lp.meta, cfg)
+
+
+def _first_launch(c, cfg, lp) -> None:
+    """The plan's integer arguments, constexprs (in signature order) and grid."""
+    ks = c.op.kernels
+    ints = []
+    for a in abi.op_kernel_args(c.op, workspace=False):
+        if a.kind != "int" or a.name.endswith("__sk"):
+            continue
+        if a.role == "size":
+            ints.append(getattr(c, a.name))
+        elif a.name.endswith("1"):  # the first stride of a tensor: all of them, at once
+            if a.role == "input":
+                size = 4 if next(i for i in c.op.inputs if i.name == a.of).shape == "NTK" else 3
+                ints += c.strides.get(a.of, (0,) * size)
+            elif a.role == "param":
+                ints += c.pstrides.get(a.of, (0, 0, 0))
+            else:
+                ints += c.out_strides.get(a.of, (0, 0, 0))
+    tile = dict(EVEN=even(c, cfg), K_DENSE=ks.k_dense and k_dense(c, cfg),
+                SHIFT_G=shift_group(c, cfg) if ks.shift_g else 1,
+                BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k,
+                ACC=_acc(c.acc), LB_WINDOW=config.lookback_window(c, cfg, ks.lb_words),
+                LB_SPIN=config.lookback_spin(c, cfg), LB_PID=config.lookback_pid(c, cfg))
+    meta = {}
+    for a in abi.op_kernel_args(c.op, workspace=False):
+        if a.kind != "constexpr":
+            continue
+        if a.role == "tile":
+            meta[a.name] = tile[a.name]
+        elif a.name.startswith("HAS_"):
+            meta[a.name] = a.of in c.tensors
+        elif a.name.startswith("STORE_"):
+            meta[a.name] = a.of in c.outs
+        else:
+            meta[a.name] = c.is_tensor(a.of)
+    tiles = -(-(c.R1 * c.R2) // cfg.block_n)  # row tiles
+    if cfg.family == "lookback":  # one program per ticket (row, chunk)
+        grid = (config.lookback_tickets(c, cfg),)
+    elif cfg.family == "persist" and ks.persist is not None:
+        grid = (min(tiles, config.persistent_programs(c)),)
+    else:
+        grid = (tiles,)
+    lp.ints, lp.grid, lp.meta = tuple(ints), grid, meta
+
+
+def _acc(dtype):
+    import triton.language as tl
+    return tl.float64 if dtype == torch.float64 else tl.float32
+
+
+def launch(c, kernel, grid, args: tuple, meta: dict, cfg) -> None:
+    """Launch a generated kernel. The first launch of a plan goes through Triton's launcher,
+    which binds and specialises the arguments; later launches of the same plan (same shapes,
+    strides, dtypes and alignment) call the compiled kernel's launcher directly, skipping the
+    per-argument binding and the per-launch closure, which dominate the cost of a small call.
+    A Triton launch hook (a profiler) sends every launch through Triton's own path."""
+    global _KNOBS
+    lp = c.lp
+    entry = lp.compiled.get(kernel)
+    if entry is not None and not hooked():
+        run_, function, packed, stream_of, device = entry
+        g = (*grid, 1, 1)
+        run_(g[0], g[1], g[2], stream_of(device), function, packed, None, None, None, *args,
+             *meta.values())
+        if not lp.fast_decided:  # what the fast path checks its own arguments against
+            lp.seen.append((kernel, g, args, meta))
+        return
+    if lp.direct:  # a hook took this path: real tensors in the unused pointer slots
+        dummy = next(iter(c.outs.values()))
+        args = tuple(dummy if a is None else a for a in args)
+    # FMA fusion pinned on: the combines are written as a * b + c, and Triton 3.10 turns it
+    # off by default (3.9 warns that it will).
+    compiled = kernel[grid](*args, **meta, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                            enable_fp_fusion=True)
+    if not interpreting() and hasattr(compiled, "packed_metadata") and hasattr(compiled, "run"):
+        from triton.runtime.driver import driver
+        try:
+            from triton import knobs
+            _KNOBS = knobs.runtime
+        except ImportError:  # no launch hooks in this Triton
+            pass
+        lp.compiled[kernel] = (compiled.run, compiled.function, compiled.packed_metadata,
+                               driver.active.get_current_stream, c.device.index or 0)
+        lp.direct = True  # later calls of this plan pass None in unused pointer slots
+
+
+# triton.knobs.runtime once a kernel was compiled: its launch hooks (a HookChain, or None in
+# older Triton) are honoured by taking Triton's own launch path while any is registered.
+_KNOBS = None
+
+
+def hooked() -> bool:
+    """Whether a Triton launch hook (a profiler) is registered: launches then go through
+    Triton's own path, which calls it."""
+    hook = _KNOBS.launch_enter_hook if _KNOBS is not None else None
+    return hook is not None and getattr(hook, "calls", True)
+
+
+def param_ptrs(c, dummy) -> tuple:
+    """The per-call kernel arguments of every param, in order: (scalar value, pointer) each; a
+    tensor param passes 0.0 and itself, a float passes itself and ``dummy``."""
+    out = ()
+    for v in c.params.values():
+        out += (0.0, v) if isinstance(v, torch.Tensor) else (v, dummy)
+    return out
+
+
+# ------------------------------------------------- constexprs that follow the call's layout
+
+def shift_group(c, cfg) -> int:
+    """Steps per group of the register shift (template option ``input_shift="split"``): the
+    steps each thread holds of a ``[BLOCK_N, BLOCK_T]`` tile in Triton's coalesced layout, so
+    that taking ``x[t +- 1]`` from the aligned tile stays within each thread's registers. That
+    layout gives each thread one 16-byte vector of the narrowest ``[N, T]`` tensor, capped by
+    the tile's elements per thread; strided time (time-major buffers) gives one step."""
+    nt = [(c.tensors[n], c.strides[n]) for n in c.tensors if c.strides[n][2] != 0]
+    nt += [(o, c.out_strides[n]) for n, o in c.outs.items()]
+    if any(st[2] != 1 for _, st in nt):
+        return 1
+    # Triton vectorises only what it can prove 16-byte aligned: pointers and row strides that
+    # its launcher specialised as multiples of 16 (else every load is scalar: one step a thread)
+    if any(t.data_ptr() % 16 or st[0] % 16 or st[1] % 16 for t, st in nt):
+        return 1
+    return layout_steps(min(t.element_size() for t, _ in nt), cfg.block_n, cfg.block_t,
+                        cfg.num_warps)
+
+
+def layout_steps(itemsize: int, block_n: int, block_t: int, num_warps: int) -> int:
+    """Consecutive steps a thread holds of a ``[block_n, block_t]`` tile in Triton's coalesced
+    layout when the narrowest tensor has ``itemsize`` bytes: one 16-byte vector of it, capped by
+    the tile's elements per thread and by the chunk."""
+    return max(1, min(16 // itemsize, block_n * block_t // (32 * num_warps), block_t))
+
+
+def even(c, cfg) -> bool:
+    """Whether every ``[BLOCK_N, BLOCK_T]`` tile of the call is full (rows a multiple of
+    ``BLOCK_N``, T of ``BLOCK_T``): the kernels then drop their bounds masks. Never for the
+    persist family, whose programs load an item past their last one (masked off by rows)."""
+    return (cfg.family != "persist" and (c.R1 * c.R2) % cfg.block_n == 0
+            and c.T % cfg.block_t == 0)
+
+
+def k_dense(c, cfg) -> bool:
+    """Whether the sums over the trailing axis may address ``[N, T, K]`` inputs as dense blocks
+    of ``BLOCK_K == K`` contiguous elements per step: offsets ``t * BLOCK_K + k``, whose
+    alignment Triton can prove, give vector loads (``t * K_stride + k`` with a runtime stride
+    gives scalar ones)."""
+    ntk = [c.strides[n] for n in c.tensors if len(c.strides[n]) == 4]
+    return bool(ntk) and c.K == cfg.block_k and all(st == c.K and sk == 1
+                                                     for _, _, st, sk in ntk)
