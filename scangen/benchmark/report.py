@@ -11,7 +11,7 @@ import math
 import sys
 import time
 
-from . import timing
+from . import meta
 
 COLUMNS = ("date", "host", "cpu", "gpu", "cores", "commit", "scangen", "python", "torch", "numpy", "numba",
            "triton", "device", "threads", "cache_MiB", "floor_MiB", "algo", "N", "T", "dtype", "layout", "impl",
@@ -34,7 +34,7 @@ PLOT_EXTRA = 'matplotlib is needed to draw the chart: pip install "scangen[plot]
 
 def write_csv(path, rows) -> None:
     """One row per implementation and configuration (COLUMNS), written atomically."""
-    timing.write_csv(path, rows, COLUMNS)
+    meta.write_csv(path, rows, COLUMNS)
 
 
 def read_csv(path) -> list[dict]:

@@ -1,9 +1,9 @@
 """``scangen bench``: scangen on this machine, beside the loops users run.
 
 For every configuration (algorithm x shape x dtype x layout) :func:`run` draws the inputs
-(``scangen.testing.make_inputs``), computes the float64 reference (``scangen.reference``) over
-a window of steps, runs each implementation once and checks it against the reference
-(``scangen.testing.assert_close``), then times those that passed, round-robin with a copy of a
+(``scangen.testing.make_inputs``), computes the float64 reference over a window of steps
+(:class:`.checks.WindowReference`), runs each implementation once and checks it against the
+reference (``scangen.testing.assert_close``), then times those that passed, round-robin with a copy of a
 buffer beyond the last-level cache (the bandwidth floor, measured beside them), and returns
 one row per implementation (``report.COLUMNS``). An implementation whose check fails is
 reported and not timed.
@@ -18,8 +18,10 @@ from pathlib import Path
 
 import torch
 
-from .. import reference, testing
-from . import baselines, numpy_loops, timing
+from .. import testing
+from . import baselines, floors, meta, numpy_loops, timing
+from .checks import WindowReference as Expected, window
+from .inputs import as_tuple, tensor_bytes, time_slice
 
 IMPLS = {
     "scangen": "scangen, its default backend (numba on the CPU, Triton on CUDA)",
@@ -37,7 +39,6 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.
           "float16": torch.float16}
 DTYPE_ALIASES = {"fp32": "float32", "fp64": "float64", "bf16": "bfloat16", "fp16": "float16"}
 LAYOUTS = ("rows", "time-major")
-FORWARD = ("compute_eligibility_traces", "compute_episodic_prefix_sum")
 # GAE computes both outputs everywhere: SB3, verl and TorchRL all return both.
 OUTPUTS = {"compute_gae": ("advantages", "returns")}
 PER_STEP = ("torch_loop", "numpy_loop")
@@ -129,50 +130,6 @@ def settings_from_args(args) -> Settings:
 # inputs and the float64 reference
 
 
-def as_tuple(x):
-    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
-
-
-def time_slice(kw, a, b):
-    """The arguments restricted to steps a..b-1 (axis 1 of every tensor of two or more dims)."""
-    return {k: (v[:, a:b] if torch.is_tensor(v) and v.dim() >= 2 else v) for k, v in kw.items()}
-
-
-def window(algo, T, L):
-    """The steps of a window of at most L: the last ones of a reverse scan (its last L outputs
-    depend only on its last L inputs), the first ones of a forward scan."""
-    L = min(T, L)
-    return (0, L) if algo in FORWARD else (T - L, T)
-
-
-class Expected:
-    """The float64 reference of every row over ``window(algo, T, ref_max_t)``."""
-
-    def __init__(self, algo, kw64, T, ref_max_t):
-        self.span = window(algo, T, ref_max_t)
-        fn = reference.gae_advantages_and_returns if algo == "compute_gae" else reference.REFERENCES[algo]
-        self.ref = as_tuple(fn(**time_slice(kw64, *self.span)))
-
-    def check(self, outs, span, dtype) -> dict:
-        """``outs`` (logical [N, ...], covering steps ``span``) against the reference on the
-        steps both cover, with scangen.testing.assert_close's tolerance for ``dtype``."""
-        outs = as_tuple(outs)
-        if len(outs) != len(self.ref):
-            return {"ok": False, "err": math.inf, "message": f"{len(outs)} outputs, expected {len(self.ref)}"}
-        a, b = max(span[0], self.span[0]), min(span[1], self.span[1])
-        tol, worst = testing.tolerance(dtype), 0.0
-        steps = f"{a}..{b - 1}"
-        for i, (o, e) in enumerate(zip(outs, self.ref)):
-            got = torch.as_tensor(o)[:, a - span[0]:b - span[0]]
-            exp = e[:, a - self.span[0]:b - self.span[0]]
-            worst = max(worst, timing.error_ratio(got, exp, tol.atol, tol.rtol))
-            try:
-                testing.assert_close(got, exp, dtype=dtype, name=f"output {i}, steps {steps}")
-            except AssertionError as exc:
-                return {"ok": False, "err": worst, "steps": steps, "message": " ".join(str(exc).split("\n")[:2])}
-        return {"ok": True, "err": worst, "steps": steps}
-
-
 def draw(cfg: Config, s: Settings):
     """(arguments on the device in the configuration's dtype and layout, Expected)."""
     kw64 = testing.make_inputs(cfg.algo, cfg.N, cfg.T, seed=s.seed, dtype=torch.float64)
@@ -186,7 +143,7 @@ def draw(cfg: Config, s: Settings):
 def rotated(kw, budget_bytes, max_sets=32):
     """``kw`` and clones of it (strides kept) until they total ``budget_bytes``, so that calls
     cycling through them read their inputs from memory, not from cache."""
-    nbytes = timing.tensor_bytes(kw)
+    nbytes = tensor_bytes(kw)
     n = max(1, min(max_sets, math.ceil(budget_bytes / max(nbytes, 1))))
     return [kw] + [{k: (v.clone() if torch.is_tensor(v) else v) for k, v in kw.items()} for _ in range(n - 1)], nbytes
 
@@ -323,7 +280,7 @@ def _backend(device) -> str:
 
 
 def _numba():
-    from .. import numbapath
+    from ..runtime import numba as numbapath
     if not numbapath.available():
         return None
     import numba
@@ -346,19 +303,19 @@ def run(s: Settings, on_config=None, on_start=None) -> list[dict]:
     rows_so_far)`` after each."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     threads = s.threads or cores
-    cache = timing.cache_bytes(s.device)
+    cache = floors.cache_bytes(s.device)
     floor_bytes = int(s.floor_mb * 2 ** 20) if s.floor_mb else \
         max((1 << 30) if s.device == "cuda" else (256 << 20), 4 * cache)
     if s.rotate_mb is None:
         s = replace(s, rotate_mb=max(64.0, 4 * cache / 2 ** 20))
-    meta = timing.machine_meta(Path(__file__).resolve().parents[2],
+    info = meta.machine_meta(Path(__file__).resolve().parents[2],
                                packages=("scangen", "torch", "numpy", "numba", "triton"), device=s.device)
-    base = {**{k: meta.get(k) for k in ("date", "host", "cpu", "gpu", "cores", "commit", "scangen", "python",
+    base = {**{k: info.get(k) for k in ("date", "host", "cpu", "gpu", "cores", "commit", "scangen", "python",
                                         "torch", "numpy", "numba", "triton")},
             "device": s.device, "threads": threads, "cache_MiB": cache / 2 ** 20, "floor_MiB": floor_bytes / 2 ** 20}
     before = _set_threads(threads)
-    floor = timing.DeviceCopyFloor(floor_bytes, s.device) if s.device == "cuda" else \
-        timing.CopyFloor(floor_bytes, threads)
+    floor = floors.DeviceCopyFloor(floor_bytes, s.device) if s.device == "cuda" else \
+        floors.CopyFloor(floor_bytes, threads)
     rows = []
     try:
         for cfg in configurations(s):

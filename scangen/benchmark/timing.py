@@ -1,5 +1,5 @@
-"""The timing library of scangen's benchmarks: ``scangen bench`` and the developer sweeps in
-``bench/`` (``bench/timing.py`` re-exports it).
+"""The timing library of scangen's benchmarks: ``scangen bench`` (:mod:`.suite`), the
+developer benchmarks ``bench/bench.py`` and ``bench/cpu.py``, and the scripts in ``bench/dev/``.
 
 - check-then-time: :func:`checked` runs a candidate once (its first call, timed on its own),
   checks the result, and the caller times only candidates that ran (or that also passed);
@@ -7,38 +7,23 @@
   calls per sample, the starting point rotated every round, and takes medians;
   :func:`device_interleaved` does the same on a CUDA device, one ``triton.testing.do_bench``
   median (CUDA events) per sample;
-- floors: :class:`CopyFloor` is a copy of a buffer well beyond the last-level cache
-  (``numpy.copyto`` and ``torch.Tensor.copy_``, one thread or several) whose callables join
-  the round-robin, so the bandwidth is measured beside the calls it judges;
-  :func:`device_copy_bandwidth` is the device-to-device copy of a CUDA device;
-- bookkeeping: machine / version / commit metadata, CSV output, and a child process that
-  reports its own timings as JSON.
+- one call, two ways (:class:`CallTimer`, ``bench/bench.py``'s): the ``do_bench`` median of
+  one call (L2 flushed before each) and the host-timed loop of back-to-back calls, the empty
+  launch timed beside it repeat by repeat.
 
-Nothing here imports scangen's compiler. Host times are ``time.perf_counter`` wall times; pass
-``sync`` (for instance ``torch.cuda.synchronize``) where the work is asynchronous.
+The floors the times are judged against are in :mod:`.floors`, the checks in :mod:`.checks`,
+machine metadata and CSV output in :mod:`.meta`. Host times are ``time.perf_counter`` wall
+times; pass ``sync`` (for instance ``torch.cuda.synchronize``) where the work is asynchronous.
 """
 from __future__ import annotations
 
-import csv
-import datetime
 import gc
-import importlib.metadata
 import itertools
-import json
-import math
-import os
-import platform
-import re
-import socket
 import statistics
-import subprocess
-import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import numpy as np
 import torch
 
 
@@ -97,25 +82,16 @@ def short_error(exc, limit=200) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def error_ratio(actual, expected, atol, rtol) -> float:
-    """max |actual - expected| / (atol * scale + rtol * |expected|) over the elements, with
-    scale = max(1, max |expected|) over finite entries (<= 1 passes); inf where the shapes or
-    the positions of NaN / inf differ."""
-    a = torch.as_tensor(actual).detach().to("cpu", torch.float64)
-    e = torch.as_tensor(expected).detach().to("cpu", torch.float64)
-    if a.shape != e.shape:
-        return math.inf
-    if a.numel() == 0:
-        return 0.0
-    fin_e = torch.isfinite(e)
-    scale = max(1.0, e[fin_e].abs().max().item()) if bool(fin_e.any()) else 1.0
-    bad = torch.isnan(a) != torch.isnan(e)
-    bad |= (torch.isinf(a) | torch.isinf(e)) & (a != e) & ~torch.isnan(a) & ~torch.isnan(e)
-    if bool(bad.any()):
-        return math.inf
-    finite = torch.isfinite(a) & fin_e
-    err = torch.where(finite, (a - e).abs(), torch.zeros_like(a))
-    return float((err / (atol * scale + rtol * e.abs())).max())
+def first_line_error(exc, limit=160) -> str:
+    """``Kind: first line`` of an exception (``OOM: ...`` for out-of-memory), as bench/bench.py
+    records errors in bench.json."""
+    kind = type(exc).__name__
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in first.lower():
+        kind, first = "OOM", first[:80]
+    msg = f"{kind}: {first}"
+    return msg if len(msg) <= limit else msg[:limit - 3] + "..."
 
 
 # ---------------------------------------------------------------------------------------------
@@ -215,6 +191,15 @@ def device_interleaved(fns: dict, rounds=5, warmup_ms=10.0, rep_ms=40.0, slow_s=
     return {k: Timing(statistics.median(s), min(s), max(s), 1, s) for k, s in samples.items()}
 
 
+def wall_and_cpu(fn) -> tuple[float, float]:
+    """``(wall seconds, the calling thread's CPU seconds)`` of one call of ``fn``. With one
+    thread the CPU time is what the call costs even while other processes share the cores
+    (bench/dev/sb3_cpu.py, torchrl_cpu.py); the wall time also counts waiting for a core."""
+    c0, w0 = time.thread_time(), time.perf_counter()
+    fn()
+    return time.perf_counter() - w0, time.thread_time() - c0
+
+
 def cycling(thunks) -> Callable[[], Any]:
     """One callable that runs the next of ``thunks`` on every call (input sets rotated so that
     back-to-back calls do not find their data in cache)."""
@@ -225,207 +210,104 @@ def cycling(thunks) -> Callable[[], Any]:
 
 
 # ---------------------------------------------------------------------------------------------
-# floors
+# one call, two ways (bench/bench.py)
 
 
-class CopyFloor:
-    """A copy of ``nbytes`` between two buffers (well beyond the last-level cache), as timed
-    callables: ``numpy.copyto`` (split over ``threads`` Python threads when threads > 1: numpy
-    releases the GIL in the copy) and ``torch.Tensor.copy_`` (torch's own threads: the caller
-    pins ``torch.set_num_threads``). Bandwidth counts bytes read + written."""
+@dataclass
+class CallTimer:
+    """bench/bench.py's timers of one call on ``cuda`` (else on the CPU, by perf_counter).
 
-    def __init__(self, nbytes=256 << 20, threads=1):
-        self.nbytes, self.threads = nbytes, threads
-        self.src = np.ones(nbytes // 4, dtype=np.float32)  # touched: no page faults while timed
-        self.dst = np.zeros_like(self.src)
-        self._tsrc, self._tdst = torch.from_numpy(self.src), torch.from_numpy(self.dst)
-        bounds = [len(self.src) * k // threads for k in range(threads + 1)]
-        self._chunks = [(self.dst[a:b], self.src[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
-        self._pool = ThreadPoolExecutor(threads - 1) if threads > 1 else None
+    - :meth:`device_us`: ``triton.testing.do_bench`` median in us: CUDA-event time of one call,
+      L2 flushed before each call (by do_bench's 256 MB memset, which also hides host overhead
+      shorter than that memset);
+    - :meth:`call_us`: host-timed back-to-back loop: wall time of n calls + one synchronize,
+      / n; median of repeats. This is the full call as an application sees it: max(host
+      overhead, device time) per call;
+    - :meth:`paired_call_us`: the same for a call and the empty launch, alternating repeat by
+      repeat.
+    """
 
-    def _numpy(self):
-        if self._pool is None:
-            np.copyto(self.dst, self.src)
-            return
-        futures = [self._pool.submit(np.copyto, d, s) for d, s in self._chunks[1:]]
-        np.copyto(*self._chunks[0])
-        for f in futures:
-            f.result()
+    cuda: bool
+    warmup_ms: float = 10.0   # do_bench warmup per measurement
+    rep_ms: float = 50.0      # do_bench rep per measurement
+    call_ms: float = 15.0     # host-timed loop: target ms per repeat
+    call_repeats: int = 3     # host-timed loop: repeats (median)
 
-    def _torch(self):
-        self._tdst.copy_(self._tsrc)
+    def sync(self):
+        if self.cuda:
+            torch.cuda.synchronize()
 
-    def fns(self) -> dict:
-        return {"copy_numpy": self._numpy, "copy_torch": self._torch}
+    def host_median(self, fn, n=5):
+        fn()
+        self.sync()
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            fn()
+            self.sync()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times) * 1e6
 
-    def bandwidth(self, timings: dict) -> tuple[float, dict]:
-        """(best bytes/s over the copy kinds, {kind: bytes/s}) from :func:`interleaved`'s timings."""
-        per = {k: 2 * self.nbytes / t.median_s for k, t in timings.items() if k in self.fns()}
-        return max(per.values()), per
+    def device_us(self, fn, warmup=None, rep=None):
+        """do_bench median of one call, us (host_median off CUDA)."""
+        if not self.cuda:
+            return self.host_median(fn)
+        from triton.testing import do_bench
+        ms = do_bench(fn, warmup=warmup if warmup is not None else self.warmup_ms,
+                      rep=rep if rep is not None else self.rep_ms, return_mode="median")
+        return ms * 1e3
 
-    def close(self):
-        if self._pool is not None:
-            self._pool.shutdown()
-        self.src = self.dst = self._tsrc = self._tdst = self._chunks = None
+    def graph_us(self, fn, rep=None):
+        """``triton.testing.do_bench_cudagraph`` median, us: the calls captured in a CUDA graph
+        (device time without the host; no L2 flush between replays)."""
+        from triton.testing import do_bench_cudagraph
+        return 1e3 * do_bench_cudagraph(fn, rep=rep if rep is not None else self.rep_ms,
+                                        return_mode="median")
 
+    def call_us(self, fn, target_ms=None, repeats=None, n_max=20000, n_fixed=None):
+        """``(us per call, n)``: the host-timed loop of ``n`` back-to-back calls (n sized to
+        about ``target_ms`` a repeat, or ``n_fixed``), median of ``repeats``."""
+        target_ms = self.call_ms if target_ms is None else target_ms
+        repeats = self.call_repeats if repeats is None else repeats
+        if n_fixed is not None:
+            n = n_fixed
+        else:
+            fn()
+            self.sync()
+            t0 = time.perf_counter()
+            for _ in range(3):
+                fn()
+            self.sync()
+            est = max((time.perf_counter() - t0) / 3, 1e-7)
+            n = int(min(n_max, max(3, target_ms * 1e-3 / est)))
+        times = []
+        for _ in range(repeats):
+            self.sync()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            self.sync()
+            times.append((time.perf_counter() - t0) / n)
+        return statistics.median(times) * 1e6, n
 
-class DeviceCopyFloor:
-    """:class:`CopyFloor` on a CUDA device: ``dst.copy_(src)`` of ``nbytes`` (beyond the L2
-    cache) as a callable that joins :func:`device_interleaved`'s round-robin."""
+    def paired_call_us(self, fn, floor_fn):
+        """call_us for ``fn`` and for the empty launch ``floor_fn``, alternating repeat by
+        repeat: ``(fn_us, n, floor_us)``. The host's speed drifts by 2x within one process on
+        the H200 host (bench/NOTES.md, ninth round); a floor measured beside each call sees
+        the same host."""
+        repeats = self.call_repeats
+        n = self.call_us(fn, repeats=1)[1]  # each warms up and sizes its loop
+        nf = self.call_us(floor_fn, repeats=1)[1]
+        times, floors = [], []
+        for _ in range(repeats):
+            floors.append(self.call_us(floor_fn, repeats=1, n_fixed=nf)[0])
+            times.append(self.call_us(fn, repeats=1, n_fixed=n)[0])
+        return statistics.median(times), n, statistics.median(floors)
 
-    def __init__(self, nbytes=1 << 30, device="cuda"):
-        self.nbytes = nbytes
-        self.src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
-        self.dst = torch.empty_like(self.src)
-
-    def _copy(self):
-        self.dst.copy_(self.src)
-
-    def fns(self) -> dict:
-        return {"copy_device": self._copy}
-
-    def bandwidth(self, timings: dict) -> tuple[float, dict]:
-        per = {k: 2 * self.nbytes / t.median_s for k, t in timings.items() if k in self.fns()}
-        return max(per.values()), per
-
-    def close(self):
-        self.src = self.dst = None
-
-
-def cache_bytes(device="cpu") -> int:
-    """The last-level cache: on the CPU the sum of the distinct caches of the highest level that
-    sysfs lists (0 where it lists none), on a CUDA device its L2."""
-    if str(device).startswith("cuda"):
-        return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0))
-    root, seen, total = "/sys/devices/system/cpu", set(), 0
-    try:
-        cpus = [d for d in os.listdir(root) if re.fullmatch(r"cpu[0-9]+", d)]
-        for cpu in cpus:
-            base = f"{root}/{cpu}/cache"
-            levels = {}
-            for idx in os.listdir(base):
-                if idx.startswith("index"):
-                    with open(f"{base}/{idx}/level") as f:
-                        levels[int(f.read())] = idx
-            idx = levels[max(levels)]
-            with open(f"{base}/{idx}/shared_cpu_list") as f:
-                key = f.read().strip()
-            if key not in seen:
-                seen.add(key)
-                with open(f"{base}/{idx}/size") as f:
-                    text = f.read().strip()
-                total += int(text[:-1]) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[text[-1]] \
-                    if text[-1] in "KMG" else int(text)
-    except (OSError, ValueError, KeyError):
-        return total
-    return total
-
-
-def tensor_bytes(objs) -> int:
-    """Bytes of every distinct tensor / array among ``objs`` (nested lists, tuples, dicts)."""
-    seen, total = set(), 0
-    stack = [objs]
-    while stack:
-        o = stack.pop()
-        if isinstance(o, dict):
-            stack.extend(o.values())
-        elif isinstance(o, (list, tuple)):
-            stack.extend(o)
-        elif torch.is_tensor(o) or isinstance(o, np.ndarray):
-            t = torch.as_tensor(o)
-            key = (t.data_ptr(), t.numel(), t.dtype)
-            if key not in seen:
-                seen.add(key)
-                total += t.numel() * t.element_size()
-    return total
-
-
-# ---------------------------------------------------------------------------------------------
-# machine, versions, output
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def host_tag() -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "-", socket.gethostname().split(".")[0]).strip("-")[:24] or "host"
-
-
-def git_commit(root, paths=("scangen", "generated", "templates", "specs")) -> str | None:
-    """Short HEAD commit of ``root``, with ``+dirty`` when ``paths`` have uncommitted changes
-    (``SCANGEN_REV`` overrides: a copied tree's .git may be stale)."""
-    if os.environ.get("SCANGEN_REV"):
-        return os.environ["SCANGEN_REV"]
-    try:
-        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", *paths],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return (rev + "+dirty" if dirty else rev) or None
-    except Exception:  # noqa: BLE001
-        return None
-
-
-def versions(packages) -> dict:
-    out = {"python": platform.python_version()}
-    for p in packages:
-        try:
-            out[p] = importlib.metadata.version(p)
-        except importlib.metadata.PackageNotFoundError:
-            out[p] = None
-    return out
-
-
-def gpu_model(device="cuda") -> str | None:
-    try:
-        return torch.cuda.get_device_name(device) if torch.cuda.is_available() else None
-    except Exception:  # noqa: BLE001
-        return None
-
-
-def machine_meta(root, packages=("torch", "numpy", "numba", "torchrl", "scangen"), device=None) -> dict:
-    """Date, host, CPU (and the GPU of a CUDA ``device``), cores, commit of ``root``, versions."""
-    gpu = {"gpu": gpu_model(device)} if device is not None and str(device).startswith("cuda") else {}
-    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "host": socket.gethostname(), "cpu": cpu_model(), **gpu, "cores": os.cpu_count(),
-            "commit": git_commit(root), **versions(packages), "argv": " ".join(sys.argv)}
-
-
-def write_csv(path, rows, columns, meta=None) -> None:
-    """``rows`` (dicts) as CSV under a ``# key: value`` header comment (pandas: comment="#")."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", newline="") as f:
-        for k, v in (meta or {}).items():
-            f.write(f"# {k}: {v}\n")
-        w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: fmt_cell(r.get(k)) for k in columns})
-    os.replace(tmp, path)
-
-
-def fmt_cell(v):
-    if isinstance(v, float):
-        return "" if math.isnan(v) else f"{v:.6g}"
-    return "" if v is None else v
-
-
-def run_child(code, cwd=None, env=None, timeout=300) -> dict:
-    """Run ``python -c code`` in a fresh interpreter; its last stdout line is a JSON object of
-    its own timings. Adds ``wall_s`` (the whole child, interpreter start included)."""
-    t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-c", code], cwd=cwd, env={**os.environ, **(env or {})},
-                       capture_output=True, text=True, timeout=timeout)
-    wall = time.perf_counter() - t0
-    lines = p.stdout.strip().splitlines()
-    if p.returncode != 0 or not lines:
-        return {"error": (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1], "wall_s": wall}
-    return {**json.loads(lines[-1]), "wall_s": wall}
+    def timed_once(self, fn):
+        """``(fn(), seconds)``, synchronised before and after."""
+        self.sync()
+        t0 = time.perf_counter()
+        out = fn()
+        self.sync()
+        return out, time.perf_counter() - t0

@@ -1,15 +1,15 @@
 """verl-style per-token loops against scangen.integrations.verl, on the CPU.
 
-    PYTHONPATH=. python bench/verl_cpu.py       # one thread: docs/integrations/verl.md's table
-    PYTHONPATH=. python bench/verl_cpu.py --threads 2 --rounds 41
+    python bench/dev/verl_cpu.py       # one thread: docs/integrations/verl.md's table
+    python bench/dev/verl_cpu.py --threads 2 --rounds 41
 
 The baselines are written here from verl's algorithm (verl 0.9, ``core_algos.py``), not imported:
 one iteration per token over the batch, as verl's ``compute_gae_advantage_return`` and
 ``compute_reinforce_plus_plus_outcome_advantage`` run, then verl's masked whitening. Inputs are
 float32 multi-turn batches (turns of 20-200 tokens between tool outputs of 10-100, then
 padding). Every candidate's output is checked against the loop's first; then all are timed
-interleaved in one process (bench/timing.py: rotated round-robin, garbage collector off) and the
-table gives the medians.
+interleaved in one process (scangen.benchmark.timing: rotated round-robin, garbage collector
+off) and the table gives the medians.
 """
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ import argparse
 import sys
 from pathlib import Path
 
-import timing
-import torch
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT), str(ROOT / "examples")]  # the checkout, for scangen; examples/verl_gae.py
 
-from scangen.integrations import verl as scangen_verl
+import torch  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "examples"))
+from scangen.benchmark import checks, meta as bench_meta, timing  # noqa: E402
+from scangen.integrations import verl as scangen_verl  # noqa: E402
 from verl_gae import multi_turn_batch  # noqa: E402
 
 SHAPES = ((64, 4096), (256, 1024))  # batch x response_length
@@ -63,7 +63,7 @@ def loop_reinforce_pp(r, m, gamma):
 def _check(ref):
     """timing.checked's check: every output within float32 tolerance of the loop's."""
     def check(out):
-        ratio = max(timing.error_ratio(a, b, atol=1e-5, rtol=1e-4) for a, b in zip(out, ref))
+        ratio = max(checks.error_ratio(a, b, atol=1e-5, rtol=1e-4) for a, b in zip(out, ref))
         return {"ok": ratio <= 1.0, "error_ratio": ratio}
     return check
 
@@ -76,7 +76,7 @@ def main():
     torch.set_num_threads(args.threads)
     gamma, lam = 1.0, 0.95
     config = argparse.Namespace(gamma=gamma)
-    meta = timing.machine_meta(ROOT, packages=("torch", "numba", "scangen"))
+    meta = bench_meta.machine_meta(ROOT, packages=("torch", "numba", "scangen"))
     print(f"# {meta['cpu']} ({meta['cores']} cores), {torch.get_num_threads()} torch thread(s); "
           f"python {meta['python']}, torch {meta['torch']}, numba {meta['numba']}, scangen "
           f"{meta['scangen']} at {meta['commit']}; medians of {args.rounds} interleaved samples")

@@ -2,18 +2,20 @@
 """Where a look-back program's time goes: the look-back kernel of generated modules timed with
 parts of its look-back left out (H200.md's method: time variants, take differences).
 
-    PYTHONPATH=. python3 bench/probe_lookback.py [--algos gae,discounted_returns] [--shapes ...]
+    python3 bench/dev/probe_lookback.py [--algos gae,discounted_returns] [--shapes ...]
 
-Variants of each module's look-back (string edits of generated/<algo>.py, loaded beside it):
-  default  as generated (the window and wait runtime.lookback_window and lookback_spin pick)
-  @<name>  another build of the module, from ab_base/<algo>_<name>.py beside bench/ (an A/B
+Variants of each module's look-back (string edits of generated/<algo>.py, loaded beside it; the
+look-back itself is scangen.kernels.common.lookback / lookback_joint, which a variant copies):
+  default  as generated (the window and wait runtime.config.lookback_window and lookback_spin pick)
+  @<name>  another build of the module, from ab_base/<algo>_<name>.py at the checkout's root (an A/B
            against an earlier commit's modules: git show <rev>:generated/<algo>.py; ab_base/
            is git-ignored); a variant named twice is timed twice
   w<n>     a window of n predecessors instead
   spin     with the one-word wait for the nearest predecessor's aggregate before the first
            window (LB_SPIN on); nospin without it; w<n>-spin, w<n>-nospin both
   nowait   publishes its aggregate and inclusive state but reads nothing: carry = the scan's
-           initial value (results wrong past the first chunk: not checked; a lower bound)
+           initial value (results wrong past the first chunk: not checked; a lower bound; a
+           copy of the look-back helper without its wait and loop)
 Modifiers joined to a variant with "+" (e.g. nowait+pid+noclear; results checked for pid,
 ticket and keptws alone):
   pid      the program's chunk from its id (LB_PID on); ticket: from the counter (LB_PID off)
@@ -22,7 +24,8 @@ ticket and keptws alone):
   keptws   under CUDA-graph capture, the workspace made (and filled) by the variant's first,
            eager call instead of a fresh one filled inside the graph (what the fill kernel in
            the graph costs; the kernel is unchanged). Since 51863b9 captured calls take a spare
-           filled outside the graph themselves (runtime._captured_workspace): the two match
+           filled outside the graph themselves (runtime.workspace._captured_workspace): the two
+           match
 (The first probe of the tenth round, results/h200-2026-11-30-j-probe.txt, used modifiers written
 for the kernels before LB_PID; see git history.)
 Each is timed by CUDA-graph replay (device time), for each look-back tile, in one process.
@@ -31,22 +34,26 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import re
 import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent)]
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT)]  # the checkout, for scangen
 
 import torch  # noqa: E402
 from triton.testing import do_bench_cudagraph  # noqa: E402
 
-from scangen import config, runtime  # noqa: E402
-from scangen.config import Config  # noqa: E402
+from scangen.kernels import common  # noqa: E402
+from scangen.runtime import config, fastpath, workspace  # noqa: E402
+from scangen.runtime import PLANS  # noqa: E402
+from scangen.runtime.config import Config  # noqa: E402
 from scangen.testing import assert_close, make_inputs  # noqa: E402
 
-WAIT = re.compile(r"\n    g_a = agg_a \* 0\.0.*?\n    carry = g_a \+ g_b \* base", re.S)
+# the look-back helper's wait and loop (scangen.kernels.common.lookback, lookback_joint)
+WAIT = re.compile(r"\n    if SPIN:\n.*?(?=\n    (?:carry|c2) = )", re.S)
 CLEAR = re.compile(r"\n( +)for _w in tl\.static_range\(\d+\):[^\n]*\n +tl\.store\(_ws_clear[^\n]*")
 OUT_STORE = re.compile(r"^(\s+)tl\.store\(\w+__optr [^\n]*$", re.M)
 
@@ -54,7 +61,7 @@ OUT_STORE = re.compile(r"^(\s+)tl\.store\(\w+__optr [^\n]*$", re.M)
 def modify(src: str, name: str, mods: list) -> str:
     """The look-back kernel of ``src`` with the modifiers of the module docstring applied."""
     head, sep, kernel = src.partition("_lookback_kernel(")
-    body, sep2, rest = kernel.partition("\ndef _launch(")
+    body, sep2, rest = kernel.partition("\ndef _torch_impl(")
     for m in mods:
         if m in ("pid", "ticket"):
             body, n = re.subn(r"\bif LB_PID:", f"if {m == 'pid'}:", body)
@@ -73,10 +80,10 @@ def modify(src: str, name: str, mods: list) -> str:
 def variant(algo: str, name: str, tmp: Path):
     name, *mods = name.split("+")
     if name.startswith("@"):  # another build of the module: <root>/ab_base/<algo>_<name>.py
-        src = (HERE.parent / "ab_base" / f"{algo}_{name[1:]}.py").read_text()
+        src = (ROOT / "ab_base" / f"{algo}_{name[1:]}.py").read_text()
         name = "default"
     else:
-        src = (HERE.parent / "generated" / f"{algo}.py").read_text()
+        src = (ROOT / "generated" / f"{algo}.py").read_text()
     src = modify(src, name, mods)
     if name.startswith("w"):
         src, n = re.subn(r"LB_WINDOW, LB_SPIN", f"{int(name[1:].split('-')[0])}, LB_SPIN", src)
@@ -85,8 +92,7 @@ def variant(algo: str, name: str, tmp: Path):
         src, n = re.subn(r"LB_SPIN, ACC\)", f"{not name.endswith('nospin')}, ACC)", src)
         assert n >= 1, n
     elif name == "nowait":
-        src, n = WAIT.subn("\n    carry = init", src)
-        assert n == 1, n
+        src = without_wait(src)
     stem = re.sub(r"[^A-Za-z0-9_]", "_", "_".join([name, *mods, str(len(src))]))
     path = tmp / f"{algo}_{stem}.py"
     path.write_text(src)
@@ -96,18 +102,41 @@ def variant(algo: str, name: str, tmp: Path):
     return getattr(module, module.OP.function)
 
 
+def without_wait(src: str) -> str:
+    """``src`` with its look-back calls going to copies of scangen.kernels.common's helpers that
+    publish their words but neither wait nor read (the carry is the initial value)."""
+    helpers = []
+    for name in ("lookback", "lookback_joint"):
+        if f"_{name}(" not in src:
+            continue
+        code, n = WAIT.subn("", inspect.getsource(getattr(common, name).fn))
+        assert n == 1, (name, n)
+        helpers.append(code.replace(f"def {name}(", f"def {name}_nowait("))
+        src = src.replace(f"_{name}(", f"{name}_nowait(")
+    assert helpers, "no look-back call in the module"
+    head, sep, rest = src.partition("\n\n\n@triton.jit")
+    return (head + "\nfrom scangen.kernels.common import lb_word  # noqa: E402\n\n\n"
+            + "\n\n".join(helpers) + sep + rest)
+
+
 def kept_workspace():
-    """A stand-in for runtime.lookback_workspace that hands every call of a plan, captured or
-    not, the workspace its first call made (the modifier keptws)."""
+    """A stand-in for runtime.workspace.lookback_workspace that hands every call of a plan,
+    captured or not, the workspace its first call made (the modifier keptws)."""
     kept = {}
 
-    def workspace(c, cfg, n_words):
-        ws = kept.get(id(c.kernels))
+    def keep(c, cfg, n_words):
+        ws = kept.get(id(c.lp))
         if ws is None:
-            ws = kept[id(c.kernels)] = runtime._new_workspace(c, cfg, n_words)
-            c.kernels["lb_words"] = n_words
+            ws = kept[id(c.lp)] = workspace._new_workspace(c, cfg, n_words)
+            c.lp.lb_words = n_words
         return ws
-    return workspace
+    return keep
+
+
+def use_workspace(fn):
+    """Every look-back call takes its workspace from ``fn`` (the general path's and the fast
+    path's, which binds it when it is built)."""
+    workspace.lookback_workspace = fastpath.lookback_workspace = fn
 
 
 def main() -> None:
@@ -133,26 +162,28 @@ def main() -> None:
                 bt, nw = map(int, tile.split("x"))
                 if T < 2 * bt:
                     continue
-                config.OVERRIDE = lambda c, bt=bt, nw=nw: Config(
+                rule = lambda c, bt=bt, nw=nw: Config(  # noqa: E731
                     1, bt, min(16, config._pow2(c.K)) if c.K > 1 else 1, nw, "lookback", 1)
                 line = []
-                for v, fn in fns:
-                    runtime._PLANS.clear()
-                    real_ws = runtime.lookback_workspace
-                    if "keptws" in v.split("+"):  # before the first call: the fast path keeps it
-                        runtime.lookback_workspace = kept_workspace()
-                    out = fn(**kw, backend="triton")
-                    out = out if isinstance(out, tuple) else (out,)
-                    base, *mods = v.split("+")
-                    if base != "nowait" and not set(mods) - {"pid", "ticket", "keptws"}:
-                        for o, e in zip(out, ref):
-                            assert_close(o, e, dtype=o.dtype)
-                    us = 1e3 * do_bench_cudagraph(lambda: fn(**kw, backend="triton"), rep=30,
-                                                  return_mode="median")
-                    runtime.lookback_workspace = real_ws
-                    line.append(f"{v} {us:6.1f}")
+                with config.override(rule):
+                    for v, fn in fns:
+                        PLANS.clear()
+                        real_ws = workspace.lookback_workspace
+                        if "keptws" in v.split("+"):  # before the first call: the fast path keeps it
+                            use_workspace(kept_workspace())
+                        try:
+                            out = fn(**kw, backend="triton")
+                            out = out if isinstance(out, tuple) else (out,)
+                            base, *mods = v.split("+")
+                            if base != "nowait" and not set(mods) - {"pid", "ticket", "keptws"}:
+                                for o, e in zip(out, ref):
+                                    assert_close(o, e, dtype=o.dtype)
+                            us = 1e3 * do_bench_cudagraph(lambda: fn(**kw, backend="triton"), rep=30,
+                                                          return_mode="median")
+                        finally:
+                            use_workspace(real_ws)
+                        line.append(f"{v} {us:6.1f}")
                 print(f"{algo:20s} {shape:>10s} bt={bt:5d} w={nw}  " + "  ".join(line), flush=True)
-    config.OVERRIDE = None
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """SB3's own ``compute_returns_and_advantage`` against scangen's buffer, on the CPU.
 
-    PYTHONPATH=. python bench/sb3_cpu.py --reps 31       # docs/integrations/sb3.md's table
-    PYTHONPATH=. python bench/sb3_cpu.py --threads 2 --reps 31 --backends torch,numba
+    python bench/dev/sb3_cpu.py --reps 31       # docs/integrations/sb3.md's table
+    python bench/dev/sb3_cpu.py --threads 2 --reps 31 --backends torch,numba
 
 All buffers hold the same random float32 data (5% episode starts); each timed call is one
 ``compute_returns_and_advantage``. SB3's buffer and scangen's (one per backend) run interleaved
@@ -11,20 +11,25 @@ buffer's advantages are checked against SB3's before timing.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
-import subprocess
-import time
+import sys
 from pathlib import Path
 
-import gymnasium as gym
-import numpy as np
-import stable_baselines3
-import torch
-from stable_baselines3.common.buffers import RolloutBuffer as SB3Buffer
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT)]  # the checkout, for scangen
 
-import scangen
-from scangen.integrations.sb3 import RolloutBuffer as ScangenBuffer
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+import stable_baselines3  # noqa: E402
+import torch  # noqa: E402
+from stable_baselines3.common.buffers import RolloutBuffer as SB3Buffer  # noqa: E402
+
+import scangen  # noqa: E402
+from scangen.benchmark.meta import git_commit  # noqa: E402
+from scangen.benchmark.timing import wall_and_cpu  # noqa: E402
+from scangen.integrations.sb3 import RolloutBuffer as ScangenBuffer  # noqa: E402
 
 SHAPES = ((2048, 1), (128, 4096), (2048, 64))  # n_steps x n_envs
 
@@ -44,24 +49,12 @@ def _time(buf, last, dones):
     """(CPU, wall) seconds of one call. With one torch thread all the work runs on this thread
     (numba's too), so its CPU time is what the call costs even while other processes share
     the cores; wall time also counts the time the thread waited for one."""
-    c0, w0 = time.thread_time(), time.perf_counter()
-    buf.compute_returns_and_advantage(last, dones)
-    return time.thread_time() - c0, time.perf_counter() - w0
+    wall, cpu = wall_and_cpu(lambda: buf.compute_returns_and_advantage(last, dones))
+    return cpu, wall
 
 
 def _load():
-    try:
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    except OSError:
-        return "n/a"
-
-
-def _commit():
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, cwd=Path(__file__).parent).stdout.strip() or "n/a"
-    except OSError:
-        return "n/a"
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main():
@@ -81,7 +74,7 @@ def main():
     print(f"# {platform.machine()}, {torch.get_num_threads()} torch thread(s); python "
           f"{platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}, "
           f"stable-baselines3 {stable_baselines3.__version__}, numba {numba_version}, scangen "
-          f"{scangen.__version__} at {_commit()}; load average before: {_load()}")
+          f"{scangen.__version__} at {git_commit(ROOT) or 'n/a'}; load average before: {_load()}")
     rows = []
     for n_steps, n_envs in SHAPES:
         makers = [SB3Buffer] + [lambda *a, b=b, **k: ScangenBuffer(*a, backend=b, **k)

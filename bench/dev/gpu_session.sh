@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # One device call: the GPU test suite, a launch-configuration sweep and the launch probe, or
 # the full benchmark.
-#   OUT=/some/dir bash bench/gpu_session.sh [tests|sweep|probe ...]   (default: the three)
-#   OUT=/some/dir bash bench/gpu_session.sh bench                     (bench.py, alone)
+#   OUT=/some/dir bash bench/dev/gpu_session.sh [tests|sweep|probe ...]   (default: the three)
+#   OUT=/some/dir bash bench/dev/gpu_session.sh bench                     (bench.py, alone)
 # Tests and the sweep's compile phase run side by side (compilation is CPU work); the sweep's
-# timing phase and the probe run alone afterwards.
+# timing phase and the probe run alone afterwards. Run from the checkout's root.
 set -u
 export PYTHONPATH=.
 OUT=${OUT:?set OUT}
@@ -34,14 +34,14 @@ if [[ $what == *tests* ]]; then
 fi
 if [[ $what == *sweep* ]]; then
   for i in 0 1 2 3 4 5 6 7; do
-    timeout "${COMPILE_TIMEOUT:-240}" python3 bench/sweep.py --out "$WORK/compile" --compile-only \
+    timeout "${COMPILE_TIMEOUT:-240}" python3 bench/dev/sweep.py --out "$WORK/compile" --compile-only \
       --part $i/8 --algos "$SWEEP_ALGOS" $SWEEP_ARGS > "$WORK/compile-$i.log" 2>&1 &
     pids+=($!)
   done
 fi
 for p in "${pids[@]}"; do wait "$p"; done
 if [[ $what == *sweep* ]]; then
-  timeout "${SWEEP_TIMEOUT:-200}" python3 bench/sweep.py --out "$WORK" --algos "$SWEEP_ALGOS" \
+  timeout "${SWEEP_TIMEOUT:-200}" python3 bench/dev/sweep.py --out "$WORK" --algos "$SWEEP_ALGOS" \
     $SWEEP_ARGS --time-budget "${SWEEP_BUDGET:-170}" > "$WORK/sweep.txt" 2>&1
 fi
 if [[ $what == *bench* ]]; then
@@ -51,7 +51,7 @@ if [[ $what == *bench* ]]; then
   tail -n 12 "$WORK/bench.log"
 fi
 if [[ $what == *probe* ]]; then
-  timeout 60 python3 bench/probe_launch.py > "$WORK/probe.txt" 2>&1
+  timeout 60 python3 bench/dev/probe_launch.py > "$WORK/probe.txt" 2>&1
 fi
 tar -czf "$OUT/session.tgz" -C "$WORK" .
 for f in "$WORK"/pytest-*.log; do

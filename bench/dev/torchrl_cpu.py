@@ -1,7 +1,7 @@
 """TorchRL's own value estimators against scangen's drop-ins, on the CPU.
 
-    PYTHONPATH=. python bench/torchrl_cpu.py         # one thread, 4096 x 128, 5% terminations
-    PYTHONPATH=. python bench/torchrl_cpu.py --threads 2 --reps 31 --shape 1024x512
+    python bench/dev/torchrl_cpu.py         # one thread, 4096 x 128, 5% terminations
+    python bench/dev/torchrl_cpu.py --threads 2 --reps 31 --shape 1024x512
 
 Each timed call is one estimator call on a TensorDict ``[B, T]`` holding float32 rewards and
 precomputed values (``value_network=None``, so no critic runs: what is timed is the estimator;
@@ -17,21 +17,22 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
-import torch
-from tensordict import TensorDict
-from tensordict.nn import TensorDictModule
-from torchrl.modules import ProbabilisticActor
-from torchrl.objectives import value as trl
-from torchrl.objectives.value import functional as trl_fn
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT)]  # the checkout, for scangen
 
-import scangen
-from scangen.integrations import torchrl as sg
+import torch  # noqa: E402
+from tensordict import TensorDict  # noqa: E402
+from tensordict.nn import TensorDictModule  # noqa: E402
+from torchrl.modules import ProbabilisticActor  # noqa: E402
+from torchrl.objectives import value as trl  # noqa: E402
+from torchrl.objectives.value import functional as trl_fn  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import timing  # noqa: E402
+import scangen  # noqa: E402
+from scangen.benchmark.meta import machine_meta  # noqa: E402
+from scangen.benchmark.timing import wall_and_cpu  # noqa: E402
+from scangen.integrations import torchrl as sg  # noqa: E402
 
 BACKENDS = {"scangen": None, "scangen, torch": "torch"}
 
@@ -100,12 +101,6 @@ def _outputs(out):
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
-def _timed(fn):
-    c0, w0 = time.thread_time(), time.perf_counter()
-    fn()
-    return time.perf_counter() - w0, time.thread_time() - c0
-
-
 def _check(calls):
     """One call of each (the warm-up, compiles included), checked against the first's outputs."""
     ref_out = None
@@ -121,7 +116,7 @@ def _table(calls, reps):
     times = {name: [] for name in calls}
     for _ in range(reps):
         for name, fn in calls.items():
-            times[name].append(_timed(fn))
+            times[name].append(wall_and_cpu(fn))
     med = {k: [statistics.median(x[i] for x in ts) for i in (0, 1)] for k, ts in times.items()}
     ref = next(iter(med.values()))
     for name, (wall, cpu) in med.items():
@@ -140,8 +135,7 @@ def main():
     torch.set_num_threads(args.threads)
     B, T = (int(x) for x in args.shape.split("x"))
     td_shared = _data(B, T, args.rate)
-    meta = timing.machine_meta(Path(__file__).resolve().parent.parent,
-                               ("torch", "numba", "torchrl", "tensordict", "scangen"))
+    meta = machine_meta(ROOT, ("torch", "numba", "torchrl", "tensordict", "scangen"))
     print(f"# {meta['cpu']}, {meta['cores']} cores, {torch.get_num_threads()} torch thread(s); "
           + ", ".join(f"{k} {meta[k]}" for k in ("python", "torch", "numba", "torchrl",
                                                    "tensordict", "scangen", "commit"))

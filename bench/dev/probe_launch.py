@@ -3,20 +3,28 @@ arguments as a generated kernel, scangen's host path alone (general and fast pat
 pieces (the signature, the outputs' allocation), the full call on either path, and Triton's
 launcher alone.
 
-Run on the GPU: PYTHONPATH=. python3 bench/probe_launch.py [--algos gae,vtrace] [--shape 4096x128]
+Run on the GPU: python3 bench/dev/probe_launch.py [--algos gae,vtrace] [--shape 4096x128]
+
+The plan of a call is ``scangen.runtime.PLANS``' entry (a bound-call template); its fast paths
+(``scangen.runtime.fastpath.build``) and compiled launchers sit in its launch plan (``plan.lp``).
 """
 import argparse
 import statistics
+import sys
 import time
 import types
+from pathlib import Path
 
-import torch
-import triton
-import triton.language as tl
+sys.path[:0] = [str(Path(__file__).resolve().parents[2])]  # the checkout, for scangen
 
-import scangen
-from scangen import runtime
-from scangen.testing import make_inputs
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+import scangen  # noqa: E402
+from scangen import runtime  # noqa: E402
+from scangen.runtime import launch as rt_launch, ops as rt_ops  # noqa: E402
+from scangen.testing import make_inputs  # noqa: E402
 
 
 @triton.jit
@@ -87,44 +95,43 @@ def algo_rows(algo, n, t):
     inputs = make_inputs(algo, n, t, seed=0, device="cuda")
     for _ in range(3):  # compile, first direct launch (builds the fast path), fast path
         fn(**inputs)
-    (plan,) = [p for p in runtime._PLANS.values() if p.op.name == algo]
-    fast = plan.kernels.get("fast")
+    (plan,) = [p for p in runtime.PLANS.values() if p.op.name == algo]
+    lp = plan.lp
+    fast, guarded = lp.fast, lp.guarded
     tag = f"{algo} {n}x{t}"
     print(f"# {tag}: family {plan.config.family}, fast path "
           f"{'built' if fast is not None else 'NOT built'}, guarded fast path "
-          f"{'built' if plan.kernels.get('guarded') is not None else 'NOT built'}, "
+          f"{'built' if guarded is not None else 'NOT built'}, "
           f"{len(plan.requested)} outputs")
-
-    guarded = plan.kernels.get("guarded")
 
     def on_plan(value, guard=None):  # the call with the plan's fast paths set to these
         def call():
-            plan.kernels.update(fast=value, guarded=guard)
-            runtime._RECENT[id(plan.op)] = (plan.op, guard)  # what the signature path sets
+            lp.fast, lp.guarded = value, guard
+            runtime.plans.RECENT[id(plan.op)] = (plan.op, guard)  # what the signature path sets
             try:
                 fn(**inputs)
             finally:
-                plan.kernels.update(fast=fast, guarded=guarded)
+                lp.fast, lp.guarded = fast, guarded
         return call
 
     got = {}
-    real_call = runtime.call
+    real_call = rt_ops.call
 
-    def grab(op, values, **kw):  # the arguments the generated function passes to runtime.call
+    def grab(op, values, **kw):  # the arguments the generated function passes to ops.call
         got.update(values=values, kw=kw)
         return real_call(op, values, **kw)
-    runtime.call = grab
+    rt_ops.call = grab
     try:
         fn(**inputs)
     finally:
-        runtime.call = real_call
+        rt_ops.call = real_call
     rows = [(f"{tag}: full call, general path", on_plan(None))]
     if fast is not None:
         values, kw = got["values"], got["kw"]
         like = [values[plan.proto]] * len(plan.requested) if plan.proto is not None else []
         dt = plan.out_dtype
         rows += [(f"{tag}: fast path, launcher stubbed", on_plan(stubbed(fast))),
-                 (f"{tag}: signature alone", lambda: runtime._signature(
+                 (f"{tag}: signature alone", lambda: runtime.plans.signature(
                      plan.op, values, kw["time_dim"], kw["outputs"], kw["backend"])),
                  (f"{tag}: outputs' allocation alone",
                   lambda: [torch.empty_like(v, dtype=dt) for v in like]),
@@ -148,25 +155,37 @@ def algo_rows(algo, n, t):
     # The pieces of a launch: Triton's compiled-kernel entry with the same arguments, without
     # scangen's Python around it (captured from one real call on the general path).
     seen = {}
-    real = runtime.launch
+    real = rt_launch.launch
 
     def spy(c, kernel, grid, args, meta, cfg):
-        seen.update(compiled=c.kernels.get(kernel), grid=(*grid, 1, 1)[:3],
+        seen.update(kernel=kernel, compiled=c.lp.compiled.get(kernel), grid=(*grid, 1, 1)[:3],
                     args=(*args, *meta.values()))
         real(c, kernel, grid, args, meta, cfg)
-    runtime.launch = spy
+    rt_launch.launch = spy
     try:
         on_plan(None)()
     finally:
-        runtime.launch = real
+        rt_launch.launch = real
     if seen.get("compiled") is not None:
-        run, function, packed, stream_of, dev, k = seen["compiled"]
+        run, function, packed, stream_of, dev = seen["compiled"]
         g, a = seen["grid"], seen["args"]
-        rows.append((f"{tag}: compiled kernel, Triton's entry ({len(a)} args)",
-                     lambda: k[g](*a)))
+        k = compiled_kernel(seen["kernel"], function)
+        if k is not None:
+            rows.append((f"{tag}: compiled kernel, Triton's entry ({len(a)} args)",
+                         lambda: k[g](*a)))
         rows.append((f"{tag}: compiled kernel, launcher alone ({len(a)} args)",
                      lambda: run(*g, stream_of(dev), function, packed, None, None, None, *a)))
     return rows
+
+
+def compiled_kernel(jit, function):
+    """Triton's compiled kernel of ``jit`` whose function handle is ``function`` (what the plan
+    launches), from the JIT function's caches; None if not found."""
+    for caches in getattr(jit, "device_caches", {}).values():
+        for k in caches[0].values():
+            if getattr(k, "function", None) == function:
+                return k
+    return None
 
 
 if __name__ == "__main__":

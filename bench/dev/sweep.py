@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Launch-configuration sweep: every candidate Config of scangen.config for each (algorithm, shape),
+"""Launch-configuration sweep: every candidate Config of scangen.runtime.config for each (algorithm, shape),
 each checked against a float64 oracle and timed, in one process, beside the copy bandwidth.
 
-    PYTHONPATH=. python3 bench/sweep.py --out DIR [--algos gae,vtrace] [--shapes 16384x1024,...]
-    PYTHONPATH=. python3 bench/sweep.py --out DIR --compile-only --part 3/8   # warm Triton's cache
+    python3 bench/dev/sweep.py --out DIR [--algos gae,vtrace] [--shapes 16384x1024,...]
+    python3 bench/dev/sweep.py --out DIR --compile-only --part 3/8   # warm Triton's cache
 
-The dispatch rule in scangen/config.py is read off these tables (bench/NOTES.md says which run).
-``--variants`` adds kernels rendered with other template options, under a renamed op:
+Each candidate is forced through ``scangen.runtime.config.override``. The dispatch rule in
+scangen/runtime/config.py is read off these tables (bench/NOTES.md says which run).
+``--variants`` adds kernels rendered with other template options
+(``scangen.compiler.options.Options``, through ``scangen.testing.compile_variant``), under a renamed op:
 ``shift=gather`` reads the state's neighbour through tl.gather instead of the exclusive scan;
 ``input_shift=gather`` takes next(x)/prev(x) of an input from its aligned tile with tl.gather
 instead of a second, unaligned load; ``chain=sequential`` scans chained scans (masked GAE's) one
@@ -20,21 +22,23 @@ Writes DIR/sweep.json (every measurement) and prints the best configs per case l
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent)]
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT)]  # the checkout, for scangen
 
 import torch  # noqa: E402
 
 import scangen  # noqa: E402
-from bench import apply_no_trunc  # noqa: E402  (bench/bench.py, beside this script)
-from scangen import config as sg_config, runtime  # noqa: E402
-from scangen.config import Config  # noqa: E402
+from scangen import runtime  # noqa: E402
+from scangen.benchmark.inputs import apply_no_trunc  # noqa: E402
+from scangen.runtime import config as sg_config  # noqa: E402
+from scangen.runtime.config import Config  # noqa: E402
 from scangen.testing import (  # noqa: E402
     as_time_major, assert_close, compile_variant, make_inputs)
 
@@ -120,6 +124,43 @@ def bandwidth_gbs() -> float:
     return 2 * a.numel() * 4 / ms / 1e6
 
 
+def compiled_kernel(plan):
+    """Triton's compiled kernel behind the plan's direct launches (its registers and spills),
+    found in the JIT functions' caches by the function handle the plan launches; None if not."""
+    handles = {entry[1] for entry in plan.lp.compiled.values()}
+    for jit in (plan.op.kernels.stream, plan.op.kernels.persist, plan.op.kernels.lookback):
+        for caches in getattr(jit, "device_caches", {}).values():
+            for k in caches[0].values():
+                if getattr(k, "function", None) in handles and hasattr(k, "n_regs"):
+                    return k
+    return None
+
+
+def measure(fn, kw, oracle, cfg, rec, floor_us, args) -> None:
+    """One candidate (``cfg``; None: the dispatch rule's choice): its first call checked against
+    the oracle, then timed; the result, registers and spills go into ``rec``."""
+    from triton.testing import do_bench, do_bench_cudagraph
+    try:
+        out = as_tuple(fn(**kw, backend="triton"))
+        torch.cuda.synchronize()
+        plan = next(iter(runtime.PLANS.values()), None)
+        if cfg is None:
+            rec["config"] = plan.config._asdict() if plan is not None else None
+        if not args.compile_only:
+            for o, e in zip(out, oracle):
+                assert_close(o, e, dtype=o.dtype)
+            call = lambda: fn(**kw, backend="triton")  # noqa: E731
+            us = 1e3 * (do_bench_cudagraph(call, rep=20, return_mode="median")
+                        if args.graph else
+                        do_bench(call, warmup=2, rep=12, return_mode="median"))
+            rec.update(us=us, pct_floor=100 * floor_us / us)
+        comp = compiled_kernel(plan) if plan is not None else None
+        if comp is not None:
+            rec.update(regs=comp.n_regs, spills=comp.n_spills)
+    except Exception as exc:  # noqa: BLE001
+        rec["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -145,7 +186,6 @@ def main() -> None:
                     "e.g. lookback (the default configuration is measured regardless)")
     ap.add_argument("--time-budget", type=float, default=1e9)
     args = ap.parse_args()
-    from triton.testing import do_bench, do_bench_cudagraph
     t0 = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
     part, parts = map(int, args.part.split("/"))
@@ -182,41 +222,21 @@ def main() -> None:
         nbytes = sum(v.numel() * v.element_size() for v in kw.values() if torch.is_tensor(v))
         nbytes += sum(o.numel() * DTYPES[args.dtype].itemsize for o in oracle)
         floor_us = nbytes / (bw * 1e3) if bw else None
-        sg_config.OVERRIDE = None
-        runtime._PLANS.clear()
+        runtime.PLANS.clear()
         cfgs = (time_major_candidates(N, T, K) if args.layout == "time-major" else
                 candidates(N, T, K, args.quick,
                            tuple(int(x) for x in args.tiles.split(",")) if args.tiles else None))
         if args.families:
             cfgs = [c for c in cfgs if c.family in args.families.split(",")]
         for cfg in [None] + cfgs:
-            sg_config.OVERRIDE = None if cfg is None else (lambda c, cfg=cfg: cfg)
-            runtime._PLANS.clear()
             rec = dict(algo=name, shape=shape, config=None if cfg is None else cfg._asdict())
-            try:
-                out = as_tuple(fn(**kw, backend="triton"))
-                torch.cuda.synchronize()
-                if cfg is None:
-                    plan = next(iter(runtime._PLANS.values()), None)
-                    rec["config"] = plan.config._asdict() if plan is not None else None
-                if not args.compile_only:
-                    for o, e in zip(out, oracle):
-                        assert_close(o, e, dtype=o.dtype)
-                    call = lambda: fn(**kw, backend="triton")  # noqa: E731
-                    us = 1e3 * (do_bench_cudagraph(call, rep=20, return_mode="median")
-                                if args.graph else
-                                do_bench(call, warmup=2, rep=12, return_mode="median"))
-                    rec.update(us=us, pct_floor=100 * floor_us / us)
-                plan = next(iter(runtime._PLANS.values()), None)
-                comp = [x for e in plan.kernels.values() if isinstance(e, tuple)
-                        for x in e if hasattr(x, "n_regs")] if plan else []
-                if comp:  # Triton's compiled kernel, found by its attributes
-                    rec.update(regs=comp[0].n_regs, spills=comp[0].n_spills)
-            except Exception as exc:  # noqa: BLE001
-                rec["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            with contextlib.ExitStack() as forced:
+                if cfg is not None:  # plans made outside the block are not used in it, nor kept
+                    forced.enter_context(sg_config.override(lambda c, cfg=cfg: cfg))
+                runtime.PLANS.clear()
+                measure(fn, kw, oracle, cfg, rec, floor_us, args)
             rows.append(rec)
-        sg_config.OVERRIDE = None
-        runtime._PLANS.clear()
+        runtime.PLANS.clear()
         (args.out / f"sweep{'' if parts == 1 else part}.json").write_text(
             json.dumps(dict(bandwidth_gbs=bw, dtype=args.dtype, graph=args.graph,
                             gpu=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows),
