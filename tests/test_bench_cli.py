@@ -3,6 +3,7 @@ writes its CSV and draws its chart, also from a CSV alone. One tiny shape on the
 round: no timing is asserted."""
 import csv
 import importlib.util
+import re
 import io
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import torch
 import scangen
 from scangen import cli
 from scangen.runtime import numba as numbapath
-from scangen.benchmark import baselines, report, suite, timing
+from scangen.benchmark import baselines, report, suite
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--shapes", "4x64", "--device", "cpu", "--threads", "1", "--quick", "--rounds", "1", "--floor-mb", "4"]
@@ -135,10 +136,18 @@ def test_progress_without_tqdm_is_a_counter_on_stderr(monkeypatch, capsys):
 
 
 def test_bench_scripts_import_the_package_library():
-    """bench/timing.py and bench/baselines.py re-export scangen.benchmark: one copy of each."""
-    for name, module in (("timing", timing), ("baselines", baselines)):
-        spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
-        m = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(m)
-        for attr in ("interleaved", "checked", "CopyFloor") if name == "timing" else ("LOOPS", "VECTORIZED"):
-            assert getattr(m, attr) is getattr(module, attr)
+    """The developer benchmarks (bench/*.py, bench/dev/*.py) take their timing, floors and checks
+    from scangen.benchmark: no script keeps a copy of them, and no re-export shim is left."""
+    assert not (ROOT / "bench" / "timing.py").exists()
+    assert not (ROOT / "bench" / "baselines.py").exists()
+    scripts = sorted((ROOT / "bench").glob("*.py")) + sorted((ROOT / "bench" / "dev").glob("*.py"))
+    assert len(scripts) >= 8
+    copies = re.compile(r"^def (error_ratio|tol_ratio|interleaved|device_interleaved|call_us|"
+                        r"device_us|paired_call_us|measure_floors|checked)\(|^(import timing|"
+                        r"import baselines|from timing import|from baselines import)", re.M)
+    for path in scripts:
+        found = copies.findall(path.read_text())
+        assert not found, f"{path.relative_to(ROOT)}: {found}"
+    for name in ("bench.py", "cpu.py"):
+        assert "scangen.benchmark" in (ROOT / "bench" / name).read_text()
+
