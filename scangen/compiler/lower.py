@@ -10,89 +10,10 @@ from __future__ import annotations
 import sympy
 
 from ..errors import SpecError, line_of
-from .expr import Gather, KSum, Next, Prev, Present, Where, parse_expr
+from .expr import Next, Prev, Where, parse_expr
 from .ir import IR, POSITIONS, canonical, IRInput, IROutput, IRParam, IRScan
 from .spec import Spec
-from .validate import default_signature
-
-
-class _Ctx:
-    """Which names an expression may use, and what to say when it breaks a rule."""
-
-    def __init__(self, spec: Spec, text, what: str, states_ok: set[str],
-                 state_rule: str = "only the states of earlier scans may"):
-        self.spec, self.text, self.what, self.states_ok = spec, text, what, states_ok
-        self.state_rule = state_rule
-
-    def fail(self, msg: str) -> SpecError:
-        return SpecError(f"{self.what}: {msg}", source=self.spec.source,
-                         line=line_of(self.text), expr=str(self.text))
-
-
-def _check(expr, ctx: _Ctx, kinds: dict[str, tuple[str, str, bool]], states: list[str],
-           reverse: bool, shift=None, in_sum=False):
-    """Walk ``expr`` enforcing the placement rules of shifts, trailing-axis inputs and states."""
-    if isinstance(expr, sympy.Symbol):
-        name = expr.name
-        if name in states:
-            if name not in ctx.states_ok:
-                raise ctx.fail(f"the state '{name}' cannot appear here ({ctx.state_rule})")
-            if in_sum:
-                raise ctx.fail(f"the state '{name}' cannot appear inside sum()")
-            if shift is not None and (shift is Prev) == reverse:
-                bad = "prev" if reverse else "next"
-                raise ctx.fail(f"{bad}({name}) is not available in a {ctx.spec.direction} scan: "
-                               f"the state there is computed after step t")
-        elif name in kinds:
-            kind, shape, _ = kinds[name]
-            if shape == "NTK" and not in_sum:
-                raise ctx.fail(f"'{name}' has a trailing axis [N, T, K]: use it inside sum() or "
-                               f"as the first argument of gather()")
-            if kind == "index":
-                raise ctx.fail(f"index input '{name}' may only be the second argument of gather()")
-        return
-    if isinstance(expr, (Next, Prev)):
-        if shift is not None:
-            raise ctx.fail("next()/prev() cannot be nested")
-        fill = expr.args[1]
-        for sym in fill.free_symbols:
-            if sym.name in states or kinds.get(sym.name, ("", "N"))[1] != "N":
-                raise ctx.fail(f"the fill of {type(expr).__name__.lower()}() must be a constant, "
-                               f"a param or an [N] input, got '{sym.name}'")
-        return _check(expr.args[0], ctx, kinds, states, reverse, type(expr), in_sum)
-    if isinstance(expr, KSum):
-        if in_sum:
-            raise ctx.fail("sum() cannot be nested")
-        arg = expr.args[0]
-        if not any(kinds.get(s.name, ("", ""))[1] == "NTK" for s in arg.free_symbols):
-            raise ctx.fail("sum() needs an input of shape [N, T, K] to sum over")
-        if arg.has(Gather, Next, Prev):
-            raise ctx.fail("sum() cannot contain gather(), next() or prev()")
-        return _check(arg, ctx, kinds, states, reverse, shift, True)
-    if isinstance(expr, Gather):
-        src, idx = expr.args
-        if not (isinstance(src, sympy.Symbol) and kinds.get(src.name, ("", ""))[1] == "NTK"):
-            raise ctx.fail("the first argument of gather() must be an input of shape [N, T, K]")
-        if not (isinstance(idx, sympy.Symbol) and kinds.get(idx.name, ("",))[0] == "index"):
-            raise ctx.fail("the second argument of gather() must be an index input")
-        if in_sum:
-            raise ctx.fail("gather() cannot appear inside sum()")
-        return
-    if isinstance(expr, sympy.Pow):
-        e = expr.exp
-        ok = (e.is_Integer and 1 <= abs(int(e)) <= 4) or \
-            (e.is_Number and abs(float(e)) == 0.5)
-        if not ok:
-            raise ctx.fail(f"unsupported power {canonical(expr)}: exponents must be integers "
-                           f"from -4 to 4 or +-1/2 (use exp(e * log(x)) for others)")
-    if isinstance(expr, Present):
-        arg = expr.args[0]
-        if not (isinstance(arg, sympy.Symbol) and kinds.get(arg.name, ("", "", False))[2]):
-            raise ctx.fail("present() takes the name of an optional input")
-        return
-    for arg in expr.args:
-        if isinstance(arg, sympy.Basic):
-            _check(arg, ctx, kinds, states, reverse, shift, in_sum)
+from .validate import Placement, check_placement, default_signature
 
 
 class Nonlinear(Exception):
@@ -125,7 +46,7 @@ def affine(expr, state: sympy.Symbol):
     raise Nonlinear(expr)
 
 
-def _split_update(expr, state: sympy.Symbol, ctx: _Ctx):
+def _split_update(expr, state: sympy.Symbol, ctx: Placement):
     for shifted in expr.atoms(Next, Prev):
         if state in shifted.free_symbols:
             raise ctx.fail(f"write the carried state as plain '{state.name}' in an update, "
@@ -149,7 +70,7 @@ def lower(spec: Spec) -> IR:
 
     def parse(text, what, states_ok, rule="only the states of earlier scans may"):
         expr = parse_expr(text, names, source=spec.source, line=line_of(text), what=what)
-        _check(expr, _Ctx(spec, text, what, states_ok, rule), kinds, states, reverse)
+        check_placement(expr, Placement(spec, text, what, states_ok, rule), kinds, states, reverse)
         return expr
 
     all_states = set(states)
@@ -160,14 +81,14 @@ def lower(spec: Spec) -> IR:
     for k, scan in enumerate(spec.scans):
         what = f"scan '{scan.name}'"
         earlier = set(states[:k])
-        ctx = _Ctx(spec, scan.update or scan.alpha or scan.init, what, earlier)
+        ctx = Placement(spec, scan.update or scan.alpha or scan.init, what, earlier)
         if scan.update is not None:
             if scan.alpha is not None or scan.beta is not None:
                 raise ctx.fail("give either update or alpha and beta, not both")
             alpha, beta = _split_update(parse(scan.update, f"{what} update",
                                               earlier | {scan.name}),
                                         names[scan.name],
-                                        _Ctx(spec, scan.update, f"{what} update", earlier))
+                                        Placement(spec, scan.update, f"{what} update", earlier))
         elif scan.alpha is not None and scan.beta is not None:
             alpha = parse(scan.alpha, f"{what} alpha", earlier)
             beta = parse(scan.beta, f"{what} beta", earlier)

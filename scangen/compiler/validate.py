@@ -1,8 +1,8 @@
-"""Stage 2: structural checks on a :class:`~scangen.compiler.spec.Spec` (names, kinds, signature).
-
-The math (affinity, shifts, which names an expression may use) is checked in
-:mod:`scangen.compiler.lower`, where the expressions are parsed; everything that can be decided from the
-spec's shape alone is decided here.
+"""Stage 2: the rules a spec must follow: structural checks on a
+:class:`~scangen.compiler.spec.Spec` (names, kinds, signature), and the placement rules of its
+parsed expressions (:func:`check_placement`: where shifts, states, trailing-axis and index inputs
+may appear), which :mod:`scangen.compiler.lower` applies to each expression it parses. Affinity
+is proven where the updates are split, in lower.
 """
 from __future__ import annotations
 
@@ -10,7 +10,12 @@ import builtins
 import keyword
 import re
 
+import sympy
+
+from ..abi import RESERVED_PREFIXES
 from ..errors import SpecError, line_of
+from .expr import Gather, KSum, Next, Prev, Present
+from .ir import canonical
 from .spec import KINDS, Spec
 
 _IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}\Z")
@@ -22,7 +27,6 @@ RESERVED = frozenset({
 }) | frozenset(
     ["exp", "log", "sqrt", "abs", "sigmoid", "tanh", "min", "max", "clip", "where", "next", "prev",
      "sum", "gather", "present"]) | frozenset(dir(builtins))
-RESERVED_PREFIXES = ("HAS_", "STORE_")
 
 
 def _fail(spec: Spec, msg: str, at=None) -> SpecError:
@@ -131,3 +135,85 @@ def _check_signature(spec: Spec) -> None:
         for name in spec.returns:
             if name not in outs:
                 raise _fail(spec, f"returns: '{name}' is not an output", name)
+
+
+# ------------------------------------------------------------- placement rules (parsed)
+
+class Placement:
+    """Which names an expression may use, and what to say when it breaks a rule."""
+
+    def __init__(self, spec: Spec, text, what: str, states_ok: set[str],
+                 state_rule: str = "only the states of earlier scans may"):
+        self.spec, self.text, self.what, self.states_ok = spec, text, what, states_ok
+        self.state_rule = state_rule
+
+    def fail(self, msg: str) -> SpecError:
+        return SpecError(f"{self.what}: {msg}", source=self.spec.source,
+                         line=line_of(self.text), expr=str(self.text))
+
+
+def check_placement(expr, ctx: "Placement", kinds: dict[str, tuple[str, str, bool]], states: list[str],
+           reverse: bool, shift=None, in_sum=False):
+    """Walk the parsed ``expr`` enforcing the placement rules of shifts, trailing-axis inputs,
+    index inputs, states and powers; ``ctx`` says which states it may read."""
+    if isinstance(expr, sympy.Symbol):
+        name = expr.name
+        if name in states:
+            if name not in ctx.states_ok:
+                raise ctx.fail(f"the state '{name}' cannot appear here ({ctx.state_rule})")
+            if in_sum:
+                raise ctx.fail(f"the state '{name}' cannot appear inside sum()")
+            if shift is not None and (shift is Prev) == reverse:
+                bad = "prev" if reverse else "next"
+                raise ctx.fail(f"{bad}({name}) is not available in a {ctx.spec.direction} scan: "
+                               f"the state there is computed after step t")
+        elif name in kinds:
+            kind, shape, _ = kinds[name]
+            if shape == "NTK" and not in_sum:
+                raise ctx.fail(f"'{name}' has a trailing axis [N, T, K]: use it inside sum() or "
+                               f"as the first argument of gather()")
+            if kind == "index":
+                raise ctx.fail(f"index input '{name}' may only be the second argument of gather()")
+        return
+    if isinstance(expr, (Next, Prev)):
+        if shift is not None:
+            raise ctx.fail("next()/prev() cannot be nested")
+        fill = expr.args[1]
+        for sym in fill.free_symbols:
+            if sym.name in states or kinds.get(sym.name, ("", "N"))[1] != "N":
+                raise ctx.fail(f"the fill of {type(expr).__name__.lower()}() must be a constant, "
+                               f"a param or an [N] input, got '{sym.name}'")
+        return check_placement(expr.args[0], ctx, kinds, states, reverse, type(expr), in_sum)
+    if isinstance(expr, KSum):
+        if in_sum:
+            raise ctx.fail("sum() cannot be nested")
+        arg = expr.args[0]
+        if not any(kinds.get(s.name, ("", ""))[1] == "NTK" for s in arg.free_symbols):
+            raise ctx.fail("sum() needs an input of shape [N, T, K] to sum over")
+        if arg.has(Gather, Next, Prev):
+            raise ctx.fail("sum() cannot contain gather(), next() or prev()")
+        return check_placement(arg, ctx, kinds, states, reverse, shift, True)
+    if isinstance(expr, Gather):
+        src, idx = expr.args
+        if not (isinstance(src, sympy.Symbol) and kinds.get(src.name, ("", ""))[1] == "NTK"):
+            raise ctx.fail("the first argument of gather() must be an input of shape [N, T, K]")
+        if not (isinstance(idx, sympy.Symbol) and kinds.get(idx.name, ("",))[0] == "index"):
+            raise ctx.fail("the second argument of gather() must be an index input")
+        if in_sum:
+            raise ctx.fail("gather() cannot appear inside sum()")
+        return
+    if isinstance(expr, sympy.Pow):
+        e = expr.exp
+        ok = (e.is_Integer and 1 <= abs(int(e)) <= 4) or \
+            (e.is_Number and abs(float(e)) == 0.5)
+        if not ok:
+            raise ctx.fail(f"unsupported power {canonical(expr)}: exponents must be integers "
+                           f"from -4 to 4 or +-1/2 (use exp(e * log(x)) for others)")
+    if isinstance(expr, Present):
+        arg = expr.args[0]
+        if not (isinstance(arg, sympy.Symbol) and kinds.get(arg.name, ("", "", False))[2]):
+            raise ctx.fail("present() takes the name of an optional input")
+        return
+    for arg in expr.args:
+        if isinstance(arg, sympy.Basic):
+            check_placement(arg, ctx, kinds, states, reverse, shift, in_sum)
