@@ -17,6 +17,7 @@ from .options import Options
 from .plan import Block, Plan
 from .printers import TorchPrinter, TritonPrinter, print_expr
 from .templating import comment, pylit, render_template
+from .tiling import plan_triton
 
 TEMPLATE = "module.py.j2"
 
@@ -62,73 +63,53 @@ def _assigns(block: Block, printer, table, name):
     return [NS(var=v, code=print_expr(printer, e, table, name)) for v, e in block.assigns]
 
 
+TVAR = {"": "_t", "next": "_t_next", "prev": "_t_prev", "next2": "_t_next2", "prev2": "_t_prev2"}
+
+
+def _tile_load(ld, kinds) -> NS:
+    """The template's view of one :class:`~scangen.compiler.tiling.TileLoad`."""
+    b = ld.src
+    if ld.how == "param":
+        return NS(var=ld.sym, ptr=f"{b}__ptr", base=f"{b}__row", t=TVAR[ld.shift],
+                  st=f"{b}__st", has=abi.tensor_flag(b), default=b, cast=".to(ACC)",
+                  gather_from="")
+    common = dict(ptr=f"{b}__ptr", base=f"{b}__row", st=f"{b}__st",
+                  has=abi.has_flag(b) if ld.optional else "", default=repr(ld.default),
+                  cast="" if ld.index else ".to(ACC)", gather_from="")
+    if ld.how == "split":
+        return NS(var=ld.sym, shifts=[NS(var=v, next=nx) for v, nx in ld.shifts], **common)
+    if ld.how == "gather":
+        edge = "BLOCK_T" if ld.shift == "next" else "-1"
+        return NS(var=ld.sym, t="", **{**common, "gather_from": b},
+                  edge_t=f"(_t0.to(tl.int64) + {edge})",
+                  edge_col="BLOCK_T - 1" if ld.shift == "next" else "0", idx=f"_idx_{ld.shift}")
+    return NS(var=ld.sym, t=TVAR[ld.shift], **common)
+
+
 def _triton_context(plan: Plan, sy: _Symbols, options: Options) -> NS:
+    """The Triton kernels' template context: :func:`~scangen.compiler.tiling.plan_triton`'s
+    decisions, printed."""
     ir = plan.ir
+    tp = plan_triton(plan, options)
     rev = ir.reverse
-    grouped = (rev and options.scan_order == "grouped"
-               and "gather" not in (options.shift, options.input_shift)
-               and not any(i.shape == "NTK" for i in ir.inputs))
-    tcol = "_tcol" if grouped else "_cols"  # the chunk column's step, relative to the chunk
+    tcol = "_tcol" if tp.grouped else "_cols"  # the chunk column's step, relative to the chunk
     tile = sy.table(sy.triton_tile, [s for sp in plan.sums for s, _ in sp.block.assigns])
     pr = functools.partial(print_expr, TritonPrinter, symbols=tile, spec_name=ir.name)
-    tvar = {"": "_t", "next": "_t_next", "prev": "_t_prev", "next2": "_t_next2",
-            "prev2": "_t_prev2"}
     # Row offsets: one per tensor (inputs, params, outputs), from its first two strides.
     bases = [NS(var=f"{i.name}__row", s1=f"{i.name}__s1", s2=f"{i.name}__s2") for i in ir.inputs]
     bases += [NS(var=f"{p.name}__row", s1=f"{p.name}__s1", s2=f"{p.name}__s2")
               for p in ir.params]
     bases += [NS(var=f"{o.name}__orow", s1=f"{o.name}__os1", s2=f"{o.name}__os2")
               for o in ir.outputs]
-    row_loads, loads, loaded, gather_shifts = [], [], set(), set()
-    split_loads: dict[str, NS] = {}  # base input -> its one grouped load (input_shift="split")
     kinds = {i.name: i for i in ir.inputs}
-    split_bases = {split_sym(s)[0] for s in plan.symbols
-                   if options.input_shift == "split" and split_sym(s)[1] in ("next", "prev")
-                   and split_sym(s)[0] in kinds and kinds[split_sym(s)[0]].shape == "NT"}
-    for sym in sorted(plan.symbols):
-        b, shift = split_sym(sym)
-        if b in kinds and kinds[b].shape == "N" and not shift:
-            i = kinds[b]
-            row_loads.append(NS(var=b, ptr=f"{b}__ptr", base=f"{b}__row",
-                                has=f"HAS_{b}" if i.optional else "", default=repr(i.default)))
-        elif b in kinds and kinds[b].shape == "NT" and shift in tvar:
-            i = kinds[b]
-            common = dict(ptr=f"{b}__ptr", base=f"{b}__row", st=f"{b}__st",
-                          has=f"HAS_{b}" if i.optional else "", default=repr(i.default),
-                          cast="" if i.kind == "index" else ".to(ACC)", gather_from="")
-            if options.input_shift == "split" and shift in ("next", "prev"):
-                split_loads.setdefault(b, NS(var=b, shifts=[], **common))
-                split_loads[b].shifts.append(NS(var=sym, next=shift == "next"))
-                if not any(ld is split_loads[b] for ld in loads):
-                    loads.append(split_loads[b])
-                loaded.add(sym)
-                continue
-            if options.input_shift == "gather" and shift in ("next", "prev"):
-                if b not in loaded:  # the aligned tile the shifted one is taken from
-                    loads.append(NS(var=b, t="_t", **common))
-                    loaded.add(b)
-                edge = "BLOCK_T" if shift == "next" else "-1"
-                loads.append(NS(var=sym, t="", **{**common, "gather_from": b},
-                                edge_t=f"(_t0.to(tl.int64) + {edge})",
-                                edge_col="BLOCK_T - 1" if shift == "next" else "0",
-                                idx=f"_idx_{shift}"))
-                gather_shifts.add(shift)
-            elif b in split_bases and not shift:
-                pass  # the aligned tile comes from the grouped load
-            elif sym not in loaded:
-                loads.append(NS(var=sym, t=tvar[shift], **common))
-            loaded.add(sym)
-        elif b in sy.params and shift in tvar:
-            loads.append(NS(var=f"{sym}__t", ptr=f"{b}__ptr", base=f"{b}__row", t=tvar[shift],
-                            st=f"{b}__st", has=f"{b}__TENSOR", default=b, cast=".to(ACC)",
-                            gather_from=""))
-    k_dense, shift_g = bool(plan.sums), bool(split_loads or grouped)
-    args = abi.kernel_args(ir.inputs, ir.params, [o.name for o in ir.outputs], workspace=False,
-                           k_dense=k_dense, shift_g=shift_g)
-    head = [a.name for a in args if a.kind in ("ptr", "value")]
+    row_loads = [NS(var=r.src, ptr=f"{r.src}__ptr", base=f"{r.src}__row",
+                    has=abi.has_flag(r.src) if r.optional else "", default=repr(r.default))
+                 for r in tp.row_loads]
+    loads = [_tile_load(ld, kinds) for ld in tp.loads]
+    head = [a.name for a in tp.args if a.kind in ("ptr", "value")]
     # the template writes the sizes (R1, R2, T, K) and the tile constexprs out itself
-    ints = [a.name for a in args if a.kind == "int" and a.role != "size"]
-    constexprs = [a.name for a in args
+    ints = [a.name for a in tp.args if a.kind == "int" and a.role != "size"]
+    constexprs = [a.name for a in tp.args
                   if a.kind == "constexpr" and a.name not in abi.TILE_CONSTEXPRS]
     # position flags compare chunk columns: step t = _t0 + column (see the template's chunk_index)
     steps = {"": tcol, "next": f"{tcol} + 1", "prev": f"{tcol} - 1", "next2": f"{tcol} + 2",
@@ -136,89 +117,59 @@ def _triton_context(plan: Plan, sy: _Symbols, options: Options) -> NS:
     conds = {f"{pos}{'__' + k if k else ''}": f"{v} == {edge}" for k, v in steps.items()
              for pos, edge in (("is_first", "0 - _t0"), ("is_last", "_rem - 1"))}
     positions = [NS(var=s, cond=conds[s]) for s in sorted(plan.symbols) if s in conds]
-    gathers = [NS(var=g.var, ptr=f"{g.src}__ptr", base=f"{g.src}__row", t=tvar[g.shift],
+    gathers = [NS(var=g.var, ptr=f"{g.src}__ptr", base=f"{g.src}__row", t=TVAR[g.shift],
                   st=f"{g.src}__st", sk=f"{g.src}__sk", index=g.index) for g in plan.gathers]
     ktable = sy.table(sy.triton_k, [s for sp in plan.sums for s, _ in sp.block.assigns])
     sums = []
     for sp in plan.sums:
         kl = [NS(var=f"{s}__k", ptr=f"{sy.base(s)}__ptr", base=f"{sy.base(s)}__row",
-                 t=tvar[split_sym(s)[1]], st=f"{sy.base(s)}__st", sk=f"{sy.base(s)}__sk")
+                 t=TVAR[split_sym(s)[1]], st=f"{sy.base(s)}__st", sk=f"{sy.base(s)}__sk")
               for s in sp.k_symbols]
         kk = {**ktable, **{v: v for v, _ in sp.block.assigns}}
         sums.append(NS(var=sp.var, loads=kl, assigns=_assigns(sp.block, TritonPrinter, kk,
                                                                ir.name),
                        summand=print_expr(TritonPrinter, sp.block.results[0][1], kk, ir.name)))
-    scans = []
+    scans = {}
     for s in plan.scans:
         res = dict(s.block.results)
-        scans.append(NS(name=s.name, carry=f"{s.name}__carry",
-                        init=print_expr(TritonPrinter, s.init, {}, ir.name),
-                        assigns=_assigns(s.block, TritonPrinter, tile, ir.name),
-                        alpha=pr(res["alpha"]), beta=pr(res["beta"]), shifted=s.shifted,
-                        shift_var=f"{s.name}__{'next' if rev else 'prev'}"))
-    # Scans in order, each alone or (chain="joint") as the pair of a JointPlan.
-    by_name = {s.name: s for s in scans}
-    joints = {j.first: j for j in plan.joints} if options.chain == "joint" else {}
-    groups, skip = [], set()
-    for s in scans:
-        if s.name in skip:
+        scans[s.name] = NS(name=s.name, carry=f"{s.name}__carry",
+                           init=print_expr(TritonPrinter, s.init, {}, ir.name),
+                           assigns=_assigns(s.block, TritonPrinter, tile, ir.name),
+                           alpha=pr(res["alpha"]), beta=pr(res["beta"]), shifted=s.shifted,
+                           shift_var=f"{s.name}__{'next' if rev else 'prev'}")
+    joints = {j.first: j for j in plan.joints}
+    groups = []
+    for g in tp.groups:
+        if not g.joint:
+            scans[g.scans[0]].lb_base = g.lb_base
+            groups.append(NS(joint=False, scans=[scans[g.scans[0]]], lb_base=g.lb_base))
             continue
-        j = joints.get(s.name)
-        if j is None:
-            groups.append(NS(joint=False, scans=[s]))
-            continue
+        j = joints[g.scans[0]]
         res = dict(j.block.results)
-        groups.append(NS(joint=True, first=s, second=by_name[j.second],
+        groups.append(NS(joint=True, first=scans[g.scans[0]], second=scans[g.scans[1]],
                          assigns=_assigns(j.block, TritonPrinter, tile, ir.name),
-                         **{w: pr(res[w]) for w in "pqruv"}))
-        skip.add(j.second)
-    # The look-back workspace: three word arrays per scan (aggregate a, b; inclusive state),
-    # seven per joint pair (the five-word map; both states).
-    words = 0
-    for grp in groups:
-        grp.lb_base = words
-        if grp.joint:
-            words += 7
-        else:
-            grp.scans[0].lb_base = words
-            words += 3
-    outputs = [NS(name=o, flag=f"STORE_{o}", ptr=f"{o}__optr", base=f"{o}__orow", st=f"{o}__ost",
-                  code=pr(e)) for o, e in plan.outputs.results]
-    if options.shift == "gather" and any(s.shifted for s in plan.scans):
-        gather_shifts.add("next" if rev else "prev")  # the state's neighbour, by tl.gather
-    states = {s.name for s in ir.scans}
-    shifts = {split_sym(s)[1] for s in plan.symbols if split_sym(s)[0] not in states}
-    shifts |= {g.shift for g in plan.gathers}
-    shifts |= {split_sym(s)[1] for sp in plan.sums for s in sp.k_symbols}
-    uses_joint = any(g.joint for g in groups)
-    uses_excl = options.shift == "scan" and any(s.shifted for g in groups if not g.joint
-                                                   for s in g.scans)
-    # the shared helpers the kernels may call (render drops those they do not)
-    helpers = ["combine", "lookback"]
-    helpers += ["flip_groups"] * grouped + ["combine_excl"] * uses_excl
-    helpers += ["combine_joint", "lookback_joint"] * uses_joint
-    helpers += ["shift_next", "shift_prev"] * bool(split_loads)
-    helpers.sort()
-    return NS(kernel=f"_{ir.name}_chunked_kernel", uses_t_next="next" in shifts,
-              uses_t_prev="prev" in shifts, uses_t_next2="next2" in shifts,
-              uses_t_prev2="prev2" in shifts, lookback_kernel=f"_{ir.name}_lookback_kernel",
+                         lb_base=g.lb_base, **{w: pr(res[w]) for w in "pqruv"}))
+    outputs = [NS(name=o, flag=abi.store_flag(o), ptr=f"{o}__optr", base=f"{o}__orow",
+                  st=f"{o}__ost", code=pr(e)) for o, e in plan.outputs.results]
+    return NS(kernel=f"_{ir.name}_chunked_kernel", uses_t_next="next" in tp.shifts,
+              uses_t_prev="prev" in tp.shifts, uses_t_next2="next2" in tp.shifts,
+              uses_t_prev2="prev2" in tp.shifts, lookback_kernel=f"_{ir.name}_lookback_kernel",
               n_scans=len(plan.scans), direction=ir.direction, head_args=head, int_args=ints,
               step_to_chunk="_n_chunks - 1 - _step" if rev else "_step",
               state_idx="_idx_next" if rev else "_idx_prev",
               constexprs=constexprs, bases=bases, row_loads=row_loads, loads=loads,
-              positions=positions, gathers=gathers, sums=sums, scans=scans, groups=groups,
-              uses_joint=any(g.joint for g in groups), lb_words=words,
+              positions=positions, gathers=gathers, sums=sums, scans=list(scans.values()),
+              groups=groups, uses_joint=tp.joint, lb_words=tp.lb_words,
               out_assigns=_assigns(plan.outputs, TritonPrinter, tile, ir.name), outputs=outputs,
-              uses_shifted_state=any(s.shifted for g in groups if not g.joint for s in g.scans),
-              shift_mode=options.shift,
-              gather_next="next" in gather_shifts, gather_prev="prev" in gather_shifts,
-              split_loads=bool(split_loads), persist=options.input_shift != "gather",
+              uses_shifted_state=tp.shifted_state, shift_mode=options.shift,
+              gather_next=tp.gather_next, gather_prev=tp.gather_prev,
+              split_loads=tp.split_loads, persist=tp.persist,
               persist_kernel=f"_{ir.name}_persist_kernel",
               chunk_index="_n_chunks - 1 - _c" if rev else "_c", reverse=str(rev),
-              step="+1" if rev else "-1", grouped=grouped, tcol=tcol,
-              carry_col="BLOCK_T - SHIFT_G" if grouped else "0" if rev else "BLOCK_T - 1",
+              step="+1" if rev else "-1", grouped=tp.grouped, tcol=tcol,
+              carry_col="BLOCK_T - SHIFT_G" if tp.grouped else "0" if rev else "BLOCK_T - 1",
               edge_col="BLOCK_T - 1" if rev else "0",
-              k_dense=k_dense, shift_g=shift_g, helpers=helpers)
+              k_dense=tp.k_dense, shift_g=tp.shift_g, helpers=tp.helpers)
 
 
 def _torch_context(plan: Plan, sy: _Symbols) -> NS:
