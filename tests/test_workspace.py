@@ -1,6 +1,8 @@
-"""The look-back's workspace under CUDA-graph capture (runtime.workspace._captured_workspace), its logic
-checked without a GPU: the capture's id and the stream are stood in for. The GPU suite
-(tests/test_gpu.py) captures and replays real graphs."""
+"""Implementation tests of an invariant: the look-back's workspace under CUDA-graph capture
+(runtime.workspace._captured_workspace) is shared by the calls of one capture and stream, and
+never handed to two captures. Its logic is checked without a GPU, the capture's id and the
+stream stood in for; the public behaviour (graphs that capture and replay look-back calls, with
+the right numbers) is tested by the GPU suite (tests/test_gpu.py)."""
 import pytest
 import torch
 
