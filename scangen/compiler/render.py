@@ -16,7 +16,7 @@ from .ir import IR
 from .options import Options
 from .plan import Block, Plan
 from .printers import TorchPrinter, TritonPrinter, print_expr
-from .templating import comment, pylit, render_template
+from .templating import PACKAGE, comment, pylit, render_template
 from .tiling import plan_triton
 
 TEMPLATE = "module.py.j2"
@@ -66,7 +66,7 @@ def _assigns(block: Block, printer, table, name):
 TVAR = {"": "_t", "next": "_t_next", "prev": "_t_prev", "next2": "_t_next2", "prev2": "_t_prev2"}
 
 
-def _tile_load(ld, kinds) -> NS:
+def _tile_load(ld) -> NS:
     """The template's view of one :class:`~scangen.compiler.tiling.TileLoad`."""
     b = ld.src
     if ld.how == "param":
@@ -101,11 +101,10 @@ def _triton_context(plan: Plan, sy: _Symbols, options: Options) -> NS:
               for p in ir.params]
     bases += [NS(var=f"{o.name}__orow", s1=f"{o.name}__os1", s2=f"{o.name}__os2")
               for o in ir.outputs]
-    kinds = {i.name: i for i in ir.inputs}
     row_loads = [NS(var=r.src, ptr=f"{r.src}__ptr", base=f"{r.src}__row",
                     has=abi.has_flag(r.src) if r.optional else "", default=repr(r.default))
                  for r in tp.row_loads]
-    loads = [_tile_load(ld, kinds) for ld in tp.loads]
+    loads = [_tile_load(ld) for ld in tp.loads]
     head = [a.name for a in tp.args if a.kind in ("ptr", "value")]
     # the template writes the sizes (R1, R2, T, K) and the tile constexprs out itself
     ints = [a.name for a in tp.args if a.kind == "int" and a.role != "size"]
@@ -169,7 +168,7 @@ def _triton_context(plan: Plan, sy: _Symbols, options: Options) -> NS:
               step="+1" if rev else "-1", grouped=tp.grouped, tcol=tcol,
               carry_col="BLOCK_T - SHIFT_G" if tp.grouped else "0" if rev else "BLOCK_T - 1",
               edge_col="BLOCK_T - 1" if rev else "0",
-              k_dense=tp.k_dense, shift_g=tp.shift_g, helpers=tp.helpers)
+              k_dense=tp.k_dense, shift_g=tp.shift_g, helpers=shared_helpers())
 
 
 def _torch_context(plan: Plan, sy: _Symbols) -> NS:
@@ -277,8 +276,17 @@ def render(plan: Plan, source: str, options: Options | None = None) -> str:
     return _drop_unused_helpers(text)
 
 
+@functools.lru_cache(maxsize=1)
+def shared_helpers() -> tuple[str, ...]:
+    """The @triton.jit helpers of scangen/kernels/common.py, read from its source (the module
+    imports Triton, which the compiler does not need)."""
+    text = (PACKAGE / "kernels" / "common.py").read_text(encoding="utf-8")
+    return tuple(sorted(re.findall(r"^@triton\.jit\ndef (\w+)\(", text, re.M)))
+
+
 def _drop_unused_helpers(text: str) -> str:
-    """The module imports only the shared helpers (scangen.kernels.common) its kernels call."""
+    """The template imports every shared helper (:func:`shared_helpers`); the module keeps the
+    imports of those its kernels call."""
     lines = text.split("\n")
     out = []
     for line in lines:

@@ -5,7 +5,7 @@ The plan says what to compute; this says how the kernels read and scan it: which
 each symbol takes (an ``[N]`` row value, an aligned tile, a tile shifted in registers from the
 aligned one, a shifted load, a ``tl.gather``), the order of a reverse scan's steps, which scans
 run jointly, the look-back workspace's word layout, the kernels' arguments
-(:func:`scangen.abi.kernel_args`) and the shared helpers they call. The renderer
+(:func:`scangen.abi.kernel_args`). The renderer
 (:mod:`scangen.compiler.render`) only prints these.
 """
 from __future__ import annotations
@@ -70,7 +70,6 @@ class TritonPlan:
     args: tuple[abi.Arg, ...]         # the stream and persist kernels' (lookback: + _ws)
     k_dense: bool
     shift_g: bool
-    helpers: tuple[str, ...]          # scangen.kernels.common helpers the kernels may call
 
     @property
     def split_loads(self) -> bool:
@@ -101,18 +100,12 @@ def plan_triton(plan: Plan, options: Options) -> TritonPlan:
     k_dense, shift_g = bool(plan.sums), bool(split or grouped)
     args = abi.kernel_args(ir.inputs, ir.params, [o.name for o in ir.outputs], workspace=False,
                            k_dense=k_dense, shift_g=shift_g)
-    joint = any(g.joint for g in groups)
-    helpers = ["combine", "lookback"]
-    helpers += ["flip_groups"] * grouped
-    helpers += ["combine_excl"] * (options.shift == "scan" and shifted_state)
-    helpers += ["combine_joint", "lookback_joint"] * joint
-    helpers += ["shift_next", "shift_prev"] * split
     words = sum(7 if g.joint else 3 for g in groups)
     return TritonPlan(grouped=grouped, row_loads=tuple(row_loads), loads=tuple(loads),
                       groups=groups, lb_words=words, shifts=frozenset(shifts),
                       gather_next="next" in gathers, gather_prev="prev" in gathers,
                       persist=options.input_shift != "gather", shifted_state=shifted_state,
-                      args=args, k_dense=k_dense, shift_g=shift_g, helpers=tuple(sorted(helpers)))
+                      args=args, k_dense=k_dense, shift_g=shift_g)
 
 
 def _loads(plan: Plan, options: Options):

@@ -40,30 +40,22 @@ def run(c) -> None:
 def _first_launch(c, cfg, lp) -> None:
     """The plan's integer arguments, constexprs (in signature order) and grid."""
     ks = c.op.kernels
-    ints = []
-    for a in abi.op_kernel_args(c.op, workspace=False):
-        if a.kind != "int" or a.name.endswith("__sk"):
-            continue
-        if a.role == "size":
-            ints.append(getattr(c, a.name))
-        elif a.name.endswith("1"):  # the first stride of a tensor: all of them, at once
-            if a.role == "input":
-                size = 4 if next(i for i in c.op.inputs if i.name == a.of).shape == "NTK" else 3
-                ints += c.strides.get(a.of, (0,) * size)
-            elif a.role == "param":
-                ints += c.pstrides.get(a.of, (0, 0, 0))
-            else:
-                ints += c.out_strides.get(a.of, (0, 0, 0))
     tile = dict(EVEN=even(c, cfg), K_DENSE=ks.k_dense and k_dense(c, cfg),
                 SHIFT_G=shift_group(c, cfg) if ks.shift_g else 1,
                 BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k,
                 ACC=_acc(c.acc), LB_WINDOW=config.lookback_window(c, cfg, ks.lb_words),
                 LB_SPIN=config.lookback_spin(c, cfg), LB_PID=config.lookback_pid(c, cfg))
-    meta = {}
+    strides = {"input": c.strides, "param": c.pstrides, "output": c.out_strides}
+    ints, meta = [], {}
     for a in abi.op_kernel_args(c.op, workspace=False):
-        if a.kind != "constexpr":
+        if a.kind == "int" and a.role == "size":
+            ints.append(getattr(c, a.name))
+        elif a.kind == "int":  # x__s1, x__s2, x__st, x__sk; outputs o__os1, ...: 0 if absent
+            st = strides[a.role].get(a.of)
+            ints.append(st[_STRIDE[a.name.rpartition("__")[2].removeprefix("o")]] if st else 0)
+        elif a.kind != "constexpr":
             continue
-        if a.role == "tile":
+        elif a.role == "tile":
             meta[a.name] = tile[a.name]
         elif a.name.startswith("HAS_"):
             meta[a.name] = a.of in c.tensors
@@ -79,6 +71,9 @@ def _first_launch(c, cfg, lp) -> None:
     else:
         grid = (tiles,)
     lp.ints, lp.grid, lp.meta = tuple(ints), grid, meta
+
+
+_STRIDE = {"s1": 0, "s2": 1, "st": 2, "sk": 3}  # a tensor's canonical strides (Call._canon)
 
 
 def _acc(dtype):
