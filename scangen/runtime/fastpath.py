@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import abi
 from . import arguments
 from .env import ENV
 from .workspace import lookback_workspace
@@ -45,30 +46,39 @@ def build(c, values: dict, launches: list, how: tuple = (-1, None, None)):
     if entry is None or c.copied or c.acc == torch.float64:
         return None, None
     op = c.op
-    slots, env = [], {"_args": arguments, "_nan": float("nan")}
-    for i in op.inputs:  # present inputs are passed as given (no copies: checked above)
-        slots.append(f"v[{i.name!r}]" if i.name in c.tensors else "None")
-    bind = {name: (kind, arg) for name, kind, arg in c.bind_params}
-    for k, p in enumerate(op.params):  # (value, pointer) each, as launch.param_ptrs
-        kind, arg = bind[p.name]
-        if kind == 2:  # a tensor, expanded to its target (a view: no copies, checked above)
-            env[f"_t{k}"] = c.ptargets[p.name]
-            slots += ["0.0", f"v[{arg!r}].expand(_t{k})"]
-        elif kind == 1:  # a float of this call
-            slots += [f"float(v[{arg!r}])", "None"]
-        else:  # fixed by the signature
-            env[f"_p{k}"] = arg
-            slots += [f"_p{k}", "None"]
-    outs = {n: f"_o{k}" for k, n in enumerate(c.requested)}
-    slots += [outs.get(o, "None") for o in op.outputs]
-    if c.config.family == "lookback":  # the workspace follows the outputs
-        words = c.lp.lb_words
-        if words is None:
+    env = {"_args": arguments, "_nan": float("nan")}
+    lookback = c.config.family == "lookback"
+    if lookback:  # the workspace, as the general path gets it
+        if c.lp.lb_words is None:
             return None, None
         plan = c.clone()  # the plan's constants only: no tensors of this call kept alive
         plan.tensors, plan.params, plan.outs = {}, {}, {}
-        env.update(_workspace=lookback_workspace, _plan=plan, _cfg=c.config, _words=words)
-        slots.append("_workspace(_plan, _cfg, _words)")
+        env.update(_workspace=lookback_workspace, _plan=plan, _cfg=c.config,
+                   _words=c.lp.lb_words)
+    bind = {name: (kind, arg) for name, kind, arg in c.bind_params}
+    outs = {n: f"_o{k}" for k, n in enumerate(c.requested)}
+    slots = []  # the per-call arguments, in the kernel's order (scangen.abi.kernel_args)
+    for a in abi.op_kernel_args(op, workspace=lookback):
+        if a.kind not in ("ptr", "value"):
+            continue
+        if a.role == "input":  # present inputs are passed as given (no copies: checked above)
+            slots.append(f"v[{a.of!r}]" if a.of in c.tensors else "None")
+        elif a.role == "output":
+            slots.append(outs.get(a.of, "None"))
+        elif a.role == "workspace":
+            slots.append("_workspace(_plan, _cfg, _words)")
+        else:  # a param's value, then its pointer (as launch.param_ptrs)
+            kind, arg = bind[a.of]
+            if kind == 2:  # a tensor, expanded to its target (a view: no copies, checked above)
+                env[f"_t_{a.of}"] = c.ptargets[a.of]
+                slots.append("0.0" if a.kind == "value" else f"v[{arg!r}].expand(_t_{a.of})")
+            elif a.kind == "ptr":  # a float param has no pointer
+                slots.append("None")
+            elif kind == 1:  # a float of this call
+                slots.append(f"float(v[{arg!r}])")
+            else:  # fixed by the signature
+                env[f"_p_{a.of}"] = arg
+                slots.append(f"_p_{a.of}")
     tail = (*seen[len(slots):], *meta.values())
     if len(seen) < len(slots) or any(isinstance(x, torch.Tensor) for x in tail):
         return None, None
