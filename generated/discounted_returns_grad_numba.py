@@ -20,15 +20,17 @@ FLAGS = ('HAS_truncateds', 'HAS_bootstrap_values', 'HAS_gy__returns', 'STORE_d__
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _rows(lo, hi, R2, T, K, S, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, st__G__a, gy__returns__a, gamma__a, d__rewards__a, d__bootstrap_values__a, d__gamma__a):
-    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
-    # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
+    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn, in the
+    # scan's direction (a reverse scan from the last row down), so that the whole call reads
+    # memory as one stream; every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
     HAS_truncateds = S[0] != 0
     HAS_bootstrap_values = S[1] != 0
     HAS_gy__returns = S[2] != 0
     STORE_d__rewards = S[3] != 0
     STORE_d__bootstrap_values = S[4] != 0
     STORE_d__gamma = S[5] != 0
-    for r in range(lo, hi):
+    for _r in range(hi - lo):
+        r = lo + _r
         r1 = r // R2
         r2 = r - r1 * R2
         g__G = 0.0
@@ -52,11 +54,11 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, terminateds__a, truncateds__a, bootst
             g__G = gy__returns + ((0.0 if is_first != 0 else gamma__prev*(1.0 - (1.0 if is_last__prev != 0 else (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev))))) * g__G
             _c1 = _c0*g__G*(1.0 - terminateds)
             if STORE_d__rewards:
-                d__rewards__a[r1, r2, t] = g__G
+                _nk.put(d__rewards__a, r1, r2, t, g__G)
             if STORE_d__bootstrap_values:
-                d__bootstrap_values__a[r1, r2, t] = _c1*gamma
+                _nk.put(d__bootstrap_values__a, r1, r2, t, _c1*gamma)
             if STORE_d__gamma:
-                d__gamma__a[r1, r2, t] = _c1*bootstrap_values + g__G*(1.0 - _c0)*(0.0 if is_last != 0 else st__G__next)
+                _nk.put(d__gamma__a, r1, r2, t, _c1*bootstrap_values + g__G*(1.0 - _c0)*(0.0 if is_last != 0 else st__G__next))
 
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
@@ -70,6 +72,9 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, terminateds__a, truncateds__a, 
     STORE_d__rewards = S[3] != 0
     STORE_d__bootstrap_values = S[4] != 0
     STORE_d__gamma = S[5] != 0
+    _ts_d__rewards = 1 if STORE_d__rewards else 0
+    _ts_d__bootstrap_values = 1 if STORE_d__bootstrap_values else 0
+    _ts_d__gamma = 1 if STORE_d__gamma else 0
     n_tiles = (R2 + TB - 1) // TB
     g__G__c = np.empty(TB)
     for tile in range(lo, hi):
@@ -102,8 +107,8 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, terminateds__a, truncateds__a, 
                 _c0 = (1.0 if is_last != 0 else (terminateds if (terminateds >= truncateds) else truncateds))
                 g__G = gy__returns + ((0.0 if is_first != 0 else gamma__prev*(1.0 - (1.0 if is_last__prev != 0 else (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev))))) * g__G
                 _c1 = _c0*g__G*(1.0 - terminateds)
-                d__rewards__a[r1, t, r2] = g__G
-                d__bootstrap_values__a[r1, t, r2] = _c1*gamma
-                d__gamma__a[r1, t, r2] = _c1*bootstrap_values + g__G*(1.0 - _c0)*(0.0 if is_last != 0 else st__G__next)
+                _nk.put(d__rewards__a, r1, t * _ts_d__rewards, r2, g__G)
+                _nk.put(d__bootstrap_values__a, r1, t * _ts_d__bootstrap_values, r2, _c1*gamma)
+                _nk.put(d__gamma__a, r1, t * _ts_d__gamma, r2, _c1*bootstrap_values + g__G*(1.0 - _c0)*(0.0 if is_last != 0 else st__G__next))
 
                 g__G__c[_j] = g__G

@@ -20,13 +20,15 @@ FLAGS = ('HAS_truncateds', 'HAS_bootstrap_values', 'STORE_returns', 'STORE_st__G
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _rows(lo, hi, R2, T, K, S, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, gamma__a, returns__a, st__G__a):
-    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
-    # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
+    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn, in the
+    # scan's direction (a reverse scan from the last row down), so that the whole call reads
+    # memory as one stream; every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
     HAS_truncateds = S[0] != 0
     HAS_bootstrap_values = S[1] != 0
     STORE_returns = S[2] != 0
     STORE_st__G = S[3] != 0
-    for r in range(lo, hi):
+    for _r in range(hi - lo):
+        r = hi - 1 - _r
         r1 = r // R2
         r2 = r - r1 * R2
         G = 0.0
@@ -41,9 +43,9 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, terminateds__a, truncateds__a, bootst
             _c0 = (1.0 if is_last != 0 else _nk.maximum(terminateds, truncateds))
             G = rewards + _c0*bootstrap_values*gamma*(1.0 - terminateds) + (gamma*(1.0 - _c0)) * G
             if STORE_returns:
-                returns__a[r1, r2, t] = G
+                _nk.put(returns__a, r1, r2, t, G)
             if STORE_st__G:
-                st__G__a[r1, r2, t] = G
+                _nk.put(st__G__a, r1, r2, t, G)
 
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
@@ -55,6 +57,8 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, terminateds__a, truncateds__a, 
     HAS_bootstrap_values = S[1] != 0
     STORE_returns = S[2] != 0
     STORE_st__G = S[3] != 0
+    _ts_returns = 1 if STORE_returns else 0
+    _ts_st__G = 1 if STORE_st__G else 0
     n_tiles = (R2 + TB - 1) // TB
     G__c = np.empty(TB)
     for tile in range(lo, hi):
@@ -78,7 +82,7 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, terminateds__a, truncateds__a, 
                 truncateds = float(_nk.at(truncateds__a, r1, t, r2))
                 _c0 = (1.0 if is_last != 0 else _nk.maximum(terminateds, truncateds))
                 G = rewards + _c0*bootstrap_values*gamma*(1.0 - terminateds) + (gamma*(1.0 - _c0)) * G
-                returns__a[r1, t, r2] = G
-                st__G__a[r1, t, r2] = G
+                _nk.put(returns__a, r1, t * _ts_returns, r2, G)
+                _nk.put(st__G__a, r1, t * _ts_st__G, r2, G)
 
                 G__c[_j] = G

@@ -20,15 +20,17 @@ FLAGS = ('HAS_seed_values', 'HAS_gy__traces', 'STORE_d__gradients', 'STORE_d__se
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _rows(lo, hi, R2, T, K, S, gradients__a, dones__a, seed_values__a, st__z__a, gy__traces__a, gamma__a, lambda___a, d__gradients__a, d__seed_values__a, d__gamma__a, d__lambda___a):
-    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
-    # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
+    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn, in the
+    # scan's direction (a reverse scan from the last row down), so that the whole call reads
+    # memory as one stream; every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
     HAS_seed_values = S[0] != 0
     HAS_gy__traces = S[1] != 0
     STORE_d__gradients = S[2] != 0
     STORE_d__seed_values = S[3] != 0
     STORE_d__gamma = S[4] != 0
     STORE_d__lambda_ = S[5] != 0
-    for r in range(lo, hi):
+    for _r in range(hi - lo):
+        r = hi - 1 - _r
         r1 = r // R2
         r2 = r - r1 * R2
         seed_values = float(_nk.at(seed_values__a, r1, r2, 0))
@@ -53,13 +55,13 @@ def _rows(lo, hi, R2, T, K, S, gradients__a, dones__a, seed_values__a, st__z__a,
             g__z = gy__traces + ((0.0 if is_last != 0 else gamma__next*lambda___next*(1.0 - (0.0 if is_first__next != 0 else dones)))) * g__z
             _c1 = _c0*g__z*lambda_
             if STORE_d__gradients:
-                d__gradients__a[r1, r2, t] = g__z
+                _nk.put(d__gradients__a, r1, r2, t, g__z)
             if STORE_d__seed_values:
-                d__seed_values__a[r1, r2, t] = (_c1*gamma if is_first != 0 else 0.0)
+                _nk.put(d__seed_values__a, r1, r2, t, (_c1*gamma if is_first != 0 else 0.0))
             if STORE_d__gamma:
-                d__gamma__a[r1, r2, t] = _c1*_c2
+                _nk.put(d__gamma__a, r1, r2, t, _c1*_c2)
             if STORE_d__lambda_:
-                d__lambda___a[r1, r2, t] = _c0*_c2*g__z*gamma
+                _nk.put(d__lambda___a, r1, r2, t, _c0*_c2*g__z*gamma)
 
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
@@ -73,6 +75,10 @@ def _tmajor(lo, hi, R2, T, K, TB, S, gradients__a, dones__a, seed_values__a, st_
     STORE_d__seed_values = S[3] != 0
     STORE_d__gamma = S[4] != 0
     STORE_d__lambda_ = S[5] != 0
+    _ts_d__gradients = 1 if STORE_d__gradients else 0
+    _ts_d__seed_values = 1 if STORE_d__seed_values else 0
+    _ts_d__gamma = 1 if STORE_d__gamma else 0
+    _ts_d__lambda_ = 1 if STORE_d__lambda_ else 0
     n_tiles = (R2 + TB - 1) // TB
     g__z__c = np.empty(TB)
     for tile in range(lo, hi):
@@ -107,9 +113,9 @@ def _tmajor(lo, hi, R2, T, K, TB, S, gradients__a, dones__a, seed_values__a, st_
                 _c2 = (seed_values if is_first != 0 else st__z__prev)
                 g__z = gy__traces + ((0.0 if is_last != 0 else gamma__next*lambda___next*(1.0 - (0.0 if is_first__next != 0 else dones)))) * g__z
                 _c1 = _c0*g__z*lambda_
-                d__gradients__a[r1, t, r2] = g__z
-                d__seed_values__a[r1, t, r2] = (_c1*gamma if is_first != 0 else 0.0)
-                d__gamma__a[r1, t, r2] = _c1*_c2
-                d__lambda___a[r1, t, r2] = _c0*_c2*g__z*gamma
+                _nk.put(d__gradients__a, r1, t * _ts_d__gradients, r2, g__z)
+                _nk.put(d__seed_values__a, r1, t * _ts_d__seed_values, r2, (_c1*gamma if is_first != 0 else 0.0))
+                _nk.put(d__gamma__a, r1, t * _ts_d__gamma, r2, _c1*_c2)
+                _nk.put(d__lambda___a, r1, t * _ts_d__lambda_, r2, _c0*_c2*g__z*gamma)
 
                 g__z__c[_j] = g__z

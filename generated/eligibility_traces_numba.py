@@ -20,12 +20,14 @@ FLAGS = ('HAS_seed_values', 'STORE_traces', 'STORE_st__z')
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _rows(lo, hi, R2, T, K, S, gradients__a, dones__a, seed_values__a, gamma__a, lambda___a, traces__a, st__z__a):
-    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
-    # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
+    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn, in the
+    # scan's direction (a reverse scan from the last row down), so that the whole call reads
+    # memory as one stream; every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
     HAS_seed_values = S[0] != 0
     STORE_traces = S[1] != 0
     STORE_st__z = S[2] != 0
-    for r in range(lo, hi):
+    for _r in range(hi - lo):
+        r = lo + _r
         r1 = r // R2
         r2 = r - r1 * R2
         seed_values = float(_nk.at(seed_values__a, r1, r2, 0))
@@ -40,9 +42,9 @@ def _rows(lo, hi, R2, T, K, S, gradients__a, dones__a, seed_values__a, gamma__a,
             lambda_ = float(_nk.at(lambda___a, r1, r2, t))
             z = gradients + (gamma*lambda_*(1.0 - (0.0 if is_first != 0 else dones__prev))) * z
             if STORE_traces:
-                traces__a[r1, r2, t] = z
+                _nk.put(traces__a, r1, r2, t, z)
             if STORE_st__z:
-                st__z__a[r1, r2, t] = z
+                _nk.put(st__z__a, r1, r2, t, z)
 
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
@@ -53,6 +55,8 @@ def _tmajor(lo, hi, R2, T, K, TB, S, gradients__a, dones__a, seed_values__a, gam
     HAS_seed_values = S[0] != 0
     STORE_traces = S[1] != 0
     STORE_st__z = S[2] != 0
+    _ts_traces = 1 if STORE_traces else 0
+    _ts_st__z = 1 if STORE_st__z else 0
     n_tiles = (R2 + TB - 1) // TB
     z__c = np.empty(TB)
     for tile in range(lo, hi):
@@ -77,7 +81,7 @@ def _tmajor(lo, hi, R2, T, K, TB, S, gradients__a, dones__a, seed_values__a, gam
                 is_first = 1.0 if t == 0 else 0.0
                 lambda_ = float(_nk.at(lambda___a, r1, t, r2))
                 z = gradients + (gamma*lambda_*(1.0 - (0.0 if is_first != 0 else dones__prev))) * z
-                traces__a[r1, t, r2] = z
-                st__z__a[r1, t, r2] = z
+                _nk.put(traces__a, r1, t * _ts_traces, r2, z)
+                _nk.put(st__z__a, r1, t * _ts_st__z, r2, z)
 
                 z__c[_j] = z

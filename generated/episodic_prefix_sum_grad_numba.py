@@ -20,14 +20,16 @@ FLAGS = ('HAS_seed_values', 'HAS_gy__sums', 'STORE_d__inputs', 'STORE_d__seed_va
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _rows(lo, hi, R2, T, K, S, inputs__a, dones__a, seed_values__a, st__C__a, gy__sums__a, boundary__a, d__inputs__a, d__seed_values__a, d__boundary__a):
-    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
-    # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
+    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn, in the
+    # scan's direction (a reverse scan from the last row down), so that the whole call reads
+    # memory as one stream; every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
     HAS_seed_values = S[0] != 0
     HAS_gy__sums = S[1] != 0
     STORE_d__inputs = S[2] != 0
     STORE_d__seed_values = S[3] != 0
     STORE_d__boundary = S[4] != 0
-    for r in range(lo, hi):
+    for _r in range(hi - lo):
+        r = hi - 1 - _r
         r1 = r // R2
         r2 = r - r1 * R2
         g__C = 0.0
@@ -46,11 +48,11 @@ def _rows(lo, hi, R2, T, K, S, inputs__a, dones__a, seed_values__a, st__C__a, gy
             is_last = 1.0 if t == T - 1 else 0.0
             g__C = gy__sums + ((0.0 if is_last != 0 else 1.0 - (dones__next if boundary__next != 0 else (0.0 if is_first__next != 0 else dones)))) * g__C
             if STORE_d__inputs:
-                d__inputs__a[r1, r2, t] = g__C
+                _nk.put(d__inputs__a, r1, r2, t, g__C)
             if STORE_d__seed_values:
-                d__seed_values__a[r1, r2, t] = (g__C*(1.0 - (dones if boundary != 0 else (0.0 if is_first != 0 else dones__prev))) if is_first != 0 else 0.0)
+                _nk.put(d__seed_values__a, r1, r2, t, (g__C*(1.0 - (dones if boundary != 0 else (0.0 if is_first != 0 else dones__prev))) if is_first != 0 else 0.0))
             if STORE_d__boundary:
-                d__boundary__a[r1, r2, t] = 0.0
+                _nk.put(d__boundary__a, r1, r2, t, 0.0)
 
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
@@ -63,6 +65,9 @@ def _tmajor(lo, hi, R2, T, K, TB, S, inputs__a, dones__a, seed_values__a, st__C_
     STORE_d__inputs = S[2] != 0
     STORE_d__seed_values = S[3] != 0
     STORE_d__boundary = S[4] != 0
+    _ts_d__inputs = 1 if STORE_d__inputs else 0
+    _ts_d__seed_values = 1 if STORE_d__seed_values else 0
+    _ts_d__boundary = 1 if STORE_d__boundary else 0
     n_tiles = (R2 + TB - 1) // TB
     g__C__c = np.empty(TB)
     for tile in range(lo, hi):
@@ -90,8 +95,8 @@ def _tmajor(lo, hi, R2, T, K, TB, S, inputs__a, dones__a, seed_values__a, st__C_
                 is_first__next = 1.0 if t + 1 == 0 else 0.0
                 is_last = 1.0 if t == T - 1 else 0.0
                 g__C = gy__sums + ((0.0 if is_last != 0 else 1.0 - (dones__next if boundary__next != 0 else (0.0 if is_first__next != 0 else dones)))) * g__C
-                d__inputs__a[r1, t, r2] = g__C
-                d__seed_values__a[r1, t, r2] = (g__C*(1.0 - (dones if boundary != 0 else (0.0 if is_first != 0 else dones__prev))) if is_first != 0 else 0.0)
-                d__boundary__a[r1, t, r2] = 0.0
+                _nk.put(d__inputs__a, r1, t * _ts_d__inputs, r2, g__C)
+                _nk.put(d__seed_values__a, r1, t * _ts_d__seed_values, r2, (g__C*(1.0 - (dones if boundary != 0 else (0.0 if is_first != 0 else dones__prev))) if is_first != 0 else 0.0))
+                _nk.put(d__boundary__a, r1, t * _ts_d__boundary, r2, 0.0)
 
                 g__C__c[_j] = g__C

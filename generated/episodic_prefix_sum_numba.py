@@ -20,12 +20,14 @@ FLAGS = ('HAS_seed_values', 'STORE_sums', 'STORE_st__C')
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _rows(lo, hi, R2, T, K, S, inputs__a, dones__a, seed_values__a, boundary__a, sums__a, st__C__a):
-    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
-    # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
+    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn, in the
+    # scan's direction (a reverse scan from the last row down), so that the whole call reads
+    # memory as one stream; every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
     HAS_seed_values = S[0] != 0
     STORE_sums = S[1] != 0
     STORE_st__C = S[2] != 0
-    for r in range(lo, hi):
+    for _r in range(hi - lo):
+        r = lo + _r
         r1 = r // R2
         r2 = r - r1 * R2
         seed_values = float(_nk.at(seed_values__a, r1, r2, 0))
@@ -40,9 +42,9 @@ def _rows(lo, hi, R2, T, K, S, inputs__a, dones__a, seed_values__a, boundary__a,
             is_first = 1.0 if t == 0 else 0.0
             C = inputs + (1.0 - (dones if boundary != 0 else (0.0 if is_first != 0 else dones__prev))) * C
             if STORE_sums:
-                sums__a[r1, r2, t] = C
+                _nk.put(sums__a, r1, r2, t, C)
             if STORE_st__C:
-                st__C__a[r1, r2, t] = C
+                _nk.put(st__C__a, r1, r2, t, C)
 
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
@@ -53,6 +55,8 @@ def _tmajor(lo, hi, R2, T, K, TB, S, inputs__a, dones__a, seed_values__a, bounda
     HAS_seed_values = S[0] != 0
     STORE_sums = S[1] != 0
     STORE_st__C = S[2] != 0
+    _ts_sums = 1 if STORE_sums else 0
+    _ts_st__C = 1 if STORE_st__C else 0
     n_tiles = (R2 + TB - 1) // TB
     C__c = np.empty(TB)
     for tile in range(lo, hi):
@@ -77,7 +81,7 @@ def _tmajor(lo, hi, R2, T, K, TB, S, inputs__a, dones__a, seed_values__a, bounda
                 inputs = float(_nk.at(inputs__a, r1, t, r2))
                 is_first = 1.0 if t == 0 else 0.0
                 C = inputs + (1.0 - (dones if boundary != 0 else (0.0 if is_first != 0 else dones__prev))) * C
-                sums__a[r1, t, r2] = C
-                st__C__a[r1, t, r2] = C
+                _nk.put(sums__a, r1, t * _ts_sums, r2, C)
+                _nk.put(st__C__a, r1, t * _ts_st__C, r2, C)
 
                 C__c[_j] = C

@@ -20,8 +20,9 @@ FLAGS = ('HAS_truncateds', 'HAS_bootstrap_values', 'HAS_last_value', 'HAS_gy__ad
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _rows(lo, hi, R2, T, K, S, rewards__a, values__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, st__A__a, gy__advantages__a, gy__returns__a, gamma__a, lambda___a, d__rewards__a, d__values__a, d__bootstrap_values__a, d__last_value__a, d__gamma__a, d__lambda___a):
-    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
-    # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
+    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn, in the
+    # scan's direction (a reverse scan from the last row down), so that the whole call reads
+    # memory as one stream; every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
     HAS_truncateds = S[0] != 0
     HAS_bootstrap_values = S[1] != 0
     HAS_last_value = S[2] != 0
@@ -33,7 +34,8 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, values__a, terminateds__a, truncateds
     STORE_d__last_value = S[8] != 0
     STORE_d__gamma = S[9] != 0
     STORE_d__lambda_ = S[10] != 0
-    for r in range(lo, hi):
+    for _r in range(hi - lo):
+        r = lo + _r
         r1 = r // R2
         r2 = r - r1 * R2
         last_value = float(_nk.at(last_value__a, r1, r2, 0))
@@ -68,17 +70,17 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, values__a, terminateds__a, truncateds
             _c5 = _c4*gamma*(1.0 if _c3 != 0 else 0.0)
             _c6 = g__A*(1.0 - _c2)*(0.0 if is_last != 0 else st__A__next)
             if STORE_d__rewards:
-                d__rewards__a[r1, r2, t] = g__A
+                _nk.put(d__rewards__a, r1, r2, t, g__A)
             if STORE_d__values:
-                d__values__a[r1, r2, t] = gy__returns - g__A + (0.0 if is_first != 0 else g__A__prev*gamma__prev*(1.0 - terminateds__prev)*(0.0 if is_last__prev != 0 else 1.0)*(0.0 if (1.0 if is_last__prev != 0 else _c0) != 0 else 1.0))
+                _nk.put(d__values__a, r1, r2, t, gy__returns - g__A + (0.0 if is_first != 0 else g__A__prev*gamma__prev*(1.0 - terminateds__prev)*(0.0 if is_last__prev != 0 else 1.0)*(0.0 if (1.0 if is_last__prev != 0 else _c0) != 0 else 1.0)))
             if STORE_d__bootstrap_values:
-                d__bootstrap_values__a[r1, r2, t] = _c5*(_c1 + (0.0 if is_last != 0 else 1.0))
+                _nk.put(d__bootstrap_values__a, r1, r2, t, _c5*(_c1 + (0.0 if is_last != 0 else 1.0)))
             if STORE_d__last_value:
-                d__last_value__a[r1, r2, t] = _c1*_c5
+                _nk.put(d__last_value__a, r1, r2, t, _c1*_c5)
             if STORE_d__gamma:
-                d__gamma__a[r1, r2, t] = _c4*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if _c3 != 0 else (0.0 if is_last != 0 else values__next)) + _c6*lambda_
+                _nk.put(d__gamma__a, r1, r2, t, _c4*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if _c3 != 0 else (0.0 if is_last != 0 else values__next)) + _c6*lambda_)
             if STORE_d__lambda_:
-                d__lambda___a[r1, r2, t] = _c6*gamma
+                _nk.put(d__lambda___a, r1, r2, t, _c6*gamma)
 
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
@@ -97,6 +99,12 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, values__a, terminateds__a, trun
     STORE_d__last_value = S[8] != 0
     STORE_d__gamma = S[9] != 0
     STORE_d__lambda_ = S[10] != 0
+    _ts_d__rewards = 1 if STORE_d__rewards else 0
+    _ts_d__values = 1 if STORE_d__values else 0
+    _ts_d__bootstrap_values = 1 if STORE_d__bootstrap_values else 0
+    _ts_d__last_value = 1 if STORE_d__last_value else 0
+    _ts_d__gamma = 1 if STORE_d__gamma else 0
+    _ts_d__lambda_ = 1 if STORE_d__lambda_ else 0
     n_tiles = (R2 + TB - 1) // TB
     g__A__c = np.empty(TB)
     for tile in range(lo, hi):
@@ -141,11 +149,11 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, values__a, terminateds__a, trun
                 _c4 = g__A*(1.0 - terminateds)
                 _c5 = _c4*gamma*(1.0 if _c3 != 0 else 0.0)
                 _c6 = g__A*(1.0 - _c2)*(0.0 if is_last != 0 else st__A__next)
-                d__rewards__a[r1, t, r2] = g__A
-                d__values__a[r1, t, r2] = gy__returns - g__A + (0.0 if is_first != 0 else g__A__prev*gamma__prev*(1.0 - terminateds__prev)*(0.0 if is_last__prev != 0 else 1.0)*(0.0 if (1.0 if is_last__prev != 0 else _c0) != 0 else 1.0))
-                d__bootstrap_values__a[r1, t, r2] = _c5*(_c1 + (0.0 if is_last != 0 else 1.0))
-                d__last_value__a[r1, t, r2] = _c1*_c5
-                d__gamma__a[r1, t, r2] = _c4*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if _c3 != 0 else (0.0 if is_last != 0 else values__next)) + _c6*lambda_
-                d__lambda___a[r1, t, r2] = _c6*gamma
+                _nk.put(d__rewards__a, r1, t * _ts_d__rewards, r2, g__A)
+                _nk.put(d__values__a, r1, t * _ts_d__values, r2, gy__returns - g__A + (0.0 if is_first != 0 else g__A__prev*gamma__prev*(1.0 - terminateds__prev)*(0.0 if is_last__prev != 0 else 1.0)*(0.0 if (1.0 if is_last__prev != 0 else _c0) != 0 else 1.0)))
+                _nk.put(d__bootstrap_values__a, r1, t * _ts_d__bootstrap_values, r2, _c5*(_c1 + (0.0 if is_last != 0 else 1.0)))
+                _nk.put(d__last_value__a, r1, t * _ts_d__last_value, r2, _c1*_c5)
+                _nk.put(d__gamma__a, r1, t * _ts_d__gamma, r2, _c4*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if _c3 != 0 else (0.0 if is_last != 0 else values__next)) + _c6*lambda_)
+                _nk.put(d__lambda___a, r1, t * _ts_d__lambda_, r2, _c6*gamma)
 
                 g__A__c[_j] = g__A

@@ -20,15 +20,17 @@ FLAGS = ('HAS_truncateds', 'HAS_bootstrap_values', 'HAS_last_value', 'STORE_adva
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _rows(lo, hi, R2, T, K, S, rewards__a, values__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, gamma__a, lambda___a, advantages__a, returns__a, st__A__a):
-    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
-    # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
+    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn, in the
+    # scan's direction (a reverse scan from the last row down), so that the whole call reads
+    # memory as one stream; every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
     HAS_truncateds = S[0] != 0
     HAS_bootstrap_values = S[1] != 0
     HAS_last_value = S[2] != 0
     STORE_advantages = S[3] != 0
     STORE_returns = S[4] != 0
     STORE_st__A = S[5] != 0
-    for r in range(lo, hi):
+    for _r in range(hi - lo):
+        r = hi - 1 - _r
         r1 = r // R2
         r2 = r - r1 * R2
         last_value = float(_nk.at(last_value__a, r1, r2, 0))
@@ -48,11 +50,11 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, values__a, terminateds__a, truncateds
             _c0 = _nk.maximum(terminateds, truncateds)
             A = rewards - values + gamma*(1.0 - terminateds)*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if (1.0 if is_last != 0 else _c0) != 0 else (0.0 if is_last != 0 else values__next)) + (gamma*lambda_*(1.0 - _c0)) * A
             if STORE_advantages:
-                advantages__a[r1, r2, t] = A
+                _nk.put(advantages__a, r1, r2, t, A)
             if STORE_returns:
-                returns__a[r1, r2, t] = A + values
+                _nk.put(returns__a, r1, r2, t, A + values)
             if STORE_st__A:
-                st__A__a[r1, r2, t] = A
+                _nk.put(st__A__a, r1, r2, t, A)
 
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
@@ -66,6 +68,9 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, values__a, terminateds__a, trun
     STORE_advantages = S[3] != 0
     STORE_returns = S[4] != 0
     STORE_st__A = S[5] != 0
+    _ts_advantages = 1 if STORE_advantages else 0
+    _ts_returns = 1 if STORE_returns else 0
+    _ts_st__A = 1 if STORE_st__A else 0
     n_tiles = (R2 + TB - 1) // TB
     A__c = np.empty(TB)
     for tile in range(lo, hi):
@@ -95,8 +100,8 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, values__a, terminateds__a, trun
                 values__next = float(_nk.at(values__a, r1, _tn, r2))
                 _c0 = _nk.maximum(terminateds, truncateds)
                 A = rewards - values + gamma*(1.0 - terminateds)*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if (1.0 if is_last != 0 else _c0) != 0 else (0.0 if is_last != 0 else values__next)) + (gamma*lambda_*(1.0 - _c0)) * A
-                advantages__a[r1, t, r2] = A
-                returns__a[r1, t, r2] = A + values
-                st__A__a[r1, t, r2] = A
+                _nk.put(advantages__a, r1, t * _ts_advantages, r2, A)
+                _nk.put(returns__a, r1, t * _ts_returns, r2, A + values)
+                _nk.put(st__A__a, r1, t * _ts_st__A, r2, A)
 
                 A__c[_j] = A

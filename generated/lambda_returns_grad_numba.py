@@ -20,8 +20,9 @@ FLAGS = ('HAS_truncateds', 'HAS_bootstrap_values', 'HAS_gy__returns', 'STORE_d__
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _rows(lo, hi, R2, T, K, S, rewards__a, next_values__a, terminateds__a, truncateds__a, bootstrap_values__a, st__G__a, gy__returns__a, gamma__a, lambda___a, d__rewards__a, d__next_values__a, d__bootstrap_values__a, d__gamma__a, d__lambda___a):
-    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
-    # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
+    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn, in the
+    # scan's direction (a reverse scan from the last row down), so that the whole call reads
+    # memory as one stream; every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
     HAS_truncateds = S[0] != 0
     HAS_bootstrap_values = S[1] != 0
     HAS_gy__returns = S[2] != 0
@@ -30,7 +31,8 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, next_values__a, terminateds__a, trunc
     STORE_d__bootstrap_values = S[5] != 0
     STORE_d__gamma = S[6] != 0
     STORE_d__lambda_ = S[7] != 0
-    for r in range(lo, hi):
+    for _r in range(hi - lo):
+        r = lo + _r
         r1 = r // R2
         r2 = r - r1 * R2
         g__G = 0.0
@@ -64,15 +66,15 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, next_values__a, terminateds__a, trunc
             _c6 = _c5*gamma
             _c7 = g__G*(0.0 if is_last != 0 else st__G__next)
             if STORE_d__rewards:
-                d__rewards__a[r1, r2, t] = g__G
+                _nk.put(d__rewards__a, r1, r2, t, g__G)
             if STORE_d__next_values:
-                d__next_values__a[r1, r2, t] = _c6*(0.0 if _c0 != 0 else 1.0)
+                _nk.put(d__next_values__a, r1, r2, t, _c6*(0.0 if _c0 != 0 else 1.0))
             if STORE_d__bootstrap_values:
-                d__bootstrap_values__a[r1, r2, t] = _c6*(1.0 if _c0 != 0 else 0.0)
+                _nk.put(d__bootstrap_values__a, r1, r2, t, _c6*(1.0 if _c0 != 0 else 0.0))
             if STORE_d__gamma:
-                d__gamma__a[r1, r2, t] = _c4*_c7 + _c5*_c8
+                _nk.put(d__gamma__a, r1, r2, t, _c4*_c7 + _c5*_c8)
             if STORE_d__lambda_:
-                d__lambda___a[r1, r2, t] = _c3*_c7*gamma + _c1*_c2*_c8*g__G*gamma
+                _nk.put(d__lambda___a, r1, r2, t, _c3*_c7*gamma + _c1*_c2*_c8*g__G*gamma)
 
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
@@ -88,6 +90,11 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, next_values__a, terminateds__a,
     STORE_d__bootstrap_values = S[5] != 0
     STORE_d__gamma = S[6] != 0
     STORE_d__lambda_ = S[7] != 0
+    _ts_d__rewards = 1 if STORE_d__rewards else 0
+    _ts_d__next_values = 1 if STORE_d__next_values else 0
+    _ts_d__bootstrap_values = 1 if STORE_d__bootstrap_values else 0
+    _ts_d__gamma = 1 if STORE_d__gamma else 0
+    _ts_d__lambda_ = 1 if STORE_d__lambda_ else 0
     n_tiles = (R2 + TB - 1) // TB
     g__G__c = np.empty(TB)
     for tile in range(lo, hi):
@@ -130,10 +137,10 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, next_values__a, terminateds__a,
                 _c5 = _c1*g__G*(1.0 - _c4)
                 _c6 = _c5*gamma
                 _c7 = g__G*(0.0 if is_last != 0 else st__G__next)
-                d__rewards__a[r1, t, r2] = g__G
-                d__next_values__a[r1, t, r2] = _c6*(0.0 if _c0 != 0 else 1.0)
-                d__bootstrap_values__a[r1, t, r2] = _c6*(1.0 if _c0 != 0 else 0.0)
-                d__gamma__a[r1, t, r2] = _c4*_c7 + _c5*_c8
-                d__lambda___a[r1, t, r2] = _c3*_c7*gamma + _c1*_c2*_c8*g__G*gamma
+                _nk.put(d__rewards__a, r1, t * _ts_d__rewards, r2, g__G)
+                _nk.put(d__next_values__a, r1, t * _ts_d__next_values, r2, _c6*(0.0 if _c0 != 0 else 1.0))
+                _nk.put(d__bootstrap_values__a, r1, t * _ts_d__bootstrap_values, r2, _c6*(1.0 if _c0 != 0 else 0.0))
+                _nk.put(d__gamma__a, r1, t * _ts_d__gamma, r2, _c4*_c7 + _c5*_c8)
+                _nk.put(d__lambda___a, r1, t * _ts_d__lambda_, r2, _c3*_c7*gamma + _c1*_c2*_c8*g__G*gamma)
 
                 g__G__c[_j] = g__G

@@ -20,15 +20,17 @@ FLAGS = ('HAS_gy__advantages', 'HAS_gy__returns', 'STORE_d__token_level_rewards'
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _rows(lo, hi, R2, T, K, S, token_level_rewards__a, values__a, response_mask__a, st__nv__a, st__A__a, gy__advantages__a, gy__returns__a, gamma__a, lambda___a, d__token_level_rewards__a, d__values__a, d__gamma__a, d__lambda___a):
-    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
-    # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
+    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn, in the
+    # scan's direction (a reverse scan from the last row down), so that the whole call reads
+    # memory as one stream; every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
     HAS_gy__advantages = S[0] != 0
     HAS_gy__returns = S[1] != 0
     STORE_d__token_level_rewards = S[2] != 0
     STORE_d__values = S[3] != 0
     STORE_d__gamma = S[4] != 0
     STORE_d__lambda_ = S[5] != 0
-    for r in range(lo, hi):
+    for _r in range(hi - lo):
+        r = lo + _r
         r1 = r // R2
         r2 = r - r1 * R2
         g__A = 0.0
@@ -57,13 +59,13 @@ def _rows(lo, hi, R2, T, K, S, token_level_rewards__a, values__a, response_mask_
             _c2 = _c1*(0.0 if is_last != 0 else st__A__next)
             g__nv = (0.0 if is_first != 0 else _c0*g__A__prev*(0.0 if is_last__prev != 0 else 1.0)) + ((0.0 if is_first != 0 else 1.0 - response_mask__prev)) * g__nv
             if STORE_d__token_level_rewards:
-                d__token_level_rewards__a[r1, r2, t] = _c1
+                _nk.put(d__token_level_rewards__a, r1, r2, t, _c1)
             if STORE_d__values:
-                d__values__a[r1, r2, t] = gy__returns - _c1 + g__nv*response_mask
+                _nk.put(d__values__a, r1, r2, t, gy__returns - _c1 + g__nv*response_mask)
             if STORE_d__gamma:
-                d__gamma__a[r1, r2, t] = _c1*(0.0 if is_last != 0 else st__nv__next) + _c2*lambda_
+                _nk.put(d__gamma__a, r1, r2, t, _c1*(0.0 if is_last != 0 else st__nv__next) + _c2*lambda_)
             if STORE_d__lambda_:
-                d__lambda___a[r1, r2, t] = _c2*gamma
+                _nk.put(d__lambda___a, r1, r2, t, _c2*gamma)
 
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
@@ -77,6 +79,10 @@ def _tmajor(lo, hi, R2, T, K, TB, S, token_level_rewards__a, values__a, response
     STORE_d__values = S[3] != 0
     STORE_d__gamma = S[4] != 0
     STORE_d__lambda_ = S[5] != 0
+    _ts_d__token_level_rewards = 1 if STORE_d__token_level_rewards else 0
+    _ts_d__values = 1 if STORE_d__values else 0
+    _ts_d__gamma = 1 if STORE_d__gamma else 0
+    _ts_d__lambda_ = 1 if STORE_d__lambda_ else 0
     n_tiles = (R2 + TB - 1) // TB
     g__A__c = np.empty(TB)
     g__nv__c = np.empty(TB)
@@ -117,10 +123,10 @@ def _tmajor(lo, hi, R2, T, K, TB, S, token_level_rewards__a, values__a, response
                 _c1 = g__A*response_mask
                 _c2 = _c1*(0.0 if is_last != 0 else st__A__next)
                 g__nv = (0.0 if is_first != 0 else _c0*g__A__prev*(0.0 if is_last__prev != 0 else 1.0)) + ((0.0 if is_first != 0 else 1.0 - response_mask__prev)) * g__nv
-                d__token_level_rewards__a[r1, t, r2] = _c1
-                d__values__a[r1, t, r2] = gy__returns - _c1 + g__nv*response_mask
-                d__gamma__a[r1, t, r2] = _c1*(0.0 if is_last != 0 else st__nv__next) + _c2*lambda_
-                d__lambda___a[r1, t, r2] = _c2*gamma
+                _nk.put(d__token_level_rewards__a, r1, t * _ts_d__token_level_rewards, r2, _c1)
+                _nk.put(d__values__a, r1, t * _ts_d__values, r2, gy__returns - _c1 + g__nv*response_mask)
+                _nk.put(d__gamma__a, r1, t * _ts_d__gamma, r2, _c1*(0.0 if is_last != 0 else st__nv__next) + _c2*lambda_)
+                _nk.put(d__lambda___a, r1, t * _ts_d__lambda_, r2, _c2*gamma)
 
                 g__A__c[_j] = g__A
                 g__nv__c[_j] = g__nv

@@ -20,13 +20,15 @@ FLAGS = ('STORE_advantages', 'STORE_returns', 'STORE_st__nv', 'STORE_st__A')
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _rows(lo, hi, R2, T, K, S, token_level_rewards__a, values__a, response_mask__a, gamma__a, lambda___a, advantages__a, returns__a, st__nv__a, st__A__a):
-    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
-    # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
+    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn, in the
+    # scan's direction (a reverse scan from the last row down), so that the whole call reads
+    # memory as one stream; every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
     STORE_advantages = S[0] != 0
     STORE_returns = S[1] != 0
     STORE_st__nv = S[2] != 0
     STORE_st__A = S[3] != 0
-    for r in range(lo, hi):
+    for _r in range(hi - lo):
+        r = hi - 1 - _r
         r1 = r // R2
         r2 = r - r1 * R2
         nv = 0.0
@@ -43,13 +45,13 @@ def _rows(lo, hi, R2, T, K, S, token_level_rewards__a, values__a, response_mask_
             nv = response_mask*values + (1.0 - response_mask) * nv
             A = response_mask*(token_level_rewards - values + gamma*(0.0 if is_last != 0 else nv__next)) + (1.0 - response_mask + gamma*lambda_*response_mask) * A
             if STORE_advantages:
-                advantages__a[r1, r2, t] = A
+                _nk.put(advantages__a, r1, r2, t, A)
             if STORE_returns:
-                returns__a[r1, r2, t] = A + values
+                _nk.put(returns__a, r1, r2, t, A + values)
             if STORE_st__nv:
-                st__nv__a[r1, r2, t] = nv
+                _nk.put(st__nv__a, r1, r2, t, nv)
             if STORE_st__A:
-                st__A__a[r1, r2, t] = A
+                _nk.put(st__A__a, r1, r2, t, A)
 
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
@@ -61,6 +63,10 @@ def _tmajor(lo, hi, R2, T, K, TB, S, token_level_rewards__a, values__a, response
     STORE_returns = S[1] != 0
     STORE_st__nv = S[2] != 0
     STORE_st__A = S[3] != 0
+    _ts_advantages = 1 if STORE_advantages else 0
+    _ts_returns = 1 if STORE_returns else 0
+    _ts_st__nv = 1 if STORE_st__nv else 0
+    _ts_st__A = 1 if STORE_st__A else 0
     n_tiles = (R2 + TB - 1) // TB
     nv__c = np.empty(TB)
     A__c = np.empty(TB)
@@ -89,10 +95,10 @@ def _tmajor(lo, hi, R2, T, K, TB, S, token_level_rewards__a, values__a, response
                 values = float(_nk.at(values__a, r1, t, r2))
                 nv = response_mask*values + (1.0 - response_mask) * nv
                 A = response_mask*(token_level_rewards - values + gamma*(0.0 if is_last != 0 else nv__next)) + (1.0 - response_mask + gamma*lambda_*response_mask) * A
-                advantages__a[r1, t, r2] = A
-                returns__a[r1, t, r2] = A + values
-                st__nv__a[r1, t, r2] = nv
-                st__A__a[r1, t, r2] = A
+                _nk.put(advantages__a, r1, t * _ts_advantages, r2, A)
+                _nk.put(returns__a, r1, t * _ts_returns, r2, A + values)
+                _nk.put(st__nv__a, r1, t * _ts_st__nv, r2, nv)
+                _nk.put(st__A__a, r1, t * _ts_st__A, r2, A)
 
                 nv__c[_j] = nv
                 A__c[_j] = A

@@ -20,13 +20,15 @@ FLAGS = ('HAS_truncateds', 'STORE_targets', 'STORE_advantages', 'STORE_st__A')
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _rows(lo, hi, R2, T, K, S, action_probs_target__a, action_probs_behavior__a, q_values__a, next_q_values_all__a, actions__a, rewards__a, terminateds__a, truncateds__a, next_action_probs_target__a, gamma__a, lambda___a, c_bar__a, rho_bar__a, targets__a, advantages__a, st__A__a):
-    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
-    # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
+    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn, in the
+    # scan's direction (a reverse scan from the last row down), so that the whole call reads
+    # memory as one stream; every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
     HAS_truncateds = S[0] != 0
     STORE_targets = S[1] != 0
     STORE_advantages = S[2] != 0
     STORE_st__A = S[3] != 0
-    for r in range(lo, hi):
+    for _r in range(hi - lo):
+        r = hi - 1 - _r
         r1 = r // R2
         r2 = r - r1 * R2
         A = 0.0
@@ -60,11 +62,11 @@ def _rows(lo, hi, R2, T, K, S, action_probs_target__a, action_probs_behavior__a,
             _c2 = _nk.maximum(terminateds, truncateds)
             A = _c1 + _c0*_sum0 + (gamma*(1.0 - _c2)*(0.0 if is_last != 0 else lambda___next*_nk.minimum(c_bar__next, _gather0/action_probs_behavior__next))) * A
             if STORE_targets:
-                targets__a[r1, r2, t] = A + q_values
+                _nk.put(targets__a, r1, r2, t, A + q_values)
             if STORE_advantages:
-                advantages__a[r1, r2, t] = (_c1 + _c0*(_sum0 if (1.0 if is_last != 0 else _c2) != 0 else (0.0 if is_last != 0 else A__next) + (0.0 if is_last != 0 else q_values__next)))*_nk.minimum(rho_bar, _gather1/action_probs_behavior)
+                _nk.put(advantages__a, r1, r2, t, (_c1 + _c0*(_sum0 if (1.0 if is_last != 0 else _c2) != 0 else (0.0 if is_last != 0 else A__next) + (0.0 if is_last != 0 else q_values__next)))*_nk.minimum(rho_bar, _gather1/action_probs_behavior))
             if STORE_st__A:
-                st__A__a[r1, r2, t] = A
+                _nk.put(st__A__a, r1, r2, t, A)
 
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
@@ -76,6 +78,9 @@ def _tmajor(lo, hi, R2, T, K, TB, S, action_probs_target__a, action_probs_behavi
     STORE_targets = S[1] != 0
     STORE_advantages = S[2] != 0
     STORE_st__A = S[3] != 0
+    _ts_targets = 1 if STORE_targets else 0
+    _ts_advantages = 1 if STORE_advantages else 0
+    _ts_st__A = 1 if STORE_st__A else 0
     n_tiles = (R2 + TB - 1) // TB
     A__c = np.empty(TB)
     for tile in range(lo, hi):
@@ -118,8 +123,8 @@ def _tmajor(lo, hi, R2, T, K, TB, S, action_probs_target__a, action_probs_behavi
                 _c1 = rewards - q_values
                 _c2 = _nk.maximum(terminateds, truncateds)
                 A = _c1 + _c0*_sum0 + (gamma*(1.0 - _c2)*(0.0 if is_last != 0 else lambda___next*_nk.minimum(c_bar__next, _gather0/action_probs_behavior__next))) * A
-                targets__a[r1, t, r2] = A + q_values
-                advantages__a[r1, t, r2] = (_c1 + _c0*(_sum0 if (1.0 if is_last != 0 else _c2) != 0 else (0.0 if is_last != 0 else A__next) + (0.0 if is_last != 0 else q_values__next)))*_nk.minimum(rho_bar, _gather1/action_probs_behavior)
-                st__A__a[r1, t, r2] = A
+                _nk.put(targets__a, r1, t * _ts_targets, r2, A + q_values)
+                _nk.put(advantages__a, r1, t * _ts_advantages, r2, (_c1 + _c0*(_sum0 if (1.0 if is_last != 0 else _c2) != 0 else (0.0 if is_last != 0 else A__next) + (0.0 if is_last != 0 else q_values__next)))*_nk.minimum(rho_bar, _gather1/action_probs_behavior))
+                _nk.put(st__A__a, r1, t * _ts_st__A, r2, A)
 
                 A__c[_j] = A

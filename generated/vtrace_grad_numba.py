@@ -20,8 +20,9 @@ FLAGS = ('HAS_truncateds', 'HAS_bootstrap_values', 'HAS_last_value', 'HAS_gy__ta
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _rows(lo, hi, R2, T, K, S, log_pi_target__a, log_pi_behavior__a, values__a, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, st__A__a, gy__targets__a, gy__pg_advantages__a, gamma__a, rho_bar__a, c_bar__a, lambda___a, pg_rho_bar__a, d__log_pi_target__a, d__log_pi_behavior__a, d__values__a, d__rewards__a, d__bootstrap_values__a, d__last_value__a, d__gamma__a, d__rho_bar__a, d__c_bar__a, d__lambda___a, d__pg_rho_bar__a):
-    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
-    # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
+    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn, in the
+    # scan's direction (a reverse scan from the last row down), so that the whole call reads
+    # memory as one stream; every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
     HAS_truncateds = S[0] != 0
     HAS_bootstrap_values = S[1] != 0
     HAS_last_value = S[2] != 0
@@ -38,7 +39,8 @@ def _rows(lo, hi, R2, T, K, S, log_pi_target__a, log_pi_behavior__a, values__a, 
     STORE_d__c_bar = S[13] != 0
     STORE_d__lambda_ = S[14] != 0
     STORE_d__pg_rho_bar = S[15] != 0
-    for r in range(lo, hi):
+    for _r in range(hi - lo):
+        r = lo + _r
         r1 = r // R2
         r2 = r - r1 * R2
         last_value = float(_nk.at(last_value__a, r1, r2, 0))
@@ -115,27 +117,27 @@ def _rows(lo, hi, R2, T, K, S, log_pi_target__a, log_pi_behavior__a, values__a, 
             _c33 = _c14*_c27
             _c35 = _c23*_c24*g__A*(c_bar if _c22 != 0 else _c6)
             if STORE_d__log_pi_target:
-                d__log_pi_target__a[r1, r2, t] = _c26
+                _nk.put(d__log_pi_target__a, r1, r2, t, _c26)
             if STORE_d__log_pi_behavior:
-                d__log_pi_behavior__a[r1, r2, t] = -_c26
+                _nk.put(d__log_pi_behavior__a, r1, r2, t, -_c26)
             if STORE_d__values:
-                d__values__a[r1, r2, t] = gy__targets - _c27 - _c28 + (0.0 if is_first != 0 else _c5*(_c2 + _c1*(1.0 - lambda___prev))) + (0.0 if is_first != 0 else _c1*_c4*g__A__prev*(rho_bar__prev if (rho_bar__prev <= _c3) else _c3))
+                _nk.put(d__values__a, r1, r2, t, gy__targets - _c27 - _c28 + (0.0 if is_first != 0 else _c5*(_c2 + _c1*(1.0 - lambda___prev))) + (0.0 if is_first != 0 else _c1*_c4*g__A__prev*(rho_bar__prev if (rho_bar__prev <= _c3) else _c3)))
             if STORE_d__rewards:
-                d__rewards__a[r1, r2, t] = _c27 + _c28
+                _nk.put(d__rewards__a, r1, r2, t, _c27 + _c28)
             if STORE_d__bootstrap_values:
-                d__bootstrap_values__a[r1, r2, t] = _c31*_c33 + _c32*(_c19*_c31 + _c31*lambda_)
+                _nk.put(d__bootstrap_values__a, r1, r2, t, _c31*_c33 + _c32*(_c19*_c31 + _c31*lambda_))
             if STORE_d__last_value:
-                d__last_value__a[r1, r2, t] = _c32*(_c19*_c34 + _c34*lambda_) + _c33*_c34
+                _nk.put(d__last_value__a, r1, r2, t, _c32*(_c19*_c34 + _c34*lambda_) + _c33*_c34)
             if STORE_d__gamma:
-                d__gamma__a[r1, r2, t] = _c35*lambda_ + _c12*_c13*_c27 + _c13*_c20*_c28
+                _nk.put(d__gamma__a, r1, r2, t, _c35*lambda_ + _c12*_c13*_c27 + _c13*_c20*_c28)
             if STORE_d__rho_bar:
-                d__rho_bar__a[r1, r2, t] = _c16*(1.0 if _c7 != 0 else 0.0)
+                _nk.put(d__rho_bar__a, r1, r2, t, _c16*(1.0 if _c7 != 0 else 0.0))
             if STORE_d__c_bar:
-                d__c_bar__a[r1, r2, t] = _c25*(1.0 if _c22 != 0 else 0.0)
+                _nk.put(d__c_bar__a, r1, r2, t, _c25*(1.0 if _c22 != 0 else 0.0))
             if STORE_d__lambda_:
-                d__lambda___a[r1, r2, t] = _c32*(_c18 - _c12) + _c35*gamma
+                _nk.put(d__lambda___a, r1, r2, t, _c32*(_c18 - _c12) + _c35*gamma)
             if STORE_d__pg_rho_bar:
-                d__pg_rho_bar__a[r1, r2, t] = _c21*(1.0 if _c17 != 0 else 0.0)
+                _nk.put(d__pg_rho_bar__a, r1, r2, t, _c21*(1.0 if _c17 != 0 else 0.0))
 
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
@@ -159,6 +161,17 @@ def _tmajor(lo, hi, R2, T, K, TB, S, log_pi_target__a, log_pi_behavior__a, value
     STORE_d__c_bar = S[13] != 0
     STORE_d__lambda_ = S[14] != 0
     STORE_d__pg_rho_bar = S[15] != 0
+    _ts_d__log_pi_target = 1 if STORE_d__log_pi_target else 0
+    _ts_d__log_pi_behavior = 1 if STORE_d__log_pi_behavior else 0
+    _ts_d__values = 1 if STORE_d__values else 0
+    _ts_d__rewards = 1 if STORE_d__rewards else 0
+    _ts_d__bootstrap_values = 1 if STORE_d__bootstrap_values else 0
+    _ts_d__last_value = 1 if STORE_d__last_value else 0
+    _ts_d__gamma = 1 if STORE_d__gamma else 0
+    _ts_d__rho_bar = 1 if STORE_d__rho_bar else 0
+    _ts_d__c_bar = 1 if STORE_d__c_bar else 0
+    _ts_d__lambda_ = 1 if STORE_d__lambda_ else 0
+    _ts_d__pg_rho_bar = 1 if STORE_d__pg_rho_bar else 0
     n_tiles = (R2 + TB - 1) // TB
     g__A__c = np.empty(TB)
     for tile in range(lo, hi):
@@ -245,16 +258,16 @@ def _tmajor(lo, hi, R2, T, K, TB, S, log_pi_target__a, log_pi_behavior__a, value
                 _c27 = g__A*(rho_bar if _c7 != 0 else _c6)
                 _c33 = _c14*_c27
                 _c35 = _c23*_c24*g__A*(c_bar if _c22 != 0 else _c6)
-                d__log_pi_target__a[r1, t, r2] = _c26
-                d__log_pi_behavior__a[r1, t, r2] = -_c26
-                d__values__a[r1, t, r2] = gy__targets - _c27 - _c28 + (0.0 if is_first != 0 else _c5*(_c2 + _c1*(1.0 - lambda___prev))) + (0.0 if is_first != 0 else _c1*_c4*g__A__prev*(rho_bar__prev if (rho_bar__prev <= _c3) else _c3))
-                d__rewards__a[r1, t, r2] = _c27 + _c28
-                d__bootstrap_values__a[r1, t, r2] = _c31*_c33 + _c32*(_c19*_c31 + _c31*lambda_)
-                d__last_value__a[r1, t, r2] = _c32*(_c19*_c34 + _c34*lambda_) + _c33*_c34
-                d__gamma__a[r1, t, r2] = _c35*lambda_ + _c12*_c13*_c27 + _c13*_c20*_c28
-                d__rho_bar__a[r1, t, r2] = _c16*(1.0 if _c7 != 0 else 0.0)
-                d__c_bar__a[r1, t, r2] = _c25*(1.0 if _c22 != 0 else 0.0)
-                d__lambda___a[r1, t, r2] = _c32*(_c18 - _c12) + _c35*gamma
-                d__pg_rho_bar__a[r1, t, r2] = _c21*(1.0 if _c17 != 0 else 0.0)
+                _nk.put(d__log_pi_target__a, r1, t * _ts_d__log_pi_target, r2, _c26)
+                _nk.put(d__log_pi_behavior__a, r1, t * _ts_d__log_pi_behavior, r2, -_c26)
+                _nk.put(d__values__a, r1, t * _ts_d__values, r2, gy__targets - _c27 - _c28 + (0.0 if is_first != 0 else _c5*(_c2 + _c1*(1.0 - lambda___prev))) + (0.0 if is_first != 0 else _c1*_c4*g__A__prev*(rho_bar__prev if (rho_bar__prev <= _c3) else _c3)))
+                _nk.put(d__rewards__a, r1, t * _ts_d__rewards, r2, _c27 + _c28)
+                _nk.put(d__bootstrap_values__a, r1, t * _ts_d__bootstrap_values, r2, _c31*_c33 + _c32*(_c19*_c31 + _c31*lambda_))
+                _nk.put(d__last_value__a, r1, t * _ts_d__last_value, r2, _c32*(_c19*_c34 + _c34*lambda_) + _c33*_c34)
+                _nk.put(d__gamma__a, r1, t * _ts_d__gamma, r2, _c35*lambda_ + _c12*_c13*_c27 + _c13*_c20*_c28)
+                _nk.put(d__rho_bar__a, r1, t * _ts_d__rho_bar, r2, _c16*(1.0 if _c7 != 0 else 0.0))
+                _nk.put(d__c_bar__a, r1, t * _ts_d__c_bar, r2, _c25*(1.0 if _c22 != 0 else 0.0))
+                _nk.put(d__lambda___a, r1, t * _ts_d__lambda_, r2, _c32*(_c18 - _c12) + _c35*gamma)
+                _nk.put(d__pg_rho_bar__a, r1, t * _ts_d__pg_rho_bar, r2, _c21*(1.0 if _c17 != 0 else 0.0))
 
                 g__A__c[_j] = g__A

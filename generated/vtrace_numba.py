@@ -20,15 +20,17 @@ FLAGS = ('HAS_truncateds', 'HAS_bootstrap_values', 'HAS_last_value', 'STORE_targ
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
 def _rows(lo, hi, R2, T, K, S, log_pi_target__a, log_pi_behavior__a, values__a, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, gamma__a, rho_bar__a, c_bar__a, lambda___a, pg_rho_bar__a, targets__a, pg_advantages__a, st__A__a):
-    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn;
-    # every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
+    # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn, in the
+    # scan's direction (a reverse scan from the last row down), so that the whole call reads
+    # memory as one stream; every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
     HAS_truncateds = S[0] != 0
     HAS_bootstrap_values = S[1] != 0
     HAS_last_value = S[2] != 0
     STORE_targets = S[3] != 0
     STORE_pg_advantages = S[4] != 0
     STORE_st__A = S[5] != 0
-    for r in range(lo, hi):
+    for _r in range(hi - lo):
+        r = hi - 1 - _r
         r1 = r // R2
         r2 = r - r1 * R2
         last_value = float(_nk.at(last_value__a, r1, r2, 0))
@@ -61,11 +63,11 @@ def _rows(lo, hi, R2, T, K, S, log_pi_target__a, log_pi_behavior__a, values__a, 
             _c7 = np.exp(log_pi_target - log_pi_behavior)
             A = (_c6 + _c4*_c5)*_nk.minimum(_c7, rho_bar) + (gamma*lambda_*(1.0 - _c0)*_nk.minimum(_c7, c_bar)) * A
             if STORE_targets:
-                targets__a[r1, r2, t] = A + values
+                _nk.put(targets__a, r1, r2, t, A + values)
             if STORE_pg_advantages:
-                pg_advantages__a[r1, r2, t] = (_c6 + _c5*(_c4*(1.0 - lambda_) + lambda_*(_c2 if _c1 != 0 else _c3 + (0.0 if is_last != 0 else A__next))))*_nk.minimum(_c7, pg_rho_bar)
+                _nk.put(pg_advantages__a, r1, r2, t, (_c6 + _c5*(_c4*(1.0 - lambda_) + lambda_*(_c2 if _c1 != 0 else _c3 + (0.0 if is_last != 0 else A__next))))*_nk.minimum(_c7, pg_rho_bar))
             if STORE_st__A:
-                st__A__a[r1, r2, t] = A
+                _nk.put(st__A__a, r1, r2, t, A)
 
 
 @_nb.njit(cache=True, nogil=True, fastmath=_nk.CONTRACT)
@@ -79,6 +81,9 @@ def _tmajor(lo, hi, R2, T, K, TB, S, log_pi_target__a, log_pi_behavior__a, value
     STORE_targets = S[3] != 0
     STORE_pg_advantages = S[4] != 0
     STORE_st__A = S[5] != 0
+    _ts_targets = 1 if STORE_targets else 0
+    _ts_pg_advantages = 1 if STORE_pg_advantages else 0
+    _ts_st__A = 1 if STORE_st__A else 0
     n_tiles = (R2 + TB - 1) // TB
     A__c = np.empty(TB)
     for tile in range(lo, hi):
@@ -121,8 +126,8 @@ def _tmajor(lo, hi, R2, T, K, TB, S, log_pi_target__a, log_pi_behavior__a, value
                 _c6 = rewards - values
                 _c7 = np.exp(log_pi_target - log_pi_behavior)
                 A = (_c6 + _c4*_c5)*_nk.minimum(_c7, rho_bar) + (gamma*lambda_*(1.0 - _c0)*_nk.minimum(_c7, c_bar)) * A
-                targets__a[r1, t, r2] = A + values
-                pg_advantages__a[r1, t, r2] = (_c6 + _c5*(_c4*(1.0 - lambda_) + lambda_*(_c2 if _c1 != 0 else _c3 + (0.0 if is_last != 0 else A__next))))*_nk.minimum(_c7, pg_rho_bar)
-                st__A__a[r1, t, r2] = A
+                _nk.put(targets__a, r1, t * _ts_targets, r2, A + values)
+                _nk.put(pg_advantages__a, r1, t * _ts_pg_advantages, r2, (_c6 + _c5*(_c4*(1.0 - lambda_) + lambda_*(_c2 if _c1 != 0 else _c3 + (0.0 if is_last != 0 else A__next))))*_nk.minimum(_c7, pg_rho_bar))
+                _nk.put(st__A__a, r1, t * _ts_st__A, r2, A)
 
                 A__c[_j] = A

@@ -69,7 +69,7 @@ def test_a_call_split_over_threads_equals_one_thread(layout, monkeypatch):
         inputs = {k: v.t().contiguous() if torch.is_tensor(v) and v.dim() == 2 else v
                   for k, v in inputs.items()}
     monkeypatch.setattr(numbapath, "MIN_PARALLEL_STEPS", 1)
-    monkeypatch.setattr(numbapath, "TILE_ROWS", 4)  # 10 tiles of rows, split over threads
+    monkeypatch.setattr(numbapath, "MAX_TILE_ROWS", 4)  # 10 tiles of rows over 3 threads
     runtime.PLANS.clear()
     threads = torch.get_num_threads()
     try:

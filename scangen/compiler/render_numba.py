@@ -58,14 +58,17 @@ def numba_context(plan: Plan) -> NS:
               array_names=tuple(a.name for a in arrays),
               array_roles=tuple(a.role for a in arrays), flags=tuple(flags), consts=consts,
               inits=inits, states=[s.name for s in ir.scans], rows=rows, tmajor=tmajor,
-              time=("T - 1 - _i" if ir.reverse else "_i"))
+              time=("T - 1 - _i" if ir.reverse else "_i"),
+              time_scales=[f"_ts_{o.name} = 1 if STORE_{o.name} else 0" for o in ir.outputs],
+              row=("hi - 1 - _r" if ir.reverse else "lo + _r"))
 
 
 def _step(plan: Plan, table: dict, cse: tuple, order: str, guarded: bool) -> NS:
     """The lines of one step at ``t`` of one row, indexing the views in ``order``. ``guarded``:
     each store runs only where its output was asked for (``STORE_<output>``); unguarded
     stores let the time-major loop over rows vectorise, and the outputs nobody asked for go
-    to a small scratch view (scangen.runtime.numba)."""
+    to a small contiguous scratch view [R1, 1, R2] (scangen.runtime.numba), at time index
+    ``t * _ts_<output>`` (0 there; a strided view would make the stores scatters)."""
     ir, spec = plan.ir, plan.ir.name
     kinds = {i.name: i for i in ir.inputs}
     params = {p.name for p in ir.params}
@@ -109,7 +112,8 @@ def _step(plan: Plan, table: dict, cse: tuple, order: str, guarded: bool) -> NS:
     saved = [f"{s.name}__{'next' if ir.reverse else 'prev'} = {s.name}"
              for s in plan.scans if s.shifted]
     outputs = [NS(name=o, code=print_expr(NumbaPrinter, e, table, spec),
-                  at=order.format(t="t"), guard=store_flag(o) if guarded else "")
+                  at=order.format(t="t" if guarded else f"t * _ts_{o}"),
+                  guard=store_flag(o) if guarded else "")
                for o, e in out_exprs]
     return NS(row_loads=row_loads, saved=saved, times=times, loads=loads, sums=sums,
               scans=scans, out_assigns=out_assigns, outputs=outputs)

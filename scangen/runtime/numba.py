@@ -25,8 +25,10 @@ import torch
 from .. import abi
 
 _HALF = (torch.float16, torch.bfloat16)
-# Time-major tiles: rows swept innermost per step. 256 float64 carries per scan fit in L1.
-TILE_ROWS = 256
+# Time-major tiles: the rows a thread sweeps innermost per step, at most this many (8192
+# float64 carries per scan stay in L2). A step then reads long runs of each array: tiles of
+# 256 rows read 1024 x 1024 GAE 1.4x slower than one tile of 1024.
+MAX_TILE_ROWS = 8192
 # Below this many steps in all, splitting a call over threads costs more than it saves.
 MIN_PARALLEL_STEPS = 32768
 
@@ -101,13 +103,10 @@ class _Plan:
                 self.sources.append(("float", name, None, None))
             elif name in c.out_strides:
                 self.sources.append(("out", name, *_layout(c, c.out_strides[name], "NT", tm)))
-            elif tm:  # not asked for: stored, as every output, into a scratch view whose
-                # time axis has stride 0 (one row of R2 values per R1 index: no two threads
-                # write one element)
-                sink = np.empty(c.R1 * c.R2, dummy.dtype)
-                self.sources.append(("const", np.lib.stride_tricks.as_strided(
-                    sink, (c.R1, c.T, c.R2), (c.R2 * sink.itemsize, 0, sink.itemsize)),
-                    None, None))
+            elif tm:  # not asked for: stored, as every output, into a contiguous scratch
+                # [R1, 1, R2] at time index 0 (no two threads write one element)
+                self.sources.append(("const", np.empty((c.R1, 1, c.R2), dummy.dtype),
+                                     None, None))
             else:  # not asked for: never stored
                 self.sources.append(("const", dummy, None, None))
         words = []
@@ -115,16 +114,27 @@ class _Plan:
             kind, _, name = flag.partition("_")
             words.append(int(name in (c.tensors if kind == "HAS" else c.outs)))
         S = np.array(words, dtype=np.int64)
-        if tm:
-            self.kernel = module._tmajor
-            self.items = c.R1 * -(-c.R2 // TILE_ROWS)
-            self.head = (c.R2, c.T, c.K, TILE_ROWS, S)
-        else:
-            self.kernel = module._rows
-            self.items = c.R1 * c.R2
-            self.head = (c.R2, c.T, c.K, S)
+        self.time_major, self.R1, self.R2 = tm, c.R1, c.R2
+        self.kernel = module._tmajor if tm else module._rows
+        self.S, self.sizes = S, (c.R2, c.T, c.K)
         self.half_outs = c.out_dtype in _HALF
         self.steps = c.R1 * c.R2 * c.T
+        self.splits = {}
+
+    def split(self, threads: int) -> tuple[int, int, tuple]:
+        """(threads to use, work items, the kernel's leading arguments) for ``threads``
+        threads: rows, or time-major tiles of rows sized so that each thread gets one."""
+        if threads not in self.splits:
+            if self.steps < MIN_PARALLEL_STEPS:
+                threads = 1
+            if self.time_major:
+                per_r1 = -(-threads // self.R1)  # tiles per R1 index
+                tile = min(MAX_TILE_ROWS, -(-self.R2 // per_r1))
+                items, head = self.R1 * -(-self.R2 // tile), (*self.sizes, tile, self.S)
+            else:
+                items, head = self.R1 * self.R2, (*self.sizes, self.S)
+            self.splits[threads] = (min(threads, items), items, head)
+        return self.splits[threads]
 
     def arrays(self, c):
         out, widened = [], []
@@ -153,15 +163,15 @@ def run(c) -> None:
     if plan is None:
         plan = c.lp.numba = _Plan(c, kernels_of(c.op))
     arrays, widened = plan.arrays(c)
-    threads = min(torch.get_num_threads(), plan.items)
-    if threads <= 1 or plan.steps < MIN_PARALLEL_STEPS:
-        plan.kernel(0, plan.items, *plan.head, *arrays)
+    threads, items, head = plan.split(torch.get_num_threads())
+    if threads <= 1:
+        plan.kernel(0, items, *head, *arrays)
     else:
-        bounds = [plan.items * k // threads for k in range(threads + 1)]
+        bounds = [items * k // threads for k in range(threads + 1)]
         pool = _pool()
-        futures = [pool.submit(plan.kernel, lo, hi, *plan.head, *arrays)
+        futures = [pool.submit(plan.kernel, lo, hi, *head, *arrays)
                    for lo, hi in zip(bounds[1:-1], bounds[2:])]
-        plan.kernel(bounds[0], bounds[1], *plan.head, *arrays)
+        plan.kernel(bounds[0], bounds[1], *head, *arrays)
         for f in futures:
             f.result()
     for o, wide in widened:

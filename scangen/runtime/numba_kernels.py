@@ -59,9 +59,24 @@ def _atk(x, i, j, k, m):
     return lambda x, i, j, k, m: x
 
 
+def put(x, i, j, k, v):
+    """``x[i, j, k] = v``, through unsigned indices as :func:`at`: with a signed index numba
+    wraps negative ones around, and the loop over time-major rows then vectorises into masked
+    gathers and scatters (1024 x 1024 discounted returns: 2.3 against 0.5 ms)."""
+    x[i, j, k] = v
+
+
+@overload(put, inline="always")
+def _put(x, i, j, k, v):
+    def impl(x, i, j, k, v):
+        x[np.uintp(i), np.uintp(j), np.uintp(k)] = v
+    return impl
+
+
 @_jit
 def gather(src, i, j, k, K, index):
     """``src[i, j, k, index]``, NaN for an index outside ``[0, K)`` (docs/spec-guide.md)."""
     if index < 0 or index >= K:
         return math.nan
     return float(atk(src, i, j, k, index))
+
