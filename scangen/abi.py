@@ -110,14 +110,20 @@ class ParamInfo(NamedTuple):
 
 
 class Kernels(NamedTuple):
-    """The Triton side of a generated module: one kernel per family (``persist`` is None where
-    the module was rendered without it) and what their launch needs to know."""
-    stream: Callable
-    persist: Callable | None
-    lookback: Callable
+    """What a launch of the op's Triton kernels needs to know of them. The kernels themselves
+    live in the companion ``<module>_triton`` (:func:`triton_kernels`), so that a process that
+    never launches one never imports Triton."""
     lb_words: int    # words of the look-back workspace per (row, chunk): 3 a scan, 7 a pair
     k_dense: bool    # the kernels take the K_DENSE constexpr (specs that sum over K)
     shift_g: bool    # the kernels take the SHIFT_G constexpr
+
+
+class TritonKernels(NamedTuple):
+    """The ``KERNELS`` of a ``<module>_triton`` companion: one ``@triton.jit`` kernel per family
+    (``persist`` is None where the module was rendered without it)."""
+    stream: Callable
+    persist: Callable | None
+    lookback: Callable
 
 
 class OpInfo(NamedTuple):
@@ -130,8 +136,8 @@ class OpInfo(NamedTuple):
     outputs: tuple[str, ...]
     returns: tuple[str, ...]
     exclusive: tuple[tuple[str, ...], ...]
-    module: str              # the generated module's __name__: its backward and numba kernels
-    kernels: Kernels | None  # live beside it, as <module>_grad and <module>_numba
+    module: str              # the generated module's __name__: its backward, Triton and numba
+    kernels: Kernels | None  # kernels live beside it, as <module>_grad, _triton and _numba
     torch_impl: Callable
 
 
@@ -199,8 +205,9 @@ def op_kernel_args(op: OpInfo, *, workspace: bool) -> tuple[Arg, ...]:
 
 # ------------------------------------------------------------------------ generated modules
 
-GRAD_SUFFIX = "_grad"     # <module>_grad: the backward op (where the adjoint was generated)
-NUMBA_SUFFIX = "_numba"   # <module>_numba: the CPU kernels
+GRAD_SUFFIX = "_grad"       # <module>_grad: the backward op (where the adjoint was generated)
+TRITON_SUFFIX = "_triton"   # <module>_triton: the Triton kernels (KERNELS, a TritonKernels)
+NUMBA_SUFFIX = "_numba"     # <module>_numba: the CPU kernels
 
 
 def load_module(name: str, path: Path):
@@ -217,8 +224,9 @@ def load_module(name: str, path: Path):
 
 
 def companion(op: OpInfo, suffix: str):
-    """``op``'s companion module (:data:`GRAD_SUFFIX`, :data:`NUMBA_SUFFIX`), loaded from the file
-    beside its module's on first use; None where there is no such file."""
+    """``op``'s companion module (:data:`GRAD_SUFFIX`, :data:`TRITON_SUFFIX`,
+    :data:`NUMBA_SUFFIX`), loaded from the file beside its module's on first use; None where
+    there is no such file."""
     name = op.module + suffix
     module = sys.modules.get(name)
     if module is not None:
@@ -235,3 +243,14 @@ def companion(op: OpInfo, suffix: str):
 
 
 _LOAD_LOCK = threading.RLock()
+
+
+def triton_kernels(op: OpInfo) -> TritonKernels:
+    """``op``'s Triton kernels: the ``KERNELS`` of its ``<module>_triton`` companion, which (and
+    with it Triton) is imported on the first call of this, the first Triton launch."""
+    module = companion(op, TRITON_SUFFIX)
+    if module is None:
+        raise RuntimeError(f"{op.function}(): no Triton kernels beside {op.module} "
+                           f"({op.module.rpartition('.')[2]}{TRITON_SUFFIX}.py); regenerate "
+                           f"it (`scangen build`)")
+    return module.KERNELS

@@ -100,10 +100,10 @@ def _entries(cache: Path):
 def _check_entry(entry: Path, name: str):
     """One committed entry: the module and a meta.json naming its key and versions."""
     files = {p.name for p in entry.iterdir()} - {"__pycache__"}
-    # the op, its generated backward, their CPU kernels, the commit marker; no half-written
-    # .tmp files left
-    assert files == {f"{name}.py", f"{name}_grad.py", f"{name}_numba.py",
-                     f"{name}_grad_numba.py", "meta.json"}, files
+    # the op, its generated backward, their Triton and CPU kernels, the commit marker; no
+    # half-written .tmp files left
+    assert files == {f"{name}.py", f"{name}_grad.py", f"{name}_triton.py", f"{name}_numba.py",
+                     f"{name}_grad_triton.py", f"{name}_grad_numba.py", "meta.json"}, files
     meta = json.loads((entry / "meta.json").read_text())
     assert entry.name == f"{name}-{meta['key'][:24]}"
     assert meta["spec"] == name and meta["function"] == name
@@ -183,8 +183,8 @@ def test_killed_build_leaves_nothing_that_loads(tmp_path, when):
     assert not (entry / "meta.json").exists()
     files = {p.name for p in entry.iterdir()}
     if when == "before-meta":
-        assert files == {f"{name}.py", f"{name}_grad.py", f"{name}_numba.py",
-                         f"{name}_grad_numba.py"}
+        assert files == {f"{name}.py", f"{name}_grad.py", f"{name}_triton.py",
+                         f"{name}_numba.py", f"{name}_grad_triton.py", f"{name}_grad_numba.py"}
         # Damage the uncommitted module too: an uncommitted entry is never trusted.
         (entry / f"{name}.py").write_text("raise RuntimeError('half-built module loaded')\n")
     else:
@@ -214,7 +214,8 @@ def test_cache_key_covers_templates_and_versions(tmp_path, monkeypatch):
     changes = [  # (meta.json field, object, attribute, new value, value recorded in meta.json)
         ("templates", store, "templates_hash", lambda: "0" * 64, "0" * 64),
         ("scangen", store, "__version__", "999.0.0", "999.0.0"),
-        ("triton", triton, "__version__", "0.0.1-test", "0.0.1-test"),
+        # read from Triton's __init__.py without importing it (store.triton_version)
+        ("triton", store, "triton_version", lambda: "0.0.1-test", "0.0.1-test"),
         ("torch", torch, "__version__", "0.0.2-test", "0.0.2-test"),
         ("options", None, None, Options(input_shift="gather"),
          {**Options().as_dict(), "input_shift": "gather"}),

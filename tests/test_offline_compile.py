@@ -18,8 +18,10 @@ import pytest
 import scangen.generated
 
 ROOT = Path(__file__).resolve().parent.parent
+# the op modules (compile_offline takes their kernels from the _triton companions); not the
+# CPU kernels
 MODULES = sorted(m.name for m in pkgutil.iter_modules(scangen.generated.__path__)
-                 if not m.name.endswith("_numba"))  # the CPU kernels: not Triton
+                 if not m.name.endswith(("_numba", "_triton")))
 CASES = {  # name: (family, block_n, block_t, num_warps, fp64 and absent inputs and any strides,
     #               look-back variant: "" tickets from the counter, "pid" LB_PID)
     "stream-short": ("stream", 64, 32, 4, False, ""),

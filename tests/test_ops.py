@@ -14,7 +14,7 @@ import scangen
 from conftest import BACKENDS, DEVICE, ON_GPU
 from scangen.testing import reference
 from scangen import runtime
-from scangen.generated.gae import _lookback as _gae_lookback
+from scangen.generated.gae_triton import _lookback as _gae_lookback
 from scangen.testing import assert_close, make_inputs
 
 ALGOS = sorted(reference.REFERENCES)
@@ -444,12 +444,12 @@ def _joint_lookback_probe(ws, vals, out, n, step, ACC: tl.constexpr, WINDOW: tl.
 
 @pytest.fixture(scope="module")
 def joint_lookback(tmp_path_factory):
-    import inspect
-
+    from scangen import abi
     from scangen.testing import compile_variant
     global _JOINT_LOOKBACK
     fn = compile_variant("masked_gae", tmp_path_factory.mktemp("joint"), chain="joint")
-    _JOINT_LOOKBACK = inspect.getmodule(fn)._lookback_joint
+    # the helper as the op's Triton kernels import it, from their companion module
+    _JOINT_LOOKBACK = abi.companion(fn.__globals__["OP"], abi.TRITON_SUFFIX)._lookback_joint
     return _joint_lookback_probe
 
 

@@ -14,9 +14,9 @@ import torch
 
 import scangen
 from conftest import DEVICE
-from scangen import runtime
+from scangen import abi, runtime
 from scangen.compiler.options import Options
-from scangen.compiler.pipeline import generate
+from scangen.compiler.pipeline import generate, generate_modules
 from scangen.runtime import config
 from scangen.testing import reference
 from scangen.compiler.store import spec_dir
@@ -33,6 +33,20 @@ def cache(tmp_path_factory):
 
 def _tuple(x):
     return x if isinstance(x, tuple) else (x,)
+
+
+def _triton_source(name, options=None) -> str:
+    """The generated Triton kernels (the ``_triton`` companion) of the built-in ``name``."""
+    return generate_modules(spec_dir() / f"{name}.yaml", options=options)[1][abi.TRITON_SUFFIX]
+
+
+def _kernels(fn):
+    """The Triton kernels of a compiled op's function (its ``_triton`` companion, loaded now)."""
+    return abi.triton_kernels(fn.__globals__["OP"])
+
+
+def _kernel_source(fn) -> str:
+    return inspect.getsource(inspect.getmodule(_kernels(fn).stream.fn))
 
 
 def _check(fn, name, rows, seed, label, *patches, family=None, chunk=16, T=50):
@@ -121,7 +135,7 @@ def test_masked_gae_chained_scans(family, group, chain, cache):
     chain="sequential": the first scan with its exclusive map, then the second. Chunks of 16
     steps, T = 50, against the float64 reference."""
     fn = compile_variant("masked_gae", cache, chain=chain)
-    source = inspect.getsource(inspect.getmodule(fn)).split("def _torch_impl")[0]  # kernels
+    source = _kernel_source(fn)
     assert ("_combine_joint" in source) == (chain == "joint")
     assert ("_combine_excl" in source) == (chain == "sequential")
     _check(fn, "masked_gae", 3, 23, f"chain={chain} {family} SHIFT_G={group}",
@@ -153,7 +167,7 @@ def test_forward_chained_scans_jointly(family, cache):
     assert [(j.first, j.second) for j in plan(ir).joints] == [("S1", "S2")]
     from scangen.compiler.store import compile_spec
     fn = compile_spec(FORWARD_CHAIN, cache, Options(chain="joint"))
-    assert "_combine_joint" in inspect.getsource(inspect.getmodule(fn))
+    assert "_combine_joint" in _kernel_source(fn)
     g = torch.Generator().manual_seed(9)
     x = {"x": torch.rand(5, 50, generator=g) * 2 - 1, "d": torch.rand(5, 50, generator=g) < 0.2}
     expected = ir_eval.evaluate(ir, x)["y"]
@@ -191,11 +205,11 @@ def test_misspelt_options_are_refused(options, message):
 def test_gather_loads_leave_out_the_persist_kernel(cache):
     """input_shift="gather" has no persist kernel; the persist family runs the stream kernel
     (checked against the reference by test_variant_matches_reference)."""
-    names = set(compile_variant("gae", cache, input_shift="gather").__globals__)
+    gathered = _kernels(compile_variant("gae", cache, input_shift="gather"))
+    names = set(inspect.getmodule(gathered.stream.fn).__dict__)
     assert any(n.endswith("_chunked_kernel") for n in names)
-    assert not any(n.endswith("_persist_kernel") for n in names)
-    assert any(n.endswith("_persist_kernel")
-               for n in compile_variant("gae", cache, input_shift="load").__globals__)
+    assert gathered.persist is None and not any(n.endswith("_persist_kernel") for n in names)
+    assert _kernels(compile_variant("gae", cache, input_shift="load")).persist is not None
 
 
 def test_shift_group_follows_the_layout():
@@ -221,11 +235,11 @@ def test_shift_group_follows_the_layout():
 
 def test_variant_source_differs():
     """The options change the generated kernels where they apply (not silently ignored)."""
-    ir, default = generate(spec_dir() / "gae.yaml")
-    _, gathered = generate(spec_dir() / "gae.yaml", options=Options(input_shift="gather"))
+    default = _triton_source("gae")
+    gathered = _triton_source("gae", Options(input_shift="gather"))
     assert "tl.gather(values, _idx_next, 1)" in gathered and "tl.gather" not in default
     assert "_shift_next(" in default and "_shift_next(" not in gathered
-    _, state = generate(spec_dir() / "vtrace.yaml", options=Options(shift="gather"))
+    state = _triton_source("vtrace", Options(shift="gather"))
     assert "tl.gather(A, _idx_next, 1)" in state
 
 
@@ -244,7 +258,7 @@ def test_scan_order(name, family, order, group, T, cache):
     of 4 and 16 are forced here, with 16-step chunks, T = 50 (a partial last chunk) and T = 64 (full
     tiles, no masks). scan_order="natural" runs the reverse associative scan."""
     fn = compile_variant(name, cache, scan_order=order)
-    source = inspect.getsource(inspect.getmodule(fn)).split("def _torch_impl")[0]  # kernels
+    source = _kernel_source(fn)
     assert ("_flip_groups" in source) == (order == "grouped")
     assert ("reverse=True" in source) == (order == "natural")
     _check(fn, name, 3, 7, f"scan_order={order} {family} SHIFT_G={group} T={T}",
@@ -255,7 +269,7 @@ def test_trailing_axis_specs_keep_the_natural_order():
     """Retrace ([N, T, K] inputs, one step a thread) runs the reverse associative scan under
     scan_order="grouped" too: grouped measured slower for it (bench/NOTES.md, seventh round).
     Its kernels run in every other test of this file and of test_ops."""
-    kernels = generate(spec_dir() / "retrace.yaml")[1].split("def _torch_impl")[0]
+    kernels = _triton_source("retrace")
     assert "_flip_groups" not in kernels and "reverse=True" in kernels
 
 
@@ -263,8 +277,7 @@ def test_trailing_axis_specs_keep_the_natural_order():
 def test_gathers_scan_in_natural_order(option):
     """The gather options index natural columns: with either, the reverse scans run in natural
     order whatever scan_order says; without them the default is grouped."""
-    _, default = generate(spec_dir() / "gae.yaml")
-    _, gathered = generate(spec_dir() / "gae.yaml", options=Options(**option))
-    default, gathered = (text.split("def _torch_impl")[0] for text in (default, gathered))
+    default = _triton_source("gae")
+    gathered = _triton_source("gae", Options(**option))
     assert "_flip_groups(" in default and "reverse=True" not in default
     assert "_flip_groups(" not in gathered and "reverse=True" in gathered

@@ -2,7 +2,9 @@
 
 Every decision is made here and handed to the templates in one context object: which loads,
 which temporaries, how each expression prints in each context, which way time runs. The
-templates only lay the pieces out.
+templates only lay the pieces out. An op renders as two modules: the op module (``module.py.j2``:
+the torch path, ``OP``, the public function; no Triton) and its Triton kernels
+(``triton_module.py.j2``), the companion ``<module>_triton`` (scangen.abi.triton_kernels).
 """
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ from .printers import TorchPrinter, TritonPrinter, print_expr
 from .templating import PACKAGE, comment, pylit, render_template
 from .tiling import plan_triton
 
-TEMPLATE = "module.py.j2"
+TEMPLATE = "module.py.j2"                # the op module: torch path, OP, public function
+TRITON_TEMPLATE = "triton_module.py.j2"  # its companion <module>_triton: the Triton kernels
 
 
 class _Symbols:
@@ -263,17 +266,20 @@ def _docstring(ir: IR) -> str:
     return "\n    ".join(line.rstrip() for line in lines)
 
 
-def render(plan: Plan, source: str, options: Options | None = None) -> str:
-    """The forward (or backward) op module of ``plan``: its Triton kernels, the vectorised torch
-    implementation, its :class:`~scangen.abi.OpInfo` and the public function."""
+def render(plan: Plan, source: str, options: Options | None = None) -> dict[str, str]:
+    """The forward (or backward) op of ``plan`` as ``{suffix: module source}``: ``""`` the op
+    module (the vectorised torch implementation, its :class:`~scangen.abi.OpInfo` and the public
+    function), :data:`~scangen.abi.TRITON_SUFFIX` its Triton kernels, a companion module so that
+    the op imports Triton only when it launches a kernel."""
     ir = plan.ir
     sy = _Symbols(ir, plan)
     title = (ir.doc.strip().splitlines() or [ir.name])[0]
-    text = render_template(TEMPLATE, version=__version__, source=comment(source),
-                           title=pylit(title), function=ir.function,
-                           k=_triton_context(plan, sy, Options.of(options)),
-                           t=_torch_context(plan, sy), api=_api_context(ir))
-    return _drop_unused_helpers(text)
+    common = dict(version=__version__, source=comment(source), title=pylit(title),
+                  function=ir.function, module=ir.name,
+                  k=_triton_context(plan, sy, Options.of(options)))
+    return {"": render_template(TEMPLATE, t=_torch_context(plan, sy), api=_api_context(ir),
+                                **common),
+            abi.TRITON_SUFFIX: _drop_unused_helpers(render_template(TRITON_TEMPLATE, **common))}
 
 
 @functools.lru_cache(maxsize=1)

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import json
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
 
 import torch
-import triton
 
 from .. import __version__, abi
 from .options import Options
@@ -118,12 +119,34 @@ def compiler_sources() -> list[Path]:
                   if not {"generated", "__pycache__"} & set(p.relative_to(PACKAGE).parts))
 
 
+@functools.lru_cache(maxsize=1)
+def triton_version() -> str:
+    """``triton.__version__``, read from the package's ``__init__.py`` without importing Triton
+    (a CPU process that compiles a spec never launches a Triton kernel); ``"none"`` where Triton
+    is not installed."""
+    try:
+        spec = importlib.util.find_spec("triton")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin:
+        return "none"
+    try:
+        text = Path(spec.origin).read_text(encoding="utf-8")
+    except OSError:
+        text = ""
+    m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+    if m:
+        return m.group(1)
+    import triton  # a version computed at import time
+    return triton.__version__
+
+
 def cache_key(ir_text: str, options: Options | None = None) -> str:
     """Everything a generated module depends on: the spec's IR, the templates, the compiler, the
     template options it was rendered with, and the versions."""
     h = hashlib.sha256()
     for part in (ir_text, templates_hash(), compiler_hash(), Options.of(options).key(),
-                 __version__, triton.__version__, torch.__version__):
+                 __version__, triton_version(), torch.__version__):
         h.update(part.encode() + b"\0")
     return h.hexdigest()
 
@@ -140,15 +163,16 @@ def compile_spec(spec_or_path, cache_dir: Path | None = None, options: Options |
     entry = Path(cache_dir or cache_root()) / f"{ir.name}-{key[:24]}"
     module_path, meta_path = entry / f"{ir.name}.py", entry / "meta.json"
     meta = {"key": key, "spec": ir.name, "function": ir.function, "scangen": __version__,
-            "triton": triton.__version__, "torch": torch.__version__,
+            "triton": triton_version(), "torch": torch.__version__,
             "templates": templates_hash(), "options": options.as_dict()}
     files = {entry / f"{ir.name}{suffix}.py": text for suffix, text in modules.items()}
     if not _committed(meta_path, key) or not all(p.is_file() for p in files):
-        for path, text in files.items():  # the numba modules are loaded when used
+        for path, text in files.items():  # the companions are loaded when used
             write_if_changed(path, text)
         write_if_changed(meta_path, json.dumps(meta, indent=1, sort_keys=True) + "\n")
     module_name = f"scangen._compiled.{ir.name}{name_suffix}_{key[:16]}"
-    # its companions (<name>_grad.py, <name>_numba.py) are found beside it (scangen.abi)
+    # its companions (<name>_triton.py, <name>_numba.py, <name>_grad*.py) are found beside it
+    # and loaded on first use (scangen.abi.companion)
     module = sys.modules.get(module_name) or abi.load_module(module_name, module_path)
     return getattr(module, ir.function)
 

@@ -1,4 +1,5 @@
-"""The hand-written Triton helpers every generated module imports (none depends on a spec).
+"""The hand-written Triton helpers every generated ``<module>_triton`` imports (none depends on a
+spec).
 
 ``combine`` and its variants compose the affine maps of a scan; ``shift_next`` / ``shift_prev``
 shift a tile by one step in registers (template option ``input_shift="split"``);

@@ -1,5 +1,9 @@
 """The Triton target: a generated op's kernels launched on a bound call.
 
+The kernels are the op's ``<module>_triton`` companion (:func:`scangen.abi.triton_kernels`),
+imported on its first launch: only this target imports Triton (a process whose calls all take
+the numba or the torch path never does).
+
 The arguments follow :func:`scangen.abi.kernel_args`, the order the compiler writes every
 kernel's signature in. What is fixed for a plan (integer arguments, constexprs, grid) is built
 on its first launch and kept in its :class:`~scangen.runtime.plans.LaunchPlan`; a call only
@@ -17,7 +21,7 @@ from .backends import interpreting
 def run(c) -> None:
     """Launch the kernel of ``c.config``'s family on the bound call ``c``."""
     op, cfg, lp = c.op, c.config, c.lp
-    ks = op.kernels
+    ks = abi.triton_kernels(op)  # the first call imports them (and Triton)
     # Unused pointer slots (absent optional inputs, float params, outputs not asked for): a
     # tensor on the plan's first launch, since Triton specialises pointer arguments on it; None
     # on the direct launches after it: a null pointer the kernel never reads, which Triton's
@@ -27,9 +31,9 @@ def run(c) -> None:
     ptrs = (*(t.get(i.name, dummy) for i in op.inputs), *param_ptrs(c, dummy),
             *(outs.get(o, dummy) for o in op.outputs))
     if lp.meta is None:
-        _first_launch(c, cfg, lp)
+        _first_launch(c, cfg, lp, ks.persist is not None)
     if cfg.family == "lookback":
-        ws = workspace.lookback_workspace(c, cfg, ks.lb_words)
+        ws = workspace.lookback_workspace(c, cfg, op.kernels.lb_words)
         launch(c, ks.lookback, lp.grid, (*ptrs, ws, *lp.ints), lp.meta, cfg)
     elif cfg.family == "persist" and ks.persist is not None:
         launch(c, ks.persist, lp.grid, (*ptrs, *lp.ints), lp.meta, cfg)
@@ -37,8 +41,9 @@ def run(c) -> None:
         launch(c, ks.stream, lp.grid, (*ptrs, *lp.ints), lp.meta, cfg)
 
 
-def _first_launch(c, cfg, lp) -> None:
-    """The plan's integer arguments, constexprs (in signature order) and grid."""
+def _first_launch(c, cfg, lp, persist: bool) -> None:
+    """The plan's integer arguments, constexprs (in signature order) and grid (``persist``: the
+    op has a persist kernel)."""
     ks = c.op.kernels
     tile = dict(EVEN=even(c, cfg), K_DENSE=ks.k_dense and k_dense(c, cfg),
                 SHIFT_G=shift_group(c, cfg) if ks.shift_g else 1,
@@ -66,7 +71,7 @@ def _first_launch(c, cfg, lp) -> None:
     tiles = -(-(c.R1 * c.R2) // cfg.block_n)  # row tiles
     if cfg.family == "lookback":  # one program per ticket (row, chunk)
         grid = (config.lookback_tickets(c, cfg),)
-    elif cfg.family == "persist" and ks.persist is not None:
+    elif cfg.family == "persist" and persist:
         grid = (min(tiles, config.persistent_programs(c)),)
     else:
         grid = (tiles,)

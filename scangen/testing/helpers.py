@@ -246,12 +246,11 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from ..abi import op_kernel_args
+    from ..abi import op_kernel_args, triton_kernels
     from ..runtime.launch import layout_steps
 
     op = module.OP
-    kernel = {"stream": op.kernels.stream, "persist": op.kernels.persist,
-              "lookback": op.kernels.lookback}[family]
+    kernel = getattr(triton_kernels(op), family)
     args = op_kernel_args(op, workspace=family == "lookback")
     assert [a.name for a in args] == [p.name for p in kernel.params], "kernel_args differs"
     inputs = {i.name: i for i in op.inputs}
