@@ -66,7 +66,7 @@ def put(x, i, j, k, v):
     x[i, j, k] = v
 
 
-@overload(put, inline="always")
+@overload(put)  # not inline="always": numba's IR inlining lost some of a step's stores
 def _put(x, i, j, k, v):
     def impl(x, i, j, k, v):
         x[np.uintp(i), np.uintp(j), np.uintp(k)] = v
