@@ -726,8 +726,79 @@ def _discounted_returns_grad_lookback_kernel(
             tl.store(_ws_clear + _w * _n_prog, -1)
 
 
+
+
+@triton.jit
+def _discounted_returns_grad_chunked_lean(
+    rewards__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr, st__G__ptr,
+    gy__returns__ptr, gamma, d__rewards__optr, d__bootstrap_values__optr, d__gamma__optr, _s1, _s2,
+    _st, R1, R2, T, K, HAS_truncateds: tl.constexpr, HAS_bootstrap_values: tl.constexpr,
+    HAS_gy__returns: tl.constexpr, STORE_d__rewards: tl.constexpr,
+    STORE_d__bootstrap_values: tl.constexpr, STORE_d__gamma: tl.constexpr, EVEN: tl.constexpr,
+    SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
+    ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _discounted_returns_grad_chunked_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _discounted_returns_grad_chunked_kernel(
+        rewards__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr, st__G__ptr,
+        gy__returns__ptr, gamma, gamma, d__rewards__optr, d__bootstrap_values__optr, d__gamma__optr,
+        _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, 0,
+        0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds,
+        HAS_bootstrap_values, HAS_gy__returns, False, STORE_d__rewards, STORE_d__bootstrap_values,
+        STORE_d__gamma, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
+@triton.jit
+def _discounted_returns_grad_persist_lean(
+    rewards__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr, st__G__ptr,
+    gy__returns__ptr, gamma, d__rewards__optr, d__bootstrap_values__optr, d__gamma__optr, _s1, _s2,
+    _st, R1, R2, T, K, HAS_truncateds: tl.constexpr, HAS_bootstrap_values: tl.constexpr,
+    HAS_gy__returns: tl.constexpr, STORE_d__rewards: tl.constexpr,
+    STORE_d__bootstrap_values: tl.constexpr, STORE_d__gamma: tl.constexpr, EVEN: tl.constexpr,
+    SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
+    ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _discounted_returns_grad_persist_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _discounted_returns_grad_persist_kernel(
+        rewards__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr, st__G__ptr,
+        gy__returns__ptr, gamma, gamma, d__rewards__optr, d__bootstrap_values__optr, d__gamma__optr,
+        _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, 0,
+        0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds,
+        HAS_bootstrap_values, HAS_gy__returns, False, STORE_d__rewards, STORE_d__bootstrap_values,
+        STORE_d__gamma, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
+@triton.jit
+def _discounted_returns_grad_lookback_lean(
+    rewards__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr, st__G__ptr,
+    gy__returns__ptr, gamma, d__rewards__optr, d__bootstrap_values__optr, d__gamma__optr, _ws, _s1,
+    _s2, _st, R1, R2, T, K, HAS_truncateds: tl.constexpr, HAS_bootstrap_values: tl.constexpr,
+    HAS_gy__returns: tl.constexpr, STORE_d__rewards: tl.constexpr,
+    STORE_d__bootstrap_values: tl.constexpr, STORE_d__gamma: tl.constexpr, EVEN: tl.constexpr,
+    SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
+    ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _discounted_returns_grad_lookback_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _discounted_returns_grad_lookback_kernel(
+        rewards__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr, st__G__ptr,
+        gy__returns__ptr, gamma, gamma, d__rewards__optr, d__bootstrap_values__optr, d__gamma__optr,
+        _ws, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2,
+        _st, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds,
+        HAS_bootstrap_values, HAS_gy__returns, False, STORE_d__rewards, STORE_d__bootstrap_values,
+        STORE_d__gamma, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
 KERNELS = _abi.TritonKernels(
     stream=_discounted_returns_grad_chunked_kernel,
     persist=_discounted_returns_grad_persist_kernel,
     lookback=_discounted_returns_grad_lookback_kernel,
+    lean_stream=_discounted_returns_grad_chunked_lean,
+    lean_persist=_discounted_returns_grad_persist_lean,
+    lean_lookback=_discounted_returns_grad_lookback_lean,
 )

@@ -747,8 +747,82 @@ def _eligibility_traces_grad_lookback_kernel(
             tl.store(_ws_clear + _w * _n_prog, -1)
 
 
+
+
+@triton.jit
+def _eligibility_traces_grad_chunked_lean(
+    gradients__ptr, dones__ptr, seed_values__ptr, st__z__ptr, gy__traces__ptr, gamma, lambda_,
+    d__gradients__optr, d__seed_values__optr, d__gamma__optr, d__lambda___optr, _s1, _s2, _st, _n1,
+    _n2, R1, R2, T, K, HAS_seed_values: tl.constexpr, HAS_gy__traces: tl.constexpr,
+    STORE_d__gradients: tl.constexpr, STORE_d__seed_values: tl.constexpr,
+    STORE_d__gamma: tl.constexpr, STORE_d__lambda_: tl.constexpr, EVEN: tl.constexpr,
+    SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
+    ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _eligibility_traces_grad_chunked_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _eligibility_traces_grad_chunked_kernel(
+        gradients__ptr, dones__ptr, seed_values__ptr, st__z__ptr, gy__traces__ptr, gamma, gamma,
+        lambda_, lambda_, d__gradients__optr, d__seed_values__optr, d__gamma__optr,
+        d__lambda___optr, _s1, _s2, _st, _s1, _s2, _st, _n1, _n2, 0, _s1, _s2, _st, _s1, _s2, _st,
+        0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K,
+        HAS_seed_values, HAS_gy__traces, False, False, STORE_d__gradients, STORE_d__seed_values,
+        STORE_d__gamma, STORE_d__lambda_, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW,
+        LB_SPIN, LB_PID,
+    )
+
+
+@triton.jit
+def _eligibility_traces_grad_persist_lean(
+    gradients__ptr, dones__ptr, seed_values__ptr, st__z__ptr, gy__traces__ptr, gamma, lambda_,
+    d__gradients__optr, d__seed_values__optr, d__gamma__optr, d__lambda___optr, _s1, _s2, _st, _n1,
+    _n2, R1, R2, T, K, HAS_seed_values: tl.constexpr, HAS_gy__traces: tl.constexpr,
+    STORE_d__gradients: tl.constexpr, STORE_d__seed_values: tl.constexpr,
+    STORE_d__gamma: tl.constexpr, STORE_d__lambda_: tl.constexpr, EVEN: tl.constexpr,
+    SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
+    ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _eligibility_traces_grad_persist_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _eligibility_traces_grad_persist_kernel(
+        gradients__ptr, dones__ptr, seed_values__ptr, st__z__ptr, gy__traces__ptr, gamma, gamma,
+        lambda_, lambda_, d__gradients__optr, d__seed_values__optr, d__gamma__optr,
+        d__lambda___optr, _s1, _s2, _st, _s1, _s2, _st, _n1, _n2, 0, _s1, _s2, _st, _s1, _s2, _st,
+        0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K,
+        HAS_seed_values, HAS_gy__traces, False, False, STORE_d__gradients, STORE_d__seed_values,
+        STORE_d__gamma, STORE_d__lambda_, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW,
+        LB_SPIN, LB_PID,
+    )
+
+
+@triton.jit
+def _eligibility_traces_grad_lookback_lean(
+    gradients__ptr, dones__ptr, seed_values__ptr, st__z__ptr, gy__traces__ptr, gamma, lambda_,
+    d__gradients__optr, d__seed_values__optr, d__gamma__optr, d__lambda___optr, _ws, _s1, _s2, _st,
+    _n1, _n2, R1, R2, T, K, HAS_seed_values: tl.constexpr, HAS_gy__traces: tl.constexpr,
+    STORE_d__gradients: tl.constexpr, STORE_d__seed_values: tl.constexpr,
+    STORE_d__gamma: tl.constexpr, STORE_d__lambda_: tl.constexpr, EVEN: tl.constexpr,
+    SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
+    ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _eligibility_traces_grad_lookback_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _eligibility_traces_grad_lookback_kernel(
+        gradients__ptr, dones__ptr, seed_values__ptr, st__z__ptr, gy__traces__ptr, gamma, gamma,
+        lambda_, lambda_, d__gradients__optr, d__seed_values__optr, d__gamma__optr,
+        d__lambda___optr, _ws, _s1, _s2, _st, _s1, _s2, _st, _n1, _n2, 0, _s1, _s2, _st, _s1, _s2,
+        _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2,
+        T, K, HAS_seed_values, HAS_gy__traces, False, False, STORE_d__gradients,
+        STORE_d__seed_values, STORE_d__gamma, STORE_d__lambda_, EVEN, SHIFT_G, BLOCK_N, BLOCK_T,
+        BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
 KERNELS = _abi.TritonKernels(
     stream=_eligibility_traces_grad_chunked_kernel,
     persist=_eligibility_traces_grad_persist_kernel,
     lookback=_eligibility_traces_grad_lookback_kernel,
+    lean_stream=_eligibility_traces_grad_chunked_lean,
+    lean_persist=_eligibility_traces_grad_persist_lean,
+    lean_lookback=_eligibility_traces_grad_lookback_lean,
 )

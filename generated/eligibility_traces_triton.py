@@ -502,8 +502,67 @@ def _eligibility_traces_lookback_kernel(
             tl.store(_ws_clear + _w * _n_prog, -1)
 
 
+
+
+@triton.jit
+def _eligibility_traces_chunked_lean(
+    gradients__ptr, dones__ptr, seed_values__ptr, gamma, lambda_, traces__optr, st__z__optr, _s1,
+    _s2, _st, _n1, _n2, R1, R2, T, K, HAS_seed_values: tl.constexpr, STORE_traces: tl.constexpr,
+    STORE_st__z: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _eligibility_traces_chunked_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _eligibility_traces_chunked_kernel(
+        gradients__ptr, dones__ptr, seed_values__ptr, gamma, gamma, lambda_, lambda_, traces__optr,
+        st__z__optr, _s1, _s2, _st, _s1, _s2, _st, _n1, _n2, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st,
+        _s1, _s2, _st, R1, R2, T, K, HAS_seed_values, False, False, STORE_traces, STORE_st__z, EVEN,
+        SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
+@triton.jit
+def _eligibility_traces_persist_lean(
+    gradients__ptr, dones__ptr, seed_values__ptr, gamma, lambda_, traces__optr, st__z__optr, _s1,
+    _s2, _st, _n1, _n2, R1, R2, T, K, HAS_seed_values: tl.constexpr, STORE_traces: tl.constexpr,
+    STORE_st__z: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _eligibility_traces_persist_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _eligibility_traces_persist_kernel(
+        gradients__ptr, dones__ptr, seed_values__ptr, gamma, gamma, lambda_, lambda_, traces__optr,
+        st__z__optr, _s1, _s2, _st, _s1, _s2, _st, _n1, _n2, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st,
+        _s1, _s2, _st, R1, R2, T, K, HAS_seed_values, False, False, STORE_traces, STORE_st__z, EVEN,
+        SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
+@triton.jit
+def _eligibility_traces_lookback_lean(
+    gradients__ptr, dones__ptr, seed_values__ptr, gamma, lambda_, traces__optr, st__z__optr, _ws,
+    _s1, _s2, _st, _n1, _n2, R1, R2, T, K, HAS_seed_values: tl.constexpr,
+    STORE_traces: tl.constexpr, STORE_st__z: tl.constexpr, EVEN: tl.constexpr,
+    SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
+    ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _eligibility_traces_lookback_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _eligibility_traces_lookback_kernel(
+        gradients__ptr, dones__ptr, seed_values__ptr, gamma, gamma, lambda_, lambda_, traces__optr,
+        st__z__optr, _ws, _s1, _s2, _st, _s1, _s2, _st, _n1, _n2, 0, 0, 0, 0, 0, 0, 0, _s1, _s2,
+        _st, _s1, _s2, _st, R1, R2, T, K, HAS_seed_values, False, False, STORE_traces, STORE_st__z,
+        EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
 KERNELS = _abi.TritonKernels(
     stream=_eligibility_traces_chunked_kernel,
     persist=_eligibility_traces_persist_kernel,
     lookback=_eligibility_traces_lookback_kernel,
+    lean_stream=_eligibility_traces_chunked_lean,
+    lean_persist=_eligibility_traces_persist_lean,
+    lean_lookback=_eligibility_traces_lookback_lean,
 )

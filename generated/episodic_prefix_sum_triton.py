@@ -459,8 +459,67 @@ def _episodic_prefix_sum_lookback_kernel(
             tl.store(_ws_clear + _w * _n_prog, -1)
 
 
+
+
+@triton.jit
+def _episodic_prefix_sum_chunked_lean(
+    inputs__ptr, dones__ptr, seed_values__ptr, boundary, sums__optr, st__C__optr, _s1, _s2, _st,
+    _n1, _n2, R1, R2, T, K, HAS_seed_values: tl.constexpr, STORE_sums: tl.constexpr,
+    STORE_st__C: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _episodic_prefix_sum_chunked_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _episodic_prefix_sum_chunked_kernel(
+        inputs__ptr, dones__ptr, seed_values__ptr, boundary, boundary, sums__optr, st__C__optr, _s1,
+        _s2, _st, _s1, _s2, _st, _n1, _n2, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K,
+        HAS_seed_values, False, STORE_sums, STORE_st__C, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K,
+        ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
+@triton.jit
+def _episodic_prefix_sum_persist_lean(
+    inputs__ptr, dones__ptr, seed_values__ptr, boundary, sums__optr, st__C__optr, _s1, _s2, _st,
+    _n1, _n2, R1, R2, T, K, HAS_seed_values: tl.constexpr, STORE_sums: tl.constexpr,
+    STORE_st__C: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _episodic_prefix_sum_persist_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _episodic_prefix_sum_persist_kernel(
+        inputs__ptr, dones__ptr, seed_values__ptr, boundary, boundary, sums__optr, st__C__optr, _s1,
+        _s2, _st, _s1, _s2, _st, _n1, _n2, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K,
+        HAS_seed_values, False, STORE_sums, STORE_st__C, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K,
+        ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
+@triton.jit
+def _episodic_prefix_sum_lookback_lean(
+    inputs__ptr, dones__ptr, seed_values__ptr, boundary, sums__optr, st__C__optr, _ws, _s1, _s2,
+    _st, _n1, _n2, R1, R2, T, K, HAS_seed_values: tl.constexpr, STORE_sums: tl.constexpr,
+    STORE_st__C: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _episodic_prefix_sum_lookback_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _episodic_prefix_sum_lookback_kernel(
+        inputs__ptr, dones__ptr, seed_values__ptr, boundary, boundary, sums__optr, st__C__optr, _ws,
+        _s1, _s2, _st, _s1, _s2, _st, _n1, _n2, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T,
+        K, HAS_seed_values, False, STORE_sums, STORE_st__C, EVEN, SHIFT_G, BLOCK_N, BLOCK_T,
+        BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
 KERNELS = _abi.TritonKernels(
     stream=_episodic_prefix_sum_chunked_kernel,
     persist=_episodic_prefix_sum_persist_kernel,
     lookback=_episodic_prefix_sum_lookback_kernel,
+    lean_stream=_episodic_prefix_sum_chunked_lean,
+    lean_persist=_episodic_prefix_sum_persist_lean,
+    lean_lookback=_episodic_prefix_sum_lookback_lean,
 )

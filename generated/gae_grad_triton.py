@@ -1020,8 +1020,103 @@ def _gae_grad_lookback_kernel(
             tl.store(_ws_clear + _w * _n_prog, -1)
 
 
+
+
+@triton.jit
+def _gae_grad_chunked_lean(
+    rewards__ptr, values__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr,
+    last_value__ptr, st__A__ptr, gy__advantages__ptr, gy__returns__ptr, gamma, lambda_,
+    d__rewards__optr, d__values__optr, d__bootstrap_values__optr, d__last_value__optr,
+    d__gamma__optr, d__lambda___optr, _s1, _s2, _st, _n1, _n2, R1, R2, T, K,
+    HAS_truncateds: tl.constexpr, HAS_bootstrap_values: tl.constexpr, HAS_last_value: tl.constexpr,
+    HAS_gy__advantages: tl.constexpr, HAS_gy__returns: tl.constexpr, STORE_d__rewards: tl.constexpr,
+    STORE_d__values: tl.constexpr, STORE_d__bootstrap_values: tl.constexpr,
+    STORE_d__last_value: tl.constexpr, STORE_d__gamma: tl.constexpr, STORE_d__lambda_: tl.constexpr,
+    EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
+    LB_PID: tl.constexpr,
+):
+    # _gae_grad_chunked_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _gae_grad_chunked_kernel(
+        rewards__ptr, values__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr,
+        last_value__ptr, st__A__ptr, gy__advantages__ptr, gy__returns__ptr, gamma, gamma, lambda_,
+        lambda_, d__rewards__optr, d__values__optr, d__bootstrap_values__optr, d__last_value__optr,
+        d__gamma__optr, d__lambda___optr, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2,
+        _st, _s1, _s2, _st, _n1, _n2, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, 0, 0, 0, 0, 0,
+        0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st,
+        R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values, HAS_last_value, HAS_gy__advantages,
+        HAS_gy__returns, False, False, STORE_d__rewards, STORE_d__values, STORE_d__bootstrap_values,
+        STORE_d__last_value, STORE_d__gamma, STORE_d__lambda_, EVEN, SHIFT_G, BLOCK_N, BLOCK_T,
+        BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
+@triton.jit
+def _gae_grad_persist_lean(
+    rewards__ptr, values__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr,
+    last_value__ptr, st__A__ptr, gy__advantages__ptr, gy__returns__ptr, gamma, lambda_,
+    d__rewards__optr, d__values__optr, d__bootstrap_values__optr, d__last_value__optr,
+    d__gamma__optr, d__lambda___optr, _s1, _s2, _st, _n1, _n2, R1, R2, T, K,
+    HAS_truncateds: tl.constexpr, HAS_bootstrap_values: tl.constexpr, HAS_last_value: tl.constexpr,
+    HAS_gy__advantages: tl.constexpr, HAS_gy__returns: tl.constexpr, STORE_d__rewards: tl.constexpr,
+    STORE_d__values: tl.constexpr, STORE_d__bootstrap_values: tl.constexpr,
+    STORE_d__last_value: tl.constexpr, STORE_d__gamma: tl.constexpr, STORE_d__lambda_: tl.constexpr,
+    EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
+    LB_PID: tl.constexpr,
+):
+    # _gae_grad_persist_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _gae_grad_persist_kernel(
+        rewards__ptr, values__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr,
+        last_value__ptr, st__A__ptr, gy__advantages__ptr, gy__returns__ptr, gamma, gamma, lambda_,
+        lambda_, d__rewards__optr, d__values__optr, d__bootstrap_values__optr, d__last_value__optr,
+        d__gamma__optr, d__lambda___optr, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2,
+        _st, _s1, _s2, _st, _n1, _n2, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, 0, 0, 0, 0, 0,
+        0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st,
+        R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values, HAS_last_value, HAS_gy__advantages,
+        HAS_gy__returns, False, False, STORE_d__rewards, STORE_d__values, STORE_d__bootstrap_values,
+        STORE_d__last_value, STORE_d__gamma, STORE_d__lambda_, EVEN, SHIFT_G, BLOCK_N, BLOCK_T,
+        BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
+@triton.jit
+def _gae_grad_lookback_lean(
+    rewards__ptr, values__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr,
+    last_value__ptr, st__A__ptr, gy__advantages__ptr, gy__returns__ptr, gamma, lambda_,
+    d__rewards__optr, d__values__optr, d__bootstrap_values__optr, d__last_value__optr,
+    d__gamma__optr, d__lambda___optr, _ws, _s1, _s2, _st, _n1, _n2, R1, R2, T, K,
+    HAS_truncateds: tl.constexpr, HAS_bootstrap_values: tl.constexpr, HAS_last_value: tl.constexpr,
+    HAS_gy__advantages: tl.constexpr, HAS_gy__returns: tl.constexpr, STORE_d__rewards: tl.constexpr,
+    STORE_d__values: tl.constexpr, STORE_d__bootstrap_values: tl.constexpr,
+    STORE_d__last_value: tl.constexpr, STORE_d__gamma: tl.constexpr, STORE_d__lambda_: tl.constexpr,
+    EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
+    LB_PID: tl.constexpr,
+):
+    # _gae_grad_lookback_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _gae_grad_lookback_kernel(
+        rewards__ptr, values__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr,
+        last_value__ptr, st__A__ptr, gy__advantages__ptr, gy__returns__ptr, gamma, gamma, lambda_,
+        lambda_, d__rewards__optr, d__values__optr, d__bootstrap_values__optr, d__last_value__optr,
+        d__gamma__optr, d__lambda___optr, _ws, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1,
+        _s2, _st, _s1, _s2, _st, _n1, _n2, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, 0, 0, 0,
+        0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1,
+        _s2, _st, R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values, HAS_last_value,
+        HAS_gy__advantages, HAS_gy__returns, False, False, STORE_d__rewards, STORE_d__values,
+        STORE_d__bootstrap_values, STORE_d__last_value, STORE_d__gamma, STORE_d__lambda_, EVEN,
+        SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
 KERNELS = _abi.TritonKernels(
     stream=_gae_grad_chunked_kernel,
     persist=_gae_grad_persist_kernel,
     lookback=_gae_grad_lookback_kernel,
+    lean_stream=_gae_grad_chunked_lean,
+    lean_persist=_gae_grad_persist_lean,
+    lean_lookback=_gae_grad_lookback_lean,
 )

@@ -664,8 +664,82 @@ def _gae_lookback_kernel(
             tl.store(_ws_clear + _w * _n_prog, -1)
 
 
+
+
+@triton.jit
+def _gae_chunked_lean(
+    rewards__ptr, values__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr,
+    last_value__ptr, gamma, lambda_, advantages__optr, returns__optr, st__A__optr, _s1, _s2, _st,
+    _n1, _n2, R1, R2, T, K, HAS_truncateds: tl.constexpr, HAS_bootstrap_values: tl.constexpr,
+    HAS_last_value: tl.constexpr, STORE_advantages: tl.constexpr, STORE_returns: tl.constexpr,
+    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _gae_chunked_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _gae_chunked_kernel(
+        rewards__ptr, values__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr,
+        last_value__ptr, gamma, gamma, lambda_, lambda_, advantages__optr, returns__optr,
+        st__A__optr, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _n1,
+        _n2, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K,
+        HAS_truncateds, HAS_bootstrap_values, HAS_last_value, False, False, STORE_advantages,
+        STORE_returns, STORE_st__A, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW,
+        LB_SPIN, LB_PID,
+    )
+
+
+@triton.jit
+def _gae_persist_lean(
+    rewards__ptr, values__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr,
+    last_value__ptr, gamma, lambda_, advantages__optr, returns__optr, st__A__optr, _s1, _s2, _st,
+    _n1, _n2, R1, R2, T, K, HAS_truncateds: tl.constexpr, HAS_bootstrap_values: tl.constexpr,
+    HAS_last_value: tl.constexpr, STORE_advantages: tl.constexpr, STORE_returns: tl.constexpr,
+    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _gae_persist_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _gae_persist_kernel(
+        rewards__ptr, values__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr,
+        last_value__ptr, gamma, gamma, lambda_, lambda_, advantages__optr, returns__optr,
+        st__A__optr, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _n1,
+        _n2, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K,
+        HAS_truncateds, HAS_bootstrap_values, HAS_last_value, False, False, STORE_advantages,
+        STORE_returns, STORE_st__A, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW,
+        LB_SPIN, LB_PID,
+    )
+
+
+@triton.jit
+def _gae_lookback_lean(
+    rewards__ptr, values__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr,
+    last_value__ptr, gamma, lambda_, advantages__optr, returns__optr, st__A__optr, _ws, _s1, _s2,
+    _st, _n1, _n2, R1, R2, T, K, HAS_truncateds: tl.constexpr, HAS_bootstrap_values: tl.constexpr,
+    HAS_last_value: tl.constexpr, STORE_advantages: tl.constexpr, STORE_returns: tl.constexpr,
+    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _gae_lookback_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _gae_lookback_kernel(
+        rewards__ptr, values__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr,
+        last_value__ptr, gamma, gamma, lambda_, lambda_, advantages__optr, returns__optr,
+        st__A__optr, _ws, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st,
+        _n1, _n2, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K,
+        HAS_truncateds, HAS_bootstrap_values, HAS_last_value, False, False, STORE_advantages,
+        STORE_returns, STORE_st__A, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW,
+        LB_SPIN, LB_PID,
+    )
+
+
 KERNELS = _abi.TritonKernels(
     stream=_gae_chunked_kernel,
     persist=_gae_persist_kernel,
     lookback=_gae_lookback_kernel,
+    lean_stream=_gae_chunked_lean,
+    lean_persist=_gae_persist_lean,
+    lean_lookback=_gae_lookback_lean,
 )

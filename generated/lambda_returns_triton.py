@@ -548,8 +548,73 @@ def _lambda_returns_lookback_kernel(
             tl.store(_ws_clear + _w * _n_prog, -1)
 
 
+
+
+@triton.jit
+def _lambda_returns_chunked_lean(
+    rewards__ptr, next_values__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr, gamma,
+    lambda_, returns__optr, st__G__optr, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds: tl.constexpr,
+    HAS_bootstrap_values: tl.constexpr, STORE_returns: tl.constexpr, STORE_st__G: tl.constexpr,
+    EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
+    LB_PID: tl.constexpr,
+):
+    # _lambda_returns_chunked_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _lambda_returns_chunked_kernel(
+        rewards__ptr, next_values__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr,
+        gamma, gamma, lambda_, lambda_, returns__optr, st__G__optr, _s1, _s2, _st, _s1, _s2, _st,
+        _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st,
+        R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values, False, False, STORE_returns,
+        STORE_st__G, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
+@triton.jit
+def _lambda_returns_persist_lean(
+    rewards__ptr, next_values__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr, gamma,
+    lambda_, returns__optr, st__G__optr, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds: tl.constexpr,
+    HAS_bootstrap_values: tl.constexpr, STORE_returns: tl.constexpr, STORE_st__G: tl.constexpr,
+    EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
+    LB_PID: tl.constexpr,
+):
+    # _lambda_returns_persist_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _lambda_returns_persist_kernel(
+        rewards__ptr, next_values__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr,
+        gamma, gamma, lambda_, lambda_, returns__optr, st__G__optr, _s1, _s2, _st, _s1, _s2, _st,
+        _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st,
+        R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values, False, False, STORE_returns,
+        STORE_st__G, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
+@triton.jit
+def _lambda_returns_lookback_lean(
+    rewards__ptr, next_values__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr, gamma,
+    lambda_, returns__optr, st__G__optr, _ws, _s1, _s2, _st, R1, R2, T, K,
+    HAS_truncateds: tl.constexpr, HAS_bootstrap_values: tl.constexpr, STORE_returns: tl.constexpr,
+    STORE_st__G: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _lambda_returns_lookback_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _lambda_returns_lookback_kernel(
+        rewards__ptr, next_values__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr,
+        gamma, gamma, lambda_, lambda_, returns__optr, st__G__optr, _ws, _s1, _s2, _st, _s1, _s2,
+        _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2,
+        _st, R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values, False, False, STORE_returns,
+        STORE_st__G, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
 KERNELS = _abi.TritonKernels(
     stream=_lambda_returns_chunked_kernel,
     persist=_lambda_returns_persist_kernel,
     lookback=_lambda_returns_lookback_kernel,
+    lean_stream=_lambda_returns_chunked_lean,
+    lean_persist=_lambda_returns_persist_lean,
+    lean_lookback=_lambda_returns_lookback_lean,
 )

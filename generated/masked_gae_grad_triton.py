@@ -848,8 +848,88 @@ def _masked_gae_grad_lookback_kernel(
             tl.store(_ws_clear + _w * _n_prog, -1)
 
 
+
+
+@triton.jit
+def _masked_gae_grad_chunked_lean(
+    token_level_rewards__ptr, values__ptr, response_mask__ptr, st__nv__ptr, st__A__ptr,
+    gy__advantages__ptr, gy__returns__ptr, gamma, lambda_, d__token_level_rewards__optr,
+    d__values__optr, d__gamma__optr, d__lambda___optr, _s1, _s2, _st, R1, R2, T, K,
+    HAS_gy__advantages: tl.constexpr, HAS_gy__returns: tl.constexpr,
+    STORE_d__token_level_rewards: tl.constexpr, STORE_d__values: tl.constexpr,
+    STORE_d__gamma: tl.constexpr, STORE_d__lambda_: tl.constexpr, EVEN: tl.constexpr,
+    SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
+    ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _masked_gae_grad_chunked_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _masked_gae_grad_chunked_kernel(
+        token_level_rewards__ptr, values__ptr, response_mask__ptr, st__nv__ptr, st__A__ptr,
+        gy__advantages__ptr, gy__returns__ptr, gamma, gamma, lambda_, lambda_,
+        d__token_level_rewards__optr, d__values__optr, d__gamma__optr, d__lambda___optr, _s1, _s2,
+        _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2,
+        _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2,
+        T, K, HAS_gy__advantages, HAS_gy__returns, False, False, STORE_d__token_level_rewards,
+        STORE_d__values, STORE_d__gamma, STORE_d__lambda_, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K,
+        ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
+@triton.jit
+def _masked_gae_grad_persist_lean(
+    token_level_rewards__ptr, values__ptr, response_mask__ptr, st__nv__ptr, st__A__ptr,
+    gy__advantages__ptr, gy__returns__ptr, gamma, lambda_, d__token_level_rewards__optr,
+    d__values__optr, d__gamma__optr, d__lambda___optr, _s1, _s2, _st, R1, R2, T, K,
+    HAS_gy__advantages: tl.constexpr, HAS_gy__returns: tl.constexpr,
+    STORE_d__token_level_rewards: tl.constexpr, STORE_d__values: tl.constexpr,
+    STORE_d__gamma: tl.constexpr, STORE_d__lambda_: tl.constexpr, EVEN: tl.constexpr,
+    SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
+    ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _masked_gae_grad_persist_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _masked_gae_grad_persist_kernel(
+        token_level_rewards__ptr, values__ptr, response_mask__ptr, st__nv__ptr, st__A__ptr,
+        gy__advantages__ptr, gy__returns__ptr, gamma, gamma, lambda_, lambda_,
+        d__token_level_rewards__optr, d__values__optr, d__gamma__optr, d__lambda___optr, _s1, _s2,
+        _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2,
+        _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2,
+        T, K, HAS_gy__advantages, HAS_gy__returns, False, False, STORE_d__token_level_rewards,
+        STORE_d__values, STORE_d__gamma, STORE_d__lambda_, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K,
+        ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
+@triton.jit
+def _masked_gae_grad_lookback_lean(
+    token_level_rewards__ptr, values__ptr, response_mask__ptr, st__nv__ptr, st__A__ptr,
+    gy__advantages__ptr, gy__returns__ptr, gamma, lambda_, d__token_level_rewards__optr,
+    d__values__optr, d__gamma__optr, d__lambda___optr, _ws, _s1, _s2, _st, R1, R2, T, K,
+    HAS_gy__advantages: tl.constexpr, HAS_gy__returns: tl.constexpr,
+    STORE_d__token_level_rewards: tl.constexpr, STORE_d__values: tl.constexpr,
+    STORE_d__gamma: tl.constexpr, STORE_d__lambda_: tl.constexpr, EVEN: tl.constexpr,
+    SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
+    ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _masked_gae_grad_lookback_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _masked_gae_grad_lookback_kernel(
+        token_level_rewards__ptr, values__ptr, response_mask__ptr, st__nv__ptr, st__A__ptr,
+        gy__advantages__ptr, gy__returns__ptr, gamma, gamma, lambda_, lambda_,
+        d__token_level_rewards__optr, d__values__optr, d__gamma__optr, d__lambda___optr, _ws, _s1,
+        _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1,
+        _s2, _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1,
+        R2, T, K, HAS_gy__advantages, HAS_gy__returns, False, False, STORE_d__token_level_rewards,
+        STORE_d__values, STORE_d__gamma, STORE_d__lambda_, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K,
+        ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
 KERNELS = _abi.TritonKernels(
     stream=_masked_gae_grad_chunked_kernel,
     persist=_masked_gae_grad_persist_kernel,
     lookback=_masked_gae_grad_lookback_kernel,
+    lean_stream=_masked_gae_grad_chunked_lean,
+    lean_persist=_masked_gae_grad_persist_lean,
+    lean_lookback=_masked_gae_grad_lookback_lean,
 )

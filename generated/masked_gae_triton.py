@@ -549,8 +549,73 @@ def _masked_gae_lookback_kernel(
             tl.store(_ws_clear + _w * _n_prog, -1)
 
 
+
+
+@triton.jit
+def _masked_gae_chunked_lean(
+    token_level_rewards__ptr, values__ptr, response_mask__ptr, gamma, lambda_, advantages__optr,
+    returns__optr, st__nv__optr, st__A__optr, _s1, _s2, _st, R1, R2, T, K,
+    STORE_advantages: tl.constexpr, STORE_returns: tl.constexpr, STORE_st__nv: tl.constexpr,
+    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _masked_gae_chunked_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _masked_gae_chunked_kernel(
+        token_level_rewards__ptr, values__ptr, response_mask__ptr, gamma, gamma, lambda_, lambda_,
+        advantages__optr, returns__optr, st__nv__optr, st__A__optr, _s1, _s2, _st, _s1, _s2, _st,
+        _s1, _s2, _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st,
+        R1, R2, T, K, False, False, STORE_advantages, STORE_returns, STORE_st__nv, STORE_st__A,
+        EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
+@triton.jit
+def _masked_gae_persist_lean(
+    token_level_rewards__ptr, values__ptr, response_mask__ptr, gamma, lambda_, advantages__optr,
+    returns__optr, st__nv__optr, st__A__optr, _s1, _s2, _st, R1, R2, T, K,
+    STORE_advantages: tl.constexpr, STORE_returns: tl.constexpr, STORE_st__nv: tl.constexpr,
+    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _masked_gae_persist_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _masked_gae_persist_kernel(
+        token_level_rewards__ptr, values__ptr, response_mask__ptr, gamma, gamma, lambda_, lambda_,
+        advantages__optr, returns__optr, st__nv__optr, st__A__optr, _s1, _s2, _st, _s1, _s2, _st,
+        _s1, _s2, _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st,
+        R1, R2, T, K, False, False, STORE_advantages, STORE_returns, STORE_st__nv, STORE_st__A,
+        EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
+@triton.jit
+def _masked_gae_lookback_lean(
+    token_level_rewards__ptr, values__ptr, response_mask__ptr, gamma, lambda_, advantages__optr,
+    returns__optr, st__nv__optr, st__A__optr, _ws, _s1, _s2, _st, R1, R2, T, K,
+    STORE_advantages: tl.constexpr, STORE_returns: tl.constexpr, STORE_st__nv: tl.constexpr,
+    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _masked_gae_lookback_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _masked_gae_lookback_kernel(
+        token_level_rewards__ptr, values__ptr, response_mask__ptr, gamma, gamma, lambda_, lambda_,
+        advantages__optr, returns__optr, st__nv__optr, st__A__optr, _ws, _s1, _s2, _st, _s1, _s2,
+        _st, _s1, _s2, _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2,
+        _st, R1, R2, T, K, False, False, STORE_advantages, STORE_returns, STORE_st__nv, STORE_st__A,
+        EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
 KERNELS = _abi.TritonKernels(
     stream=_masked_gae_chunked_kernel,
     persist=_masked_gae_persist_kernel,
     lookback=_masked_gae_lookback_kernel,
+    lean_stream=_masked_gae_chunked_lean,
+    lean_persist=_masked_gae_persist_lean,
+    lean_lookback=_masked_gae_lookback_lean,
 )

@@ -917,8 +917,91 @@ def _retrace_lookback_kernel(
             tl.store(_ws_clear + _w * _n_prog, -1)
 
 
+
+
+@triton.jit
+def _retrace_chunked_lean(
+    action_probs_target__ptr, action_probs_behavior__ptr, q_values__ptr, next_q_values_all__ptr,
+    actions__ptr, rewards__ptr, terminateds__ptr, truncateds__ptr, next_action_probs_target__ptr,
+    gamma, lambda_, c_bar, rho_bar, targets__optr, advantages__optr, st__A__optr, _s1, _s2, _st,
+    _k1, _k2, _kt, _kk, R1, R2, T, K, HAS_truncateds: tl.constexpr, STORE_targets: tl.constexpr,
+    STORE_advantages: tl.constexpr, STORE_st__A: tl.constexpr, EVEN: tl.constexpr,
+    K_DENSE: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
+    LB_PID: tl.constexpr,
+):
+    # _retrace_chunked_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _retrace_chunked_kernel(
+        action_probs_target__ptr, action_probs_behavior__ptr, q_values__ptr, next_q_values_all__ptr,
+        actions__ptr, rewards__ptr, terminateds__ptr, truncateds__ptr,
+        next_action_probs_target__ptr, gamma, gamma, lambda_, lambda_, c_bar, c_bar, rho_bar,
+        rho_bar, targets__optr, advantages__optr, st__A__optr, _k1, _k2, _kt, _kk, _s1, _s2, _st,
+        _s1, _s2, _st, _k1, _k2, _kt, _kk, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2,
+        _st, _k1, _k2, _kt, _kk, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st,
+        _s1, _s2, _st, R1, R2, T, K, HAS_truncateds, False, False, False, False, STORE_targets,
+        STORE_advantages, STORE_st__A, EVEN, K_DENSE, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC,
+        LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
+@triton.jit
+def _retrace_persist_lean(
+    action_probs_target__ptr, action_probs_behavior__ptr, q_values__ptr, next_q_values_all__ptr,
+    actions__ptr, rewards__ptr, terminateds__ptr, truncateds__ptr, next_action_probs_target__ptr,
+    gamma, lambda_, c_bar, rho_bar, targets__optr, advantages__optr, st__A__optr, _s1, _s2, _st,
+    _k1, _k2, _kt, _kk, R1, R2, T, K, HAS_truncateds: tl.constexpr, STORE_targets: tl.constexpr,
+    STORE_advantages: tl.constexpr, STORE_st__A: tl.constexpr, EVEN: tl.constexpr,
+    K_DENSE: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
+    LB_PID: tl.constexpr,
+):
+    # _retrace_persist_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _retrace_persist_kernel(
+        action_probs_target__ptr, action_probs_behavior__ptr, q_values__ptr, next_q_values_all__ptr,
+        actions__ptr, rewards__ptr, terminateds__ptr, truncateds__ptr,
+        next_action_probs_target__ptr, gamma, gamma, lambda_, lambda_, c_bar, c_bar, rho_bar,
+        rho_bar, targets__optr, advantages__optr, st__A__optr, _k1, _k2, _kt, _kk, _s1, _s2, _st,
+        _s1, _s2, _st, _k1, _k2, _kt, _kk, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2,
+        _st, _k1, _k2, _kt, _kk, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st,
+        _s1, _s2, _st, R1, R2, T, K, HAS_truncateds, False, False, False, False, STORE_targets,
+        STORE_advantages, STORE_st__A, EVEN, K_DENSE, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC,
+        LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
+@triton.jit
+def _retrace_lookback_lean(
+    action_probs_target__ptr, action_probs_behavior__ptr, q_values__ptr, next_q_values_all__ptr,
+    actions__ptr, rewards__ptr, terminateds__ptr, truncateds__ptr, next_action_probs_target__ptr,
+    gamma, lambda_, c_bar, rho_bar, targets__optr, advantages__optr, st__A__optr, _ws, _s1, _s2,
+    _st, _k1, _k2, _kt, _kk, R1, R2, T, K, HAS_truncateds: tl.constexpr,
+    STORE_targets: tl.constexpr, STORE_advantages: tl.constexpr, STORE_st__A: tl.constexpr,
+    EVEN: tl.constexpr, K_DENSE: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _retrace_lookback_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _retrace_lookback_kernel(
+        action_probs_target__ptr, action_probs_behavior__ptr, q_values__ptr, next_q_values_all__ptr,
+        actions__ptr, rewards__ptr, terminateds__ptr, truncateds__ptr,
+        next_action_probs_target__ptr, gamma, gamma, lambda_, lambda_, c_bar, c_bar, rho_bar,
+        rho_bar, targets__optr, advantages__optr, st__A__optr, _ws, _k1, _k2, _kt, _kk, _s1, _s2,
+        _st, _s1, _s2, _st, _k1, _k2, _kt, _kk, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1,
+        _s2, _st, _k1, _k2, _kt, _kk, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2,
+        _st, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds, False, False, False, False, STORE_targets,
+        STORE_advantages, STORE_st__A, EVEN, K_DENSE, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC,
+        LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
 KERNELS = _abi.TritonKernels(
     stream=_retrace_chunked_kernel,
     persist=_retrace_persist_kernel,
     lookback=_retrace_lookback_kernel,
+    lean_stream=_retrace_chunked_lean,
+    lean_persist=_retrace_persist_lean,
+    lean_lookback=_retrace_lookback_lean,
 )

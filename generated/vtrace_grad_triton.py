@@ -1622,8 +1622,133 @@ def _vtrace_grad_lookback_kernel(
             tl.store(_ws_clear + _w * _n_prog, -1)
 
 
+
+
+@triton.jit
+def _vtrace_grad_chunked_lean(
+    log_pi_target__ptr, log_pi_behavior__ptr, values__ptr, rewards__ptr, terminateds__ptr,
+    truncateds__ptr, bootstrap_values__ptr, last_value__ptr, st__A__ptr, gy__targets__ptr,
+    gy__pg_advantages__ptr, gamma, rho_bar, c_bar, lambda_, pg_rho_bar, d__log_pi_target__optr,
+    d__log_pi_behavior__optr, d__values__optr, d__rewards__optr, d__bootstrap_values__optr,
+    d__last_value__optr, d__gamma__optr, d__rho_bar__optr, d__c_bar__optr, d__lambda___optr,
+    d__pg_rho_bar__optr, _s1, _s2, _st, _n1, _n2, R1, R2, T, K, HAS_truncateds: tl.constexpr,
+    HAS_bootstrap_values: tl.constexpr, HAS_last_value: tl.constexpr, HAS_gy__targets: tl.constexpr,
+    HAS_gy__pg_advantages: tl.constexpr, STORE_d__log_pi_target: tl.constexpr,
+    STORE_d__log_pi_behavior: tl.constexpr, STORE_d__values: tl.constexpr,
+    STORE_d__rewards: tl.constexpr, STORE_d__bootstrap_values: tl.constexpr,
+    STORE_d__last_value: tl.constexpr, STORE_d__gamma: tl.constexpr, STORE_d__rho_bar: tl.constexpr,
+    STORE_d__c_bar: tl.constexpr, STORE_d__lambda_: tl.constexpr, STORE_d__pg_rho_bar: tl.constexpr,
+    EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
+    LB_PID: tl.constexpr,
+):
+    # _vtrace_grad_chunked_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _vtrace_grad_chunked_kernel(
+        log_pi_target__ptr, log_pi_behavior__ptr, values__ptr, rewards__ptr, terminateds__ptr,
+        truncateds__ptr, bootstrap_values__ptr, last_value__ptr, st__A__ptr, gy__targets__ptr,
+        gy__pg_advantages__ptr, gamma, gamma, rho_bar, rho_bar, c_bar, c_bar, lambda_, lambda_,
+        pg_rho_bar, pg_rho_bar, d__log_pi_target__optr, d__log_pi_behavior__optr, d__values__optr,
+        d__rewards__optr, d__bootstrap_values__optr, d__last_value__optr, d__gamma__optr,
+        d__rho_bar__optr, d__c_bar__optr, d__lambda___optr, d__pg_rho_bar__optr, _s1, _s2, _st, _s1,
+        _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _n1,
+        _n2, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2,
+        _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T,
+        K, HAS_truncateds, HAS_bootstrap_values, HAS_last_value, HAS_gy__targets,
+        HAS_gy__pg_advantages, False, False, False, False, False, STORE_d__log_pi_target,
+        STORE_d__log_pi_behavior, STORE_d__values, STORE_d__rewards, STORE_d__bootstrap_values,
+        STORE_d__last_value, STORE_d__gamma, STORE_d__rho_bar, STORE_d__c_bar, STORE_d__lambda_,
+        STORE_d__pg_rho_bar, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN,
+        LB_PID,
+    )
+
+
+@triton.jit
+def _vtrace_grad_persist_lean(
+    log_pi_target__ptr, log_pi_behavior__ptr, values__ptr, rewards__ptr, terminateds__ptr,
+    truncateds__ptr, bootstrap_values__ptr, last_value__ptr, st__A__ptr, gy__targets__ptr,
+    gy__pg_advantages__ptr, gamma, rho_bar, c_bar, lambda_, pg_rho_bar, d__log_pi_target__optr,
+    d__log_pi_behavior__optr, d__values__optr, d__rewards__optr, d__bootstrap_values__optr,
+    d__last_value__optr, d__gamma__optr, d__rho_bar__optr, d__c_bar__optr, d__lambda___optr,
+    d__pg_rho_bar__optr, _s1, _s2, _st, _n1, _n2, R1, R2, T, K, HAS_truncateds: tl.constexpr,
+    HAS_bootstrap_values: tl.constexpr, HAS_last_value: tl.constexpr, HAS_gy__targets: tl.constexpr,
+    HAS_gy__pg_advantages: tl.constexpr, STORE_d__log_pi_target: tl.constexpr,
+    STORE_d__log_pi_behavior: tl.constexpr, STORE_d__values: tl.constexpr,
+    STORE_d__rewards: tl.constexpr, STORE_d__bootstrap_values: tl.constexpr,
+    STORE_d__last_value: tl.constexpr, STORE_d__gamma: tl.constexpr, STORE_d__rho_bar: tl.constexpr,
+    STORE_d__c_bar: tl.constexpr, STORE_d__lambda_: tl.constexpr, STORE_d__pg_rho_bar: tl.constexpr,
+    EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
+    LB_PID: tl.constexpr,
+):
+    # _vtrace_grad_persist_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _vtrace_grad_persist_kernel(
+        log_pi_target__ptr, log_pi_behavior__ptr, values__ptr, rewards__ptr, terminateds__ptr,
+        truncateds__ptr, bootstrap_values__ptr, last_value__ptr, st__A__ptr, gy__targets__ptr,
+        gy__pg_advantages__ptr, gamma, gamma, rho_bar, rho_bar, c_bar, c_bar, lambda_, lambda_,
+        pg_rho_bar, pg_rho_bar, d__log_pi_target__optr, d__log_pi_behavior__optr, d__values__optr,
+        d__rewards__optr, d__bootstrap_values__optr, d__last_value__optr, d__gamma__optr,
+        d__rho_bar__optr, d__c_bar__optr, d__lambda___optr, d__pg_rho_bar__optr, _s1, _s2, _st, _s1,
+        _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _n1,
+        _n2, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2,
+        _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T,
+        K, HAS_truncateds, HAS_bootstrap_values, HAS_last_value, HAS_gy__targets,
+        HAS_gy__pg_advantages, False, False, False, False, False, STORE_d__log_pi_target,
+        STORE_d__log_pi_behavior, STORE_d__values, STORE_d__rewards, STORE_d__bootstrap_values,
+        STORE_d__last_value, STORE_d__gamma, STORE_d__rho_bar, STORE_d__c_bar, STORE_d__lambda_,
+        STORE_d__pg_rho_bar, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN,
+        LB_PID,
+    )
+
+
+@triton.jit
+def _vtrace_grad_lookback_lean(
+    log_pi_target__ptr, log_pi_behavior__ptr, values__ptr, rewards__ptr, terminateds__ptr,
+    truncateds__ptr, bootstrap_values__ptr, last_value__ptr, st__A__ptr, gy__targets__ptr,
+    gy__pg_advantages__ptr, gamma, rho_bar, c_bar, lambda_, pg_rho_bar, d__log_pi_target__optr,
+    d__log_pi_behavior__optr, d__values__optr, d__rewards__optr, d__bootstrap_values__optr,
+    d__last_value__optr, d__gamma__optr, d__rho_bar__optr, d__c_bar__optr, d__lambda___optr,
+    d__pg_rho_bar__optr, _ws, _s1, _s2, _st, _n1, _n2, R1, R2, T, K, HAS_truncateds: tl.constexpr,
+    HAS_bootstrap_values: tl.constexpr, HAS_last_value: tl.constexpr, HAS_gy__targets: tl.constexpr,
+    HAS_gy__pg_advantages: tl.constexpr, STORE_d__log_pi_target: tl.constexpr,
+    STORE_d__log_pi_behavior: tl.constexpr, STORE_d__values: tl.constexpr,
+    STORE_d__rewards: tl.constexpr, STORE_d__bootstrap_values: tl.constexpr,
+    STORE_d__last_value: tl.constexpr, STORE_d__gamma: tl.constexpr, STORE_d__rho_bar: tl.constexpr,
+    STORE_d__c_bar: tl.constexpr, STORE_d__lambda_: tl.constexpr, STORE_d__pg_rho_bar: tl.constexpr,
+    EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
+    LB_PID: tl.constexpr,
+):
+    # _vtrace_grad_lookback_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _vtrace_grad_lookback_kernel(
+        log_pi_target__ptr, log_pi_behavior__ptr, values__ptr, rewards__ptr, terminateds__ptr,
+        truncateds__ptr, bootstrap_values__ptr, last_value__ptr, st__A__ptr, gy__targets__ptr,
+        gy__pg_advantages__ptr, gamma, gamma, rho_bar, rho_bar, c_bar, c_bar, lambda_, lambda_,
+        pg_rho_bar, pg_rho_bar, d__log_pi_target__optr, d__log_pi_behavior__optr, d__values__optr,
+        d__rewards__optr, d__bootstrap_values__optr, d__last_value__optr, d__gamma__optr,
+        d__rho_bar__optr, d__c_bar__optr, d__lambda___optr, d__pg_rho_bar__optr, _ws, _s1, _s2, _st,
+        _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st,
+        _n1, _n2, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1,
+        _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2,
+        T, K, HAS_truncateds, HAS_bootstrap_values, HAS_last_value, HAS_gy__targets,
+        HAS_gy__pg_advantages, False, False, False, False, False, STORE_d__log_pi_target,
+        STORE_d__log_pi_behavior, STORE_d__values, STORE_d__rewards, STORE_d__bootstrap_values,
+        STORE_d__last_value, STORE_d__gamma, STORE_d__rho_bar, STORE_d__c_bar, STORE_d__lambda_,
+        STORE_d__pg_rho_bar, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN,
+        LB_PID,
+    )
+
+
 KERNELS = _abi.TritonKernels(
     stream=_vtrace_grad_chunked_kernel,
     persist=_vtrace_grad_persist_kernel,
     lookback=_vtrace_grad_lookback_kernel,
+    lean_stream=_vtrace_grad_chunked_lean,
+    lean_persist=_vtrace_grad_persist_lean,
+    lean_lookback=_vtrace_grad_lookback_lean,
 )

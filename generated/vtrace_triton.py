@@ -864,8 +864,88 @@ def _vtrace_lookback_kernel(
             tl.store(_ws_clear + _w * _n_prog, -1)
 
 
+
+
+@triton.jit
+def _vtrace_chunked_lean(
+    log_pi_target__ptr, log_pi_behavior__ptr, values__ptr, rewards__ptr, terminateds__ptr,
+    truncateds__ptr, bootstrap_values__ptr, last_value__ptr, gamma, rho_bar, c_bar, lambda_,
+    pg_rho_bar, targets__optr, pg_advantages__optr, st__A__optr, _s1, _s2, _st, _n1, _n2, R1, R2, T,
+    K, HAS_truncateds: tl.constexpr, HAS_bootstrap_values: tl.constexpr,
+    HAS_last_value: tl.constexpr, STORE_targets: tl.constexpr, STORE_pg_advantages: tl.constexpr,
+    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _vtrace_chunked_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _vtrace_chunked_kernel(
+        log_pi_target__ptr, log_pi_behavior__ptr, values__ptr, rewards__ptr, terminateds__ptr,
+        truncateds__ptr, bootstrap_values__ptr, last_value__ptr, gamma, gamma, rho_bar, rho_bar,
+        c_bar, c_bar, lambda_, lambda_, pg_rho_bar, pg_rho_bar, targets__optr, pg_advantages__optr,
+        st__A__optr, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1,
+        _s2, _st, _s1, _s2, _st, _n1, _n2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, _s1, _s2,
+        _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values,
+        HAS_last_value, False, False, False, False, False, STORE_targets, STORE_pg_advantages,
+        STORE_st__A, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
+@triton.jit
+def _vtrace_persist_lean(
+    log_pi_target__ptr, log_pi_behavior__ptr, values__ptr, rewards__ptr, terminateds__ptr,
+    truncateds__ptr, bootstrap_values__ptr, last_value__ptr, gamma, rho_bar, c_bar, lambda_,
+    pg_rho_bar, targets__optr, pg_advantages__optr, st__A__optr, _s1, _s2, _st, _n1, _n2, R1, R2, T,
+    K, HAS_truncateds: tl.constexpr, HAS_bootstrap_values: tl.constexpr,
+    HAS_last_value: tl.constexpr, STORE_targets: tl.constexpr, STORE_pg_advantages: tl.constexpr,
+    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _vtrace_persist_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _vtrace_persist_kernel(
+        log_pi_target__ptr, log_pi_behavior__ptr, values__ptr, rewards__ptr, terminateds__ptr,
+        truncateds__ptr, bootstrap_values__ptr, last_value__ptr, gamma, gamma, rho_bar, rho_bar,
+        c_bar, c_bar, lambda_, lambda_, pg_rho_bar, pg_rho_bar, targets__optr, pg_advantages__optr,
+        st__A__optr, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1,
+        _s2, _st, _s1, _s2, _st, _n1, _n2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, _s1, _s2,
+        _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values,
+        HAS_last_value, False, False, False, False, False, STORE_targets, STORE_pg_advantages,
+        STORE_st__A, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
+@triton.jit
+def _vtrace_lookback_lean(
+    log_pi_target__ptr, log_pi_behavior__ptr, values__ptr, rewards__ptr, terminateds__ptr,
+    truncateds__ptr, bootstrap_values__ptr, last_value__ptr, gamma, rho_bar, c_bar, lambda_,
+    pg_rho_bar, targets__optr, pg_advantages__optr, st__A__optr, _ws, _s1, _s2, _st, _n1, _n2, R1,
+    R2, T, K, HAS_truncateds: tl.constexpr, HAS_bootstrap_values: tl.constexpr,
+    HAS_last_value: tl.constexpr, STORE_targets: tl.constexpr, STORE_pg_advantages: tl.constexpr,
+    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _vtrace_lookback_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _vtrace_lookback_kernel(
+        log_pi_target__ptr, log_pi_behavior__ptr, values__ptr, rewards__ptr, terminateds__ptr,
+        truncateds__ptr, bootstrap_values__ptr, last_value__ptr, gamma, gamma, rho_bar, rho_bar,
+        c_bar, c_bar, lambda_, lambda_, pg_rho_bar, pg_rho_bar, targets__optr, pg_advantages__optr,
+        st__A__optr, _ws, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st,
+        _s1, _s2, _st, _s1, _s2, _st, _n1, _n2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, _s1,
+        _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values,
+        HAS_last_value, False, False, False, False, False, STORE_targets, STORE_pg_advantages,
+        STORE_st__A, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
 KERNELS = _abi.TritonKernels(
     stream=_vtrace_chunked_kernel,
     persist=_vtrace_persist_kernel,
     lookback=_vtrace_lookback_kernel,
+    lean_stream=_vtrace_chunked_lean,
+    lean_persist=_vtrace_persist_lean,
+    lean_lookback=_vtrace_lookback_lean,
 )

@@ -120,10 +120,14 @@ class Kernels(NamedTuple):
 
 class TritonKernels(NamedTuple):
     """The ``KERNELS`` of a ``<module>_triton`` companion: one ``@triton.jit`` kernel per family
-    (``persist`` is None where the module was rendered without it)."""
+    (``persist`` is None where the module was rendered without it), and each family's lean
+    entry kernel (:func:`lean_args`), taken where a call's layout allows."""
     stream: Callable
     persist: Callable | None
     lookback: Callable
+    lean_stream: Callable
+    lean_persist: Callable | None
+    lean_lookback: Callable
 
 
 class OpInfo(NamedTuple):
@@ -197,10 +201,51 @@ def kernel_args(inputs, params, outputs, *, workspace: bool, k_dense: bool,
 TILE_CONSTEXPRS = ("BLOCK_N", "BLOCK_T", "BLOCK_K", "ACC", "LB_WINDOW", "LB_SPIN", "LB_PID")
 
 
-def op_kernel_args(op: OpInfo, *, workspace: bool) -> tuple[Arg, ...]:
-    """:func:`kernel_args` of a generated op's kernels."""
-    return kernel_args(op.inputs, op.params, op.outputs, workspace=workspace,
-                       k_dense=op.kernels.k_dense, shift_g=op.kernels.shift_g)
+def op_kernel_args(op: OpInfo, *, workspace: bool, lean: bool = False) -> tuple[Arg, ...]:
+    """:func:`kernel_args` (``lean``: :func:`lean_args`) of a generated op's kernels."""
+    return (lean_args if lean else kernel_args)(
+        op.inputs, op.params, op.outputs, workspace=workspace, k_dense=op.kernels.k_dense,
+        shift_g=op.kernels.shift_g)
+
+
+# The shared stride sets of a lean kernel, per input shape ([N, T] inputs share theirs with the
+# outputs); a user's names start with a letter, so these never collide with one.
+LEAN_STRIDES = {"NT": ("_s1", "_s2", "_st"), "N": ("_n1", "_n2"),
+                "NTK": ("_k1", "_k2", "_kt", "_kk")}
+
+
+def lean_args(inputs, params, outputs, *, workspace: bool, k_dense: bool,
+              shift_g: bool) -> tuple[Arg, ...]:
+    """The arguments of the lean entry kernels: :func:`kernel_args` less what a call of the
+    common layout leaves unused. Every tensor of one shape shares one stride set
+    (:data:`LEAN_STRIDES`: the ``[N, T]`` inputs and the outputs, the ``[N]`` inputs, the
+    ``[N, T, K]`` inputs) and every param is a float, passed as its value only. A lean kernel
+    calls the full one, each full argument bound by :func:`lean_binding`."""
+    shapes = {"NT"} | {i.shape for i in inputs}
+    full = kernel_args(inputs, params, outputs, workspace=workspace, k_dense=k_dense,
+                       shift_g=shift_g)
+    ptrs = [a for a in full if a.kind == "value" or a.kind == "ptr" and a.role != "param"]
+    ints = [Arg(n, "int", "layout", shape) for shape in LEAN_STRIDES if shape in shapes
+            for n in LEAN_STRIDES[shape]]
+    ints += [a for a in full if a.role == "size"]
+    cx = [a for a in full if a.kind == "constexpr" and a.name != tensor_flag(a.of)]
+    return (*ptrs, *ints, *cx)
+
+
+def lean_binding(a: Arg, shapes: dict) -> str:
+    """What a lean kernel passes for the full kernel's argument ``a`` (``shapes``: input name
+    -> shape): the shared strides, a float param's value in its unused pointer slot, 0 for its
+    strides and False for its ``__TENSOR`` flag."""
+    if a.kind == "constexpr" and a.name == tensor_flag(a.of):
+        return "False"
+    if a.role == "param" and a.kind != "value":  # its pointer slot and strides, never read
+        return a.of if a.kind == "ptr" else "0"
+    if a.kind == "int" and a.role in ("input", "output"):
+        shape = shapes[a.of] if a.role == "input" else "NT"
+        k = ("s1", "s2", "st", "sk").index(a.name.rpartition("__")[2].removeprefix("o"))
+        names = LEAN_STRIDES[shape]
+        return names[k] if k < len(names) else "0"  # an [N] input's time stride is 0
+    return a.name
 
 
 # ------------------------------------------------------------------------ generated modules

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MODULES = sorted(m.name for m in pkgutil.iter_modules(scangen.generated.__path__)
                  if not m.name.endswith(("_numba", "_triton")))
 CASES = {  # name: (family, block_n, block_t, num_warps, fp64 and absent inputs and any strides,
-    #               look-back variant: "" tickets from the counter, "pid" LB_PID)
+    #               variant: "" tickets from the counter, "pid" LB_PID, "lean" the lean kernel)
     "stream-short": ("stream", 64, 32, 4, False, ""),
     "stream-long": ("stream", 1, 1024, 4, False, ""),
     "lookback": ("lookback", 1, 1024, 4, False, ""),
@@ -32,6 +32,10 @@ CASES = {  # name: (family, block_n, block_t, num_warps, fp64 and absent inputs 
     "persist-fp64-general": ("persist", 2, 256, 4, True, ""),
     "stream-fp64-general": ("stream", 4, 256, 4, True, ""),
     "lookback-fp64-general": ("lookback", 1, 1024, 4, True, ""),
+    # the lean entry kernels (scangen.abi.lean_args), which call the full ones
+    "stream-lean": ("stream", 64, 32, 4, False, "lean"),
+    "persist-lean": ("persist", 1, 1024, 4, False, "lean"),
+    "lookback-lean": ("lookback", 1, 1024, 4, False, "lean"),
 }
 
 CHILD = r"""
@@ -48,7 +52,7 @@ for name in modules:
             c = compile_offline(module, family, block_n=bn, block_t=max(16, bt // k), block_k=k,
                                 num_warps=nw, acc=tl.float64 if general else None,
                                 present=not general, contiguous=not general,
-                                lb_pid=lb == "pid")
+                                lb_pid=lb == "pid", lean=lb == "lean")
             out[name + "/" + case] = "ok" if c.asm.get("cubin") else "no cubin"
         except Exception as exc:
             out[name + "/" + case] = "".join(traceback.format_exception_only(exc))[-2000:]

@@ -128,7 +128,7 @@ def compiled_kernel(plan):
     """Triton's compiled kernel behind the plan's direct launches (its registers and spills),
     found in the JIT functions' caches by the function handle the plan launches; None if not."""
     handles = {entry[1] for entry in plan.lp.compiled.values()}
-    for jit in (plan.op.kernels.stream, plan.op.kernels.persist, plan.op.kernels.lookback):
+    for jit in scangen.abi.triton_kernels(plan.op):  # the full and the lean kernels
         for caches in getattr(jit, "device_caches", {}).values():
             for k in caches[0].values():
                 if getattr(k, "function", None) in handles and hasattr(k, "n_regs"):

@@ -171,7 +171,41 @@ def _triton_context(plan: Plan, sy: _Symbols, options: Options) -> NS:
               step="+1" if rev else "-1", grouped=tp.grouped, tcol=tcol,
               carry_col="BLOCK_T - SHIFT_G" if tp.grouped else "0" if rev else "BLOCK_T - 1",
               edge_col="BLOCK_T - 1" if rev else "0",
-              k_dense=tp.k_dense, shift_g=tp.shift_g, helpers=shared_helpers())
+              k_dense=tp.k_dense, shift_g=tp.shift_g, helpers=shared_helpers(),
+              lean=_lean_kernels(ir, tp))
+
+
+def _lean_kernels(ir, tp) -> list[NS]:
+    """Each family's lean entry kernel (scangen.abi.lean_args): its parameters, and the full
+    kernel's arguments it passes on (scangen.abi.lean_binding), both wrapped for the page."""
+    shapes = {i.name: i.shape for i in ir.inputs}
+    families = [("stream", "chunked", False), ("lookback", "lookback", True)]
+    if tp.persist:
+        families.insert(1, ("persist", "persist", False))
+    out = []
+    for family, kind, ws in families:
+        args = dict(inputs=ir.inputs, params=ir.params, outputs=[o.name for o in ir.outputs],
+                    workspace=ws, k_dense=tp.k_dense, shift_g=tp.shift_g)
+        params = [f"{a.name}: tl.constexpr" if a.kind == "constexpr" else a.name
+                  for a in abi.lean_args(**args)]
+        call = [abi.lean_binding(a, shapes) for a in abi.kernel_args(**args)]
+        out.append(NS(family=family, name=f"_{ir.name}_{kind}_lean",
+                      body=f"_{ir.name}_{kind}_kernel", params=_wrap(params, 4),
+                      call=_wrap(call, 8)))
+    return out
+
+
+def _wrap(items: list[str], indent: int, width: int = 100) -> list[str]:
+    """``items`` joined by commas into lines of at most ``width`` characters."""
+    lines, line = [], ""
+    for it in items:
+        piece = f"{it},"
+        if line and indent + len(line) + 1 + len(piece) > width:
+            lines.append(line)
+            line = piece
+        else:
+            line = f"{line} {piece}" if line else piece
+    return lines + [line] if line else lines
 
 
 def _torch_context(plan: Plan, sy: _Symbols) -> NS:

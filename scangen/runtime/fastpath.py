@@ -58,7 +58,7 @@ def build(c, values: dict, launches: list, how: tuple = (-1, None, None)):
     bind = {name: (kind, arg) for name, kind, arg in c.bind_params}
     outs = {n: f"_o{k}" for k, n in enumerate(c.requested)}
     slots = []  # the per-call arguments, in the kernel's order (scangen.abi.kernel_args)
-    for a in abi.op_kernel_args(op, workspace=lookback):
+    for a in abi.op_kernel_args(op, workspace=lookback, lean=c.lp.lean):
         if a.kind not in ("ptr", "value"):
             continue
         if a.role == "input":  # present inputs are passed as given (no copies: checked above)

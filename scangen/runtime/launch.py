@@ -28,23 +28,50 @@ def run(c) -> None:
     # launcher takes without calling data_ptr() or asking the driver about it.
     dummy = None if lp.direct else next(iter(c.outs.values()))
     t, outs = c.tensors, c.outs
-    ptrs = (*(t.get(i.name, dummy) for i in op.inputs), *param_ptrs(c, dummy),
-            *(outs.get(o, dummy) for o in op.outputs))
     if lp.meta is None:
         _first_launch(c, cfg, lp, ks.persist is not None)
+    params = tuple(c.params.values()) if lp.lean else param_ptrs(c, dummy)
+    ptrs = (*(t.get(i.name, dummy) for i in op.inputs), *params,
+            *(outs.get(o, dummy) for o in op.outputs))
     if cfg.family == "lookback":
         ws = workspace.lookback_workspace(c, cfg, op.kernels.lb_words)
-        launch(c, ks.lookback, lp.grid, (*ptrs, ws, *lp.ints), lp.meta, cfg)
+        kernel = ks.lean_lookback if lp.lean else ks.lookback
+        launch(c, kernel, lp.grid, (*ptrs, ws, *lp.ints), lp.meta, cfg)
     elif cfg.family == "persist" and ks.persist is not None:
-        launch(c, ks.persist, lp.grid, (*ptrs, *lp.ints), lp.meta, cfg)
+        launch(c, ks.lean_persist if lp.lean else ks.persist, lp.grid, (*ptrs, *lp.ints),
+               lp.meta, cfg)
     else:
-        launch(c, ks.stream, lp.grid, (*ptrs, *lp.ints), lp.meta, cfg)
+        launch(c, ks.lean_stream if lp.lean else ks.stream, lp.grid, (*ptrs, *lp.ints),
+               lp.meta, cfg)
+
+
+# Whether plans whose call qualifies launch the lean entry kernels (a switch for measurements
+# and tests: the kernels compute the same).
+LEAN = True
+
+
+def lean_layout(c) -> dict | None:
+    """The shared stride sets of a call that can take the lean kernels (``{"NT": (s1, s2, st),
+    "N": (s1, s2), "NTK": (s1, s2, st, sk)}``, scangen.abi.LEAN_STRIDES), or None: its params
+    are all floats and the tensors of each shape (the ``[N, T]`` inputs with the outputs) have
+    the same strides."""
+    if any(c.is_tensor(p) for p in c.params):
+        return None
+    sets = {"NT": {tuple(st) for st in c.out_strides.values()}, "N": set(), "NTK": set()}
+    shapes = {i.name: i.shape for i in c.op.inputs}
+    for name, st in c.strides.items():
+        sets[shapes[name]].add(tuple(st[:2]) if shapes[name] == "N" else tuple(st))
+    if any(len(v) > 1 for v in sets.values()):
+        return None
+    return {k: next(iter(v)) if v else (0,) * len(abi.LEAN_STRIDES[k]) for k, v in sets.items()}
 
 
 def _first_launch(c, cfg, lp, persist: bool) -> None:
     """The plan's integer arguments, constexprs (in signature order) and grid (``persist``: the
-    op has a persist kernel)."""
+    op has a persist kernel), for the lean kernels where the call qualifies."""
     ks = c.op.kernels
+    shared = lean_layout(c) if LEAN else None
+    lp.lean = shared is not None
     tile = dict(EVEN=even(c, cfg), K_DENSE=ks.k_dense and k_dense(c, cfg),
                 SHIFT_G=shift_group(c, cfg) if ks.shift_g else 1,
                 BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k,
@@ -52,9 +79,11 @@ def _first_launch(c, cfg, lp, persist: bool) -> None:
                 LB_SPIN=config.lookback_spin(c, cfg), LB_PID=config.lookback_pid(c, cfg))
     strides = {"input": c.strides, "param": c.pstrides, "output": c.out_strides}
     ints, meta = [], {}
-    for a in abi.op_kernel_args(c.op, workspace=False):
+    for a in abi.op_kernel_args(c.op, workspace=False, lean=lp.lean):
         if a.kind == "int" and a.role == "size":
             ints.append(getattr(c, a.name))
+        elif a.kind == "int" and a.role == "layout":  # a lean kernel's shared strides
+            ints.append(shared[a.of][abi.LEAN_STRIDES[a.of].index(a.name)])
         elif a.kind == "int":  # x__s1, x__s2, x__st, x__sk; outputs o__os1, ...: 0 if absent
             st = strides[a.role].get(a.of)
             ints.append(st[_STRIDE[a.name.rpartition("__")[2].removeprefix("o")]] if st else 0)

@@ -30,19 +30,21 @@ class LaunchPlan:
     """The mutable part of a plan, shared by every call bound to it.
 
     Triton target: ``meta`` / ``ints`` / ``grid`` (the launch's constexprs, integer arguments
-    and grid, built on the first launch), ``compiled`` (kernel -> its compiled launcher, after
+    and grid, built on the first launch), ``lean`` (whether it launches the lean entry
+    kernels, :func:`scangen.abi.lean_args`), ``compiled`` (kernel -> its compiled launcher, after
     that launch), ``direct`` (later launches pass None in unused pointer slots), ``seen`` (the
     direct launches made before the fast path was decided), ``fast`` / ``guarded`` (the fast
     paths, :mod:`.fastpath`). Look-back workspaces: ``workspaces`` (by stream), ``lb_words``,
     ``spare`` / ``spare_ready`` / ``captured`` (:mod:`.workspace`). numba target: ``numba``.
     """
 
-    __slots__ = ("meta", "ints", "grid", "compiled", "direct", "seen", "fast", "guarded",
-                 "fast_decided", "workspaces", "lb_words", "spare", "spare_ready", "captured",
-                 "numba", "lock")
+    __slots__ = ("meta", "ints", "grid", "lean", "compiled", "direct", "seen", "fast",
+                 "guarded", "fast_decided", "workspaces", "lb_words", "spare", "spare_ready",
+                 "captured", "numba", "lock")
 
     def __init__(self):
         self.meta = self.ints = self.grid = None
+        self.lean = False
         self.compiled: dict = {}
         self.direct = False
         self.seen: list = []

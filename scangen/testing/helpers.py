@@ -228,7 +228,7 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
                     block_n: int = 1, block_t: int = 1024, block_k: int = 1, acc=None,
                     present: bool = True, contiguous: bool = True, time_major: bool = False,
                     even: bool | None = None, lb_window: int = 128, lb_spin: bool = False,
-                    lb_pid: bool = False):
+                    lb_pid: bool = False, lean: bool = False):
     """Compile one generated kernel to a cubin for ``sm_<arch>`` with no GPU (Triton's frontend,
     its NVIDIA passes and the bundled ptxas): catches what the interpreter lets through (types
     that change across branches or loop iterations) and gives the PTX for a resource report.
@@ -239,7 +239,8 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
     specialises as it does for time-major ``[T, N]`` buffers with N a multiple of 16 instead:
     row strides and ``R2`` equal to 1 (one row dimension), time strides divisible by 16.
     ``lb_window``, ``lb_spin``, ``lb_pid``: the look-back's window, wait and order
-    (runtime.config.lookback_window, lookback_spin and lookback_pid).
+    (runtime.config.lookback_window, lookback_spin and lookback_pid). ``lean``: the family's
+    lean entry kernel (scangen.abi.lean_args), which calls the full one.
     """
     import triton
     import triton.language as tl
@@ -250,8 +251,8 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
     from ..runtime.launch import layout_steps
 
     op = module.OP
-    kernel = getattr(triton_kernels(op), family)
-    args = op_kernel_args(op, workspace=family == "lookback")
+    kernel = getattr(triton_kernels(op), f"lean_{family}" if lean else family)
+    args = op_kernel_args(op, workspace=family == "lookback", lean=lean)
     assert [a.name for a in args] == [p.name for p in kernel.params], "kernel_args differs"
     inputs = {i.name: i for i in op.inputs}
     ptr = {"float": "*fp32", "flag": "*i8", "index": "*i64"}
@@ -263,15 +264,17 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
     sig, consts, attrs = {}, {}, {}
     for i, a in enumerate(args):
         n = a.name
-        ntk = a.role == "input" and n.endswith("__st") and inputs[a.of].shape == "NTK"
+        ntk = (a.role == "input" and n.endswith("__st") and inputs[a.of].shape == "NTK"
+               or n == "_kt")
         dynamic = a.kind in ("ptr", "int")  # Triton's launcher specialises these on 16
-        if time_major and (n.endswith("__s1") or n.endswith("__os1") or n == "R2"):
+        if time_major and (n.endswith("__s1") or n.endswith("__os1") or n == "R2"
+                           or n in ("_s1", "_n1", "_k1")):
             sig[n], consts[(i,)] = "constexpr", 1  # one row dimension, adjacent rows
             continue
         if time_major and dynamic:
             attrs[(i,)] = [["tt.divisibility", 16]]
-        if contiguous and not time_major and (n.endswith("__st") or n.endswith("__ost")) \
-                and not ntk:
+        if contiguous and not time_major and (n.endswith("__st") or n.endswith("__ost")
+                                              or n == "_st") and not ntk:
             sig[n], consts[(i,)] = "constexpr", 1  # unit time strides
             continue
         if ntk:  # the time stride of [N, T, K] rows is K: an int Triton knows nothing about
