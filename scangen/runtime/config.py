@@ -42,6 +42,7 @@ TM_TILE = 1024       # ... else tiles of this many elements
 MIN_ROWS_TIME_MAJOR = 16  # time-major with a trailing axis (K > 1): row-tile floor
 TIME_MAJOR_PROGRAMS_PER_SM = 2  # ... row tiles halved while the grid has fewer (8: slower)
 NUM_WARPS = 4        # measured best for every tile above (bench/NOTES.md, sweep of 2026-11-29)
+K_FEW_ROWS_TILE = 2048  # elements (K included) a chunk, rows-layout K > 1 calls with few rows
 
 
 class Config(NamedTuple):
@@ -227,6 +228,12 @@ def _shape_config(c, rows: int, block_k: int, kk: int, time_major: bool) -> Conf
         block_n = max(1, min(LONG_TILE // (block_t * kk), _pow2(rows)))
     while block_n > 1 and -(-rows // block_n) < want:
         block_n //= 2
+    if kk > 1 and block_n == 1 and rows < want and c.T > block_t:
+        # a trailing axis and fewer rows than programs wanted: each program walks its row in
+        # K_FEW_ROWS_TILE-element chunks on 8 warps, one pipeline stage (Retrace 128x1024:
+        # 11.0 -> 7.8 us as a graph replay, h200-2026-12-01-g-sweep)
+        block_t = max(16, min(_pow2(c.T), K_FEW_ROWS_TILE // kk))
+        return Config(1, block_t, block_k, 8, "stream", num_stages=1)
     return Config(block_n, block_t, block_k, NUM_WARPS, "stream")
 
 
