@@ -273,21 +273,26 @@ def companion(op: OpInfo, suffix: str):
     :data:`NUMBA_SUFFIX`), loaded from the file beside its module's on first use; None where
     there is no such file."""
     name = op.module + suffix
-    module = sys.modules.get(name)
+    module = _LOADED.get(name)
     if module is not None:
         return module
+    # Not sys.modules: load_module registers a module there before it has run, so a second
+    # thread's first call would take a half-initialised module (seen: 6 threads' first numba
+    # calls, "module ... has no attribute 'ARRAYS'").
     with _LOAD_LOCK:  # two threads' first calls load it once
-        module = sys.modules.get(name)
+        module = _LOADED.get(name) or sys.modules.get(name)
         if module is None:
             path = Path(sys.modules[op.module].__file__)
             path = path.with_name(path.stem + suffix + ".py")
             if not path.is_file():
                 return None
             module = load_module(name, path)
+        _LOADED[name] = module
     return module
 
 
 _LOAD_LOCK = threading.RLock()
+_LOADED: dict = {}  # companions whose module has finished running
 
 
 def triton_kernels(op: OpInfo) -> TritonKernels:
