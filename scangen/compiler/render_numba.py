@@ -20,6 +20,8 @@ number (``_nk.at`` reads either, and numba compiles a kernel for each mix).
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 from types import SimpleNamespace as NS
 
 import sympy
@@ -27,7 +29,7 @@ import sympy
 from ..abi import OFFSETS, has_flag, split_sym, store_flag
 from .plan import Block, Plan
 from .printers import NumbaPrinter, print_expr
-from .templating import comment, pylit, render_template
+from .templating import PACKAGE, comment, pylit, render_template
 
 TIME = {"": "t", "next": "_tn", "prev": "_tp", "next2": "_tn2", "prev2": "_tp2"}
 # The index of step ``{t}`` of the row (r1, r2) in each kernel's views.
@@ -177,4 +179,14 @@ def render_numba(plan: Plan, source: str) -> str:
     ir = plan.ir
     title = (ir.doc.strip().splitlines() or [ir.name])[0]
     return render_template(NUMBA_TEMPLATE, version=__version__, source=comment(source),
-                           title=pylit(title), function=ir.function, k=numba_context(plan))
+                           title=pylit(title), function=ir.function, k=numba_context(plan),
+                           helpers=helpers_hash())
+
+
+@functools.lru_cache(maxsize=1)
+def helpers_hash() -> str:
+    """A hash of scangen/runtime/numba_kernels.py, which every generated numba module names in
+    its header: numba's disk cache keys a kernel on its own file only, so a change to the
+    helpers it inlines must change that file (`scangen build`) to reach the cached kernels."""
+    text = (PACKAGE / "runtime" / "numba_kernels.py").read_bytes()
+    return hashlib.sha256(text).hexdigest()[:16]
