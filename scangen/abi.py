@@ -241,11 +241,15 @@ def lean_binding(a: Arg, shapes: dict) -> str:
     if a.role == "param" and a.kind != "value":  # its pointer slot and strides, never read
         return a.of if a.kind == "ptr" else "0"
     if a.kind == "int" and a.role in ("input", "output"):
-        shape = shapes[a.of] if a.role == "input" else "NT"
-        k = ("s1", "s2", "st", "sk").index(a.name.rpartition("__")[2].removeprefix("o"))
-        names = LEAN_STRIDES[shape]
+        k, names = stride_index(a), LEAN_STRIDES[shapes[a.of] if a.role == "input" else "NT"]
         return names[k] if k < len(names) else "0"  # an [N] input's time stride is 0
     return a.name
+
+
+def stride_index(a: Arg) -> int:
+    """Which of a tensor's canonical strides ``(s1, s2, st[, sk])`` the stride argument ``a``
+    (``x__s1`` ... ``x__sk``, outputs ``o__os1`` ...) is."""
+    return ("s1", "s2", "st", "sk").index(a.name.rpartition("__")[2].removeprefix("o"))
 
 
 # ------------------------------------------------------------------------ generated modules

@@ -33,16 +33,14 @@ def run(c) -> None:
     params = tuple(c.params.values()) if lp.lean else param_ptrs(c, dummy)
     ptrs = (*(t.get(i.name, dummy) for i in op.inputs), *params,
             *(outs.get(o, dummy) for o in op.outputs))
+    stream, persist, lookback = ks[3:] if lp.lean else ks[:3]  # (scangen.abi.TritonKernels)
     if cfg.family == "lookback":
         ws = workspace.lookback_workspace(c, cfg, op.kernels.lb_words)
-        kernel = ks.lean_lookback if lp.lean else ks.lookback
-        launch(c, kernel, lp.grid, (*ptrs, ws, *lp.ints), lp.meta, cfg)
-    elif cfg.family == "persist" and ks.persist is not None:
-        launch(c, ks.lean_persist if lp.lean else ks.persist, lp.grid, (*ptrs, *lp.ints),
-               lp.meta, cfg)
+        launch(c, lookback, lp.grid, (*ptrs, ws, *lp.ints), lp.meta, cfg)
+    elif cfg.family == "persist" and persist is not None:
+        launch(c, persist, lp.grid, (*ptrs, *lp.ints), lp.meta, cfg)
     else:
-        launch(c, ks.lean_stream if lp.lean else ks.stream, lp.grid, (*ptrs, *lp.ints),
-               lp.meta, cfg)
+        launch(c, stream, lp.grid, (*ptrs, *lp.ints), lp.meta, cfg)
 
 
 # Whether plans whose call qualifies launch the lean entry kernels (a switch for measurements
@@ -86,7 +84,7 @@ def _first_launch(c, cfg, lp, persist: bool) -> None:
             ints.append(shared[a.of][abi.LEAN_STRIDES[a.of].index(a.name)])
         elif a.kind == "int":  # x__s1, x__s2, x__st, x__sk; outputs o__os1, ...: 0 if absent
             st = strides[a.role].get(a.of)
-            ints.append(st[_STRIDE[a.name.rpartition("__")[2].removeprefix("o")]] if st else 0)
+            ints.append(st[abi.stride_index(a)] if st else 0)
         elif a.kind != "constexpr":
             continue
         elif a.role == "tile":
@@ -107,7 +105,6 @@ def _first_launch(c, cfg, lp, persist: bool) -> None:
     lp.ints, lp.grid, lp.meta = tuple(ints), grid, meta
 
 
-_STRIDE = {"s1": 0, "s2": 1, "st": 2, "sk": 3}  # a tensor's canonical strides (Call._canon)
 
 
 def _acc(dtype):
