@@ -73,6 +73,43 @@ def _put(x, i, j, k, v):
     return impl
 
 
+def row(x, i, j, lo, n):
+    """``x[i, j, lo:lo + n]`` for an array, ``x`` itself for a number: one time step's row
+    view in the time-major kernels, which index it with :func:`at1` and :func:`put1`."""
+    return x[i, j, lo:lo + n]
+
+
+@overload(row, inline="always")
+def _row(x, i, j, lo, n):
+    if isinstance(x, types.Array):
+        return lambda x, i, j, lo, n: x[np.uintp(i), np.uintp(j), lo:lo + n]
+    return lambda x, i, j, lo, n: x
+
+
+def at1(x, j):
+    """``x[j]`` of a row view, ``x`` itself for a number."""
+    return x[j]
+
+
+@overload(at1, inline="always")
+def _at1(x, j):
+    if isinstance(x, types.Array):
+        return lambda x, j: x[np.uintp(j)]
+    return lambda x, j: x
+
+
+def put1(x, j, v):
+    """``x[j] = v`` of a row view (not inlined in numba's IR, as :func:`put`)."""
+    x[j] = v
+
+
+@overload(put1)
+def _put1(x, j, v):
+    def impl(x, j, v):
+        x[np.uintp(j)] = v
+    return impl
+
+
 @_jit
 def gather(src, i, j, k, K, index):
     """``src[i, j, k, index]``, NaN for an index outside ``[0, K)`` (docs/spec-guide.md)."""
