@@ -142,3 +142,34 @@ def test_a_forked_child_gets_its_own_thread_pool():
                          cwd=REPO, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "0"
+
+
+def test_the_kernels_exp_is_libms_within_one_ulp():
+    """``_nk.exp`` (arithmetic, so that loops with an exp vectorise) against NumPy's exp: within
+    1 ulp of every normal result, and exactly libm's inf, 0, subnormal and NaN cases."""
+    import numba
+    import numpy as np
+    from scangen.runtime import numba_kernels as nk
+
+    @numba.njit
+    def apply(a, out):
+        for i in range(a.size):
+            out[i] = nk.exp(a[i])
+
+    rng = np.random.default_rng(0)
+    edges = [0.0, -0.0, 1e-300, -1e-300, 709.78, 709.79, 710.0, 1e308, -708.4, -720.0, -745.1,
+             -745.2, -1e308, np.inf, -np.inf, np.nan, 0.5 * np.log(2), -0.5 * np.log(2)]
+    x = np.concatenate([rng.uniform(-40, 40, 200_000), rng.uniform(-760, 720, 50_000), edges])
+    got = np.empty_like(x)
+    apply(x, got)
+    with np.errstate(over="ignore"):
+        want = np.exp(x)
+    normal = np.isfinite(want) & (want >= np.finfo(np.float64).tiny)
+    ulps = np.abs(got[normal] - want[normal]) / np.spacing(want[normal])
+    assert ulps.max() <= 1.0
+    rest = ~normal
+    assert np.all(np.isnan(got[rest]) == np.isnan(want[rest]))
+    finite = rest & ~np.isnan(want)
+    # inf, 0 and subnormals: within one step of the smallest subnormal
+    assert np.all((got[finite] == want[finite])
+                  | (np.abs(got[finite] - want[finite]) <= 5e-324))

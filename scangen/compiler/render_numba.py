@@ -28,7 +28,7 @@ import sympy
 
 from ..abi import OFFSETS, has_flag, split_sym, store_flag
 from .plan import Block, Plan
-from .printers import NumbaPrinter, print_expr
+from .printers import NumbaPrinter, NumbaVectorPrinter, print_expr
 from .templating import PACKAGE, comment, pylit, render_template
 
 TIME = {"": "t", "next": "_tn", "prev": "_tp", "next2": "_tn2", "prev2": "_tp2"}
@@ -36,8 +36,8 @@ TIME = {"": "t", "next": "_tn", "prev": "_tp", "next2": "_tn2", "prev2": "_tp2"}
 ORDER = {"rows": "r1, r2, {t}", "tmajor": "r1, {t}, r2"}
 
 
-def _assigns(block: Block, table: dict, spec: str) -> list[str]:
-    return [f"{v} = {print_expr(NumbaPrinter, e, table, spec)}" for v, e in block.assigns]
+def _assigns(printer, assigns, table: dict, spec: str) -> list[str]:
+    return [f"{v} = {print_expr(printer, e, table, spec)}" for v, e in assigns]
 
 
 def numba_context(plan: Plan) -> NS:
@@ -53,7 +53,7 @@ def numba_context(plan: Plan) -> NS:
                   for i in ir.inputs if i.optional})
     inits = [f"{s.name} = {print_expr(NumbaPrinter, s.init, table, ir.name)}"
              for s in plan.scans]
-    cse = _one_cse(plan, table)  # the arithmetic of a step, the same in both loops
+    cse = _one_cse(plan)  # the arithmetic of a step, the same in both loops
     rows = _step(plan, table, cse, time_major=False)
     tmajor = _step(plan, table, cse, time_major=True)
     return NS(array_args=", ".join(f"{a.name}__a" for a in arrays),
@@ -82,6 +82,7 @@ def _step(plan: Plan, table: dict, cse: tuple, time_major: bool) -> NS:
     time index ``t * _ts_<output>`` (0 there; a strided view would make them scatters)."""
     ir, spec = plan.ir, plan.ir.name
     order = ORDER["tmajor" if time_major else "rows"]
+    printer = NumbaVectorPrinter if time_major else NumbaPrinter
     kinds = {i.name: i for i in ir.inputs}
     params = {p.name for p in ir.params}
     views, row_views = {}, {}  # time-major: name -> the row view it names
@@ -129,9 +130,15 @@ def _step(plan: Plan, table: dict, cse: tuple, time_major: bool) -> NS:
             kk[s] = f"{s}__k"
             k_loads.append(f"{s}__k = float({at(b, shift, ', _k')})")
         kk.update({v: v for v, _ in sp.block.assigns})
-        sums.append(NS(var=sp.var, loads=k_loads, assigns=_assigns(sp.block, kk, spec),
-                       summand=print_expr(NumbaPrinter, sp.block.results[0][1], kk, spec)))
-    scans, out_assigns, out_exprs = cse
+        sums.append(NS(var=sp.var, loads=k_loads,
+                       assigns=_assigns(printer, sp.block.assigns, kk, spec),
+                       summand=print_expr(printer, sp.block.results[0][1], kk, spec)))
+    scan_cse, rest, out_exprs = cse
+    scans = [NS(name=name, assigns=_assigns(printer, assigns, table, spec),
+                alpha=print_expr(printer, alpha, table, spec),
+                beta=print_expr(printer, beta, table, spec))
+             for name, assigns, alpha, beta in scan_cse]
+    out_assigns = _assigns(printer, rest, table, spec)
     times = []
     for shift in sorted(shifts - {""}, key=lambda s: OFFSETS[s]):
         off = OFFSETS[shift]
@@ -142,7 +149,7 @@ def _step(plan: Plan, table: dict, cse: tuple, time_major: bool) -> NS:
     if time_major:
         views.update({f"_w_{o}": f"_nk.row({o}__a, r1, t * _ts_{o}, r2_0, n)"
                       for o, _ in out_exprs})
-    outputs = [NS(name=o, code=print_expr(NumbaPrinter, e, table, spec),
+    outputs = [NS(name=o, code=print_expr(printer, e, table, spec),
                   put=(f"_nk.put1(_w_{o}, _j, " if time_major
                        else f"_nk.put({o}__a, {order.format(t='t')}, "),
                   guard="" if time_major else store_flag(o))
@@ -157,15 +164,15 @@ def _step(plan: Plan, table: dict, cse: tuple, time_major: bool) -> NS:
               loads=loads, sums=sums, scans=scans, out_assigns=out_assigns, outputs=outputs)
 
 
-def _one_cse(plan: Plan, table: dict):
+def _one_cse(plan: Plan):
     """The scans' updates and the outputs of one step with their common subexpressions taken
     once over the whole step (the plan takes them per block, which suits the GPU's separate
     passes; a sequential step holds every value at once: V-trace's ratio exp(...) is then
     computed once, not twice). A temporary that reads a scan's state is emitted after that
     scan's update; the states always mean their value at step t, as in the spec.
 
-    Returns (scans: [NS(name, assigns, alpha, beta)], the remaining assigns, [(output, expr)])."""
-    spec = plan.ir.name
+    Returns ([(scan, [(temp, expr)], alpha, beta)], the remaining [(temp, expr)],
+    [(output, expr)]), for each kernel to print."""
     results = []
     for s in plan.scans:
         res = dict(_inlined(s.block))
@@ -182,17 +189,14 @@ def _one_cse(plan: Plan, table: dict):
         for v, e in list(pending):
             names = {x.name for x in e.free_symbols}
             if (names & states) <= updated and (names & names_of_temps) <= done:
-                out.append(f"{v} = {print_expr(NumbaPrinter, e, table, spec)}")
+                out.append((v.name, e))
                 done.add(v.name)
                 pending.remove((v, e))
         return out
 
     scans = []
     for k, s in enumerate(plan.scans):
-        alpha, beta = reduced[2 * k], reduced[2 * k + 1]
-        scans.append(NS(name=s.name, assigns=ready(),
-                        alpha=print_expr(NumbaPrinter, alpha, table, spec),
-                        beta=print_expr(NumbaPrinter, beta, table, spec)))
+        scans.append((s.name, ready(), reduced[2 * k], reduced[2 * k + 1]))
         updated.add(s.name)
     rest = ready()
     assert not pending, pending

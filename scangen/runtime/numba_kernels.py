@@ -7,13 +7,18 @@ import math
 
 import numba
 import numpy as np
+from llvmlite import ir
 from numba import types
-from numba.extending import overload
+from numba.extending import intrinsic, overload
 
 # The one fast-math freedom the kernels take: fusing a * b + c into one FMA (a scan step's
 # A = alpha + beta * A is one FMA on the critical path). It keeps NaN and inf semantics.
 CONTRACT = {"contract"}
-_jit = numba.njit(cache=True, nogil=True, inline="always", fastmath=CONTRACT)
+# How every generated kernel is compiled (templates/numba_module.py.j2). error_model="numpy":
+# x / 0 is inf or NaN, as in torch and Triton, not Python's ZeroDivisionError, whose check a
+# division would also keep out of vectorised loops.
+KERNEL = dict(cache=True, nogil=True, fastmath=CONTRACT, error_model="numpy")
+_jit = numba.njit(inline="always", **KERNEL)
 
 
 @_jit
@@ -29,7 +34,57 @@ def maximum(a, b):
 
 @_jit
 def where(c, a, b):
+    """``a if c else b`` with both already computed: a select, where a conditional expression
+    is a branch around each side's arithmetic, which keeps a loop from vectorising (V-trace's
+    time-major loop: 10.1 against 1.7 ms at 4096 x 128). Every side is safe to compute: the
+    kernels' arithmetic raises nothing (error_model="numpy")."""
     return a if c else b
+
+
+@intrinsic
+def _f64_of_bits(typingctx, i):
+    """The float64 whose bits are the int64 ``i`` (an LLVM bitcast, which vectorises)."""
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+    return types.float64(types.int64), codegen
+
+
+# exp(x) = 2**k * exp(r), k = round(x / ln 2), r = x - k ln 2 (ln 2 in two parts, Cody and
+# Waite: k * _LN2_HI is exact), exp(r) by its Taylor series to r**13 (|r| <= ln(2) / 2: the
+# tail is below 2e-16 of the result).
+_LN2_HI = 6.93147180369123816490e-01  # 0x3fe62e42fee00000: 21 low zero bits
+_LN2_LO = 1.90821492927058770002e-10  # ln 2 - _LN2_HI
+_LOG2E = 1.4426950408889634
+_C = tuple(1.0 / math.factorial(n) for n in range(14))
+
+
+@_jit
+def exp(x):
+    """``exp(x)`` in float64 within 1 ulp of libm's (the same inf, 0, subnormals and NaN), in
+    arithmetic LLVM vectorises: libm's ``exp`` is a call a step, which kept V-trace's
+    time-major loop scalar (the ratio exp(log_pi_target - log_pi_behavior) a step)."""
+    y = x if x == x else 0.0
+    y = min(max(y, -746.0), 710.0)  # beyond these exp is 0 or inf in float64
+    kf = math.floor(y * _LOG2E + 0.5)
+    r = (y - kf * _LN2_HI) - kf * _LN2_LO
+    p = _C[13]
+    p = p * r + _C[12]
+    p = p * r + _C[11]
+    p = p * r + _C[10]
+    p = p * r + _C[9]
+    p = p * r + _C[8]
+    p = p * r + _C[7]
+    p = p * r + _C[6]
+    p = p * r + _C[5]
+    p = p * r + _C[4]
+    p = p * r + _C[3]
+    p = p * r + _C[2]
+    p = p * r + 1.0
+    p = p * r + 1.0
+    k = np.int64(kf)  # 2**k as two factors, each a normal double: k reaches -1077 and 1025
+    k1 = k >> 1
+    s = p * _f64_of_bits((k1 + 1023) << 52) * _f64_of_bits((k - k1 + 1023) << 52)
+    return s if x == x else x
 
 
 def at(x, i, j, k):
