@@ -69,6 +69,7 @@ def test_a_call_split_over_threads_equals_one_thread(layout, monkeypatch):
         inputs = {k: v.t().contiguous() if torch.is_tensor(v) and v.dim() == 2 else v
                   for k, v in inputs.items()}
     monkeypatch.setattr(numbapath, "MIN_PARALLEL_STEPS", 1)
+    monkeypatch.setattr(numbapath, "THREAD_TRIALS", 0)  # every call on the threads asked for
     monkeypatch.setattr(numbapath, "MAX_TILE_ROWS", 4)  # 10 tiles of rows over 3 threads
     runtime.PLANS.clear()
     threads = torch.get_num_threads()
@@ -83,6 +84,44 @@ def test_a_call_split_over_threads_equals_one_thread(layout, monkeypatch):
         runtime.PLANS.clear()
     for a, b in zip(one, many):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("faster", [1, 2])
+def test_a_plan_keeps_the_faster_thread_count(faster, monkeypatch):
+    """After its first call a plan alternates one thread and all of them for THREAD_TRIALS calls
+    each, then keeps the count whose calls were faster; every call gives the same answer."""
+    monkeypatch.setattr(numbapath, "MIN_PARALLEL_STEPS", 1)
+    monkeypatch.setattr(numbapath, "THREAD_TRIALS", 2)
+    clock = {"t": 0.0, "threads": None}
+    split = numbapath._Plan.split
+
+    def spy_split(self, threads):
+        clock["threads"] = threads
+        return split(self, threads)
+
+    def fake_clock():  # each call lasts 1 s on the faster count, 2 s on the other
+        clock["t"] += 0.5 if clock["threads"] == faster else 1.0
+        return clock["t"]
+
+    monkeypatch.setattr(numbapath._Plan, "split", spy_split)
+    monkeypatch.setattr(numbapath.time, "perf_counter", fake_clock)
+    inputs = make_inputs("compute_gae", 16, 64, seed=0)
+    runtime.PLANS.clear()
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        first = scangen.compute_gae(**inputs, backend="numba")
+        used = []
+        for _ in range(8):
+            out = scangen.compute_gae(**inputs, backend="numba")
+            used.append(clock["threads"])
+            for a, b in zip(first, out):
+                assert torch.equal(a, b)
+    finally:
+        torch.set_num_threads(threads)
+        runtime.PLANS.clear()
+    assert sorted(used[:4]) == [1, 1, 2, 2]  # the trials: two calls on each count
+    assert used[4:] == [faster] * 4
 
 
 def test_several_python_threads_at_once():

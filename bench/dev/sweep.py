@@ -136,10 +136,15 @@ def compiled_kernel(plan):
     return None
 
 
-def measure(fn, kw, oracle, cfg, rec, floor_us, args) -> None:
+def measure(fn, kw, oracle, cfg, rec, floor_us, args, sets=()) -> None:
     """One candidate (``cfg``; None: the dispatch rule's choice): its first call checked against
-    the oracle, then timed; the result, registers and spills go into ``rec``."""
+    the oracle, then timed; the result, registers and spills go into ``rec``. ``sets``: further
+    copies of ``kw`` the timed calls cycle through (--sets), so that a call finds little of its
+    data in L2, as in bench/rltriton.py."""
+    import itertools
+
     from triton.testing import do_bench, do_bench_cudagraph
+    cycle = itertools.cycle([kw, *sets])
     try:
         out = as_tuple(fn(**kw, backend="triton"))
         torch.cuda.synchronize()
@@ -149,7 +154,7 @@ def measure(fn, kw, oracle, cfg, rec, floor_us, args) -> None:
         if not args.compile_only:
             for o, e in zip(out, oracle):
                 assert_close(o, e, dtype=o.dtype)
-            call = lambda: fn(**kw, backend="triton")  # noqa: E731
+            call = lambda: fn(**next(cycle), backend="triton")  # noqa: E731
             us = 1e3 * (do_bench_cudagraph(call, rep=20, return_mode="median")
                         if args.graph else
                         do_bench(call, warmup=2, rep=12, return_mode="median"))
@@ -185,6 +190,9 @@ def main() -> None:
     ap.add_argument("--families", default="", help="keep only these candidate families, "
                     "e.g. lookback (the default configuration is measured regardless)")
     ap.add_argument("--time-budget", type=float, default=1e9)
+    ap.add_argument("--sets", action="store_true",
+                    help="cycle through copies of the inputs (up to 16, 3x the L2 in all), as "
+                         "bench/rltriton.py does, so that calls read from memory, not L2")
     args = ap.parse_args()
     t0 = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -222,6 +230,12 @@ def main() -> None:
         nbytes = sum(v.numel() * v.element_size() for v in kw.values() if torch.is_tensor(v))
         nbytes += sum(o.numel() * DTYPES[args.dtype].itemsize for o in oracle)
         floor_us = nbytes / (bw * 1e3) if bw else None
+        sets = []
+        if args.sets:
+            l2 = torch.cuda.get_device_properties(0).L2_cache_size
+            k = max(1, min(16, -(-3 * l2 // nbytes)))
+            sets = [{a: v.clone() if torch.is_tensor(v) else v for a, v in kw.items()}
+                    for _ in range(k - 1)]
         runtime.PLANS.clear()
         cfgs = (time_major_candidates(N, T, K) if args.layout == "time-major" else
                 candidates(N, T, K, args.quick,
@@ -234,16 +248,17 @@ def main() -> None:
                 if cfg is not None:  # plans made outside the block are not used in it, nor kept
                     forced.enter_context(sg_config.override(lambda c, cfg=cfg: cfg))
                 runtime.PLANS.clear()
-                measure(fn, kw, oracle, cfg, rec, floor_us, args)
+                measure(fn, kw, oracle, cfg, rec, floor_us, args, sets)
             rows.append(rec)
         runtime.PLANS.clear()
         (args.out / f"sweep{'' if parts == 1 else part}.json").write_text(
-            json.dumps(dict(bandwidth_gbs=bw, dtype=args.dtype, graph=args.graph,
+            json.dumps(dict(bandwidth_gbs=bw, dtype=args.dtype, graph=args.graph, sets=args.sets,
                             gpu=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows),
                        indent=1))
     if args.compile_only:
         return
-    print(f"{'CUDA-graph replays' if args.graph else 'do_bench'}; "
+    print(f"{'CUDA-graph replays' if args.graph else 'do_bench'}"
+          f"{' over rotated input sets' if args.sets else ''}; "
           f"copy bandwidth {bw:,.0f} GB/s; {len(rows)} measurements in {time.perf_counter() - t0:.0f} s")
     for name, shape in dict.fromkeys(cases):
         mine = [r for r in rows if r["algo"] == name and r["shape"] == shape and "us" in r]

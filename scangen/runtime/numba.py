@@ -10,13 +10,17 @@ of :class:`scangen.runtime.arguments.Call` in the order the kernel walks it
 Threads: the kernels release the GIL, and the rows (or tiles of time-major rows) of one call are
 split over ``torch.get_num_threads()`` threads: the caller and a shared pool. Calls from several
 Python threads at once share that pool, so they never start more threads than it holds; small
-calls run on the caller's thread alone.
+calls run on the caller's thread alone. A plan times its first calls on one thread and on all
+of them and keeps the faster (:data:`THREAD_TRIALS`): the answer is the same either way, each
+row's arithmetic being the same.
 """
 from __future__ import annotations
 
 import importlib.util
 import os
+import statistics
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -31,6 +35,13 @@ _HALF = (torch.float16, torch.bfloat16)
 MAX_TILE_ROWS = 8192
 # Below this many steps in all, splitting a call over threads costs more than it saves.
 MIN_PARALLEL_STEPS = 32768
+# Above it, a plan times this many calls on one thread and as many on all the threads asked
+# for (alternating, after its first call), then keeps the faster count for the rest of its
+# calls. A kernel near the memory floor on one thread gains little from more (this 2-core VM
+# copies 1.15x faster on two) and pays the pool's hand-over (65 us a call here): eligibility
+# traces over a time-major 1024 x 1024 buffer ran 0.58x as fast on two threads as on one,
+# V-trace rows 1.8x as fast. 0: always the threads asked for.
+THREAD_TRIALS = 3
 
 
 def available() -> bool:
@@ -120,6 +131,27 @@ class _Plan:
         self.half_outs = c.out_dtype in _HALF
         self.steps = c.R1 * c.R2 * c.T
         self.splits = {}
+        self.calls = 0
+        self.best = {}  # threads asked for -> threads used, once timed (THREAD_TRIALS)
+        self.trials = {}  # threads asked for -> {threads: [seconds a call]}
+
+    def threads_for(self, want: int) -> tuple[int, list | None]:
+        """(threads to use for this call, the list its time goes into, or None)."""
+        if want <= 1 or self.steps < MIN_PARALLEL_STEPS or THREAD_TRIALS <= 0:
+            return want, None
+        best = self.best.get(want)
+        if best is not None:
+            return best, None
+        self.calls += 1
+        if self.calls == 1:  # the first call loads the kernel: not timed
+            return want, None
+        times = self.trials.setdefault(want, {1: [], want: []})
+        if min(len(v) for v in times.values()) >= THREAD_TRIALS:
+            one, many = (statistics.median(times[n]) for n in (1, want))
+            self.best[want] = 1 if one < many else want
+            return self.best[want], None
+        n = 1 if len(times[1]) <= len(times[want]) else want
+        return n, times[n]
 
     def split(self, threads: int) -> tuple[int, int, tuple]:
         """(threads to use, work items, the kernel's leading arguments) for ``threads``
@@ -163,7 +195,9 @@ def run(c) -> None:
     if plan is None:
         plan = c.lp.numba = _Plan(c, kernels_of(c.op))
     arrays, widened = plan.arrays(c)
-    threads, items, head = plan.split(torch.get_num_threads())
+    threads, timed = plan.threads_for(torch.get_num_threads())
+    start = time.perf_counter()
+    threads, items, head = plan.split(threads)
     if threads <= 1:
         plan.kernel(0, items, *head, *arrays)
     else:
@@ -174,6 +208,8 @@ def run(c) -> None:
         plan.kernel(bounds[0], bounds[1], *head, *arrays)
         for f in futures:
             f.result()
+    if timed is not None:
+        timed.append(time.perf_counter() - start)
     for o, wide in widened:
         o.detach().as_strided((wide.numel(),), (1,), o.storage_offset()).copy_(wide)
 
