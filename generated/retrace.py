@@ -73,6 +73,7 @@ OP = _abi.OpInfo(
         lb_words=3,
         k_dense=True,
         shift_g=True,
+        grouped=True,
     ),
     torch_impl=_torch_impl,
 )

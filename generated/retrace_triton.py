@@ -102,6 +102,7 @@ def _retrace_chunked_kernel(
     EVEN: tl.constexpr,
     K_DENSE: tl.constexpr,
     SHIFT_G: tl.constexpr,
+    GROUPED: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
@@ -131,6 +132,14 @@ def _retrace_chunked_kernel(
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    # The launch picks the step order (GROUPED, runtime.config.grouped_order): the chunk's steps in
+    # reverse, scanned forward (no lane reversal in the scan), or in order, scanned in reverse.
+    if GROUPED:
+        _tcol = (BLOCK_T - 1) - _cols
+        _carry_col = BLOCK_T - 1
+    else:
+        _tcol = _cols
+        _carry_col = 0
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
@@ -141,14 +150,14 @@ def _retrace_chunked_kernel(
         # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
         _t0 = _chunk * BLOCK_T
         _rem = T - _t0
-        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        _t = _t0.to(tl.int64) + _tcol  # [BT] int64
         if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
-            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+            _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
-        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         action_probs_behavior__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1)
@@ -162,7 +171,7 @@ def _retrace_chunked_kernel(
             action_probs_behavior__next = action_probs_behavior__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(action_probs_behavior__raw, (_M, SHIFT_G)), tl.reshape(action_probs_behavior__next__raw, (_M,)), _M, SHIFT_G)
-            action_probs_behavior__next = tl.where((_cols == _rem - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            action_probs_behavior__next = tl.where((_tcol == _rem - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # actions with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         actions__raw = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1)
@@ -176,7 +185,7 @@ def _retrace_chunked_kernel(
             actions__next = actions__next__raw
         else:
             _s = _shift_next(tl.reshape(actions__raw, (_M, SHIFT_G)), tl.reshape(actions__next__raw, (_M,)), _M, SHIFT_G)
-            actions__next = tl.where((_cols == _rem - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
+            actions__next = tl.where((_tcol == _rem - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
         if c_bar__TENSOR:
             c_bar__next__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1)
             c_bar__next__t = c_bar__next__t__raw.to(ACC)
@@ -205,7 +214,7 @@ def _retrace_chunked_kernel(
             q_values__next = q_values__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(q_values__raw, (_M, SHIFT_G)), tl.reshape(q_values__next__raw, (_M,)), _M, SHIFT_G)
-            q_values__next = tl.where((_cols == _rem - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            q_values__next = tl.where((_tcol == _rem - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
         rewards = rewards__raw.to(ACC)
         if rho_bar__TENSOR:
@@ -244,11 +253,14 @@ def _retrace_chunked_kernel(
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _alpha = tl.where(_ok, _zero + (rewards - q_values + _sum0*gamma__t*(1.0 - terminateds)), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL))*tl.where((is_last != 0), 0.0, lambda___next__t*tl.minimum(c_bar__next__t, _gather0/action_probs_behavior__next, propagate_nan=tl.PropagateNan.ALL))), 1.0)  # identity past the window end
-        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
+        if GROUPED:
+            _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl)
+        else:
+            _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
         A = _a + _b * A__carry[:, None]
         A__next = _ea + _eb * A__carry[:, None]  # the state one step nearer the carry
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
-            A__carry = tl.sum(tl.where(_cols[None, :] == 0, A, 0.0), axis=1)
+            A__carry = tl.sum(tl.where(_cols[None, :] == _carry_col, A, 0.0), axis=1)
         if STORE_targets:
             tl.store(targets__optr + targets__orow[:, None] + _t[None, :] * targets__ost, (_zero + (A + q_values)).to(targets__optr.dtype.element_ty), mask=_ok)
         if STORE_advantages:
@@ -342,6 +354,7 @@ def _retrace_persist_kernel(
     EVEN: tl.constexpr,
     K_DENSE: tl.constexpr,
     SHIFT_G: tl.constexpr,
+    GROUPED: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
@@ -353,6 +366,14 @@ def _retrace_persist_kernel(
     _P = tl.num_programs(0)
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    # The launch picks the step order (GROUPED, runtime.config.grouped_order): the chunk's steps in
+    # reverse, scanned forward (no lane reversal in the scan), or in order, scanned in reverse.
+    if GROUPED:
+        _tcol = (BLOCK_T - 1) - _cols
+        _carry_col = BLOCK_T - 1
+    else:
+        _tcol = _cols
+        _carry_col = 0
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
@@ -385,14 +406,14 @@ def _retrace_persist_kernel(
     # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
     _t0 = _chunk * BLOCK_T
     _rem = T - _t0
-    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    _t = _t0.to(tl.int64) + _tcol  # [BT] int64
     if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
-        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+        _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
-    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     action_probs_behavior__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1)
@@ -458,14 +479,14 @@ def _retrace_persist_kernel(
         # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
         _t0 = _chunk * BLOCK_T
         _rem = T - _t0
-        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        _t = _t0.to(tl.int64) + _tcol  # [BT] int64
         if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
-            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+            _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
-        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         action_probs_behavior__raw__nx = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1)
@@ -530,14 +551,14 @@ def _retrace_persist_kernel(
         # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
         _t0 = _chunk * BLOCK_T
         _rem = T - _t0
-        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        _t = _t0.to(tl.int64) + _tcol  # [BT] int64
         if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
-            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+            _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
-        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
 
         A__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, A__carry)
         action_probs_behavior = action_probs_behavior__raw.to(ACC)
@@ -545,13 +566,13 @@ def _retrace_persist_kernel(
             action_probs_behavior__next = action_probs_behavior__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(action_probs_behavior__raw, (_M, SHIFT_G)), tl.reshape(action_probs_behavior__next__raw, (_M,)), _M, SHIFT_G)
-            action_probs_behavior__next = tl.where((_cols == _rem - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            action_probs_behavior__next = tl.where((_tcol == _rem - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         actions = actions__raw
         if SHIFT_G == 1:
             actions__next = actions__next__raw
         else:
             _s = _shift_next(tl.reshape(actions__raw, (_M, SHIFT_G)), tl.reshape(actions__next__raw, (_M,)), _M, SHIFT_G)
-            actions__next = tl.where((_cols == _rem - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
+            actions__next = tl.where((_tcol == _rem - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
         if c_bar__TENSOR:
             c_bar__next__t = c_bar__next__t__raw.to(ACC)
         else:
@@ -569,7 +590,7 @@ def _retrace_persist_kernel(
             q_values__next = q_values__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(q_values__raw, (_M, SHIFT_G)), tl.reshape(q_values__next__raw, (_M,)), _M, SHIFT_G)
-            q_values__next = tl.where((_cols == _rem - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            q_values__next = tl.where((_tcol == _rem - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         rewards = rewards__raw.to(ACC)
         if rho_bar__TENSOR:
             rho_bar__t = rho_bar__t__raw.to(ACC)
@@ -604,11 +625,14 @@ def _retrace_persist_kernel(
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _alpha = tl.where(_ok, _zero + (rewards - q_values + _sum0*gamma__t*(1.0 - terminateds)), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL))*tl.where((is_last != 0), 0.0, lambda___next__t*tl.minimum(c_bar__next__t, _gather0/action_probs_behavior__next, propagate_nan=tl.PropagateNan.ALL))), 1.0)  # identity past the window end
-        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
+        if GROUPED:
+            _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl)
+        else:
+            _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
         A = _a + _b * A__carry[:, None]
         A__next = _ea + _eb * A__carry[:, None]  # the state one step nearer the carry
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
-            A__carry = tl.sum(tl.where(_cols[None, :] == 0, A, 0.0), axis=1)
+            A__carry = tl.sum(tl.where(_cols[None, :] == _carry_col, A, 0.0), axis=1)
         if STORE_targets:
             tl.store(targets__optr + targets__orow[:, None] + _t[None, :] * targets__ost, (_zero + (A + q_values)).to(targets__optr.dtype.element_ty), mask=_ok)
         if STORE_advantages:
@@ -721,6 +745,7 @@ def _retrace_lookback_kernel(
     EVEN: tl.constexpr,
     K_DENSE: tl.constexpr,
     SHIFT_G: tl.constexpr,
+    GROUPED: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
@@ -784,6 +809,14 @@ def _retrace_lookback_kernel(
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    # The launch picks the step order (GROUPED, runtime.config.grouped_order): the chunk's steps in
+    # reverse, scanned forward (no lane reversal in the scan), or in order, scanned in reverse.
+    if GROUPED:
+        _tcol = (BLOCK_T - 1) - _cols
+        _carry_col = BLOCK_T - 1
+    else:
+        _tcol = _cols
+        _carry_col = 0
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     _n_chunks = tl.cdiv(T, BLOCK_T)
@@ -793,14 +826,14 @@ def _retrace_lookback_kernel(
     # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
     _t0 = _chunk * BLOCK_T
     _rem = T - _t0
-    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    _t = _t0.to(tl.int64) + _tcol  # [BT] int64
     if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
-        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+        _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
-    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     action_probs_behavior__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1)
@@ -814,7 +847,7 @@ def _retrace_lookback_kernel(
         action_probs_behavior__next = action_probs_behavior__next__raw.to(ACC)
     else:
         _s = _shift_next(tl.reshape(action_probs_behavior__raw, (_M, SHIFT_G)), tl.reshape(action_probs_behavior__next__raw, (_M,)), _M, SHIFT_G)
-        action_probs_behavior__next = tl.where((_cols == _rem - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        action_probs_behavior__next = tl.where((_tcol == _rem - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     # actions with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     actions__raw = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1)
@@ -828,7 +861,7 @@ def _retrace_lookback_kernel(
         actions__next = actions__next__raw
     else:
         _s = _shift_next(tl.reshape(actions__raw, (_M, SHIFT_G)), tl.reshape(actions__next__raw, (_M,)), _M, SHIFT_G)
-        actions__next = tl.where((_cols == _rem - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
+        actions__next = tl.where((_tcol == _rem - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
     if c_bar__TENSOR:
         c_bar__next__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1)
         c_bar__next__t = c_bar__next__t__raw.to(ACC)
@@ -857,7 +890,7 @@ def _retrace_lookback_kernel(
         q_values__next = q_values__next__raw.to(ACC)
     else:
         _s = _shift_next(tl.reshape(q_values__raw, (_M, SHIFT_G)), tl.reshape(q_values__next__raw, (_M,)), _M, SHIFT_G)
-        q_values__next = tl.where((_cols == _rem - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        q_values__next = tl.where((_tcol == _rem - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
     rewards = rewards__raw.to(ACC)
     if rho_bar__TENSOR:
@@ -896,11 +929,14 @@ def _retrace_lookback_kernel(
     # scan A: A_t = alpha_t + beta_t * A_{t+1}
     _alpha = tl.where(_ok, _zero + (rewards - q_values + _sum0*gamma__t*(1.0 - terminateds)), 0.0)
     _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL))*tl.where((is_last != 0), 0.0, lambda___next__t*tl.minimum(c_bar__next__t, _gather0/action_probs_behavior__next, propagate_nan=tl.PropagateNan.ALL))), 1.0)  # identity past the window end
-    _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
+    if GROUPED:
+        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl)
+    else:
+        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
     # look back over earlier chunks for the carry (decoupled look-back).
-    _agg_a = tl.sum(tl.where(_cols[None, :] == 0, _a, 0.0))
-    _agg_b = tl.sum(tl.where(_cols[None, :] == 0, _b, 0.0))
+    _agg_a = tl.sum(tl.where(_cols[None, :] == _carry_col, _a, 0.0))
+    _agg_b = tl.sum(tl.where(_cols[None, :] == _carry_col, _b, 0.0))
     A__carry = _lookback(_ws_w + 0 * _n_prog, _ws_w + 1 * _n_prog,
                               _ws_w + 2 * _n_prog, _slot, _step, _agg_a, _agg_b,
                               tl.sum(A__carry), LB_WINDOW, LB_SPIN, ACC)
@@ -926,9 +962,9 @@ def _retrace_chunked_lean(
     gamma, lambda_, c_bar, rho_bar, targets__optr, advantages__optr, st__A__optr, _s1, _s2, _st,
     _k1, _k2, _kt, _kk, R1, R2, T, K, HAS_truncateds: tl.constexpr, STORE_targets: tl.constexpr,
     STORE_advantages: tl.constexpr, STORE_st__A: tl.constexpr, EVEN: tl.constexpr,
-    K_DENSE: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
-    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
-    LB_PID: tl.constexpr,
+    K_DENSE: tl.constexpr, SHIFT_G: tl.constexpr, GROUPED: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _retrace_chunked_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -940,8 +976,8 @@ def _retrace_chunked_lean(
         _s1, _s2, _st, _k1, _k2, _kt, _kk, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2,
         _st, _k1, _k2, _kt, _kk, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st,
         _s1, _s2, _st, R1, R2, T, K, HAS_truncateds, False, False, False, False, STORE_targets,
-        STORE_advantages, STORE_st__A, EVEN, K_DENSE, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC,
-        LB_WINDOW, LB_SPIN, LB_PID,
+        STORE_advantages, STORE_st__A, EVEN, K_DENSE, SHIFT_G, GROUPED, BLOCK_N, BLOCK_T, BLOCK_K,
+        ACC, LB_WINDOW, LB_SPIN, LB_PID,
     )
 
 
@@ -952,9 +988,9 @@ def _retrace_persist_lean(
     gamma, lambda_, c_bar, rho_bar, targets__optr, advantages__optr, st__A__optr, _s1, _s2, _st,
     _k1, _k2, _kt, _kk, R1, R2, T, K, HAS_truncateds: tl.constexpr, STORE_targets: tl.constexpr,
     STORE_advantages: tl.constexpr, STORE_st__A: tl.constexpr, EVEN: tl.constexpr,
-    K_DENSE: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
-    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
-    LB_PID: tl.constexpr,
+    K_DENSE: tl.constexpr, SHIFT_G: tl.constexpr, GROUPED: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _retrace_persist_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -966,8 +1002,8 @@ def _retrace_persist_lean(
         _s1, _s2, _st, _k1, _k2, _kt, _kk, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2,
         _st, _k1, _k2, _kt, _kk, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st,
         _s1, _s2, _st, R1, R2, T, K, HAS_truncateds, False, False, False, False, STORE_targets,
-        STORE_advantages, STORE_st__A, EVEN, K_DENSE, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC,
-        LB_WINDOW, LB_SPIN, LB_PID,
+        STORE_advantages, STORE_st__A, EVEN, K_DENSE, SHIFT_G, GROUPED, BLOCK_N, BLOCK_T, BLOCK_K,
+        ACC, LB_WINDOW, LB_SPIN, LB_PID,
     )
 
 
@@ -978,9 +1014,9 @@ def _retrace_lookback_lean(
     gamma, lambda_, c_bar, rho_bar, targets__optr, advantages__optr, st__A__optr, _ws, _s1, _s2,
     _st, _k1, _k2, _kt, _kk, R1, R2, T, K, HAS_truncateds: tl.constexpr,
     STORE_targets: tl.constexpr, STORE_advantages: tl.constexpr, STORE_st__A: tl.constexpr,
-    EVEN: tl.constexpr, K_DENSE: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
-    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    EVEN: tl.constexpr, K_DENSE: tl.constexpr, SHIFT_G: tl.constexpr, GROUPED: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _retrace_lookback_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -992,8 +1028,8 @@ def _retrace_lookback_lean(
         _st, _s1, _s2, _st, _k1, _k2, _kt, _kk, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1,
         _s2, _st, _k1, _k2, _kt, _kk, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2,
         _st, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds, False, False, False, False, STORE_targets,
-        STORE_advantages, STORE_st__A, EVEN, K_DENSE, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC,
-        LB_WINDOW, LB_SPIN, LB_PID,
+        STORE_advantages, STORE_st__A, EVEN, K_DENSE, SHIFT_G, GROUPED, BLOCK_N, BLOCK_T, BLOCK_K,
+        ACC, LB_WINDOW, LB_SPIN, LB_PID,
     )
 
 

@@ -116,6 +116,7 @@ class Kernels(NamedTuple):
     lb_words: int    # words of the look-back workspace per (row, chunk): 3 a scan, 7 a pair
     k_dense: bool    # the kernels take the K_DENSE constexpr (specs that sum over K)
     shift_g: bool    # the kernels take the SHIFT_G constexpr
+    grouped: bool = False  # the kernels take the GROUPED constexpr (the chunk's step order)
 
 
 class TritonKernels(NamedTuple):
@@ -162,7 +163,7 @@ class Arg(NamedTuple):
 
 
 def kernel_args(inputs, params, outputs, *, workspace: bool, k_dense: bool,
-                shift_g: bool) -> tuple[Arg, ...]:
+                shift_g: bool, grouped: bool = False) -> tuple[Arg, ...]:
     """Every kernel's arguments, in order: the per-call ones first (each input's pointer, each
     param's value and pointer, each output's pointer, the look-back's workspace), then the
     integers fixed for a plan (three strides per tensor, a fourth for ``[N, T, K]`` inputs, then
@@ -193,6 +194,8 @@ def kernel_args(inputs, params, outputs, *, workspace: bool, k_dense: bool,
         cx.append(Arg("K_DENSE", "constexpr", "tile"))
     if shift_g:
         cx.append(Arg("SHIFT_G", "constexpr", "tile"))
+    if grouped:
+        cx.append(Arg("GROUPED", "constexpr", "tile"))
     cx += [Arg(n, "constexpr", "tile") for n in TILE_CONSTEXPRS]
     return (*ptrs, *ints, *cx)
 
@@ -205,7 +208,7 @@ def op_kernel_args(op: OpInfo, *, workspace: bool, lean: bool = False) -> tuple[
     """:func:`kernel_args` (``lean``: :func:`lean_args`) of a generated op's kernels."""
     return (lean_args if lean else kernel_args)(
         op.inputs, op.params, op.outputs, workspace=workspace, k_dense=op.kernels.k_dense,
-        shift_g=op.kernels.shift_g)
+        shift_g=op.kernels.shift_g, grouped=op.kernels.grouped)
 
 
 # The shared stride sets of a lean kernel, per input shape ([N, T] inputs share theirs with the
@@ -215,7 +218,7 @@ LEAN_STRIDES = {"NT": ("_s1", "_s2", "_st"), "N": ("_n1", "_n2"),
 
 
 def lean_args(inputs, params, outputs, *, workspace: bool, k_dense: bool,
-              shift_g: bool) -> tuple[Arg, ...]:
+              shift_g: bool, grouped: bool = False) -> tuple[Arg, ...]:
     """The arguments of the lean entry kernels: :func:`kernel_args` less what a call of the
     common layout leaves unused. Every tensor of one shape shares one stride set
     (:data:`LEAN_STRIDES`: the ``[N, T]`` inputs and the outputs, the ``[N]`` inputs, the
@@ -223,7 +226,7 @@ def lean_args(inputs, params, outputs, *, workspace: bool, k_dense: bool,
     calls the full one, each full argument bound by :func:`lean_binding`."""
     shapes = {"NT"} | {i.shape for i in inputs}
     full = kernel_args(inputs, params, outputs, workspace=workspace, k_dense=k_dense,
-                       shift_g=shift_g)
+                       shift_g=shift_g, grouped=grouped)
     ptrs = [a for a in full if a.kind == "value" or a.kind == "ptr" and a.role != "param"]
     ints = [Arg(n, "int", "layout", shape) for shape in LEAN_STRIDES if shape in shapes
             for n in LEAN_STRIDES[shape]]

@@ -6,6 +6,7 @@ kernel, both families, through Triton's frontend, its NVIDIA passes and the bund
 with launch configurations the dispatch rule produces. The compilation runs in one child
 process without TRITON_INTERPRET (which conftest sets on CPU-only machines).
 """
+import importlib
 import json
 import os
 import pkgutil
@@ -37,6 +38,18 @@ CASES = {  # name: (family, block_n, block_t, num_warps, fp64 and absent inputs 
     "persist-lean": ("persist", 1, 1024, 4, False, "lean"),
     "lookback-lean": ("lookback", 1, 1024, 4, False, "lean"),
 }
+# Kernels that take the GROUPED step order (runtime.config.grouped_order: Retrace) compile in
+# the reversed order too, each family and the lean entries
+ORDER_CASES = {
+    "stream-grouped": ("stream", 64, 32, 4, False, "grouped"),
+    "stream-long-grouped": ("stream", 1, 1024, 4, False, "grouped"),
+    "lookback-grouped": ("lookback", 1, 1024, 4, False, "grouped"),
+    "persist-grouped": ("persist", 1, 1024, 4, False, "grouped"),
+    "stream-fp64-general-grouped": ("stream", 4, 256, 4, True, "grouped"),
+    "stream-lean-grouped": ("stream", 64, 32, 4, False, "lean-grouped"),
+}
+ORDER_MODULES = [m for m in MODULES
+                   if importlib.import_module(f"scangen.generated.{m}").OP.kernels.grouped]
 
 CHILD = r"""
 import importlib, json, sys, traceback
@@ -48,11 +61,14 @@ for name in modules:
     module = importlib.import_module("scangen.generated." + name)
     k = 8 if any(i.shape == "NTK" for i in module.OP.inputs) else 1
     for case, (family, bn, bt, nw, general, lb) in cases.items():
+        if case.endswith("grouped") and not module.OP.kernels.grouped:
+            continue
         try:
             c = compile_offline(module, family, block_n=bn, block_t=max(16, bt // k), block_k=k,
                                 num_warps=nw, acc=tl.float64 if general else None,
                                 present=not general, contiguous=not general,
-                                lb_pid=lb == "pid", lean=lb == "lean")
+                                lb_pid=lb == "pid", lean=lb.startswith("lean"),
+                                grouped=lb.endswith("grouped"))
             out[name + "/" + case] = "ok" if c.asm.get("cubin") else "no cubin"
         except Exception as exc:
             out[name + "/" + case] = "".join(traceback.format_exception_only(exc))[-2000:]
@@ -76,12 +92,24 @@ def _child(code: str, *args: str, timeout: int):
 
 @pytest.fixture(scope="module")
 def results():
-    return _child(CHILD, json.dumps(MODULES), json.dumps(CASES), timeout=1200)
+    return _child(CHILD, json.dumps(MODULES), json.dumps({**CASES, **ORDER_CASES}),
+                  timeout=1200)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("name", MODULES)
 def test_kernel_compiles_for_sm90(results, name, case):
+    assert results[f"{name}/{case}"] == "ok", results[f"{name}/{case}"]
+
+
+def test_retrace_takes_the_launch_step_order():
+    """Retrace's kernels take the GROUPED constexpr, so the cases below are not empty."""
+    assert "retrace" in ORDER_MODULES
+
+
+@pytest.mark.parametrize("case", sorted(ORDER_CASES))
+@pytest.mark.parametrize("name", ORDER_MODULES)
+def test_launch_step_order_kernel_compiles_for_sm90(results, name, case):
     assert results[f"{name}/{case}"] == "ok", results[f"{name}/{case}"]
 
 

@@ -23,9 +23,9 @@ ap.add_argument("--algos", default="gae,eligibility_traces,episodic_prefix_sum,v
 ap.add_argument("--shapes", default="128x1024,4096x128,16384x64")
 args = ap.parse_args()
 sys.argv = ["rltriton.py", "--out", tempfile.mkdtemp()]  # the harness parses its own arguments
-import rltriton as H  # noqa: E402
-import torch  # noqa: E402
-from torch.profiler import ProfilerActivity, profile  # noqa: E402
+import rltriton as H
+import torch
+from torch.profiler import ProfilerActivity, profile
 
 
 def graph_us(fn, calls):

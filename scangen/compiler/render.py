@@ -95,7 +95,8 @@ def _triton_context(plan: Plan, sy: _Symbols, options: Options) -> NS:
     ir = plan.ir
     tp = plan_triton(plan, options)
     rev = ir.reverse
-    tcol = "_tcol" if tp.grouped else "_cols"  # the chunk column's step, relative to the chunk
+    # the chunk column's step, relative to the chunk
+    tcol = "_tcol" if tp.grouped or tp.grouped_choice else "_cols"
     tile = sy.table(sy.triton_tile, [s for sp in plan.sums for s, _ in sp.block.assigns])
     pr = functools.partial(print_expr, TritonPrinter, symbols=tile, spec_name=ir.name)
     # Row offsets: one per tensor (inputs, params, outputs), from its first two strides.
@@ -169,7 +170,9 @@ def _triton_context(plan: Plan, sy: _Symbols, options: Options) -> NS:
               persist_kernel=f"_{ir.name}_persist_kernel",
               chunk_index="_n_chunks - 1 - _c" if rev else "_c", reverse=str(rev),
               step="+1" if rev else "-1", grouped=tp.grouped, tcol=tcol,
-              carry_col="BLOCK_T - SHIFT_G" if tp.grouped else "0" if rev else "BLOCK_T - 1",
+              grouped_choice=tp.grouped_choice,
+              carry_col=("BLOCK_T - SHIFT_G" if tp.grouped else "_carry_col" if tp.grouped_choice
+                         else "0" if rev else "BLOCK_T - 1"),
               edge_col="BLOCK_T - 1" if rev else "0",
               k_dense=tp.k_dense, shift_g=tp.shift_g, helpers=shared_helpers(),
               lean=_lean_kernels(ir, tp))
@@ -185,7 +188,8 @@ def _lean_kernels(ir, tp) -> list[NS]:
     out = []
     for family, kind, ws in families:
         args = dict(inputs=ir.inputs, params=ir.params, outputs=[o.name for o in ir.outputs],
-                    workspace=ws, k_dense=tp.k_dense, shift_g=tp.shift_g)
+                    workspace=ws, k_dense=tp.k_dense, shift_g=tp.shift_g,
+                    grouped=tp.grouped_choice)
         params = [f"{a.name}: tl.constexpr" if a.kind == "constexpr" else a.name
                   for a in abi.lean_args(**args)]
         call = [abi.lean_binding(a, shapes) for a in abi.kernel_args(**args)]

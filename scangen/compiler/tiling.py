@@ -58,6 +58,9 @@ class ScanGroup:
 @dataclass(frozen=True)
 class TritonPlan:
     grouped: bool                     # reverse scans in grouped step order (scan_order)
+    # [N, T, K] specs (one step a thread): the order is the launch's, the GROUPED constexpr
+    # (runtime.config.grouped_order): the chunk's steps in reverse, scanned forward, or natural
+    grouped_choice: bool
     row_loads: tuple[RowLoad, ...]
     loads: tuple[TileLoad, ...]
     groups: tuple[ScanGroup, ...]
@@ -82,9 +85,10 @@ class TritonPlan:
 
 def plan_triton(plan: Plan, options: Options) -> TritonPlan:
     ir = plan.ir
-    grouped = (ir.reverse and options.scan_order == "grouped"
-               and "gather" not in (options.shift, options.input_shift)
-               and not any(i.shape == "NTK" for i in ir.inputs))
+    either = (ir.reverse and options.scan_order == "grouped"
+              and "gather" not in (options.shift, options.input_shift))
+    ntk = any(i.shape == "NTK" for i in ir.inputs)
+    grouped, grouped_choice = either and not ntk, either and ntk
     row_loads, loads = _loads(plan, options)
     split = any(ld.how == "split" for ld in loads)
     groups = _groups(plan, options)
@@ -99,9 +103,10 @@ def plan_triton(plan: Plan, options: Options) -> TritonPlan:
     shifted_state = any(n in shifted for g in groups if not g.joint for n in g.scans)
     k_dense, shift_g = bool(plan.sums), bool(split or grouped)
     args = abi.kernel_args(ir.inputs, ir.params, [o.name for o in ir.outputs], workspace=False,
-                           k_dense=k_dense, shift_g=shift_g)
+                           k_dense=k_dense, shift_g=shift_g, grouped=grouped_choice)
     words = sum(7 if g.joint else 3 for g in groups)
-    return TritonPlan(grouped=grouped, row_loads=tuple(row_loads), loads=tuple(loads),
+    return TritonPlan(grouped=grouped, grouped_choice=grouped_choice,
+                      row_loads=tuple(row_loads), loads=tuple(loads),
                       groups=groups, lb_words=words, shifts=frozenset(shifts),
                       gather_next="next" in gathers, gather_prev="prev" in gathers,
                       persist=options.input_shift != "gather", shifted_state=shifted_state,

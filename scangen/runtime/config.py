@@ -299,6 +299,20 @@ def lookback_pid(c, cfg) -> bool:
     return lookback_tickets(c, cfg) >= LB_PID_PROGRAMS_PER_SM * _sm_count(c.device.index or 0)
 
 
+# Kernels that take GROUPED (reverse specs with [N, T, K] inputs, one step a thread: Retrace)
+# run every chunk with its steps reversed in the columns and scan it forward, instead of a
+# reverse scan over the steps in order, whose lane reversal costs shuffles. Faster or the same
+# at every shape measured (bench/dev/order_ab.py, results/h200-2026-12-01-h-order-ab.txt, graph
+# replays): 32768x16 25.4 -> 21.7 us, 16384x64 44.2 -> 36.6, 128x1024 11.2 -> 10.6, 1.00x-1.03x
+# from 4096x128 to 16384x1024. False: the natural order everywhere (for A/B runs).
+GROUPED_ORDER = True
+
+
+def grouped_order(c, cfg) -> bool:
+    """Whether a kernel that takes GROUPED runs its chunks in reversed step order."""
+    return GROUPED_ORDER
+
+
 def lookback_tickets(c, cfg) -> int:
     """The look-back kernel's grid: one program per ticket (row, chunk)."""
     return c.R1 * c.R2 * row_chunks(c, cfg)

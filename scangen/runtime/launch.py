@@ -70,8 +70,12 @@ def _first_launch(c, cfg, lp, persist: bool) -> None:
     ks = c.op.kernels
     shared = lean_layout(c) if LEAN else None
     lp.lean = shared is not None
+    # reversed columns (GROUPED) hold one step a thread: the register shift's groups (SHIFT_G)
+    # assume steps in order, so a grouped launch takes the plain shifted loads
+    grouped = ks.grouped and config.grouped_order(c, cfg)
     tile = dict(EVEN=even(c, cfg), K_DENSE=ks.k_dense and k_dense(c, cfg),
-                SHIFT_G=shift_group(c, cfg) if ks.shift_g else 1,
+                SHIFT_G=shift_group(c, cfg) if ks.shift_g and not grouped else 1,
+                GROUPED=grouped,
                 BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k,
                 ACC=_acc(c.acc), LB_WINDOW=config.lookback_window(c, cfg, ks.lb_words),
                 LB_SPIN=config.lookback_spin(c, cfg), LB_PID=config.lookback_pid(c, cfg))

@@ -228,7 +228,7 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
                     block_n: int = 1, block_t: int = 1024, block_k: int = 1, acc=None,
                     present: bool = True, contiguous: bool = True, time_major: bool = False,
                     even: bool | None = None, lb_window: int = 128, lb_spin: bool = False,
-                    lb_pid: bool = False, lean: bool = False):
+                    lb_pid: bool = False, lean: bool = False, grouped: bool = False):
     """Compile one generated kernel to a cubin for ``sm_<arch>`` with no GPU (Triton's frontend,
     its NVIDIA passes and the bundled ptxas): catches what the interpreter lets through (types
     that change across branches or loop iterations) and gives the PTX for a resource report.
@@ -240,7 +240,8 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
     row strides and ``R2`` equal to 1 (one row dimension), time strides divisible by 16.
     ``lb_window``, ``lb_spin``, ``lb_pid``: the look-back's window, wait and order
     (runtime.config.lookback_window, lookback_spin and lookback_pid). ``lean``: the family's
-    lean entry kernel (scangen.abi.lean_args), which calls the full one.
+    lean entry kernel (scangen.abi.lean_args), which calls the full one. ``grouped``: the
+    GROUPED step order of kernels that take it (runtime.config.grouped_order; SHIFT_G is then 1).
     """
     import triton
     import triton.language as tl
@@ -260,7 +261,7 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
     fp = "*fp64" if acc == tl.float64 else "*fp32"
     tile = dict(BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=block_k, ACC=acc,
                 EVEN=family != "persist" if even is None else even, LB_WINDOW=lb_window,
-                LB_SPIN=lb_spin, LB_PID=lb_pid)
+                LB_SPIN=lb_spin, LB_PID=lb_pid, GROUPED=grouped, **({"SHIFT_G": 1} if grouped else {}))
     sig, consts, attrs = {}, {}, {}
     for i, a in enumerate(args):
         n = a.name
@@ -293,7 +294,7 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
             sig[n] = "fp32"
         else:
             sig[n] = "i32"
-    if "SHIFT_G" in sig:  # as runtime.launch.shift_group would choose
+    if "SHIFT_G" in sig and not grouped:  # as runtime.launch.shift_group would choose
         i = [a.name for a in args].index("SHIFT_G")
         nt = [sig[a.name] for a in args if a.kind == "ptr" and a.role != "workspace"
               and sig[a.name].startswith("*")]
