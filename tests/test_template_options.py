@@ -101,21 +101,25 @@ def test_retrace_in_either_step_order(family, group, grouped):
     """Retrace's kernels take their chunks' step order from the launch (the GROUPED constexpr,
     runtime.config.grouped_order): the chunk's steps in reverse, scanned forward (the default),
     or in order, scanned in reverse, give the reference's answer in every family, with 16-step
-    chunks and T = 50 (a partial last chunk); a grouped launch takes the plain shifted loads
-    (SHIFT_G = 1) whatever the layout would give."""
+    chunks and T = 50 (four chunks a row, the last partial: the carry crosses chunks, through
+    the look-back in that family); a grouped launch takes the plain shifted loads (SHIFT_G = 1)
+    whatever the layout would give."""
     seen = []
     real = runtime.launch.launch
 
     def spy(c, kernel, grid, args, meta, cfg):
-        seen.append((meta.get("GROUPED"), meta.get("SHIFT_G")))
+        seen.append((cfg.family, cfg.block_t, meta.get("GROUPED"), meta.get("SHIFT_G")))
         return real(c, kernel, grid, args, meta, cfg)
 
+    cfg = config.Config(1 if family == "lookback" else 2, 16, 4, 4, family)  # K = 4 actions
     _check(scangen.compute_retrace, "retrace", 3, 7,
            f"GROUPED={grouped} {family} SHIFT_G={group}",
+           config.override(lambda c: cfg),
            mock.patch.object(config, "GROUPED_ORDER", grouped),
            mock.patch.object(runtime.launch, "shift_group", lambda c, cfg: group),
-           mock.patch.object(runtime.launch, "launch", spy), family=family)
-    assert seen and all(s == ((True, 1) if grouped else (False, group)) for s in seen), seen
+           mock.patch.object(runtime.launch, "launch", spy))
+    want = (family, 16, True, 1) if grouped else (family, 16, False, group)
+    assert seen and all(s == want for s in seen), seen
 
 
 @pytest.mark.parametrize("group", [1, 4])
