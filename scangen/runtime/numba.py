@@ -137,7 +137,9 @@ class _Plan:
 
     def threads_for(self, want: int) -> tuple[int, list | None]:
         """(threads to use for this call, the list its time goes into, or None)."""
-        if want <= 1 or self.steps < MIN_PARALLEL_STEPS or THREAD_TRIALS <= 0:
+        if want <= 1 or self.steps < MIN_PARALLEL_STEPS:
+            return 1, None
+        if THREAD_TRIALS <= 0:
             return want, None
         best = self.best.get(want)
         if best is not None:
@@ -157,8 +159,6 @@ class _Plan:
         """(threads to use, work items, the kernel's leading arguments) for ``threads``
         threads: rows, or time-major tiles of rows sized so that each thread gets one."""
         if threads not in self.splits:
-            if self.steps < MIN_PARALLEL_STEPS:
-                threads = 1
             if self.time_major:
                 per_r1 = -(-threads // self.R1)  # tiles per R1 index
                 tile = min(MAX_TILE_ROWS, -(-self.R2 // per_r1))
