@@ -214,3 +214,50 @@ def test_the_kernels_exp_is_libms_within_one_ulp():
     with np.errstate(invalid="ignore"):  # inf - inf where both are inf: those are `same`
         near = np.abs(got[finite] - want[finite]) <= 5e-324
     assert np.all(same | near)
+
+
+WARM_CHILD = """
+import sys, torch, scangen
+from numba.core import cpu
+loads = []
+full = cpu.CPUContext.load_additional_registries
+def counted(self):
+    loads.append(1)
+    return full(self)
+cpu.CPUContext.load_additional_registries = counted
+kw, want = torch.load(sys.argv[1])
+got = scangen.compute_vtrace(**kw, backend="numba")
+print(len(loads), all(torch.equal(a, b) for a, b in zip(got, want)))
+"""
+
+
+@pytest.mark.parametrize("layout", ["rows", "time-major"])
+def test_a_second_process_loads_cached_kernels_without_numbas_full_refresh(layout, tmp_path):
+    """A fresh process whose kernels are in numba's cache loads them without importing every
+    lowering module numba has (runtime.numba._light_cache_loads: 0.35 s of a first call), and
+    computes what this process computes."""
+    kw = make_inputs("compute_vtrace", 6, 40, seed=3, dtype=torch.float32)
+    if layout == "time-major":
+        kw = {k: v.transpose(0, 1).contiguous() if torch.is_tensor(v) and v.dim() >= 2 else v
+              for k, v in kw.items()}
+        kw["time_dim"] = 0
+    want = scangen.compute_vtrace(**kw, backend="numba")  # compiled, or loaded, and cached
+    torch.save((kw, want), tmp_path / "call.pt")
+    out = subprocess.run([sys.executable, "-c", WARM_CHILD, str(tmp_path / "call.pt")],
+                         capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["0", "True"]
+
+
+def test_a_kernel_missing_from_the_cache_still_compiles_in_a_fresh_process(tmp_path):
+    """The light loader misses (an empty cache directory), so numba's own loader refreshes
+    and compiles: the answer is the same."""
+    kw = make_inputs("compute_vtrace", 6, 40, seed=3, dtype=torch.float32)
+    want = scangen.compute_vtrace(**kw, backend="numba")
+    torch.save((kw, want), tmp_path / "call.pt")
+    env = {**__import__("os").environ, "NUMBA_CACHE_DIR": str(tmp_path / "empty")}
+    out = subprocess.run([sys.executable, "-c", WARM_CHILD, str(tmp_path / "call.pt")],
+                         capture_output=True, text=True, cwd=REPO, timeout=600, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    loads, same = out.stdout.split()
+    assert int(loads) >= 1 and same == "True"
