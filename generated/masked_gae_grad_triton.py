@@ -14,6 +14,7 @@ from scangen.kernels.common import (
     combine as _combine,
     combine_excl as _combine_excl,
     lookback as _lookback,
+    lookback_rows as _lookback_rows,
     shift_next as _shift_next,
     shift_prev as _shift_prev,
 )
@@ -658,9 +659,10 @@ def _masked_gae_grad_lookback_kernel(
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
-    # Few rows, long T: the whole GPU works on every row. Each (row, chunk) is one ticket (all
-    # rows' first chunks in scan order, then their second, ...) whose carry comes from the
-    # tickets before it in its row by a decoupled look-back. One program per ticket: tickets
+    # Few rows, long T: the whole GPU works on every row. Each (row tile, chunk) is one ticket
+    # (a tile: one row, or BLOCK_N adjacent rows of a time-major buffer; all tiles' first
+    # chunks in scan order, then their second, ...) whose carries come from the tickets before
+    # it in its tile by a decoupled look-back. One program per ticket: tickets
     # taken from a counter in the order programs reach it, or (LB_PID, runtime.lookback_pid)
     # the program's id, as CUB's single-pass scans do on the hardware's rule that a grid's
     # programs start in increasing order of id; with it no load waits on the counter's round
@@ -671,12 +673,14 @@ def _masked_gae_grad_lookback_kernel(
     # The workspace (runtime.lookback_workspace), kept across the calls of a plan on one stream:
     # an int64 counter that only grows, then two halves of 6 arrays of words (each
     # scan's aggregate a and b and inclusive state; a joint pair's seven words), one word per
-    # ticket. A call counts P tickets (P: tickets of one call); the call that counts c * P ..
-    # c * P + P - 1 works in half c % 2, which the call before it left all-one bits, and resets
-    # its words of the other half for the next call (first, or with LB_PID last:
+    # ticket and row of its tile. A call counts P tickets (P: tickets of one call); the call
+    # that counts c * P .. c * P + P - 1 works in half c % 2, which the call before it left
+    # all-one bits, and resets its words of the other half for the next call (first, or with LB_PID last:
     # bench/NOTES.md, tenth round, measured both): no fill per call, and the replays of a CUDA
     # graph advance the counter as calls do.
-    _n_prog = R1 * R2 * tl.cdiv(T, BLOCK_T)
+    _n_tiles = tl.cdiv(R1 * R2, BLOCK_N)  # tiles of BLOCK_N rows (one row, or time-major tiles)
+    _n_prog = _n_tiles * tl.cdiv(T, BLOCK_T)
+    _n_words = _n_prog * BLOCK_N  # words of one array: BLOCK_N a ticket
     _counter = _ws.to(tl.pointer_type(tl.int64), bitcast=True)
     if LB_PID:
         _count = tl.atomic_add(_counter, 1, sem="relaxed") + 1  # from -1; read at the look-back
@@ -685,16 +689,19 @@ def _masked_gae_grad_lookback_kernel(
         _count = tl.atomic_add(_counter, 1) + 1
         _ticket = (_count % _n_prog).to(tl.int32)
     _half = (_count // _n_prog) % 2
-    _tile = _ticket % (R1 * R2)
-    _step = _ticket // (R1 * R2)
-    _slot = _tile * tl.cdiv(T, BLOCK_T) + _step  # this program's word in every array
-    _ws_w = (_ws + 2).to(tl.pointer_type(ACC), bitcast=True) + _half * 6 * _n_prog
+    _tile = _ticket % _n_tiles
+    _step = _ticket // _n_tiles
+    _slot = _tile * tl.cdiv(T, BLOCK_T) + _step  # this program's word(s) in every array
+    _ws_w = (_ws + 2).to(tl.pointer_type(ACC), bitcast=True) + _half * 6 * _n_words
     _ws_clear = ((_ws + 2).to(tl.pointer_type(tl.int64 if ACC == tl.float64 else tl.int32), bitcast=True)
-                 + (1 - _half) * 6 * _n_prog + _slot)
+                 + (1 - _half) * 6 * _n_words + _slot * BLOCK_N)
     if not LB_PID:
         for _w in tl.static_range(6):  # no program of this call reads that half
-            tl.store(_ws_clear + _w * _n_prog, -1)
-    _rows = _tile + tl.arange(0, BLOCK_N)  # [1]: BLOCK_N == 1
+            if BLOCK_N == 1:
+                tl.store(_ws_clear + _w * _n_words, -1)
+            else:
+                tl.store(_ws_clear + _w * _n_words + tl.arange(0, BLOCK_N), -1)
+    _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
     _r2 = (_rows % R2).to(tl.int64)
@@ -814,25 +821,42 @@ def _masked_gae_grad_lookback_kernel(
     _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
     # look back over earlier chunks for the carry (decoupled look-back).
-    _agg_a = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _a, 0.0))
-    _agg_b = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _b, 0.0))
-    g__A__carry = _lookback(_ws_w + 0 * _n_prog, _ws_w + 1 * _n_prog,
-                              _ws_w + 2 * _n_prog, _slot, _step, _agg_a, _agg_b,
-                              tl.sum(g__A__carry), LB_WINDOW, LB_SPIN, ACC)
-    g__A = _a + _b * g__A__carry
-    g__A__prev = _ea + _eb * g__A__carry  # the state one step nearer the carry
+    if BLOCK_N == 1:
+        _agg_a = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _a, 0.0))
+        _agg_b = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _b, 0.0))
+        g__A__carry = _lookback(_ws_w + 0 * _n_words, _ws_w + 1 * _n_words,
+                                  _ws_w + 2 * _n_words, _slot, _step, _agg_a, _agg_b,
+                                  tl.sum(g__A__carry), LB_WINDOW, LB_SPIN, ACC)
+        g__A = _a + _b * g__A__carry
+        g__A__prev = _ea + _eb * g__A__carry  # the state one step nearer the carry
+    else:  # a tile of rows (time-major): a carry per row
+        _agg_a = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _a, 0.0), axis=1)
+        _agg_b = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _b, 0.0), axis=1)
+        g__A__carry = _lookback_rows(_ws_w + 0 * _n_words, _ws_w + 1 * _n_words,
+                                       _ws_w + 2 * _n_words, _slot, _step, _agg_a, _agg_b,
+                                       g__A__carry, BLOCK_N, LB_WINDOW, LB_SPIN, ACC)
+        g__A = _a + _b * g__A__carry[:, None]
+        g__A__prev = _ea + _eb * g__A__carry[:, None]  # the state one step nearer the carry
     # scan g__nv: g__nv_t = alpha_t + beta_t * g__nv_{t-1}
     _alpha = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*response_mask__prev*tl.where((is_last__prev != 0), 0.0, 1.0))), 0.0)
     _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev)), 1.0)  # identity past the window end
     _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
     # look back over earlier chunks for the carry (decoupled look-back).
-    _agg_a = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _a, 0.0))
-    _agg_b = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _b, 0.0))
-    g__nv__carry = _lookback(_ws_w + 3 * _n_prog, _ws_w + 4 * _n_prog,
-                              _ws_w + 5 * _n_prog, _slot, _step, _agg_a, _agg_b,
-                              tl.sum(g__nv__carry), LB_WINDOW, LB_SPIN, ACC)
-    g__nv = _a + _b * g__nv__carry
+    if BLOCK_N == 1:
+        _agg_a = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _a, 0.0))
+        _agg_b = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _b, 0.0))
+        g__nv__carry = _lookback(_ws_w + 3 * _n_words, _ws_w + 4 * _n_words,
+                                  _ws_w + 5 * _n_words, _slot, _step, _agg_a, _agg_b,
+                                  tl.sum(g__nv__carry), LB_WINDOW, LB_SPIN, ACC)
+        g__nv = _a + _b * g__nv__carry
+    else:  # a tile of rows (time-major): a carry per row
+        _agg_a = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _a, 0.0), axis=1)
+        _agg_b = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _b, 0.0), axis=1)
+        g__nv__carry = _lookback_rows(_ws_w + 3 * _n_words, _ws_w + 4 * _n_words,
+                                       _ws_w + 5 * _n_words, _slot, _step, _agg_a, _agg_b,
+                                       g__nv__carry, BLOCK_N, LB_WINDOW, LB_SPIN, ACC)
+        g__nv = _a + _b * g__nv__carry[:, None]
     _e1 = g__A*response_mask
     _e2 = _e1*tl.where((is_last != 0), 0.0, st__A__next)
     if STORE_d__token_level_rewards:
@@ -845,7 +869,10 @@ def _masked_gae_grad_lookback_kernel(
         tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e2*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
     if LB_PID:  # at the end, so that no load waits on the counter
         for _w in tl.static_range(6):  # no program of this call reads that half
-            tl.store(_ws_clear + _w * _n_prog, -1)
+            if BLOCK_N == 1:
+                tl.store(_ws_clear + _w * _n_words, -1)
+            else:
+                tl.store(_ws_clear + _w * _n_words + tl.arange(0, BLOCK_N), -1)
 
 
 

@@ -14,6 +14,7 @@ from scangen.kernels.common import (
     combine_joint as _combine_joint,
     flip_groups as _flip_groups,
     lookback_joint as _lookback_joint,
+    lookback_joint_rows as _lookback_joint_rows,
 )
 
 
@@ -422,9 +423,10 @@ def _masked_gae_lookback_kernel(
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
-    # Few rows, long T: the whole GPU works on every row. Each (row, chunk) is one ticket (all
-    # rows' first chunks in scan order, then their second, ...) whose carry comes from the
-    # tickets before it in its row by a decoupled look-back. One program per ticket: tickets
+    # Few rows, long T: the whole GPU works on every row. Each (row tile, chunk) is one ticket
+    # (a tile: one row, or BLOCK_N adjacent rows of a time-major buffer; all tiles' first
+    # chunks in scan order, then their second, ...) whose carries come from the tickets before
+    # it in its tile by a decoupled look-back. One program per ticket: tickets
     # taken from a counter in the order programs reach it, or (LB_PID, runtime.lookback_pid)
     # the program's id, as CUB's single-pass scans do on the hardware's rule that a grid's
     # programs start in increasing order of id; with it no load waits on the counter's round
@@ -435,12 +437,14 @@ def _masked_gae_lookback_kernel(
     # The workspace (runtime.lookback_workspace), kept across the calls of a plan on one stream:
     # an int64 counter that only grows, then two halves of 7 arrays of words (each
     # scan's aggregate a and b and inclusive state; a joint pair's seven words), one word per
-    # ticket. A call counts P tickets (P: tickets of one call); the call that counts c * P ..
-    # c * P + P - 1 works in half c % 2, which the call before it left all-one bits, and resets
-    # its words of the other half for the next call (first, or with LB_PID last:
+    # ticket and row of its tile. A call counts P tickets (P: tickets of one call); the call
+    # that counts c * P .. c * P + P - 1 works in half c % 2, which the call before it left
+    # all-one bits, and resets its words of the other half for the next call (first, or with LB_PID last:
     # bench/NOTES.md, tenth round, measured both): no fill per call, and the replays of a CUDA
     # graph advance the counter as calls do.
-    _n_prog = R1 * R2 * tl.cdiv(T, BLOCK_T)
+    _n_tiles = tl.cdiv(R1 * R2, BLOCK_N)  # tiles of BLOCK_N rows (one row, or time-major tiles)
+    _n_prog = _n_tiles * tl.cdiv(T, BLOCK_T)
+    _n_words = _n_prog * BLOCK_N  # words of one array: BLOCK_N a ticket
     _counter = _ws.to(tl.pointer_type(tl.int64), bitcast=True)
     if LB_PID:
         _count = tl.atomic_add(_counter, 1, sem="relaxed") + 1  # from -1; read at the look-back
@@ -449,16 +453,19 @@ def _masked_gae_lookback_kernel(
         _count = tl.atomic_add(_counter, 1) + 1
         _ticket = (_count % _n_prog).to(tl.int32)
     _half = (_count // _n_prog) % 2
-    _tile = _ticket % (R1 * R2)
-    _step = _ticket // (R1 * R2)
-    _slot = _tile * tl.cdiv(T, BLOCK_T) + _step  # this program's word in every array
-    _ws_w = (_ws + 2).to(tl.pointer_type(ACC), bitcast=True) + _half * 7 * _n_prog
+    _tile = _ticket % _n_tiles
+    _step = _ticket // _n_tiles
+    _slot = _tile * tl.cdiv(T, BLOCK_T) + _step  # this program's word(s) in every array
+    _ws_w = (_ws + 2).to(tl.pointer_type(ACC), bitcast=True) + _half * 7 * _n_words
     _ws_clear = ((_ws + 2).to(tl.pointer_type(tl.int64 if ACC == tl.float64 else tl.int32), bitcast=True)
-                 + (1 - _half) * 7 * _n_prog + _slot)
+                 + (1 - _half) * 7 * _n_words + _slot * BLOCK_N)
     if not LB_PID:
         for _w in tl.static_range(7):  # no program of this call reads that half
-            tl.store(_ws_clear + _w * _n_prog, -1)
-    _rows = _tile + tl.arange(0, BLOCK_N)  # [1]: BLOCK_N == 1
+            if BLOCK_N == 1:
+                tl.store(_ws_clear + _w * _n_words, -1)
+            else:
+                tl.store(_ws_clear + _w * _n_words + tl.arange(0, BLOCK_N), -1)
+    _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
     _r2 = (_rows % R2).to(tl.int64)
@@ -526,16 +533,28 @@ def _masked_gae_lookback_kernel(
     _ju = _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G)
     _jv = _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G)
     # The chunk's aggregate (five words) and the carry from earlier chunks (decoupled look-back).
-    A__carry, nv__carry = _lookback_joint(
-        _ws_w + 0 * _n_prog, _n_prog, _slot, _step,
-        tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _jp, 0.0)),
-        tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _jq, 0.0)),
-        tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _jr, 0.0)),
-        tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _ju, 0.0)),
-        tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _jv, 0.0)),
-        tl.sum(A__carry), tl.sum(nv__carry), LB_WINDOW, LB_SPIN, ACC)
-    nv = _jv + _jr * nv__carry
-    A = _ju + _jp * A__carry + _jq * nv__carry
+    if BLOCK_N == 1:
+        A__carry, nv__carry = _lookback_joint(
+            _ws_w + 0 * _n_words, _n_words, _slot, _step,
+            tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _jp, 0.0)),
+            tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _jq, 0.0)),
+            tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _jr, 0.0)),
+            tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _ju, 0.0)),
+            tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _jv, 0.0)),
+            tl.sum(A__carry), tl.sum(nv__carry), LB_WINDOW, LB_SPIN, ACC)
+        nv = _jv + _jr * nv__carry
+        A = _ju + _jp * A__carry + _jq * nv__carry
+    else:  # a tile of rows (time-major): carries per row
+        A__carry, nv__carry = _lookback_joint_rows(
+            _ws_w + 0 * _n_words, _n_words, _slot, _step,
+            tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _jp, 0.0), axis=1),
+            tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _jq, 0.0), axis=1),
+            tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _jr, 0.0), axis=1),
+            tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _ju, 0.0), axis=1),
+            tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _jv, 0.0), axis=1),
+            A__carry, nv__carry, BLOCK_N, LB_WINDOW, LB_SPIN, ACC)
+        nv = _jv + _jr * nv__carry[:, None]
+        A = _ju + _jp * A__carry[:, None] + _jq * nv__carry[:, None]
     if STORE_advantages:
         tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok)
     if STORE_returns:
@@ -546,7 +565,10 @@ def _masked_gae_lookback_kernel(
         tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
     if LB_PID:  # at the end, so that no load waits on the counter
         for _w in tl.static_range(7):  # no program of this call reads that half
-            tl.store(_ws_clear + _w * _n_prog, -1)
+            if BLOCK_N == 1:
+                tl.store(_ws_clear + _w * _n_words, -1)
+            else:
+                tl.store(_ws_clear + _w * _n_words + tl.arange(0, BLOCK_N), -1)
 
 
 

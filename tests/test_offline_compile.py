@@ -37,6 +37,9 @@ CASES = {  # name: (family, block_n, block_t, num_warps, fp64 and absent inputs 
     "stream-lean": ("stream", 64, 32, 4, False, "lean"),
     "persist-lean": ("persist", 1, 1024, 4, False, "lean"),
     "lookback-lean": ("lookback", 1, 1024, 4, False, "lean"),
+    # the look-back over tiles of rows (time-major buffers: runtime.config TM_LB_ROWS)
+    "lookback-rows": ("lookback", 16, 64, 4, False, ""),
+    "lookback-rows-fp64-general": ("lookback", 16, 64, 4, True, ""),
 }
 # Kernels that take the GROUPED step order (runtime.config.grouped_order: Retrace) compile in
 # the reversed order too, each family and the lean entries
@@ -118,8 +121,8 @@ import json, re
 from scangen.generated import gae
 from scangen.testing import compile_offline
 out = {}
-for key, bn, nw in (("plain", 64, 4),):
-    ptx = compile_offline(gae, "stream", block_n=bn, block_t=32, num_warps=nw,
+for key, family, bn, bt, nw in (("plain", "stream", 64, 32, 4), ("lookback", "lookback", 16, 64, 4)):
+    ptx = compile_offline(gae, family, block_n=bn, block_t=bt, num_warps=nw,
                           time_major=True).asm["ptx"]
     out[key] = {"v4": len(re.findall(r"ld\.global[.\w]*\.v4", ptx)),
                 "v2": len(re.findall(r"ld\.global[.\w]*\.v2", ptx)),
@@ -139,6 +142,7 @@ def test_time_major_loads_are_coalesced_along_rows(time_major):
     through the canonical (R1, R2) split (bench/NOTES.md, fourth round, item 10)."""
     got = time_major
     assert got["plain"]["v4"] >= 6, got  # the six [N, T] tiles of GAE with truncations
+    assert got["lookback"]["v4"] >= 6, got  # and so in the look-back over tiles of 16 rows
 
 
 SEQUENTIAL = r"""
@@ -160,7 +164,8 @@ for case, (family, bn, bt, nw, general, lb) in json.loads(sys.argv[1]).items():
 print("RESULTS " + json.dumps(out))
 """
 SEQUENTIAL_CASES = {k: CASES[k] for k in ("stream-long", "persist-long", "lookback",
-                                          "lookback-pid", "lookback-fp64-general")}
+                                          "lookback-pid", "lookback-fp64-general",
+                                          "lookback-rows")}
 
 
 @pytest.fixture(scope="module")

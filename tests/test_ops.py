@@ -15,6 +15,8 @@ from conftest import BACKENDS, DEVICE, ON_GPU
 from scangen.testing import reference
 from scangen import runtime
 from scangen.generated.gae_triton import _lookback as _gae_lookback
+from scangen.generated.gae_triton import _lookback_rows as _gae_lookback_rows
+from scangen.generated.masked_gae_triton import _lookback_joint_rows as _joint_lookback_rows
 from scangen.testing import assert_close, make_inputs
 
 ALGOS = sorted(reference.REFERENCES)
@@ -231,6 +233,36 @@ def test_lookback_family_matches_reference(name, dtype, monkeypatch):
         runtime.reload_env()
 
 
+@pytest.mark.parametrize("name,dtype", [("compute_gae", torch.float32),
+                                        ("compute_masked_gae", torch.float32),
+                                        ("compute_vtrace", torch.float32),
+                                        ("compute_eligibility_traces", torch.float32),
+                                        ("compute_gae", torch.float64),
+                                        ("compute_masked_gae", torch.float64)])
+def test_lookback_over_row_tiles_of_time_major_buffers(name, dtype, monkeypatch):
+    """Time-major buffers ([T, N], time_dim=0) in the look-back family: tiles of adjacent rows
+    (runtime.config TM_LB_ROWS), a carry per row, the last tile partly past the rows (37 rows
+    in tiles of 16); three calls on one plan, so that its workspace halves alternate."""
+    monkeypatch.setenv("SCANGEN_FAMILY", "lookback")
+    runtime.reload_env()
+    runtime.PLANS.clear()
+    try:
+        for seed in (21, 22, 23):
+            inputs = make_inputs(name, 37, 300 if not ON_GPU else 9000, seed=seed, dtype=dtype)
+            expected = _tuple(reference.REFERENCES[name](**inputs))
+            tm = {k: v.transpose(0, 1).contiguous() if torch.is_tensor(v) and v.dim() >= 2 else v
+                  for k, v in inputs.items()}
+            got = _run(name, tm, "triton", time_dim=0)
+            for i, (g, e) in enumerate(zip(got, expected)):
+                assert_close(g.transpose(0, 1), e, dtype=g.dtype, name=f"{name} output {i}")
+        cfgs = {p.config for p in runtime.PLANS.values()}
+        assert {(c.family, c.block_n) for c in cfgs} == {("lookback", 16)}
+    finally:
+        monkeypatch.delenv("SCANGEN_FAMILY")
+        runtime.reload_env()
+        runtime.PLANS.clear()
+
+
 @pytest.mark.parametrize("name", ["compute_gae", "compute_masked_gae"])
 def test_lookback_with_its_first_wait(name, monkeypatch):
     """The look-back kernels with LB_SPIN on (runtime.config.lookback_spin: rows of many chunks wait on
@@ -426,6 +458,123 @@ def test_lookback_composes_many_predecessors(inclusive_at, acc, window, spin):
     # It published its own aggregate and inclusive state.
     assert ws_a[step].item() == pytest.approx(agg_a, rel=1e-6)
     assert ws_s[step].item() == pytest.approx(agg_a + agg_b * expected.item(), rel=1e-4, abs=1e-4)
+
+
+@triton.jit
+def _lookback_rows_probe(ws_a, ws_b, ws_s, vals, out, step, ACC: tl.constexpr, BN: tl.constexpr,
+                         WINDOW: tl.constexpr, SPIN: tl.constexpr):
+    # vals: this chunk's aggregates a [BN], b [BN] and the initial states [BN]
+    r = tl.arange(0, BN)
+    carry = _gae_lookback_rows(ws_a, ws_b, ws_s, step, step, tl.load(vals + r),
+                               tl.load(vals + BN + r), tl.load(vals + 2 * BN + r), BN, WINDOW,
+                               SPIN, ACC)
+    tl.store(out + r, carry)
+
+
+# each row's one inclusive state (None: none), so rows stop in different windows
+ROW_INCLUSIVE = [(None, 0, 5, 298), (130, 130, 130, 130), (299, None, 17, 150)]
+
+
+@pytest.mark.parametrize("window,spin", [(16, False), (32, False), (16, True)])
+@pytest.mark.parametrize("inclusive_at", ROW_INCLUSIVE)
+@pytest.mark.parametrize("acc", [torch.float32, torch.float64])
+def test_lookback_over_a_tile_of_rows(inclusive_at, acc, window, spin):
+    """The look-back of a tile of 4 rows (time-major buffers, runtime.config TM_LB_ROWS) at chunk
+    300: every row has its own nearest inclusive state, so rows finish in different windows,
+    and each carry must match its own row's float64 composition."""
+    step, bn = 300, len(inclusive_at)
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(step + 1, bn, generator=g, dtype=torch.float64)
+    b = torch.rand(step + 1, bn, generator=g, dtype=torch.float64) * 0.2 + 0.9
+    s = torch.randn(step + 1, bn, generator=g, dtype=torch.float64)
+    init = torch.tensor([0.25, -1.0, 0.5, 2.0], dtype=torch.float64)
+    int_t = torch.int32 if acc == torch.float32 else torch.int64
+    ws_a, ws_b, ws_s = (torch.full((step + 1, bn), -1, dtype=int_t).view(acc) for _ in range(3))
+    ws_a[:step], ws_b[:step] = a[:step].to(acc), b[:step].to(acc)
+    expected = []
+    for i, at in enumerate(inclusive_at):
+        lo, x = 0, init[i].to(acc).double().item()
+        if at is not None:
+            ws_s[at, i] = s[at, i].to(acc)
+            lo, x = at + 1, s[at, i].to(acc).double().item()
+        for j in range(lo, step):
+            x = a[j, i].to(acc).double().item() + b[j, i].to(acc).double().item() * x
+        expected.append(x)
+    vals = torch.cat([a[step], b[step], init]).to(acc).to(DEVICE)
+    out = torch.zeros(bn, dtype=acc, device=DEVICE)
+    ws_a, ws_b, ws_s = (w.reshape(-1).to(DEVICE) for w in (ws_a, ws_b, ws_s))
+    _lookback_rows_probe[(1,)](ws_a, ws_b, ws_s, vals, out, step,
+                               ACC=tl.float64 if acc == torch.float64 else tl.float32, BN=bn,
+                               WINDOW=window, SPIN=spin)
+    tol = 1e-12 if acc == torch.float64 else 1e-4
+    for i, (got, want) in enumerate(zip(out.tolist(), expected)):
+        assert abs(got - want) <= tol * max(1.0, abs(want)), (i, got, want)
+    # It published every row's aggregate and inclusive state.
+    ws_a, ws_s = ws_a.reshape(step + 1, bn).cpu(), ws_s.reshape(step + 1, bn).cpu()
+    assert torch.allclose(ws_a[step].double(), a[step].to(acc).double())
+    for i, want in enumerate(expected):
+        got = ws_s[step, i].item()
+        assert got == pytest.approx(a[step, i].item() + b[step, i].item() * want, rel=1e-4, abs=1e-4)
+
+
+@triton.jit
+def _joint_lookback_rows_probe(ws, vals, out, n, step, ACC: tl.constexpr, BN: tl.constexpr,
+                               WINDOW: tl.constexpr, SPIN: tl.constexpr):
+    # vals: [7, BN] this chunk's aggregates (p, q, r, u, v) and initial states (second, first)
+    i = tl.arange(0, BN)
+    c2, c1 = _joint_lookback_rows(ws, n, step, step, tl.load(vals + i), tl.load(vals + BN + i),
+                                  tl.load(vals + 2 * BN + i), tl.load(vals + 3 * BN + i),
+                                  tl.load(vals + 4 * BN + i), tl.load(vals + 5 * BN + i),
+                                  tl.load(vals + 6 * BN + i), BN, WINDOW, SPIN, ACC)
+    tl.store(out + i, c2)
+    tl.store(out + BN + i, c1)
+
+
+@pytest.mark.parametrize("window,spin", [(16, False), (16, True)])
+@pytest.mark.parametrize("inclusive_at", ROW_INCLUSIVE)
+@pytest.mark.parametrize("acc", [torch.float32, torch.float64])
+def test_joint_lookback_over_a_tile_of_rows(inclusive_at, acc, window, spin):
+    """The joint look-back (masked GAE's two chained scans) of a tile of 4 rows at chunk 300,
+    each row with its own nearest inclusive state pair: each row's carries must match the
+    float64 composition of its maps x -> [[p, q], [0, r]] x + (u, v)."""
+    step, bn = 300, len(inclusive_at)
+    n = (step + 1) * bn  # words of one array
+    g = torch.Generator().manual_seed(6)
+    p, r = (torch.rand(step + 1, bn, generator=g, dtype=torch.float64) * 0.2 + 0.9 for _ in range(2))
+    q, u, v = (torch.randn(step + 1, bn, generator=g, dtype=torch.float64) * 0.3 for _ in range(3))
+    s2, s1 = (torch.randn(step + 1, bn, generator=g, dtype=torch.float64) for _ in range(2))
+    init2 = torch.tensor([0.25, -1.0, 0.5, 2.0], dtype=torch.float64)
+    init1 = torch.tensor([-0.5, 0.75, 0.0, 1.5], dtype=torch.float64)
+    int_t = torch.int32 if acc == torch.float32 else torch.int64
+    ws = torch.full((7, step + 1, bn), -1, dtype=int_t).view(acc)
+    for k, arr in enumerate((p, q, r, u, v)):
+        ws[k, :step] = arr[:step].to(acc)
+    expected = []
+    for i, at in enumerate(inclusive_at):
+        lo, x2, x1 = 0, float(init2[i].to(acc)), float(init1[i].to(acc))
+        if at is not None:
+            ws[5, at, i], ws[6, at, i] = s2[at, i].to(acc), s1[at, i].to(acc)
+            lo, x2, x1 = at + 1, float(s2[at, i].to(acc)), float(s1[at, i].to(acc))
+        for j in range(lo, step):
+            pj, qj, rj, uj, vj = (float(w[j, i].to(acc)) for w in (p, q, r, u, v))
+            x2, x1 = pj * x2 + qj * x1 + uj, rj * x1 + vj
+        expected.append((x2, x1))
+    vals = torch.stack([p[step], q[step], r[step], u[step], v[step], init2, init1]).to(acc)
+    out = torch.zeros(2, bn, dtype=acc, device=DEVICE)
+    ws_dev = ws.reshape(-1).to(DEVICE)
+    _joint_lookback_rows_probe[(1,)](ws_dev, vals.reshape(-1).to(DEVICE), out, n, step,
+                                     ACC=tl.float64 if acc == torch.float64 else tl.float32,
+                                     BN=bn, WINDOW=window, SPIN=spin)
+    tol = 1e-12 if acc == torch.float64 else 2e-4
+    for i, (want2, want1) in enumerate(expected):
+        got2, got1 = out[0, i].item(), out[1, i].item()
+        assert abs(got2 - want2) <= tol * max(1.0, abs(want2)), (i, got2, want2)
+        assert abs(got1 - want1) <= tol * max(1.0, abs(want1)), (i, got1, want1)
+    ws = ws_dev.reshape(7, step + 1, bn).cpu()
+    for i, (want2, want1) in enumerate(expected):  # it published each row's inclusive pair
+        pv, qv, rv, uv, vv = (float(w[step, i]) for w in (p, q, r, u, v))
+        assert ws[5, step, i].item() == pytest.approx(pv * want2 + qv * want1 + uv, rel=1e-3, abs=1e-3)
+        assert ws[6, step, i].item() == pytest.approx(rv * want1 + vv, rel=1e-3, abs=1e-3)
 
 
 _JOINT_LOOKBACK = None  # _lookback_joint of masked GAE rendered with chain="joint" (fixture)

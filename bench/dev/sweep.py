@@ -83,7 +83,8 @@ def candidates(N: int, T: int, K: int, quick: bool = False, tiles=None) -> list[
 def time_major_candidates(N: int, T: int, K: int) -> list[Config]:
     """Time-major tiles: 4 to 64 rows (fewer rows per program: more programs, each step's loads
     still 16 bytes or more of fp32 across rows) with chunks of 16 to 256 steps, at most 4096
-    elements per tile, 4 warps (2 for tiles of 512 elements or fewer)."""
+    elements per tile, 4 warps (2 for tiles of 512 elements or fewer); from 512 steps also the
+    look-back over tiles of 8 to 32 rows (--tm-window: its predecessors a round trip)."""
     if K > 1:
         return []
     out = []
@@ -93,6 +94,12 @@ def time_major_candidates(N: int, T: int, K: int) -> list[Config]:
         for bt in (16, 32, 64, 128, 256):
             if bt <= max(16, sg_config._pow2(T)) and 256 <= bn * bt <= 4096:
                 out.append(Config(bn, bt, 1, 2 if bn * bt <= 512 else 4, "stream", 3))
+    if T >= 512:  # the look-back over tiles of rows: 8 to 32 rows, 512 to 2048 elements a tile
+        for bn in (8, 16, 32):
+            for tile in (512, 1024, 2048):
+                bt = tile // bn
+                if bn <= max(8, sg_config._pow2(N)) and 16 <= bt <= sg_config._pow2(T) // 2:
+                    out.append(Config(bn, bt, 1, 4, "lookback", 3))
     return out
 
 
@@ -190,10 +197,14 @@ def main() -> None:
     ap.add_argument("--families", default="", help="keep only these candidate families, "
                     "e.g. lookback (the default configuration is measured regardless)")
     ap.add_argument("--time-budget", type=float, default=1e9)
+    ap.add_argument("--tm-window", type=int, default=None,
+                    help="runtime.config.TM_LB_WINDOW for this run (the row-tile look-back's window)")
     ap.add_argument("--sets", action="store_true",
                     help="cycle through copies of the inputs (up to 16, 3x the L2 in all), as "
                          "bench/rltriton.py does, so that calls read from memory, not L2")
     args = ap.parse_args()
+    if args.tm_window:
+        sg_config.TM_LB_WINDOW = args.tm_window
     t0 = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
     part, parts = map(int, args.part.split("/"))
@@ -253,6 +264,7 @@ def main() -> None:
         runtime.PLANS.clear()
         (args.out / f"sweep{'' if parts == 1 else part}.json").write_text(
             json.dumps(dict(bandwidth_gbs=bw, dtype=args.dtype, graph=args.graph, sets=args.sets,
+                            tm_lb_window=sg_config.TM_LB_WINDOW,
                             gpu=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows),
                        indent=1))
     if args.compile_only:

@@ -5,7 +5,9 @@ spec).
 shift a tile by one step in registers (template option ``input_shift="split"``);
 ``flip_groups`` reverses each thread's group of steps (``scan_order="grouped"``); ``lookback``
 and ``lookback_joint`` pass carries between the programs of one row (the look-back family,
-scangen.runtime.config), over a workspace of words written once (scangen.runtime.workspace).
+scangen.runtime.config), over a workspace of words written once (scangen.runtime.workspace);
+``lookback_rows`` and ``lookback_joint_rows`` do the same for a tile of rows at once (time-major
+buffers, whose rows are adjacent in memory).
 """
 import triton
 import triton.language as tl
@@ -198,4 +200,123 @@ def lookback_joint(ws, n, slot, step, p, q, r, u, v, init2, init1, WINDOW: tl.co
     c1 = gr * b1 + gv
     tl.store(ws + 5 * n + slot, lb_word(p * c2 + q * c1 + u))
     tl.store(ws + 6 * n + slot, lb_word(r * c1 + v))
+    return c2, c1
+
+
+@triton.jit
+def lookback_rows(ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init, BN: tl.constexpr,
+                  WINDOW: tl.constexpr, SPIN: tl.constexpr, ACC: tl.constexpr):
+    """lookback for a tile of BN rows: agg_a, agg_b and init are [BN], and every array holds BN
+    words a ticket (ticket ``slot``'s row r at ``slot * BN + r``). Each row finds its own
+    nearest inclusive state: the tile reads windows of WINDOW predecessors x BN rows until every
+    row has one, composing a row's aggregates only up to its own. Returns the [BN] carries."""
+    r = tl.arange(0, BN)
+    tl.store(ws_a + slot * BN + r, lb_word(agg_a))
+    tl.store(ws_b + slot * BN + r, lb_word(agg_b))
+    g_a = agg_a * 0.0  # each row's predecessors composed so far, nearest outermost
+    g_b = g_a + 1.0
+    base = init
+    done = r < 0  # rows whose inclusive state is found
+    w = tl.arange(0, WINDOW)
+    j = step - 1
+    if SPIN:
+        lb_wait(ws_a + (slot - 1) * BN, j, ACC)
+    while j >= 0:
+        idx = j - w  # [W] predecessors, nearest first
+        live = idx >= 0
+        o = (slot - step + idx)[:, None] * BN + r[None, :]  # [W, BN]
+        m = live[:, None] & ~done[None, :]
+        s = tl.load(ws_s + o, mask=m, other=0.0, volatile=True)
+        a = tl.load(ws_a + o, mask=m, other=0.0, volatile=True)
+        b = tl.load(ws_b + o, mask=m, other=1.0, volatile=True)
+        found = lb_written(s, ACC) | (idx < 0)[:, None]
+        stop = tl.min(tl.where(found, w[:, None], WINDOW), axis=0)  # [BN]
+        take = (w[:, None] < stop[None, :]) & ~done[None, :]
+        ready = lb_written(a, ACC) & lb_written(b, ACC)
+        if tl.min(tl.where(take, ready, True).to(tl.int32)) == 1:  # else read again
+            sa, sb = tl.associative_scan((tl.where(take, a, 0.0), tl.where(take, b, 1.0)), 0,
+                                         combine, reverse=True)
+            g_a = g_a + g_b * tl.sum(tl.where(w[:, None] == 0, sa, 0.0), axis=0)
+            g_b = g_b * tl.sum(tl.where(w[:, None] == 0, sb, 0.0), axis=0)
+            fin = (stop < WINDOW) & ~done
+            at = w[:, None] == stop[None, :]
+            found_s = tl.sum(tl.where(at, tl.where(live[:, None], s, init[None, :]), 0.0), axis=0)
+            base = tl.where(fin, found_s, base)
+            done = done | fin
+            if tl.min(done.to(tl.int32)) == 1:
+                j = j * 0 - 1
+            else:
+                j = j - WINDOW
+    carry = g_a + g_b * base
+    tl.store(ws_s + slot * BN + r, lb_word(agg_a + agg_b * carry))
+    return carry
+
+
+@triton.jit
+def lookback_joint_rows(ws, n, slot, step, p, q, r, u, v, init2, init1, BN: tl.constexpr,
+                        WINDOW: tl.constexpr, SPIN: tl.constexpr, ACC: tl.constexpr):
+    """lookback_joint for a tile of BN rows (as lookback_rows): word array k starts at
+    ws + k * n, ticket ``slot``'s row i at ``slot * BN + i``. Returns the [BN] carries
+    (second, first)."""
+    i = tl.arange(0, BN)
+    me = slot * BN + i
+    tl.store(ws + me, lb_word(p))
+    tl.store(ws + n + me, lb_word(q))
+    tl.store(ws + 2 * n + me, lb_word(r))
+    tl.store(ws + 3 * n + me, lb_word(u))
+    tl.store(ws + 4 * n + me, lb_word(v))
+    gq = p * 0.0
+    gp = gq + 1.0
+    gr = gp
+    gu = gq
+    gv = gq
+    b2 = init2
+    b1 = init1
+    done = i < 0
+    w = tl.arange(0, WINDOW)
+    j = step - 1
+    if SPIN:
+        lb_wait(ws + (slot - 1) * BN, j, ACC)
+    while j >= 0:
+        idx = j - w
+        live = idx >= 0
+        o = (slot - step + idx)[:, None] * BN + i[None, :]
+        m = live[:, None] & ~done[None, :]
+        s2 = tl.load(ws + 5 * n + o, mask=m, other=0.0, volatile=True)
+        s1 = tl.load(ws + 6 * n + o, mask=m, other=0.0, volatile=True)
+        a0 = tl.load(ws + o, mask=m, other=1.0, volatile=True)
+        a1 = tl.load(ws + n + o, mask=m, other=0.0, volatile=True)
+        a2 = tl.load(ws + 2 * n + o, mask=m, other=1.0, volatile=True)
+        a3 = tl.load(ws + 3 * n + o, mask=m, other=0.0, volatile=True)
+        a4 = tl.load(ws + 4 * n + o, mask=m, other=0.0, volatile=True)
+        found = (lb_written(s2, ACC) & lb_written(s1, ACC)) | (idx < 0)[:, None]
+        stop = tl.min(tl.where(found, w[:, None], WINDOW), axis=0)
+        take = (w[:, None] < stop[None, :]) & ~done[None, :]
+        ready = (lb_written(a0, ACC) & lb_written(a1, ACC) & lb_written(a2, ACC)
+                 & lb_written(a3, ACC) & lb_written(a4, ACC))
+        if tl.min(tl.where(take, ready, True).to(tl.int32)) == 1:  # else read again
+            cp, cq, cr, cu, cv = tl.associative_scan(
+                (tl.where(take, a0, 1.0), tl.where(take, a1, 0.0), tl.where(take, a2, 1.0),
+                 tl.where(take, a3, 0.0), tl.where(take, a4, 0.0)), 0, combine_joint,
+                reverse=True)
+            first = w[:, None] == 0
+            gp, gq, gr, gu, gv = combine_joint(
+                tl.sum(tl.where(first, cp, 0.0), axis=0), tl.sum(tl.where(first, cq, 0.0), axis=0),
+                tl.sum(tl.where(first, cr, 0.0), axis=0), tl.sum(tl.where(first, cu, 0.0), axis=0),
+                tl.sum(tl.where(first, cv, 0.0), axis=0), gp, gq, gr, gu, gv)
+            fin = (stop < WINDOW) & ~done
+            at = w[:, None] == stop[None, :]
+            b2 = tl.where(fin, tl.sum(tl.where(at, tl.where(live[:, None], s2, init2[None, :]), 0.0),
+                                      axis=0), b2)
+            b1 = tl.where(fin, tl.sum(tl.where(at, tl.where(live[:, None], s1, init1[None, :]), 0.0),
+                                      axis=0), b1)
+            done = done | fin
+            if tl.min(done.to(tl.int32)) == 1:
+                j = j * 0 - 1
+            else:
+                j = j - WINDOW
+    c2 = gp * b2 + gq * b1 + gu
+    c1 = gr * b1 + gv
+    tl.store(ws + 5 * n + me, lb_word(p * c2 + q * c1 + u))
+    tl.store(ws + 6 * n + me, lb_word(r * c1 + v))
     return c2, c1

@@ -99,6 +99,15 @@ LOOKBACK_K_TILE = 1024   # elements (K included) per program when K > 1
 PERSIST_TILE = 512       # tile of persist calls chosen for the tensors they move (one row)
 LOOKBACK_MANY_TENSORS = 8  # look-back calls moving this many [N, T] tensors: shorter chunks
 FAMILIES = ("stream", "persist", "lookback")
+# Time-major buffers ([T, N], K = 1) take the look-back over tiles of TM_LB_ROWS adjacent rows
+# (loads coalesced across rows, a carry per row) where the stream grid would have fewer than
+# TM_LOOKBACK_PROGRAMS_PER_SM tiles of TM_ROWS rows per SM and rows of TM_LOOKBACK_MIN_T steps
+# or more: tiles of TM_LB_TILE elements, TM_LB_WINDOW predecessors x TM_LB_ROWS rows a round trip.
+TM_LOOKBACK_PROGRAMS_PER_SM = 4
+TM_LOOKBACK_MIN_T = 512
+TM_LB_ROWS = 16
+TM_LB_TILE = 1024
+TM_LB_WINDOW = 16
 
 
 def _forced_family() -> str | None:
@@ -116,6 +125,9 @@ def _streams(c) -> int:
 def _gpu_family(c, rows: int, kk: int, cfg: Config, time_major: bool) -> str:
     """The family of a call on a GPU (``cfg``: the stream tile for its shape and layout).
 
+    - Time-major buffers without a trailing axis: "lookback" over tiles of rows where the
+      stream grid is small (TM_LOOKBACK_PROGRAMS_PER_SM) and rows long (TM_LOOKBACK_MIN_T),
+      else "stream".
     - Fewer rows than SMs, and rows of two look-back chunks or more: "lookback".
     - "persist" where it overlaps loads with the scan better than more resident programs do:
       long chunks (512 elements or more) of a row-major call with no trailing axis to sum
@@ -126,6 +138,9 @@ def _gpu_family(c, rows: int, kk: int, cfg: Config, time_major: bool) -> str:
     H200 measurements behind it: bench/NOTES.md (fourth and ninth rounds)."""
     sms = _sm_count(c.device.index or 0)
     long_rows = c.T >= LOOKBACK_MIN_T
+    if time_major and kk == 1:
+        few = -(-rows // TM_ROWS) < TM_LOOKBACK_PROGRAMS_PER_SM * sms
+        return "lookback" if few and c.T >= TM_LOOKBACK_MIN_T else "stream"
     if rows < sms and long_rows:
         return "lookback"
     if (kk == 1 and cfg.block_t >= 512 and not time_major
@@ -159,7 +174,7 @@ def choose_config(c) -> Config:
         family = (_gpu_family(c, rows, kk, cfg, time_major) if c.device.type == "cuda"
                   else "stream")
     if family == "lookback":
-        return _lookback_config(c, rows, block_k, kk)
+        return _lookback_config(c, rows, block_k, kk, time_major)
     if (family == "persist" and _streams(c) >= PERSIST_TENSORS and c.device.type == "cuda"
             and rows >= 2 * _sm_count(c.device.index or 0)):
         # persist for the tensors it moves (not for few rows): one row, PERSIST_TILE steps
@@ -167,8 +182,13 @@ def choose_config(c) -> Config:
     return cfg._replace(family=family)
 
 
-def _lookback_config(c, rows: int, block_k: int, kk: int) -> Config:
-    """The look-back family's tile: one row, a long chunk (see LOOKBACK_BLOCK_T)."""
+def _lookback_config(c, rows: int, block_k: int, kk: int, time_major: bool = False) -> Config:
+    """The look-back family's tile: one row, a long chunk (see LOOKBACK_BLOCK_T); time-major
+    buffers without a trailing axis: TM_LB_ROWS adjacent rows, TM_LB_TILE elements."""
+    if time_major and kk == 1:
+        block_n = min(TM_LB_ROWS, _pow2(rows))
+        block_t = max(16, min(TM_LB_TILE // block_n, _pow2(c.T) // 2))
+        return Config(block_n, block_t, block_k, NUM_WARPS, "lookback")
     if kk > 1:
         return Config(1, max(16, min(LOOKBACK_K_TILE // kk, _pow2(c.T))), block_k, NUM_WARPS,
                       "lookback")
@@ -267,6 +287,8 @@ def lookback_window(c, cfg, words: int = 3) -> int:
     compile them again."""
     if cfg.family != "lookback":
         return LB_WINDOW
+    if cfg.block_n > 1:  # a tile of rows reads WINDOW x BLOCK_N words a round trip
+        return TM_LB_WINDOW
     if row_chunks(c, cfg) <= LB_SMALL_WINDOW or cfg.block_k > 1:
         return LB_SMALL_WINDOW
     return LB_WIDE_WINDOW if cfg.num_warps >= 8 and words <= LB_WIDE_WORDS else LB_WINDOW
@@ -314,8 +336,8 @@ def grouped_order(c, cfg) -> bool:
 
 
 def lookback_tickets(c, cfg) -> int:
-    """The look-back kernel's grid: one program per ticket (row, chunk)."""
-    return c.R1 * c.R2 * row_chunks(c, cfg)
+    """The look-back kernel's grid: one program per ticket (row tile, chunk)."""
+    return -(-(c.R1 * c.R2) // cfg.block_n) * row_chunks(c, cfg)
 
 
 def row_chunks(c, cfg) -> int:

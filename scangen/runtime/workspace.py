@@ -138,6 +138,6 @@ def _new_workspace(c, cfg, n_words: int):
 
 def _workspace_int32s(c, cfg, n_words: int) -> int:
     """The workspace's size in int32 words: the int64 counter, then two halves of ``n_words``
-    arrays of one word (of the accumulation dtype) per ticket."""
+    arrays of one word (of the accumulation dtype) per ticket and row of its tile."""
     size = c.acc.itemsize // 4  # int32 words per word of the accumulation dtype
-    return 2 + 2 * n_words * size * lookback_tickets(c, cfg)
+    return 2 + 2 * n_words * size * lookback_tickets(c, cfg) * cfg.block_n
