@@ -84,7 +84,7 @@ def time_major_candidates(N: int, T: int, K: int) -> list[Config]:
     """Time-major tiles: 4 to 64 rows (fewer rows per program: more programs, each step's loads
     still 16 bytes or more of fp32 across rows) with chunks of 16 to 256 steps, at most 4096
     elements per tile, 4 warps (2 for tiles of 512 elements or fewer); from 512 steps also the
-    look-back over tiles of 8 to 32 rows (--tm-window: its predecessors a round trip)."""
+    look-back over tiles of 8 to 64 rows (--tm-window: its predecessors a round trip)."""
     if K > 1:
         return []
     out = []
@@ -94,9 +94,9 @@ def time_major_candidates(N: int, T: int, K: int) -> list[Config]:
         for bt in (16, 32, 64, 128, 256):
             if bt <= max(16, sg_config._pow2(T)) and 256 <= bn * bt <= 4096:
                 out.append(Config(bn, bt, 1, 2 if bn * bt <= 512 else 4, "stream", 3))
-    if T >= 512:  # the look-back over tiles of rows: 8 to 32 rows, 512 to 2048 elements a tile
-        for bn in (8, 16, 32):
-            for tile in (512, 1024, 2048):
+    if T >= 512:  # the look-back over tiles of rows: 8 to 64 rows, 512 to 4096 elements a tile
+        for bn in (8, 16, 32, 64):
+            for tile in (512, 1024, 2048, 4096):
                 bt = tile // bn
                 if bn <= max(8, sg_config._pow2(N)) and 16 <= bt <= sg_config._pow2(T) // 2:
                     out.append(Config(bn, bt, 1, 4, "lookback", 3))

@@ -99,14 +99,19 @@ LOOKBACK_K_TILE = 1024   # elements (K included) per program when K > 1
 PERSIST_TILE = 512       # tile of persist calls chosen for the tensors they move (one row)
 LOOKBACK_MANY_TENSORS = 8  # look-back calls moving this many [N, T] tensors: shorter chunks
 FAMILIES = ("stream", "persist", "lookback")
-# Time-major buffers ([T, N], K = 1) take the look-back over tiles of TM_LB_ROWS adjacent rows
-# (loads coalesced across rows, a carry per row) where the stream grid would have fewer than
+# Time-major buffers ([T, N], K = 1) take the look-back over tiles of adjacent rows (loads
+# coalesced across rows, a carry per row) where the stream grid would have fewer than
 # TM_LOOKBACK_PROGRAMS_PER_SM tiles of TM_ROWS rows per SM and rows of TM_LOOKBACK_MIN_T steps
-# or more: tiles of TM_LB_TILE elements, TM_LB_WINDOW predecessors x TM_LB_ROWS rows a round trip.
+# or more: TM_LB_ROWS rows (TM_LB_JOINT_ROWS for a joint pair of scans, whose seven words a
+# row cost registers) and TM_LB_TILE elements a tile (half for calls moving
+# LOOKBACK_MANY_TENSORS [N, T] tensors or more); TM_LB_WINDOW predecessors x rows a round trip.
+# Swept on the H200 (results/h200-2026-12-01-i-tm-sweep.txt, graph replays over rotated
+# inputs): longer chunks win (fewer look-back links a tile), 32 rows where registers allow.
 TM_LOOKBACK_PROGRAMS_PER_SM = 4
 TM_LOOKBACK_MIN_T = 512
-TM_LB_ROWS = 16
-TM_LB_TILE = 1024
+TM_LB_ROWS = 32
+TM_LB_JOINT_ROWS = 8
+TM_LB_TILE = 4096
 TM_LB_WINDOW = 16
 
 
@@ -184,10 +189,12 @@ def choose_config(c) -> Config:
 
 def _lookback_config(c, rows: int, block_k: int, kk: int, time_major: bool = False) -> Config:
     """The look-back family's tile: one row, a long chunk (see LOOKBACK_BLOCK_T); time-major
-    buffers without a trailing axis: TM_LB_ROWS adjacent rows, TM_LB_TILE elements."""
+    buffers without a trailing axis: a tile of adjacent rows (see TM_LB_ROWS)."""
     if time_major and kk == 1:
-        block_n = min(TM_LB_ROWS, _pow2(rows))
-        block_t = max(16, min(TM_LB_TILE // block_n, _pow2(c.T) // 2))
+        joint = c.op.kernels.lb_words > 3
+        block_n = min(TM_LB_JOINT_ROWS if joint else TM_LB_ROWS, _pow2(rows))
+        tile = TM_LB_TILE // (2 if _streams(c) >= LOOKBACK_MANY_TENSORS else 1)
+        block_t = max(16, min(tile // block_n, _pow2(c.T) // 2))
         return Config(block_n, block_t, block_k, NUM_WARPS, "lookback")
     if kk > 1:
         return Config(1, max(16, min(LOOKBACK_K_TILE // kk, _pow2(c.T))), block_k, NUM_WARPS,
