@@ -9,7 +9,7 @@ import torch
 import scangen
 from scangen.testing import reference
 from scangen import runtime
-from scangen.testing import assert_close, make_inputs
+from scangen.testing import as_time_major, assert_close, make_inputs
 
 pytestmark = pytest.mark.gpu
 ALGOS = sorted(reference.REFERENCES)
@@ -92,16 +92,21 @@ def test_low_precision_on_gpu(dtype):
     assert_close(out.cpu(), ref.cpu(), dtype=dtype)
 
 
-@pytest.mark.parametrize("family,shape", [("stream", (1024, 256)), ("persist", (300, 2048)),
-                                          ("lookback", (4, 8192))])
-def test_cuda_graph_capture_and_replay(family, shape, monkeypatch):
+@pytest.mark.parametrize("family,shape,time_major", [
+    ("stream", (1024, 256), False), ("persist", (300, 2048), False),
+    ("lookback", (4, 8192), False), ("lookback", (72, 8192), True)])
+def test_cuda_graph_capture_and_replay(family, shape, time_major, monkeypatch):
     """Each kernel family captured in a CUDA graph and replayed twice on new inputs (the
     look-back's workspace: the plan's spare, filled outside the graph, or one filled inside
-    it), then called eagerly again on both streams (the look-back's kept workspaces)."""
+    it), then called eagerly again on both streams (the look-back's kept workspaces);
+    time-major buffers take the look-back over tiles of rows (runtime.config TM_LB_ROWS)."""
     monkeypatch.setenv("SCANGEN_FAMILY", family)
     runtime.reload_env()
     try:
         inputs = make_inputs("gae", *shape, seed=7, device="cuda")
+        if time_major:
+            inputs = as_time_major(inputs)
+            runtime.PLANS.clear()
         static = {k: v.clone() if torch.is_tensor(v) else v for k, v in inputs.items()}
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
@@ -122,10 +127,13 @@ def test_cuda_graph_capture_and_replay(family, shape, monkeypatch):
             expected = reference.compute_gae(**{k: v.cpu() if torch.is_tensor(v) else v
                                                 for k, v in fresh.items()})
             assert_close(out.cpu(), expected, dtype=out.dtype, name=f"{family} replay {seed}")
+        if time_major:
+            assert {(p.config.family, p.config.block_n) for p in runtime.PLANS.values()} == {
+                ("lookback", 32)}
         for stream in (s, torch.cuda.current_stream()):  # eager calls again, after the replays
             with torch.cuda.stream(stream):
                 fresh = make_inputs("gae", *shape, seed=10, device="cuda")
-                got = scangen.compute_gae(**fresh)
+                got = scangen.compute_gae(**(as_time_major(fresh) if time_major else fresh))
             torch.cuda.synchronize()
             expected = reference.compute_gae(**{k: v.cpu() if torch.is_tensor(v) else v
                                                 for k, v in fresh.items()})
