@@ -80,6 +80,9 @@ def candidates(N: int, T: int, K: int, quick: bool = False, tiles=None) -> list[
     return out
 
 
+TM_LB_SWEEP = dict(rows=(8, 16, 32, 64), tiles=(512, 1024, 2048, 4096), warps=(4,))
+
+
 def time_major_candidates(N: int, T: int, K: int) -> list[Config]:
     """Time-major tiles: 4 to 64 rows (fewer rows per program: more programs, each step's loads
     still 16 bytes or more of fp32 across rows) with chunks of 16 to 256 steps, at most 4096
@@ -95,11 +98,11 @@ def time_major_candidates(N: int, T: int, K: int) -> list[Config]:
             if bt <= max(16, sg_config._pow2(T)) and 256 <= bn * bt <= 4096:
                 out.append(Config(bn, bt, 1, 2 if bn * bt <= 512 else 4, "stream", 3))
     if T >= 512:  # the look-back over tiles of rows: 8 to 64 rows, 512 to 4096 elements a tile
-        for bn in (8, 16, 32, 64):
-            for tile in (512, 1024, 2048, 4096):
+        for bn in TM_LB_SWEEP["rows"]:
+            for tile in TM_LB_SWEEP["tiles"]:
                 bt = tile // bn
                 if bn <= max(8, sg_config._pow2(N)) and 16 <= bt <= sg_config._pow2(T) // 2:
-                    out.append(Config(bn, bt, 1, 4, "lookback", 3))
+                    out += [Config(bn, bt, 1, nw, "lookback", 3) for nw in TM_LB_SWEEP["warps"]]
     return out
 
 
@@ -197,6 +200,10 @@ def main() -> None:
     ap.add_argument("--families", default="", help="keep only these candidate families, "
                     "e.g. lookback (the default configuration is measured regardless)")
     ap.add_argument("--time-budget", type=float, default=1e9)
+    for key in TM_LB_SWEEP:
+        ap.add_argument(f"--tm-lb-{key}", default=None,
+                        help=f"time-major look-back candidates' {key} (default "
+                             f"{','.join(map(str, TM_LB_SWEEP[key]))})")
     ap.add_argument("--tm-window", type=int, default=None,
                     help="runtime.config.TM_LB_WINDOW for this run (the row-tile look-back's window)")
     ap.add_argument("--sets", action="store_true",
@@ -205,6 +212,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.tm_window:
         sg_config.TM_LB_WINDOW = args.tm_window
+    for key in TM_LB_SWEEP:
+        if getattr(args, f"tm_lb_{key}"):
+            TM_LB_SWEEP[key] = tuple(int(x) for x in getattr(args, f"tm_lb_{key}").split(","))
     t0 = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
     part, parts = map(int, args.part.split("/"))
