@@ -9,13 +9,15 @@ import torch
 from scangen.runtime import config
 
 
-def _choose(N, T, *, time_major=False, K=1, family=None, streams=3):
+def _choose(N, T, *, time_major=False, K=1, family=None, streams=3, lb_words=3):
     """The config of a call moving ``streams`` [N, T] tensors: one output, the rest inputs
-    (one more input of shape [N], which does not count)."""
+    (one more input of shape [N], which does not count); ``lb_words``: the op's look-back words
+    a row (3 a scan, 7 a joint pair)."""
     strides = {f"x{i}": (1, 0, N) if time_major else (T, 0, 1) for i in range(streams - 1)}
     strides["last"] = (1, 0, 0)
     c = NS(R1=N, R2=1, T=T, K=K, device=torch.device("cuda", 0), strides=strides,
-           tensors=dict.fromkeys(strides), outs={"out": None})
+           tensors=dict.fromkeys(strides), outs={"out": None},
+           op=NS(kernels=NS(lb_words=lb_words)))
     with mock.patch.object(config, "_sm_count", lambda index: 132), \
             mock.patch.dict(config.ENV, {"SCANGEN_FAMILY": family}):
         return config.choose_config(c)
@@ -165,13 +167,36 @@ def test_trailing_axis_counts_in_the_tile():
     (16384, 1024, (16, 16, 2)),   # 1024 programs: 16-row x 16-step tiles on 2 warps
     (16384, 64, (16, 16, 2)),
     (4096, 128, (16, 64, 4)),     # 256 programs: 1024-element tiles on 4 warps
-    (1024, 1024, (4, 256, 4)),    # rows halved to 4 for 256 programs (16 rows: 64 programs)
     (3, 40, (4, 64, 4)),
 ])
 def test_time_major_row_tiles(N, T, expected):
     cfg = _choose(N, T, time_major=True)
     assert (cfg.block_n, cfg.block_t, cfg.num_warps) == expected
     assert cfg.family == "stream"
+
+
+@pytest.mark.parametrize("N,T,kw,expected", [
+    (1024, 1024, {}, (32, 128, 1)),       # 64 tiles of 16 rows < 4 per SM: 32 x 128 tiles
+    (64, 65536, {}, (32, 128, 1)),
+    (8000, 1024, {}, (32, 128, 1)),       # 500 tiles of 16 rows: still few
+    (64, 65536, {"lb_words": 7}, (8, 512, 1)),   # a joint pair of scans: 8 rows
+    (1024, 1024, {"streams": 8}, (32, 64, 1)),   # 8 tensors moved: 2048-element tiles
+    (1024, 1024, {"K": 8}, (8, 32, 8)),          # a trailing axis: 8 x 32 x 8
+    (64, 512, {"lb_words": 7}, (8, 256, 1)),     # at most half the padded row
+])
+def test_time_major_look_back_over_row_tiles(N, T, kw, expected):
+    cfg = _choose(N, T, time_major=True, **kw)
+    assert cfg.family == "lookback"
+    assert (cfg.block_n, cfg.block_t, cfg.block_k) == expected
+
+
+@pytest.mark.parametrize("N,T,kw", [
+    (8448, 1024, {}),     # 528 tiles of 16 rows: 4 per SM, the stream tiles
+    (1024, 256, {}),      # rows shorter than TM_LOOKBACK_MIN_T
+    (16384, 1024, {"K": 8}),
+])
+def test_time_major_stream_where_tiles_are_many_or_rows_short(N, T, kw):
+    assert _choose(N, T, time_major=True, **kw).family == "stream"
 
 
 def test_time_major_with_a_trailing_axis_keeps_wide_row_tiles():

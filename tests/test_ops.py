@@ -237,7 +237,7 @@ def test_lookback_family_matches_reference(name, dtype, monkeypatch):
                                         ("compute_masked_gae", torch.float32),
                                         ("compute_vtrace", torch.float32),
                                         ("compute_eligibility_traces", torch.float32),
-                                        ("compute_gae", torch.float64),
+                                        ("compute_retrace", torch.float32),
                                         ("compute_masked_gae", torch.float64)])
 def test_lookback_over_row_tiles_of_time_major_buffers(name, dtype, monkeypatch):
     """Time-major buffers ([T, N], time_dim=0) in the look-back family: tiles of adjacent rows

@@ -88,8 +88,15 @@ def time_major_candidates(N: int, T: int, K: int) -> list[Config]:
     still 16 bytes or more of fp32 across rows) with chunks of 16 to 256 steps, at most 4096
     elements per tile, 4 warps (2 for tiles of 512 elements or fewer); from 512 steps also the
     look-back over tiles of 8 to 64 rows (--tm-window: its predecessors a round trip)."""
-    if K > 1:
-        return []
+    if K > 1:  # a trailing axis (Retrace): 4 to 32 rows x 16 to 64 steps x K, up to 4096 elements
+        kk, out = min(K, 16), []
+        for bn in (4, 8, 16, 32):
+            for bt in (16, 32, 64):
+                if bn * bt * kk <= 4096 and bn <= max(4, sg_config._pow2(N)):
+                    out.append(Config(bn, bt, kk, 4, "stream", 3))
+                    if T >= 512 and bt <= sg_config._pow2(T) // 2 and bn <= 16:
+                        out.append(Config(bn, bt, kk, 4, "lookback", 3))
+        return out
     out = []
     for bn in (4, 8, 16, 32, 64):
         if bn > max(4, sg_config._pow2(N)):

@@ -99,7 +99,7 @@ LOOKBACK_K_TILE = 1024   # elements (K included) per program when K > 1
 PERSIST_TILE = 512       # tile of persist calls chosen for the tensors they move (one row)
 LOOKBACK_MANY_TENSORS = 8  # look-back calls moving this many [N, T] tensors: shorter chunks
 FAMILIES = ("stream", "persist", "lookback")
-# Time-major buffers ([T, N], K = 1) take the look-back over tiles of adjacent rows (loads
+# Time-major buffers ([T, N]) take the look-back over tiles of adjacent rows (loads
 # coalesced across rows, a carry per row) where the stream grid would have fewer than
 # TM_LOOKBACK_PROGRAMS_PER_SM tiles of TM_ROWS rows per SM and rows of TM_LOOKBACK_MIN_T steps
 # or more: TM_LB_ROWS rows (TM_LB_JOINT_ROWS for a joint pair of scans, whose seven words a
@@ -113,6 +113,12 @@ TM_LB_ROWS = 32
 TM_LB_JOINT_ROWS = 8
 TM_LB_TILE = 4096
 TM_LB_WINDOW = 16
+# ... with a trailing axis (K > 1, Retrace): tiles of TM_LB_K_ROWS rows and TM_LB_K_TILE
+# elements (K included), 8 x 32 x 8 for Retrace (results/h200-2026-12-01-i-tm-retrace.txt:
+# 1024x1024 159 -> 66 us, 256x8192 220 -> 126, 64x65536 419 -> 272, against the stream tiles
+# and the one-row look-back)
+TM_LB_K_ROWS = 8
+TM_LB_K_TILE = 2048
 
 
 def _forced_family() -> str | None:
@@ -130,9 +136,8 @@ def _streams(c) -> int:
 def _gpu_family(c, rows: int, kk: int, cfg: Config, time_major: bool) -> str:
     """The family of a call on a GPU (``cfg``: the stream tile for its shape and layout).
 
-    - Time-major buffers without a trailing axis: "lookback" over tiles of rows where the
-      stream grid is small (TM_LOOKBACK_PROGRAMS_PER_SM) and rows long (TM_LOOKBACK_MIN_T),
-      else "stream".
+    - Time-major buffers: "lookback" over tiles of rows where the stream grid is small
+      (TM_LOOKBACK_PROGRAMS_PER_SM) and rows long (TM_LOOKBACK_MIN_T), else "stream".
     - Fewer rows than SMs, and rows of two look-back chunks or more: "lookback".
     - "persist" where it overlaps loads with the scan better than more resident programs do:
       long chunks (512 elements or more) of a row-major call with no trailing axis to sum
@@ -143,7 +148,7 @@ def _gpu_family(c, rows: int, kk: int, cfg: Config, time_major: bool) -> str:
     H200 measurements behind it: bench/NOTES.md (fourth and ninth rounds)."""
     sms = _sm_count(c.device.index or 0)
     long_rows = c.T >= LOOKBACK_MIN_T
-    if time_major and kk == 1:
+    if time_major:
         few = -(-rows // TM_ROWS) < TM_LOOKBACK_PROGRAMS_PER_SM * sms
         return "lookback" if few and c.T >= TM_LOOKBACK_MIN_T else "stream"
     if rows < sms and long_rows:
@@ -189,8 +194,12 @@ def choose_config(c) -> Config:
 
 def _lookback_config(c, rows: int, block_k: int, kk: int, time_major: bool = False) -> Config:
     """The look-back family's tile: one row, a long chunk (see LOOKBACK_BLOCK_T); time-major
-    buffers without a trailing axis: a tile of adjacent rows (see TM_LB_ROWS)."""
-    if time_major and kk == 1:
+    buffers: a tile of adjacent rows (see TM_LB_ROWS, TM_LB_K_ROWS)."""
+    if time_major and kk > 1:
+        block_n = min(TM_LB_K_ROWS, _pow2(rows))
+        block_t = max(16, min(TM_LB_K_TILE // (block_n * kk), _pow2(c.T) // 2))
+        return Config(block_n, block_t, block_k, NUM_WARPS, "lookback")
+    if time_major:
         joint = c.op.kernels.lb_words > 3
         block_n = min(TM_LB_JOINT_ROWS if joint else TM_LB_ROWS, _pow2(rows))
         tile = TM_LB_TILE // (2 if _streams(c) >= LOOKBACK_MANY_TENSORS else 1)
