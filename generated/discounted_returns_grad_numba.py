@@ -6,7 +6,8 @@
 Generated CPU kernels (numba) of ``compute_discounted_returns_grad``: one sequential pass in time per row, the
 scan states in registers. ``_rows`` scans rows contiguous in time one after another; ``_tmajor``
 keeps time outermost and sweeps a tile of rows innermost (time-major buffers). Both take the
-views named by ``ARRAYS`` and the flags in ``S`` (scangen.compiler.render_numba);
+views named by ``ARRAYS``, the flags in ``S`` and ``F``, the type they compute in
+(scangen.compiler.render_numba);
 scangen.runtime.numba launches them.
 """
 import numba as _nb
@@ -20,7 +21,7 @@ FLAGS = ('HAS_truncateds', 'HAS_bootstrap_values', 'HAS_gy__returns', 'STORE_d__
 
 
 @_nb.njit(**_nk.KERNEL)
-def _rows(lo, hi, R2, T, K, S, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, st__G__a, gy__returns__a, gamma__a, d__rewards__a, d__bootstrap_values__a, d__gamma__a):
+def _rows(lo, hi, R2, T, K, S, F, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, st__G__a, gy__returns__a, gamma__a, d__rewards__a, d__bootstrap_values__a, d__gamma__a):
     # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn, in the
     # scan's direction (a reverse scan from the last row down), so that the whole call reads
     # memory as one stream; every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
@@ -34,36 +35,36 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, terminateds__a, truncateds__a, bootst
         r = lo + _r
         r1 = r // R2
         r2 = r - r1 * R2
-        g__G = 0.0
+        g__G = F(0.0)
         for _i in range(T):
             t = _i
             _tp = max(t - 1, 0)
             _tn = min(t + 1, T - 1)
-            bootstrap_values = float(_nk.at(bootstrap_values__a, r1, r2, t))
-            gamma = float(_nk.at(gamma__a, r1, r2, t))
-            gamma__prev = float(_nk.at(gamma__a, r1, r2, _tp))
-            gy__returns = float(_nk.at(gy__returns__a, r1, r2, t))
-            is_first = 1.0 if t == 0 else 0.0
-            is_last = 1.0 if t == T - 1 else 0.0
-            is_last__prev = 1.0 if t - 1 == T - 1 else 0.0
-            st__G__next = float(_nk.at(st__G__a, r1, r2, _tn))
-            terminateds = float(_nk.at(terminateds__a, r1, r2, t))
-            terminateds__prev = float(_nk.at(terminateds__a, r1, r2, _tp))
-            truncateds = float(_nk.at(truncateds__a, r1, r2, t))
-            truncateds__prev = float(_nk.at(truncateds__a, r1, r2, _tp))
-            _c0 = (1.0 if is_last != 0 else (terminateds if (terminateds >= truncateds) else truncateds))
-            g__G = gy__returns + ((0.0 if is_first != 0 else gamma__prev*(1.0 - (1.0 if is_last__prev != 0 else (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev))))) * g__G
-            _c1 = _c0*g__G*(1.0 - terminateds)
+            bootstrap_values = F(_nk.at(bootstrap_values__a, r1, r2, t))
+            gamma = F(_nk.at(gamma__a, r1, r2, t))
+            gamma__prev = F(_nk.at(gamma__a, r1, r2, _tp))
+            gy__returns = F(_nk.at(gy__returns__a, r1, r2, t))
+            is_first = F(1.0) if t == 0 else F(0.0)
+            is_last = F(1.0) if t == T - 1 else F(0.0)
+            is_last__prev = F(1.0) if t - 1 == T - 1 else F(0.0)
+            st__G__next = F(_nk.at(st__G__a, r1, r2, _tn))
+            terminateds = F(_nk.at(terminateds__a, r1, r2, t))
+            terminateds__prev = F(_nk.at(terminateds__a, r1, r2, _tp))
+            truncateds = F(_nk.at(truncateds__a, r1, r2, t))
+            truncateds__prev = F(_nk.at(truncateds__a, r1, r2, _tp))
+            _c0 = (F(1.0) if is_last != 0 else (terminateds if (terminateds >= truncateds) else truncateds))
+            g__G = gy__returns + ((F(0.0) if is_first != 0 else gamma__prev*(F(1.0) - (F(1.0) if is_last__prev != 0 else (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev))))) * g__G
+            _c1 = _c0*g__G*(F(1.0) - terminateds)
             if STORE_d__rewards:
                 _nk.put(d__rewards__a, r1, r2, t, g__G)
             if STORE_d__bootstrap_values:
                 _nk.put(d__bootstrap_values__a, r1, r2, t, _c1*gamma)
             if STORE_d__gamma:
-                _nk.put(d__gamma__a, r1, r2, t, _c1*bootstrap_values + g__G*(1.0 - _c0)*(0.0 if is_last != 0 else st__G__next))
+                _nk.put(d__gamma__a, r1, r2, t, _c1*bootstrap_values + g__G*(F(1.0) - _c0)*(F(0.0) if is_last != 0 else st__G__next))
 
 
 @_nb.njit(**_nk.KERNEL)
-def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, st__G__a, gy__returns__a, gamma__a, d__rewards__a, d__bootstrap_values__a, d__gamma__a):
+def _tmajor(lo, hi, R2, T, K, TB, S, F, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, st__G__a, gy__returns__a, gamma__a, d__rewards__a, d__bootstrap_values__a, d__gamma__a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
     # tile, time outermost and the rows innermost, the states carried in one array per scan;
     # every view is [R1, T, R2] ([R1, T, R2, K]; [R1, 1, R2] for [N] inputs)
@@ -77,13 +78,13 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, terminateds__a, truncateds__a, 
     _ts_d__bootstrap_values = 1 if STORE_d__bootstrap_values else 0
     _ts_d__gamma = 1 if STORE_d__gamma else 0
     n_tiles = (R2 + TB - 1) // TB
-    g__G__c = np.empty(TB)
+    g__G__c = np.empty(TB, F)
     for tile in range(lo, hi):
         r1 = tile // n_tiles
         r2_0 = (tile - r1 * n_tiles) * TB
         n = min(TB, R2 - r2_0)
         for _j in range(n):
-            g__G = 0.0
+            g__G = F(0.0)
             g__G__c[_j] = g__G
         for _i in range(T):
             t = _i
@@ -103,23 +104,23 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, terminateds__a, truncateds__a, 
             _w_d__gamma = _nk.row(d__gamma__a, r1, t * _ts_d__gamma, r2_0, n)
             for _j in range(n):
                 g__G = g__G__c[_j]
-                bootstrap_values = float(_nk.at1(_v_bootstrap_values, _j))
-                gamma = float(_nk.at1(_v_gamma, _j))
-                gamma__prev = float(_nk.at1(_v_gamma__prev, _j))
-                gy__returns = float(_nk.at1(_v_gy__returns, _j))
-                is_first = 1.0 if t == 0 else 0.0
-                is_last = 1.0 if t == T - 1 else 0.0
-                is_last__prev = 1.0 if t - 1 == T - 1 else 0.0
-                st__G__next = float(_nk.at1(_v_st__G__next, _j))
-                terminateds = float(_nk.at1(_v_terminateds, _j))
-                terminateds__prev = float(_nk.at1(_v_terminateds__prev, _j))
-                truncateds = float(_nk.at1(_v_truncateds, _j))
-                truncateds__prev = float(_nk.at1(_v_truncateds__prev, _j))
-                _c0 = _nk.where((is_last != 0), 1.0, _nk.where((terminateds >= truncateds), terminateds, truncateds))
-                g__G = gy__returns + (_nk.where((is_first != 0), 0.0, gamma__prev*(1.0 - _nk.where((is_last__prev != 0), 1.0, _nk.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev))))) * g__G
-                _c1 = _c0*g__G*(1.0 - terminateds)
+                bootstrap_values = F(_nk.at1(_v_bootstrap_values, _j))
+                gamma = F(_nk.at1(_v_gamma, _j))
+                gamma__prev = F(_nk.at1(_v_gamma__prev, _j))
+                gy__returns = F(_nk.at1(_v_gy__returns, _j))
+                is_first = F(1.0) if t == 0 else F(0.0)
+                is_last = F(1.0) if t == T - 1 else F(0.0)
+                is_last__prev = F(1.0) if t - 1 == T - 1 else F(0.0)
+                st__G__next = F(_nk.at1(_v_st__G__next, _j))
+                terminateds = F(_nk.at1(_v_terminateds, _j))
+                terminateds__prev = F(_nk.at1(_v_terminateds__prev, _j))
+                truncateds = F(_nk.at1(_v_truncateds, _j))
+                truncateds__prev = F(_nk.at1(_v_truncateds__prev, _j))
+                _c0 = _nk.where((is_last != 0), F(1.0), _nk.where((terminateds >= truncateds), terminateds, truncateds))
+                g__G = gy__returns + (_nk.where((is_first != 0), F(0.0), gamma__prev*(F(1.0) - _nk.where((is_last__prev != 0), F(1.0), _nk.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev))))) * g__G
+                _c1 = _c0*g__G*(F(1.0) - terminateds)
                 _nk.put1(_w_d__rewards, _j, g__G)
                 _nk.put1(_w_d__bootstrap_values, _j, _c1*gamma)
-                _nk.put1(_w_d__gamma, _j, _c1*bootstrap_values + g__G*(1.0 - _c0)*_nk.where((is_last != 0), 0.0, st__G__next))
+                _nk.put1(_w_d__gamma, _j, _c1*bootstrap_values + g__G*(F(1.0) - _c0)*_nk.where((is_last != 0), F(0.0), st__G__next))
 
                 g__G__c[_j] = g__G

@@ -6,7 +6,8 @@
 Generated CPU kernels (numba) of ``compute_discounted_returns``: one sequential pass in time per row, the
 scan states in registers. ``_rows`` scans rows contiguous in time one after another; ``_tmajor``
 keeps time outermost and sweeps a tile of rows innermost (time-major buffers). Both take the
-views named by ``ARRAYS`` and the flags in ``S`` (scangen.compiler.render_numba);
+views named by ``ARRAYS``, the flags in ``S`` and ``F``, the type they compute in
+(scangen.compiler.render_numba);
 scangen.runtime.numba launches them.
 """
 import numba as _nb
@@ -20,7 +21,7 @@ FLAGS = ('HAS_truncateds', 'HAS_bootstrap_values', 'STORE_returns', 'STORE_st__G
 
 
 @_nb.njit(**_nk.KERNEL)
-def _rows(lo, hi, R2, T, K, S, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, gamma__a, returns__a, st__G__a):
+def _rows(lo, hi, R2, T, K, S, F, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, gamma__a, returns__a, st__G__a):
     # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn, in the
     # scan's direction (a reverse scan from the last row down), so that the whole call reads
     # memory as one stream; every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
@@ -32,17 +33,17 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, terminateds__a, truncateds__a, bootst
         r = hi - 1 - _r
         r1 = r // R2
         r2 = r - r1 * R2
-        G = 0.0
+        G = F(0.0)
         for _i in range(T):
             t = T - 1 - _i
-            bootstrap_values = float(_nk.at(bootstrap_values__a, r1, r2, t))
-            gamma = float(_nk.at(gamma__a, r1, r2, t))
-            is_last = 1.0 if t == T - 1 else 0.0
-            rewards = float(_nk.at(rewards__a, r1, r2, t))
-            terminateds = float(_nk.at(terminateds__a, r1, r2, t))
-            truncateds = float(_nk.at(truncateds__a, r1, r2, t))
-            _c0 = (1.0 if is_last != 0 else _nk.maximum(terminateds, truncateds))
-            G = rewards + _c0*bootstrap_values*gamma*(1.0 - terminateds) + (gamma*(1.0 - _c0)) * G
+            bootstrap_values = F(_nk.at(bootstrap_values__a, r1, r2, t))
+            gamma = F(_nk.at(gamma__a, r1, r2, t))
+            is_last = F(1.0) if t == T - 1 else F(0.0)
+            rewards = F(_nk.at(rewards__a, r1, r2, t))
+            terminateds = F(_nk.at(terminateds__a, r1, r2, t))
+            truncateds = F(_nk.at(truncateds__a, r1, r2, t))
+            _c0 = (F(1.0) if is_last != 0 else _nk.maximum(terminateds, truncateds))
+            G = rewards + _c0*bootstrap_values*gamma*(F(1.0) - terminateds) + (gamma*(F(1.0) - _c0)) * G
             if STORE_returns:
                 _nk.put(returns__a, r1, r2, t, G)
             if STORE_st__G:
@@ -50,7 +51,7 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, terminateds__a, truncateds__a, bootst
 
 
 @_nb.njit(**_nk.KERNEL)
-def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, gamma__a, returns__a, st__G__a):
+def _tmajor(lo, hi, R2, T, K, TB, S, F, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, gamma__a, returns__a, st__G__a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
     # tile, time outermost and the rows innermost, the states carried in one array per scan;
     # every view is [R1, T, R2] ([R1, T, R2, K]; [R1, 1, R2] for [N] inputs)
@@ -61,13 +62,13 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, terminateds__a, truncateds__a, 
     _ts_returns = 1 if STORE_returns else 0
     _ts_st__G = 1 if STORE_st__G else 0
     n_tiles = (R2 + TB - 1) // TB
-    G__c = np.empty(TB)
+    G__c = np.empty(TB, F)
     for tile in range(lo, hi):
         r1 = tile // n_tiles
         r2_0 = (tile - r1 * n_tiles) * TB
         n = min(TB, R2 - r2_0)
         for _j in range(n):
-            G = 0.0
+            G = F(0.0)
             G__c[_j] = G
         for _i in range(T):
             t = T - 1 - _i
@@ -80,14 +81,14 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, terminateds__a, truncateds__a, 
             _w_st__G = _nk.row(st__G__a, r1, t * _ts_st__G, r2_0, n)
             for _j in range(n):
                 G = G__c[_j]
-                bootstrap_values = float(_nk.at1(_v_bootstrap_values, _j))
-                gamma = float(_nk.at1(_v_gamma, _j))
-                is_last = 1.0 if t == T - 1 else 0.0
-                rewards = float(_nk.at1(_v_rewards, _j))
-                terminateds = float(_nk.at1(_v_terminateds, _j))
-                truncateds = float(_nk.at1(_v_truncateds, _j))
-                _c0 = _nk.where((is_last != 0), 1.0, _nk.maximum(terminateds, truncateds))
-                G = rewards + _c0*bootstrap_values*gamma*(1.0 - terminateds) + (gamma*(1.0 - _c0)) * G
+                bootstrap_values = F(_nk.at1(_v_bootstrap_values, _j))
+                gamma = F(_nk.at1(_v_gamma, _j))
+                is_last = F(1.0) if t == T - 1 else F(0.0)
+                rewards = F(_nk.at1(_v_rewards, _j))
+                terminateds = F(_nk.at1(_v_terminateds, _j))
+                truncateds = F(_nk.at1(_v_truncateds, _j))
+                _c0 = _nk.where((is_last != 0), F(1.0), _nk.maximum(terminateds, truncateds))
+                G = rewards + _c0*bootstrap_values*gamma*(F(1.0) - terminateds) + (gamma*(F(1.0) - _c0)) * G
                 _nk.put1(_w_returns, _j, G)
                 _nk.put1(_w_st__G, _j, G)
 

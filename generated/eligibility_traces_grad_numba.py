@@ -6,7 +6,8 @@
 Generated CPU kernels (numba) of ``compute_eligibility_traces_grad``: one sequential pass in time per row, the
 scan states in registers. ``_rows`` scans rows contiguous in time one after another; ``_tmajor``
 keeps time outermost and sweeps a tile of rows innermost (time-major buffers). Both take the
-views named by ``ARRAYS`` and the flags in ``S`` (scangen.compiler.render_numba);
+views named by ``ARRAYS``, the flags in ``S`` and ``F``, the type they compute in
+(scangen.compiler.render_numba);
 scangen.runtime.numba launches them.
 """
 import numba as _nb
@@ -20,7 +21,7 @@ FLAGS = ('HAS_seed_values', 'HAS_gy__traces', 'STORE_d__gradients', 'STORE_d__se
 
 
 @_nb.njit(**_nk.KERNEL)
-def _rows(lo, hi, R2, T, K, S, gradients__a, dones__a, seed_values__a, st__z__a, gy__traces__a, gamma__a, lambda___a, d__gradients__a, d__seed_values__a, d__gamma__a, d__lambda___a):
+def _rows(lo, hi, R2, T, K, S, F, gradients__a, dones__a, seed_values__a, st__z__a, gy__traces__a, gamma__a, lambda___a, d__gradients__a, d__seed_values__a, d__gamma__a, d__lambda___a):
     # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn, in the
     # scan's direction (a reverse scan from the last row down), so that the whole call reads
     # memory as one stream; every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
@@ -34,31 +35,31 @@ def _rows(lo, hi, R2, T, K, S, gradients__a, dones__a, seed_values__a, st__z__a,
         r = hi - 1 - _r
         r1 = r // R2
         r2 = r - r1 * R2
-        seed_values = float(_nk.at(seed_values__a, r1, r2, 0))
-        g__z = 0.0
+        seed_values = F(_nk.at(seed_values__a, r1, r2, 0))
+        g__z = F(0.0)
         for _i in range(T):
             t = T - 1 - _i
             _tp = max(t - 1, 0)
             _tn = min(t + 1, T - 1)
-            dones = float(_nk.at(dones__a, r1, r2, t))
-            dones__prev = float(_nk.at(dones__a, r1, r2, _tp))
-            gamma = float(_nk.at(gamma__a, r1, r2, t))
-            gamma__next = float(_nk.at(gamma__a, r1, r2, _tn))
-            gy__traces = float(_nk.at(gy__traces__a, r1, r2, t))
-            is_first = 1.0 if t == 0 else 0.0
-            is_first__next = 1.0 if t + 1 == 0 else 0.0
-            is_last = 1.0 if t == T - 1 else 0.0
-            lambda_ = float(_nk.at(lambda___a, r1, r2, t))
-            lambda___next = float(_nk.at(lambda___a, r1, r2, _tn))
-            st__z__prev = float(_nk.at(st__z__a, r1, r2, _tp))
-            _c0 = 1.0 - (0.0 if is_first != 0 else dones__prev)
+            dones = F(_nk.at(dones__a, r1, r2, t))
+            dones__prev = F(_nk.at(dones__a, r1, r2, _tp))
+            gamma = F(_nk.at(gamma__a, r1, r2, t))
+            gamma__next = F(_nk.at(gamma__a, r1, r2, _tn))
+            gy__traces = F(_nk.at(gy__traces__a, r1, r2, t))
+            is_first = F(1.0) if t == 0 else F(0.0)
+            is_first__next = F(1.0) if t + 1 == 0 else F(0.0)
+            is_last = F(1.0) if t == T - 1 else F(0.0)
+            lambda_ = F(_nk.at(lambda___a, r1, r2, t))
+            lambda___next = F(_nk.at(lambda___a, r1, r2, _tn))
+            st__z__prev = F(_nk.at(st__z__a, r1, r2, _tp))
+            _c0 = F(1.0) - (F(0.0) if is_first != 0 else dones__prev)
             _c2 = (seed_values if is_first != 0 else st__z__prev)
-            g__z = gy__traces + ((0.0 if is_last != 0 else gamma__next*lambda___next*(1.0 - (0.0 if is_first__next != 0 else dones)))) * g__z
+            g__z = gy__traces + ((F(0.0) if is_last != 0 else gamma__next*lambda___next*(F(1.0) - (F(0.0) if is_first__next != 0 else dones)))) * g__z
             _c1 = _c0*g__z*lambda_
             if STORE_d__gradients:
                 _nk.put(d__gradients__a, r1, r2, t, g__z)
             if STORE_d__seed_values:
-                _nk.put(d__seed_values__a, r1, r2, t, (_c1*gamma if is_first != 0 else 0.0))
+                _nk.put(d__seed_values__a, r1, r2, t, (_c1*gamma if is_first != 0 else F(0.0)))
             if STORE_d__gamma:
                 _nk.put(d__gamma__a, r1, r2, t, _c1*_c2)
             if STORE_d__lambda_:
@@ -66,7 +67,7 @@ def _rows(lo, hi, R2, T, K, S, gradients__a, dones__a, seed_values__a, st__z__a,
 
 
 @_nb.njit(**_nk.KERNEL)
-def _tmajor(lo, hi, R2, T, K, TB, S, gradients__a, dones__a, seed_values__a, st__z__a, gy__traces__a, gamma__a, lambda___a, d__gradients__a, d__seed_values__a, d__gamma__a, d__lambda___a):
+def _tmajor(lo, hi, R2, T, K, TB, S, F, gradients__a, dones__a, seed_values__a, st__z__a, gy__traces__a, gamma__a, lambda___a, d__gradients__a, d__seed_values__a, d__gamma__a, d__lambda___a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
     # tile, time outermost and the rows innermost, the states carried in one array per scan;
     # every view is [R1, T, R2] ([R1, T, R2, K]; [R1, 1, R2] for [N] inputs)
@@ -81,15 +82,15 @@ def _tmajor(lo, hi, R2, T, K, TB, S, gradients__a, dones__a, seed_values__a, st_
     _ts_d__gamma = 1 if STORE_d__gamma else 0
     _ts_d__lambda_ = 1 if STORE_d__lambda_ else 0
     n_tiles = (R2 + TB - 1) // TB
-    g__z__c = np.empty(TB)
+    g__z__c = np.empty(TB, F)
     for tile in range(lo, hi):
         r1 = tile // n_tiles
         r2_0 = (tile - r1 * n_tiles) * TB
         n = min(TB, R2 - r2_0)
         _v_seed_values = _nk.row(seed_values__a, r1, 0, r2_0, n)
         for _j in range(n):
-            seed_values = float(_nk.at1(_v_seed_values, _j))
-            g__z = 0.0
+            seed_values = F(_nk.at1(_v_seed_values, _j))
+            g__z = F(0.0)
             g__z__c[_j] = g__z
         for _i in range(T):
             t = T - 1 - _i
@@ -108,25 +109,25 @@ def _tmajor(lo, hi, R2, T, K, TB, S, gradients__a, dones__a, seed_values__a, st_
             _w_d__gamma = _nk.row(d__gamma__a, r1, t * _ts_d__gamma, r2_0, n)
             _w_d__lambda_ = _nk.row(d__lambda___a, r1, t * _ts_d__lambda_, r2_0, n)
             for _j in range(n):
-                seed_values = float(_nk.at1(_v_seed_values, _j))
+                seed_values = F(_nk.at1(_v_seed_values, _j))
                 g__z = g__z__c[_j]
-                dones = float(_nk.at1(_v_dones, _j))
-                dones__prev = float(_nk.at1(_v_dones__prev, _j))
-                gamma = float(_nk.at1(_v_gamma, _j))
-                gamma__next = float(_nk.at1(_v_gamma__next, _j))
-                gy__traces = float(_nk.at1(_v_gy__traces, _j))
-                is_first = 1.0 if t == 0 else 0.0
-                is_first__next = 1.0 if t + 1 == 0 else 0.0
-                is_last = 1.0 if t == T - 1 else 0.0
-                lambda_ = float(_nk.at1(_v_lambda_, _j))
-                lambda___next = float(_nk.at1(_v_lambda___next, _j))
-                st__z__prev = float(_nk.at1(_v_st__z__prev, _j))
-                _c0 = 1.0 - _nk.where((is_first != 0), 0.0, dones__prev)
+                dones = F(_nk.at1(_v_dones, _j))
+                dones__prev = F(_nk.at1(_v_dones__prev, _j))
+                gamma = F(_nk.at1(_v_gamma, _j))
+                gamma__next = F(_nk.at1(_v_gamma__next, _j))
+                gy__traces = F(_nk.at1(_v_gy__traces, _j))
+                is_first = F(1.0) if t == 0 else F(0.0)
+                is_first__next = F(1.0) if t + 1 == 0 else F(0.0)
+                is_last = F(1.0) if t == T - 1 else F(0.0)
+                lambda_ = F(_nk.at1(_v_lambda_, _j))
+                lambda___next = F(_nk.at1(_v_lambda___next, _j))
+                st__z__prev = F(_nk.at1(_v_st__z__prev, _j))
+                _c0 = F(1.0) - _nk.where((is_first != 0), F(0.0), dones__prev)
                 _c2 = _nk.where((is_first != 0), seed_values, st__z__prev)
-                g__z = gy__traces + (_nk.where((is_last != 0), 0.0, gamma__next*lambda___next*(1.0 - _nk.where((is_first__next != 0), 0.0, dones)))) * g__z
+                g__z = gy__traces + (_nk.where((is_last != 0), F(0.0), gamma__next*lambda___next*(F(1.0) - _nk.where((is_first__next != 0), F(0.0), dones)))) * g__z
                 _c1 = _c0*g__z*lambda_
                 _nk.put1(_w_d__gradients, _j, g__z)
-                _nk.put1(_w_d__seed_values, _j, _nk.where((is_first != 0), _c1*gamma, 0.0))
+                _nk.put1(_w_d__seed_values, _j, _nk.where((is_first != 0), _c1*gamma, F(0.0)))
                 _nk.put1(_w_d__gamma, _j, _c1*_c2)
                 _nk.put1(_w_d__lambda_, _j, _c0*_c2*g__z*gamma)
 

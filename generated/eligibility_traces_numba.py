@@ -6,7 +6,8 @@
 Generated CPU kernels (numba) of ``compute_eligibility_traces``: one sequential pass in time per row, the
 scan states in registers. ``_rows`` scans rows contiguous in time one after another; ``_tmajor``
 keeps time outermost and sweeps a tile of rows innermost (time-major buffers). Both take the
-views named by ``ARRAYS`` and the flags in ``S`` (scangen.compiler.render_numba);
+views named by ``ARRAYS``, the flags in ``S`` and ``F``, the type they compute in
+(scangen.compiler.render_numba);
 scangen.runtime.numba launches them.
 """
 import numba as _nb
@@ -20,7 +21,7 @@ FLAGS = ('HAS_seed_values', 'STORE_traces', 'STORE_st__z')
 
 
 @_nb.njit(**_nk.KERNEL)
-def _rows(lo, hi, R2, T, K, S, gradients__a, dones__a, seed_values__a, gamma__a, lambda___a, traces__a, st__z__a):
+def _rows(lo, hi, R2, T, K, S, F, gradients__a, dones__a, seed_values__a, gamma__a, lambda___a, traces__a, st__z__a):
     # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn, in the
     # scan's direction (a reverse scan from the last row down), so that the whole call reads
     # memory as one stream; every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
@@ -31,17 +32,17 @@ def _rows(lo, hi, R2, T, K, S, gradients__a, dones__a, seed_values__a, gamma__a,
         r = lo + _r
         r1 = r // R2
         r2 = r - r1 * R2
-        seed_values = float(_nk.at(seed_values__a, r1, r2, 0))
+        seed_values = F(_nk.at(seed_values__a, r1, r2, 0))
         z = seed_values
         for _i in range(T):
             t = _i
             _tp = max(t - 1, 0)
-            dones__prev = float(_nk.at(dones__a, r1, r2, _tp))
-            gamma = float(_nk.at(gamma__a, r1, r2, t))
-            gradients = float(_nk.at(gradients__a, r1, r2, t))
-            is_first = 1.0 if t == 0 else 0.0
-            lambda_ = float(_nk.at(lambda___a, r1, r2, t))
-            z = gradients + (gamma*lambda_*(1.0 - (0.0 if is_first != 0 else dones__prev))) * z
+            dones__prev = F(_nk.at(dones__a, r1, r2, _tp))
+            gamma = F(_nk.at(gamma__a, r1, r2, t))
+            gradients = F(_nk.at(gradients__a, r1, r2, t))
+            is_first = F(1.0) if t == 0 else F(0.0)
+            lambda_ = F(_nk.at(lambda___a, r1, r2, t))
+            z = gradients + (gamma*lambda_*(F(1.0) - (F(0.0) if is_first != 0 else dones__prev))) * z
             if STORE_traces:
                 _nk.put(traces__a, r1, r2, t, z)
             if STORE_st__z:
@@ -49,7 +50,7 @@ def _rows(lo, hi, R2, T, K, S, gradients__a, dones__a, seed_values__a, gamma__a,
 
 
 @_nb.njit(**_nk.KERNEL)
-def _tmajor(lo, hi, R2, T, K, TB, S, gradients__a, dones__a, seed_values__a, gamma__a, lambda___a, traces__a, st__z__a):
+def _tmajor(lo, hi, R2, T, K, TB, S, F, gradients__a, dones__a, seed_values__a, gamma__a, lambda___a, traces__a, st__z__a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
     # tile, time outermost and the rows innermost, the states carried in one array per scan;
     # every view is [R1, T, R2] ([R1, T, R2, K]; [R1, 1, R2] for [N] inputs)
@@ -59,14 +60,14 @@ def _tmajor(lo, hi, R2, T, K, TB, S, gradients__a, dones__a, seed_values__a, gam
     _ts_traces = 1 if STORE_traces else 0
     _ts_st__z = 1 if STORE_st__z else 0
     n_tiles = (R2 + TB - 1) // TB
-    z__c = np.empty(TB)
+    z__c = np.empty(TB, F)
     for tile in range(lo, hi):
         r1 = tile // n_tiles
         r2_0 = (tile - r1 * n_tiles) * TB
         n = min(TB, R2 - r2_0)
         _v_seed_values = _nk.row(seed_values__a, r1, 0, r2_0, n)
         for _j in range(n):
-            seed_values = float(_nk.at1(_v_seed_values, _j))
+            seed_values = F(_nk.at1(_v_seed_values, _j))
             z = seed_values
             z__c[_j] = z
         for _i in range(T):
@@ -79,14 +80,14 @@ def _tmajor(lo, hi, R2, T, K, TB, S, gradients__a, dones__a, seed_values__a, gam
             _w_traces = _nk.row(traces__a, r1, t * _ts_traces, r2_0, n)
             _w_st__z = _nk.row(st__z__a, r1, t * _ts_st__z, r2_0, n)
             for _j in range(n):
-                seed_values = float(_nk.at1(_v_seed_values, _j))
+                seed_values = F(_nk.at1(_v_seed_values, _j))
                 z = z__c[_j]
-                dones__prev = float(_nk.at1(_v_dones__prev, _j))
-                gamma = float(_nk.at1(_v_gamma, _j))
-                gradients = float(_nk.at1(_v_gradients, _j))
-                is_first = 1.0 if t == 0 else 0.0
-                lambda_ = float(_nk.at1(_v_lambda_, _j))
-                z = gradients + (gamma*lambda_*(1.0 - _nk.where((is_first != 0), 0.0, dones__prev))) * z
+                dones__prev = F(_nk.at1(_v_dones__prev, _j))
+                gamma = F(_nk.at1(_v_gamma, _j))
+                gradients = F(_nk.at1(_v_gradients, _j))
+                is_first = F(1.0) if t == 0 else F(0.0)
+                lambda_ = F(_nk.at1(_v_lambda_, _j))
+                z = gradients + (gamma*lambda_*(F(1.0) - _nk.where((is_first != 0), F(0.0), dones__prev))) * z
                 _nk.put1(_w_traces, _j, z)
                 _nk.put1(_w_st__z, _j, z)
 

@@ -6,7 +6,8 @@
 Generated CPU kernels (numba) of ``compute_episodic_prefix_sum_grad``: one sequential pass in time per row, the
 scan states in registers. ``_rows`` scans rows contiguous in time one after another; ``_tmajor``
 keeps time outermost and sweeps a tile of rows innermost (time-major buffers). Both take the
-views named by ``ARRAYS`` and the flags in ``S`` (scangen.compiler.render_numba);
+views named by ``ARRAYS``, the flags in ``S`` and ``F``, the type they compute in
+(scangen.compiler.render_numba);
 scangen.runtime.numba launches them.
 """
 import numba as _nb
@@ -20,7 +21,7 @@ FLAGS = ('HAS_seed_values', 'HAS_gy__sums', 'STORE_d__inputs', 'STORE_d__seed_va
 
 
 @_nb.njit(**_nk.KERNEL)
-def _rows(lo, hi, R2, T, K, S, inputs__a, dones__a, seed_values__a, st__C__a, gy__sums__a, boundary__a, d__inputs__a, d__seed_values__a, d__boundary__a):
+def _rows(lo, hi, R2, T, K, S, F, inputs__a, dones__a, seed_values__a, st__C__a, gy__sums__a, boundary__a, d__inputs__a, d__seed_values__a, d__boundary__a):
     # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn, in the
     # scan's direction (a reverse scan from the last row down), so that the whole call reads
     # memory as one stream; every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
@@ -33,31 +34,31 @@ def _rows(lo, hi, R2, T, K, S, inputs__a, dones__a, seed_values__a, st__C__a, gy
         r = hi - 1 - _r
         r1 = r // R2
         r2 = r - r1 * R2
-        g__C = 0.0
+        g__C = F(0.0)
         for _i in range(T):
             t = T - 1 - _i
             _tp = max(t - 1, 0)
             _tn = min(t + 1, T - 1)
-            boundary = float(_nk.at(boundary__a, r1, r2, t))
-            boundary__next = float(_nk.at(boundary__a, r1, r2, _tn))
-            dones = float(_nk.at(dones__a, r1, r2, t))
-            dones__next = float(_nk.at(dones__a, r1, r2, _tn))
-            dones__prev = float(_nk.at(dones__a, r1, r2, _tp))
-            gy__sums = float(_nk.at(gy__sums__a, r1, r2, t))
-            is_first = 1.0 if t == 0 else 0.0
-            is_first__next = 1.0 if t + 1 == 0 else 0.0
-            is_last = 1.0 if t == T - 1 else 0.0
-            g__C = gy__sums + ((0.0 if is_last != 0 else 1.0 - (dones__next if boundary__next != 0 else (0.0 if is_first__next != 0 else dones)))) * g__C
+            boundary = F(_nk.at(boundary__a, r1, r2, t))
+            boundary__next = F(_nk.at(boundary__a, r1, r2, _tn))
+            dones = F(_nk.at(dones__a, r1, r2, t))
+            dones__next = F(_nk.at(dones__a, r1, r2, _tn))
+            dones__prev = F(_nk.at(dones__a, r1, r2, _tp))
+            gy__sums = F(_nk.at(gy__sums__a, r1, r2, t))
+            is_first = F(1.0) if t == 0 else F(0.0)
+            is_first__next = F(1.0) if t + 1 == 0 else F(0.0)
+            is_last = F(1.0) if t == T - 1 else F(0.0)
+            g__C = gy__sums + ((F(0.0) if is_last != 0 else F(1.0) - (dones__next if boundary__next != 0 else (F(0.0) if is_first__next != 0 else dones)))) * g__C
             if STORE_d__inputs:
                 _nk.put(d__inputs__a, r1, r2, t, g__C)
             if STORE_d__seed_values:
-                _nk.put(d__seed_values__a, r1, r2, t, (g__C*(1.0 - (dones if boundary != 0 else (0.0 if is_first != 0 else dones__prev))) if is_first != 0 else 0.0))
+                _nk.put(d__seed_values__a, r1, r2, t, (g__C*(F(1.0) - (dones if boundary != 0 else (F(0.0) if is_first != 0 else dones__prev))) if is_first != 0 else F(0.0)))
             if STORE_d__boundary:
-                _nk.put(d__boundary__a, r1, r2, t, 0.0)
+                _nk.put(d__boundary__a, r1, r2, t, F(0.0))
 
 
 @_nb.njit(**_nk.KERNEL)
-def _tmajor(lo, hi, R2, T, K, TB, S, inputs__a, dones__a, seed_values__a, st__C__a, gy__sums__a, boundary__a, d__inputs__a, d__seed_values__a, d__boundary__a):
+def _tmajor(lo, hi, R2, T, K, TB, S, F, inputs__a, dones__a, seed_values__a, st__C__a, gy__sums__a, boundary__a, d__inputs__a, d__seed_values__a, d__boundary__a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
     # tile, time outermost and the rows innermost, the states carried in one array per scan;
     # every view is [R1, T, R2] ([R1, T, R2, K]; [R1, 1, R2] for [N] inputs)
@@ -70,13 +71,13 @@ def _tmajor(lo, hi, R2, T, K, TB, S, inputs__a, dones__a, seed_values__a, st__C_
     _ts_d__seed_values = 1 if STORE_d__seed_values else 0
     _ts_d__boundary = 1 if STORE_d__boundary else 0
     n_tiles = (R2 + TB - 1) // TB
-    g__C__c = np.empty(TB)
+    g__C__c = np.empty(TB, F)
     for tile in range(lo, hi):
         r1 = tile // n_tiles
         r2_0 = (tile - r1 * n_tiles) * TB
         n = min(TB, R2 - r2_0)
         for _j in range(n):
-            g__C = 0.0
+            g__C = F(0.0)
             g__C__c[_j] = g__C
         for _i in range(T):
             t = T - 1 - _i
@@ -93,18 +94,18 @@ def _tmajor(lo, hi, R2, T, K, TB, S, inputs__a, dones__a, seed_values__a, st__C_
             _w_d__boundary = _nk.row(d__boundary__a, r1, t * _ts_d__boundary, r2_0, n)
             for _j in range(n):
                 g__C = g__C__c[_j]
-                boundary = float(_nk.at1(_v_boundary, _j))
-                boundary__next = float(_nk.at1(_v_boundary__next, _j))
-                dones = float(_nk.at1(_v_dones, _j))
-                dones__next = float(_nk.at1(_v_dones__next, _j))
-                dones__prev = float(_nk.at1(_v_dones__prev, _j))
-                gy__sums = float(_nk.at1(_v_gy__sums, _j))
-                is_first = 1.0 if t == 0 else 0.0
-                is_first__next = 1.0 if t + 1 == 0 else 0.0
-                is_last = 1.0 if t == T - 1 else 0.0
-                g__C = gy__sums + (_nk.where((is_last != 0), 0.0, 1.0 - _nk.where((boundary__next != 0), dones__next, _nk.where((is_first__next != 0), 0.0, dones)))) * g__C
+                boundary = F(_nk.at1(_v_boundary, _j))
+                boundary__next = F(_nk.at1(_v_boundary__next, _j))
+                dones = F(_nk.at1(_v_dones, _j))
+                dones__next = F(_nk.at1(_v_dones__next, _j))
+                dones__prev = F(_nk.at1(_v_dones__prev, _j))
+                gy__sums = F(_nk.at1(_v_gy__sums, _j))
+                is_first = F(1.0) if t == 0 else F(0.0)
+                is_first__next = F(1.0) if t + 1 == 0 else F(0.0)
+                is_last = F(1.0) if t == T - 1 else F(0.0)
+                g__C = gy__sums + (_nk.where((is_last != 0), F(0.0), F(1.0) - _nk.where((boundary__next != 0), dones__next, _nk.where((is_first__next != 0), F(0.0), dones)))) * g__C
                 _nk.put1(_w_d__inputs, _j, g__C)
-                _nk.put1(_w_d__seed_values, _j, _nk.where((is_first != 0), g__C*(1.0 - _nk.where((boundary != 0), dones, _nk.where((is_first != 0), 0.0, dones__prev))), 0.0))
-                _nk.put1(_w_d__boundary, _j, 0.0)
+                _nk.put1(_w_d__seed_values, _j, _nk.where((is_first != 0), g__C*(F(1.0) - _nk.where((boundary != 0), dones, _nk.where((is_first != 0), F(0.0), dones__prev))), F(0.0)))
+                _nk.put1(_w_d__boundary, _j, F(0.0))
 
                 g__C__c[_j] = g__C

@@ -6,7 +6,8 @@
 Generated CPU kernels (numba) of ``compute_episodic_prefix_sum``: one sequential pass in time per row, the
 scan states in registers. ``_rows`` scans rows contiguous in time one after another; ``_tmajor``
 keeps time outermost and sweeps a tile of rows innermost (time-major buffers). Both take the
-views named by ``ARRAYS`` and the flags in ``S`` (scangen.compiler.render_numba);
+views named by ``ARRAYS``, the flags in ``S`` and ``F``, the type they compute in
+(scangen.compiler.render_numba);
 scangen.runtime.numba launches them.
 """
 import numba as _nb
@@ -20,7 +21,7 @@ FLAGS = ('HAS_seed_values', 'STORE_sums', 'STORE_st__C')
 
 
 @_nb.njit(**_nk.KERNEL)
-def _rows(lo, hi, R2, T, K, S, inputs__a, dones__a, seed_values__a, boundary__a, sums__a, st__C__a):
+def _rows(lo, hi, R2, T, K, S, F, inputs__a, dones__a, seed_values__a, boundary__a, sums__a, st__C__a):
     # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn, in the
     # scan's direction (a reverse scan from the last row down), so that the whole call reads
     # memory as one stream; every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
@@ -31,17 +32,17 @@ def _rows(lo, hi, R2, T, K, S, inputs__a, dones__a, seed_values__a, boundary__a,
         r = lo + _r
         r1 = r // R2
         r2 = r - r1 * R2
-        seed_values = float(_nk.at(seed_values__a, r1, r2, 0))
+        seed_values = F(_nk.at(seed_values__a, r1, r2, 0))
         C = seed_values
         for _i in range(T):
             t = _i
             _tp = max(t - 1, 0)
-            boundary = float(_nk.at(boundary__a, r1, r2, t))
-            dones = float(_nk.at(dones__a, r1, r2, t))
-            dones__prev = float(_nk.at(dones__a, r1, r2, _tp))
-            inputs = float(_nk.at(inputs__a, r1, r2, t))
-            is_first = 1.0 if t == 0 else 0.0
-            C = inputs + (1.0 - (dones if boundary != 0 else (0.0 if is_first != 0 else dones__prev))) * C
+            boundary = F(_nk.at(boundary__a, r1, r2, t))
+            dones = F(_nk.at(dones__a, r1, r2, t))
+            dones__prev = F(_nk.at(dones__a, r1, r2, _tp))
+            inputs = F(_nk.at(inputs__a, r1, r2, t))
+            is_first = F(1.0) if t == 0 else F(0.0)
+            C = inputs + (F(1.0) - (dones if boundary != 0 else (F(0.0) if is_first != 0 else dones__prev))) * C
             if STORE_sums:
                 _nk.put(sums__a, r1, r2, t, C)
             if STORE_st__C:
@@ -49,7 +50,7 @@ def _rows(lo, hi, R2, T, K, S, inputs__a, dones__a, seed_values__a, boundary__a,
 
 
 @_nb.njit(**_nk.KERNEL)
-def _tmajor(lo, hi, R2, T, K, TB, S, inputs__a, dones__a, seed_values__a, boundary__a, sums__a, st__C__a):
+def _tmajor(lo, hi, R2, T, K, TB, S, F, inputs__a, dones__a, seed_values__a, boundary__a, sums__a, st__C__a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
     # tile, time outermost and the rows innermost, the states carried in one array per scan;
     # every view is [R1, T, R2] ([R1, T, R2, K]; [R1, 1, R2] for [N] inputs)
@@ -59,14 +60,14 @@ def _tmajor(lo, hi, R2, T, K, TB, S, inputs__a, dones__a, seed_values__a, bounda
     _ts_sums = 1 if STORE_sums else 0
     _ts_st__C = 1 if STORE_st__C else 0
     n_tiles = (R2 + TB - 1) // TB
-    C__c = np.empty(TB)
+    C__c = np.empty(TB, F)
     for tile in range(lo, hi):
         r1 = tile // n_tiles
         r2_0 = (tile - r1 * n_tiles) * TB
         n = min(TB, R2 - r2_0)
         _v_seed_values = _nk.row(seed_values__a, r1, 0, r2_0, n)
         for _j in range(n):
-            seed_values = float(_nk.at1(_v_seed_values, _j))
+            seed_values = F(_nk.at1(_v_seed_values, _j))
             C = seed_values
             C__c[_j] = C
         for _i in range(T):
@@ -79,14 +80,14 @@ def _tmajor(lo, hi, R2, T, K, TB, S, inputs__a, dones__a, seed_values__a, bounda
             _w_sums = _nk.row(sums__a, r1, t * _ts_sums, r2_0, n)
             _w_st__C = _nk.row(st__C__a, r1, t * _ts_st__C, r2_0, n)
             for _j in range(n):
-                seed_values = float(_nk.at1(_v_seed_values, _j))
+                seed_values = F(_nk.at1(_v_seed_values, _j))
                 C = C__c[_j]
-                boundary = float(_nk.at1(_v_boundary, _j))
-                dones = float(_nk.at1(_v_dones, _j))
-                dones__prev = float(_nk.at1(_v_dones__prev, _j))
-                inputs = float(_nk.at1(_v_inputs, _j))
-                is_first = 1.0 if t == 0 else 0.0
-                C = inputs + (1.0 - _nk.where((boundary != 0), dones, _nk.where((is_first != 0), 0.0, dones__prev))) * C
+                boundary = F(_nk.at1(_v_boundary, _j))
+                dones = F(_nk.at1(_v_dones, _j))
+                dones__prev = F(_nk.at1(_v_dones__prev, _j))
+                inputs = F(_nk.at1(_v_inputs, _j))
+                is_first = F(1.0) if t == 0 else F(0.0)
+                C = inputs + (F(1.0) - _nk.where((boundary != 0), dones, _nk.where((is_first != 0), F(0.0), dones__prev))) * C
                 _nk.put1(_w_sums, _j, C)
                 _nk.put1(_w_st__C, _j, C)
 

@@ -6,7 +6,8 @@
 Generated CPU kernels (numba) of ``compute_gae_grad``: one sequential pass in time per row, the
 scan states in registers. ``_rows`` scans rows contiguous in time one after another; ``_tmajor``
 keeps time outermost and sweeps a tile of rows innermost (time-major buffers). Both take the
-views named by ``ARRAYS`` and the flags in ``S`` (scangen.compiler.render_numba);
+views named by ``ARRAYS``, the flags in ``S`` and ``F``, the type they compute in
+(scangen.compiler.render_numba);
 scangen.runtime.numba launches them.
 """
 import numba as _nb
@@ -20,7 +21,7 @@ FLAGS = ('HAS_truncateds', 'HAS_bootstrap_values', 'HAS_last_value', 'HAS_gy__ad
 
 
 @_nb.njit(**_nk.KERNEL)
-def _rows(lo, hi, R2, T, K, S, rewards__a, values__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, st__A__a, gy__advantages__a, gy__returns__a, gamma__a, lambda___a, d__rewards__a, d__values__a, d__bootstrap_values__a, d__last_value__a, d__gamma__a, d__lambda___a):
+def _rows(lo, hi, R2, T, K, S, F, rewards__a, values__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, st__A__a, gy__advantages__a, gy__returns__a, gamma__a, lambda___a, d__rewards__a, d__values__a, d__bootstrap_values__a, d__last_value__a, d__gamma__a, d__lambda___a):
     # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn, in the
     # scan's direction (a reverse scan from the last row down), so that the whole call reads
     # memory as one stream; every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
@@ -39,53 +40,53 @@ def _rows(lo, hi, R2, T, K, S, rewards__a, values__a, terminateds__a, truncateds
         r = lo + _r
         r1 = r // R2
         r2 = r - r1 * R2
-        last_value = float(_nk.at(last_value__a, r1, r2, 0))
-        g__A = 0.0
+        last_value = F(_nk.at(last_value__a, r1, r2, 0))
+        g__A = F(0.0)
         for _i in range(T):
             t = _i
             g__A__prev = g__A
             _tp = max(t - 1, 0)
             _tn = min(t + 1, T - 1)
-            bootstrap_values = float(_nk.at(bootstrap_values__a, r1, r2, t))
-            gamma = float(_nk.at(gamma__a, r1, r2, t))
-            gamma__prev = float(_nk.at(gamma__a, r1, r2, _tp))
-            gy__advantages = float(_nk.at(gy__advantages__a, r1, r2, t))
-            gy__returns = float(_nk.at(gy__returns__a, r1, r2, t))
-            is_first = 1.0 if t == 0 else 0.0
-            is_last = 1.0 if t == T - 1 else 0.0
-            is_last__prev = 1.0 if t - 1 == T - 1 else 0.0
-            lambda_ = float(_nk.at(lambda___a, r1, r2, t))
-            lambda___prev = float(_nk.at(lambda___a, r1, r2, _tp))
-            st__A__next = float(_nk.at(st__A__a, r1, r2, _tn))
-            terminateds = float(_nk.at(terminateds__a, r1, r2, t))
-            terminateds__prev = float(_nk.at(terminateds__a, r1, r2, _tp))
-            truncateds = float(_nk.at(truncateds__a, r1, r2, t))
-            truncateds__prev = float(_nk.at(truncateds__a, r1, r2, _tp))
-            values__next = float(_nk.at(values__a, r1, r2, _tn))
+            bootstrap_values = F(_nk.at(bootstrap_values__a, r1, r2, t))
+            gamma = F(_nk.at(gamma__a, r1, r2, t))
+            gamma__prev = F(_nk.at(gamma__a, r1, r2, _tp))
+            gy__advantages = F(_nk.at(gy__advantages__a, r1, r2, t))
+            gy__returns = F(_nk.at(gy__returns__a, r1, r2, t))
+            is_first = F(1.0) if t == 0 else F(0.0)
+            is_last = F(1.0) if t == T - 1 else F(0.0)
+            is_last__prev = F(1.0) if t - 1 == T - 1 else F(0.0)
+            lambda_ = F(_nk.at(lambda___a, r1, r2, t))
+            lambda___prev = F(_nk.at(lambda___a, r1, r2, _tp))
+            st__A__next = F(_nk.at(st__A__a, r1, r2, _tn))
+            terminateds = F(_nk.at(terminateds__a, r1, r2, t))
+            terminateds__prev = F(_nk.at(terminateds__a, r1, r2, _tp))
+            truncateds = F(_nk.at(truncateds__a, r1, r2, t))
+            truncateds__prev = F(_nk.at(truncateds__a, r1, r2, _tp))
+            values__next = F(_nk.at(values__a, r1, r2, _tn))
             _c0 = (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)
-            _c1 = (1.0 if is_last != 0 else 0.0)
+            _c1 = (F(1.0) if is_last != 0 else F(0.0))
             _c2 = (terminateds if (terminateds >= truncateds) else truncateds)
-            _c3 = (1.0 if is_last != 0 else _c2)
-            g__A = gy__advantages + gy__returns + ((0.0 if is_first != 0 else gamma__prev*lambda___prev*(1.0 - _c0))) * g__A
-            _c4 = g__A*(1.0 - terminateds)
-            _c5 = _c4*gamma*(1.0 if _c3 != 0 else 0.0)
-            _c6 = g__A*(1.0 - _c2)*(0.0 if is_last != 0 else st__A__next)
+            _c3 = (F(1.0) if is_last != 0 else _c2)
+            g__A = gy__advantages + gy__returns + ((F(0.0) if is_first != 0 else gamma__prev*lambda___prev*(F(1.0) - _c0))) * g__A
+            _c4 = g__A*(F(1.0) - terminateds)
+            _c5 = _c4*gamma*(F(1.0) if _c3 != 0 else F(0.0))
+            _c6 = g__A*(F(1.0) - _c2)*(F(0.0) if is_last != 0 else st__A__next)
             if STORE_d__rewards:
                 _nk.put(d__rewards__a, r1, r2, t, g__A)
             if STORE_d__values:
-                _nk.put(d__values__a, r1, r2, t, gy__returns - g__A + (0.0 if is_first != 0 else g__A__prev*gamma__prev*(1.0 - terminateds__prev)*(0.0 if is_last__prev != 0 else 1.0)*(0.0 if (1.0 if is_last__prev != 0 else _c0) != 0 else 1.0)))
+                _nk.put(d__values__a, r1, r2, t, gy__returns - g__A + (F(0.0) if is_first != 0 else g__A__prev*gamma__prev*(F(1.0) - terminateds__prev)*(F(0.0) if is_last__prev != 0 else F(1.0))*(F(0.0) if (F(1.0) if is_last__prev != 0 else _c0) != 0 else F(1.0))))
             if STORE_d__bootstrap_values:
-                _nk.put(d__bootstrap_values__a, r1, r2, t, _c5*(_c1 + (0.0 if is_last != 0 else 1.0)))
+                _nk.put(d__bootstrap_values__a, r1, r2, t, _c5*(_c1 + (F(0.0) if is_last != 0 else F(1.0))))
             if STORE_d__last_value:
                 _nk.put(d__last_value__a, r1, r2, t, _c1*_c5)
             if STORE_d__gamma:
-                _nk.put(d__gamma__a, r1, r2, t, _c4*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if _c3 != 0 else (0.0 if is_last != 0 else values__next)) + _c6*lambda_)
+                _nk.put(d__gamma__a, r1, r2, t, _c4*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if _c3 != 0 else (F(0.0) if is_last != 0 else values__next)) + _c6*lambda_)
             if STORE_d__lambda_:
                 _nk.put(d__lambda___a, r1, r2, t, _c6*gamma)
 
 
 @_nb.njit(**_nk.KERNEL)
-def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, values__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, st__A__a, gy__advantages__a, gy__returns__a, gamma__a, lambda___a, d__rewards__a, d__values__a, d__bootstrap_values__a, d__last_value__a, d__gamma__a, d__lambda___a):
+def _tmajor(lo, hi, R2, T, K, TB, S, F, rewards__a, values__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, st__A__a, gy__advantages__a, gy__returns__a, gamma__a, lambda___a, d__rewards__a, d__values__a, d__bootstrap_values__a, d__last_value__a, d__gamma__a, d__lambda___a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
     # tile, time outermost and the rows innermost, the states carried in one array per scan;
     # every view is [R1, T, R2] ([R1, T, R2, K]; [R1, 1, R2] for [N] inputs)
@@ -107,15 +108,15 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, values__a, terminateds__a, trun
     _ts_d__gamma = 1 if STORE_d__gamma else 0
     _ts_d__lambda_ = 1 if STORE_d__lambda_ else 0
     n_tiles = (R2 + TB - 1) // TB
-    g__A__c = np.empty(TB)
+    g__A__c = np.empty(TB, F)
     for tile in range(lo, hi):
         r1 = tile // n_tiles
         r2_0 = (tile - r1 * n_tiles) * TB
         n = min(TB, R2 - r2_0)
         _v_last_value = _nk.row(last_value__a, r1, 0, r2_0, n)
         for _j in range(n):
-            last_value = float(_nk.at1(_v_last_value, _j))
-            g__A = 0.0
+            last_value = F(_nk.at1(_v_last_value, _j))
+            g__A = F(0.0)
             g__A__c[_j] = g__A
         for _i in range(T):
             t = _i
@@ -141,38 +142,38 @@ def _tmajor(lo, hi, R2, T, K, TB, S, rewards__a, values__a, terminateds__a, trun
             _w_d__gamma = _nk.row(d__gamma__a, r1, t * _ts_d__gamma, r2_0, n)
             _w_d__lambda_ = _nk.row(d__lambda___a, r1, t * _ts_d__lambda_, r2_0, n)
             for _j in range(n):
-                last_value = float(_nk.at1(_v_last_value, _j))
+                last_value = F(_nk.at1(_v_last_value, _j))
                 g__A = g__A__c[_j]
                 g__A__prev = g__A
-                bootstrap_values = float(_nk.at1(_v_bootstrap_values, _j))
-                gamma = float(_nk.at1(_v_gamma, _j))
-                gamma__prev = float(_nk.at1(_v_gamma__prev, _j))
-                gy__advantages = float(_nk.at1(_v_gy__advantages, _j))
-                gy__returns = float(_nk.at1(_v_gy__returns, _j))
-                is_first = 1.0 if t == 0 else 0.0
-                is_last = 1.0 if t == T - 1 else 0.0
-                is_last__prev = 1.0 if t - 1 == T - 1 else 0.0
-                lambda_ = float(_nk.at1(_v_lambda_, _j))
-                lambda___prev = float(_nk.at1(_v_lambda___prev, _j))
-                st__A__next = float(_nk.at1(_v_st__A__next, _j))
-                terminateds = float(_nk.at1(_v_terminateds, _j))
-                terminateds__prev = float(_nk.at1(_v_terminateds__prev, _j))
-                truncateds = float(_nk.at1(_v_truncateds, _j))
-                truncateds__prev = float(_nk.at1(_v_truncateds__prev, _j))
-                values__next = float(_nk.at1(_v_values__next, _j))
+                bootstrap_values = F(_nk.at1(_v_bootstrap_values, _j))
+                gamma = F(_nk.at1(_v_gamma, _j))
+                gamma__prev = F(_nk.at1(_v_gamma__prev, _j))
+                gy__advantages = F(_nk.at1(_v_gy__advantages, _j))
+                gy__returns = F(_nk.at1(_v_gy__returns, _j))
+                is_first = F(1.0) if t == 0 else F(0.0)
+                is_last = F(1.0) if t == T - 1 else F(0.0)
+                is_last__prev = F(1.0) if t - 1 == T - 1 else F(0.0)
+                lambda_ = F(_nk.at1(_v_lambda_, _j))
+                lambda___prev = F(_nk.at1(_v_lambda___prev, _j))
+                st__A__next = F(_nk.at1(_v_st__A__next, _j))
+                terminateds = F(_nk.at1(_v_terminateds, _j))
+                terminateds__prev = F(_nk.at1(_v_terminateds__prev, _j))
+                truncateds = F(_nk.at1(_v_truncateds, _j))
+                truncateds__prev = F(_nk.at1(_v_truncateds__prev, _j))
+                values__next = F(_nk.at1(_v_values__next, _j))
                 _c0 = _nk.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
-                _c1 = _nk.where((is_last != 0), 1.0, 0.0)
+                _c1 = _nk.where((is_last != 0), F(1.0), F(0.0))
                 _c2 = _nk.where((terminateds >= truncateds), terminateds, truncateds)
-                _c3 = _nk.where((is_last != 0), 1.0, _c2)
-                g__A = gy__advantages + gy__returns + (_nk.where((is_first != 0), 0.0, gamma__prev*lambda___prev*(1.0 - _c0))) * g__A
-                _c4 = g__A*(1.0 - terminateds)
-                _c5 = _c4*gamma*_nk.where((_c3 != 0), 1.0, 0.0)
-                _c6 = g__A*(1.0 - _c2)*_nk.where((is_last != 0), 0.0, st__A__next)
+                _c3 = _nk.where((is_last != 0), F(1.0), _c2)
+                g__A = gy__advantages + gy__returns + (_nk.where((is_first != 0), F(0.0), gamma__prev*lambda___prev*(F(1.0) - _c0))) * g__A
+                _c4 = g__A*(F(1.0) - terminateds)
+                _c5 = _c4*gamma*_nk.where((_c3 != 0), F(1.0), F(0.0))
+                _c6 = g__A*(F(1.0) - _c2)*_nk.where((is_last != 0), F(0.0), st__A__next)
                 _nk.put1(_w_d__rewards, _j, g__A)
-                _nk.put1(_w_d__values, _j, gy__returns - g__A + _nk.where((is_first != 0), 0.0, g__A__prev*gamma__prev*(1.0 - terminateds__prev)*_nk.where((is_last__prev != 0), 0.0, 1.0)*_nk.where((_nk.where((is_last__prev != 0), 1.0, _c0) != 0), 0.0, 1.0)))
-                _nk.put1(_w_d__bootstrap_values, _j, _c5*(_c1 + _nk.where((is_last != 0), 0.0, 1.0)))
+                _nk.put1(_w_d__values, _j, gy__returns - g__A + _nk.where((is_first != 0), F(0.0), g__A__prev*gamma__prev*(F(1.0) - terminateds__prev)*_nk.where((is_last__prev != 0), F(0.0), F(1.0))*_nk.where((_nk.where((is_last__prev != 0), F(1.0), _c0) != 0), F(0.0), F(1.0))))
+                _nk.put1(_w_d__bootstrap_values, _j, _c5*(_c1 + _nk.where((is_last != 0), F(0.0), F(1.0))))
                 _nk.put1(_w_d__last_value, _j, _c1*_c5)
-                _nk.put1(_w_d__gamma, _j, _c4*_nk.where((_c3 != 0), _nk.where((is_last != 0), bootstrap_values + last_value, bootstrap_values), _nk.where((is_last != 0), 0.0, values__next)) + _c6*lambda_)
+                _nk.put1(_w_d__gamma, _j, _c4*_nk.where((_c3 != 0), _nk.where((is_last != 0), bootstrap_values + last_value, bootstrap_values), _nk.where((is_last != 0), F(0.0), values__next)) + _c6*lambda_)
                 _nk.put1(_w_d__lambda_, _j, _c6*gamma)
 
                 g__A__c[_j] = g__A

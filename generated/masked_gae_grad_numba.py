@@ -6,7 +6,8 @@
 Generated CPU kernels (numba) of ``compute_masked_gae_grad``: one sequential pass in time per row, the
 scan states in registers. ``_rows`` scans rows contiguous in time one after another; ``_tmajor``
 keeps time outermost and sweeps a tile of rows innermost (time-major buffers). Both take the
-views named by ``ARRAYS`` and the flags in ``S`` (scangen.compiler.render_numba);
+views named by ``ARRAYS``, the flags in ``S`` and ``F``, the type they compute in
+(scangen.compiler.render_numba);
 scangen.runtime.numba launches them.
 """
 import numba as _nb
@@ -20,7 +21,7 @@ FLAGS = ('HAS_gy__advantages', 'HAS_gy__returns', 'STORE_d__token_level_rewards'
 
 
 @_nb.njit(**_nk.KERNEL)
-def _rows(lo, hi, R2, T, K, S, token_level_rewards__a, values__a, response_mask__a, st__nv__a, st__A__a, gy__advantages__a, gy__returns__a, gamma__a, lambda___a, d__token_level_rewards__a, d__values__a, d__gamma__a, d__lambda___a):
+def _rows(lo, hi, R2, T, K, S, F, token_level_rewards__a, values__a, response_mask__a, st__nv__a, st__A__a, gy__advantages__a, gy__returns__a, gamma__a, lambda___a, d__token_level_rewards__a, d__values__a, d__gamma__a, d__lambda___a):
     # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn, in the
     # scan's direction (a reverse scan from the last row down), so that the whole call reads
     # memory as one stream; every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
@@ -34,43 +35,43 @@ def _rows(lo, hi, R2, T, K, S, token_level_rewards__a, values__a, response_mask_
         r = lo + _r
         r1 = r // R2
         r2 = r - r1 * R2
-        g__A = 0.0
-        g__nv = 0.0
+        g__A = F(0.0)
+        g__nv = F(0.0)
         for _i in range(T):
             t = _i
             g__A__prev = g__A
             _tp = max(t - 1, 0)
             _tn = min(t + 1, T - 1)
-            gamma = float(_nk.at(gamma__a, r1, r2, t))
-            gamma__prev = float(_nk.at(gamma__a, r1, r2, _tp))
-            gy__advantages = float(_nk.at(gy__advantages__a, r1, r2, t))
-            gy__returns = float(_nk.at(gy__returns__a, r1, r2, t))
-            is_first = 1.0 if t == 0 else 0.0
-            is_last = 1.0 if t == T - 1 else 0.0
-            is_last__prev = 1.0 if t - 1 == T - 1 else 0.0
-            lambda_ = float(_nk.at(lambda___a, r1, r2, t))
-            lambda___prev = float(_nk.at(lambda___a, r1, r2, _tp))
-            response_mask = float(_nk.at(response_mask__a, r1, r2, t))
-            response_mask__prev = float(_nk.at(response_mask__a, r1, r2, _tp))
-            st__A__next = float(_nk.at(st__A__a, r1, r2, _tn))
-            st__nv__next = float(_nk.at(st__nv__a, r1, r2, _tn))
+            gamma = F(_nk.at(gamma__a, r1, r2, t))
+            gamma__prev = F(_nk.at(gamma__a, r1, r2, _tp))
+            gy__advantages = F(_nk.at(gy__advantages__a, r1, r2, t))
+            gy__returns = F(_nk.at(gy__returns__a, r1, r2, t))
+            is_first = F(1.0) if t == 0 else F(0.0)
+            is_last = F(1.0) if t == T - 1 else F(0.0)
+            is_last__prev = F(1.0) if t - 1 == T - 1 else F(0.0)
+            lambda_ = F(_nk.at(lambda___a, r1, r2, t))
+            lambda___prev = F(_nk.at(lambda___a, r1, r2, _tp))
+            response_mask = F(_nk.at(response_mask__a, r1, r2, t))
+            response_mask__prev = F(_nk.at(response_mask__a, r1, r2, _tp))
+            st__A__next = F(_nk.at(st__A__a, r1, r2, _tn))
+            st__nv__next = F(_nk.at(st__nv__a, r1, r2, _tn))
             _c0 = gamma__prev*response_mask__prev
-            g__A = gy__advantages + gy__returns + ((0.0 if is_first != 0 else 1.0 - response_mask__prev + _c0*lambda___prev)) * g__A
+            g__A = gy__advantages + gy__returns + ((F(0.0) if is_first != 0 else F(1.0) - response_mask__prev + _c0*lambda___prev)) * g__A
             _c1 = g__A*response_mask
-            _c2 = _c1*(0.0 if is_last != 0 else st__A__next)
-            g__nv = (0.0 if is_first != 0 else _c0*g__A__prev*(0.0 if is_last__prev != 0 else 1.0)) + ((0.0 if is_first != 0 else 1.0 - response_mask__prev)) * g__nv
+            _c2 = _c1*(F(0.0) if is_last != 0 else st__A__next)
+            g__nv = (F(0.0) if is_first != 0 else _c0*g__A__prev*(F(0.0) if is_last__prev != 0 else F(1.0))) + ((F(0.0) if is_first != 0 else F(1.0) - response_mask__prev)) * g__nv
             if STORE_d__token_level_rewards:
                 _nk.put(d__token_level_rewards__a, r1, r2, t, _c1)
             if STORE_d__values:
                 _nk.put(d__values__a, r1, r2, t, gy__returns - _c1 + g__nv*response_mask)
             if STORE_d__gamma:
-                _nk.put(d__gamma__a, r1, r2, t, _c1*(0.0 if is_last != 0 else st__nv__next) + _c2*lambda_)
+                _nk.put(d__gamma__a, r1, r2, t, _c1*(F(0.0) if is_last != 0 else st__nv__next) + _c2*lambda_)
             if STORE_d__lambda_:
                 _nk.put(d__lambda___a, r1, r2, t, _c2*gamma)
 
 
 @_nb.njit(**_nk.KERNEL)
-def _tmajor(lo, hi, R2, T, K, TB, S, token_level_rewards__a, values__a, response_mask__a, st__nv__a, st__A__a, gy__advantages__a, gy__returns__a, gamma__a, lambda___a, d__token_level_rewards__a, d__values__a, d__gamma__a, d__lambda___a):
+def _tmajor(lo, hi, R2, T, K, TB, S, F, token_level_rewards__a, values__a, response_mask__a, st__nv__a, st__A__a, gy__advantages__a, gy__returns__a, gamma__a, lambda___a, d__token_level_rewards__a, d__values__a, d__gamma__a, d__lambda___a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
     # tile, time outermost and the rows innermost, the states carried in one array per scan;
     # every view is [R1, T, R2] ([R1, T, R2, K]; [R1, 1, R2] for [N] inputs)
@@ -85,15 +86,15 @@ def _tmajor(lo, hi, R2, T, K, TB, S, token_level_rewards__a, values__a, response
     _ts_d__gamma = 1 if STORE_d__gamma else 0
     _ts_d__lambda_ = 1 if STORE_d__lambda_ else 0
     n_tiles = (R2 + TB - 1) // TB
-    g__A__c = np.empty(TB)
-    g__nv__c = np.empty(TB)
+    g__A__c = np.empty(TB, F)
+    g__nv__c = np.empty(TB, F)
     for tile in range(lo, hi):
         r1 = tile // n_tiles
         r2_0 = (tile - r1 * n_tiles) * TB
         n = min(TB, R2 - r2_0)
         for _j in range(n):
-            g__A = 0.0
-            g__nv = 0.0
+            g__A = F(0.0)
+            g__nv = F(0.0)
             g__A__c[_j] = g__A
             g__nv__c[_j] = g__nv
         for _i in range(T):
@@ -118,27 +119,27 @@ def _tmajor(lo, hi, R2, T, K, TB, S, token_level_rewards__a, values__a, response
                 g__A = g__A__c[_j]
                 g__nv = g__nv__c[_j]
                 g__A__prev = g__A
-                gamma = float(_nk.at1(_v_gamma, _j))
-                gamma__prev = float(_nk.at1(_v_gamma__prev, _j))
-                gy__advantages = float(_nk.at1(_v_gy__advantages, _j))
-                gy__returns = float(_nk.at1(_v_gy__returns, _j))
-                is_first = 1.0 if t == 0 else 0.0
-                is_last = 1.0 if t == T - 1 else 0.0
-                is_last__prev = 1.0 if t - 1 == T - 1 else 0.0
-                lambda_ = float(_nk.at1(_v_lambda_, _j))
-                lambda___prev = float(_nk.at1(_v_lambda___prev, _j))
-                response_mask = float(_nk.at1(_v_response_mask, _j))
-                response_mask__prev = float(_nk.at1(_v_response_mask__prev, _j))
-                st__A__next = float(_nk.at1(_v_st__A__next, _j))
-                st__nv__next = float(_nk.at1(_v_st__nv__next, _j))
+                gamma = F(_nk.at1(_v_gamma, _j))
+                gamma__prev = F(_nk.at1(_v_gamma__prev, _j))
+                gy__advantages = F(_nk.at1(_v_gy__advantages, _j))
+                gy__returns = F(_nk.at1(_v_gy__returns, _j))
+                is_first = F(1.0) if t == 0 else F(0.0)
+                is_last = F(1.0) if t == T - 1 else F(0.0)
+                is_last__prev = F(1.0) if t - 1 == T - 1 else F(0.0)
+                lambda_ = F(_nk.at1(_v_lambda_, _j))
+                lambda___prev = F(_nk.at1(_v_lambda___prev, _j))
+                response_mask = F(_nk.at1(_v_response_mask, _j))
+                response_mask__prev = F(_nk.at1(_v_response_mask__prev, _j))
+                st__A__next = F(_nk.at1(_v_st__A__next, _j))
+                st__nv__next = F(_nk.at1(_v_st__nv__next, _j))
                 _c0 = gamma__prev*response_mask__prev
-                g__A = gy__advantages + gy__returns + (_nk.where((is_first != 0), 0.0, 1.0 - response_mask__prev + _c0*lambda___prev)) * g__A
+                g__A = gy__advantages + gy__returns + (_nk.where((is_first != 0), F(0.0), F(1.0) - response_mask__prev + _c0*lambda___prev)) * g__A
                 _c1 = g__A*response_mask
-                _c2 = _c1*_nk.where((is_last != 0), 0.0, st__A__next)
-                g__nv = _nk.where((is_first != 0), 0.0, _c0*g__A__prev*_nk.where((is_last__prev != 0), 0.0, 1.0)) + (_nk.where((is_first != 0), 0.0, 1.0 - response_mask__prev)) * g__nv
+                _c2 = _c1*_nk.where((is_last != 0), F(0.0), st__A__next)
+                g__nv = _nk.where((is_first != 0), F(0.0), _c0*g__A__prev*_nk.where((is_last__prev != 0), F(0.0), F(1.0))) + (_nk.where((is_first != 0), F(0.0), F(1.0) - response_mask__prev)) * g__nv
                 _nk.put1(_w_d__token_level_rewards, _j, _c1)
                 _nk.put1(_w_d__values, _j, gy__returns - _c1 + g__nv*response_mask)
-                _nk.put1(_w_d__gamma, _j, _c1*_nk.where((is_last != 0), 0.0, st__nv__next) + _c2*lambda_)
+                _nk.put1(_w_d__gamma, _j, _c1*_nk.where((is_last != 0), F(0.0), st__nv__next) + _c2*lambda_)
                 _nk.put1(_w_d__lambda_, _j, _c2*gamma)
 
                 g__A__c[_j] = g__A

@@ -6,7 +6,8 @@
 Generated CPU kernels (numba) of ``compute_masked_gae``: one sequential pass in time per row, the
 scan states in registers. ``_rows`` scans rows contiguous in time one after another; ``_tmajor``
 keeps time outermost and sweeps a tile of rows innermost (time-major buffers). Both take the
-views named by ``ARRAYS`` and the flags in ``S`` (scangen.compiler.render_numba);
+views named by ``ARRAYS``, the flags in ``S`` and ``F``, the type they compute in
+(scangen.compiler.render_numba);
 scangen.runtime.numba launches them.
 """
 import numba as _nb
@@ -20,7 +21,7 @@ FLAGS = ('STORE_advantages', 'STORE_returns', 'STORE_st__nv', 'STORE_st__A')
 
 
 @_nb.njit(**_nk.KERNEL)
-def _rows(lo, hi, R2, T, K, S, token_level_rewards__a, values__a, response_mask__a, gamma__a, lambda___a, advantages__a, returns__a, st__nv__a, st__A__a):
+def _rows(lo, hi, R2, T, K, S, F, token_level_rewards__a, values__a, response_mask__a, gamma__a, lambda___a, advantages__a, returns__a, st__nv__a, st__A__a):
     # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn, in the
     # scan's direction (a reverse scan from the last row down), so that the whole call reads
     # memory as one stream; every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
@@ -32,19 +33,19 @@ def _rows(lo, hi, R2, T, K, S, token_level_rewards__a, values__a, response_mask_
         r = hi - 1 - _r
         r1 = r // R2
         r2 = r - r1 * R2
-        nv = 0.0
-        A = 0.0
+        nv = F(0.0)
+        A = F(0.0)
         for _i in range(T):
             t = T - 1 - _i
             nv__next = nv
-            gamma = float(_nk.at(gamma__a, r1, r2, t))
-            is_last = 1.0 if t == T - 1 else 0.0
-            lambda_ = float(_nk.at(lambda___a, r1, r2, t))
-            response_mask = float(_nk.at(response_mask__a, r1, r2, t))
-            token_level_rewards = float(_nk.at(token_level_rewards__a, r1, r2, t))
-            values = float(_nk.at(values__a, r1, r2, t))
-            nv = response_mask*values + (1.0 - response_mask) * nv
-            A = response_mask*(token_level_rewards - values + gamma*(0.0 if is_last != 0 else nv__next)) + (1.0 - response_mask + gamma*lambda_*response_mask) * A
+            gamma = F(_nk.at(gamma__a, r1, r2, t))
+            is_last = F(1.0) if t == T - 1 else F(0.0)
+            lambda_ = F(_nk.at(lambda___a, r1, r2, t))
+            response_mask = F(_nk.at(response_mask__a, r1, r2, t))
+            token_level_rewards = F(_nk.at(token_level_rewards__a, r1, r2, t))
+            values = F(_nk.at(values__a, r1, r2, t))
+            nv = response_mask*values + (F(1.0) - response_mask) * nv
+            A = response_mask*(token_level_rewards - values + gamma*(F(0.0) if is_last != 0 else nv__next)) + (F(1.0) - response_mask + gamma*lambda_*response_mask) * A
             if STORE_advantages:
                 _nk.put(advantages__a, r1, r2, t, A)
             if STORE_returns:
@@ -56,7 +57,7 @@ def _rows(lo, hi, R2, T, K, S, token_level_rewards__a, values__a, response_mask_
 
 
 @_nb.njit(**_nk.KERNEL)
-def _tmajor(lo, hi, R2, T, K, TB, S, token_level_rewards__a, values__a, response_mask__a, gamma__a, lambda___a, advantages__a, returns__a, st__nv__a, st__A__a):
+def _tmajor(lo, hi, R2, T, K, TB, S, F, token_level_rewards__a, values__a, response_mask__a, gamma__a, lambda___a, advantages__a, returns__a, st__nv__a, st__A__a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
     # tile, time outermost and the rows innermost, the states carried in one array per scan;
     # every view is [R1, T, R2] ([R1, T, R2, K]; [R1, 1, R2] for [N] inputs)
@@ -69,15 +70,15 @@ def _tmajor(lo, hi, R2, T, K, TB, S, token_level_rewards__a, values__a, response
     _ts_st__nv = 1 if STORE_st__nv else 0
     _ts_st__A = 1 if STORE_st__A else 0
     n_tiles = (R2 + TB - 1) // TB
-    nv__c = np.empty(TB)
-    A__c = np.empty(TB)
+    nv__c = np.empty(TB, F)
+    A__c = np.empty(TB, F)
     for tile in range(lo, hi):
         r1 = tile // n_tiles
         r2_0 = (tile - r1 * n_tiles) * TB
         n = min(TB, R2 - r2_0)
         for _j in range(n):
-            nv = 0.0
-            A = 0.0
+            nv = F(0.0)
+            A = F(0.0)
             nv__c[_j] = nv
             A__c[_j] = A
         for _i in range(T):
@@ -95,14 +96,14 @@ def _tmajor(lo, hi, R2, T, K, TB, S, token_level_rewards__a, values__a, response
                 nv = nv__c[_j]
                 A = A__c[_j]
                 nv__next = nv
-                gamma = float(_nk.at1(_v_gamma, _j))
-                is_last = 1.0 if t == T - 1 else 0.0
-                lambda_ = float(_nk.at1(_v_lambda_, _j))
-                response_mask = float(_nk.at1(_v_response_mask, _j))
-                token_level_rewards = float(_nk.at1(_v_token_level_rewards, _j))
-                values = float(_nk.at1(_v_values, _j))
-                nv = response_mask*values + (1.0 - response_mask) * nv
-                A = response_mask*(token_level_rewards - values + gamma*_nk.where((is_last != 0), 0.0, nv__next)) + (1.0 - response_mask + gamma*lambda_*response_mask) * A
+                gamma = F(_nk.at1(_v_gamma, _j))
+                is_last = F(1.0) if t == T - 1 else F(0.0)
+                lambda_ = F(_nk.at1(_v_lambda_, _j))
+                response_mask = F(_nk.at1(_v_response_mask, _j))
+                token_level_rewards = F(_nk.at1(_v_token_level_rewards, _j))
+                values = F(_nk.at1(_v_values, _j))
+                nv = response_mask*values + (F(1.0) - response_mask) * nv
+                A = response_mask*(token_level_rewards - values + gamma*_nk.where((is_last != 0), F(0.0), nv__next)) + (F(1.0) - response_mask + gamma*lambda_*response_mask) * A
                 _nk.put1(_w_advantages, _j, A)
                 _nk.put1(_w_returns, _j, A + values)
                 _nk.put1(_w_st__nv, _j, nv)

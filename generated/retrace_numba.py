@@ -6,7 +6,8 @@
 Generated CPU kernels (numba) of ``compute_retrace``: one sequential pass in time per row, the
 scan states in registers. ``_rows`` scans rows contiguous in time one after another; ``_tmajor``
 keeps time outermost and sweeps a tile of rows innermost (time-major buffers). Both take the
-views named by ``ARRAYS`` and the flags in ``S`` (scangen.compiler.render_numba);
+views named by ``ARRAYS``, the flags in ``S`` and ``F``, the type they compute in
+(scangen.compiler.render_numba);
 scangen.runtime.numba launches them.
 """
 import numba as _nb
@@ -20,7 +21,7 @@ FLAGS = ('HAS_truncateds', 'STORE_targets', 'STORE_advantages', 'STORE_st__A')
 
 
 @_nb.njit(**_nk.KERNEL)
-def _rows(lo, hi, R2, T, K, S, action_probs_target__a, action_probs_behavior__a, q_values__a, next_q_values_all__a, actions__a, rewards__a, terminateds__a, truncateds__a, next_action_probs_target__a, gamma__a, lambda___a, c_bar__a, rho_bar__a, targets__a, advantages__a, st__A__a):
+def _rows(lo, hi, R2, T, K, S, F, action_probs_target__a, action_probs_behavior__a, q_values__a, next_q_values_all__a, actions__a, rewards__a, terminateds__a, truncateds__a, next_action_probs_target__a, gamma__a, lambda___a, c_bar__a, rho_bar__a, targets__a, advantages__a, st__A__a):
     # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn, in the
     # scan's direction (a reverse scan from the last row down), so that the whole call reads
     # memory as one stream; every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
@@ -32,46 +33,46 @@ def _rows(lo, hi, R2, T, K, S, action_probs_target__a, action_probs_behavior__a,
         r = hi - 1 - _r
         r1 = r // R2
         r2 = r - r1 * R2
-        A = 0.0
+        A = F(0.0)
         for _i in range(T):
             t = T - 1 - _i
             A__next = A
             _tn = min(t + 1, T - 1)
-            action_probs_behavior = float(_nk.at(action_probs_behavior__a, r1, r2, t))
-            action_probs_behavior__next = float(_nk.at(action_probs_behavior__a, r1, r2, _tn))
+            action_probs_behavior = F(_nk.at(action_probs_behavior__a, r1, r2, t))
+            action_probs_behavior__next = F(_nk.at(action_probs_behavior__a, r1, r2, _tn))
             actions = int(_nk.at(actions__a, r1, r2, t))
             actions__next = int(_nk.at(actions__a, r1, r2, _tn))
-            c_bar__next = float(_nk.at(c_bar__a, r1, r2, _tn))
-            gamma = float(_nk.at(gamma__a, r1, r2, t))
-            is_last = 1.0 if t == T - 1 else 0.0
-            lambda___next = float(_nk.at(lambda___a, r1, r2, _tn))
-            q_values = float(_nk.at(q_values__a, r1, r2, t))
-            q_values__next = float(_nk.at(q_values__a, r1, r2, _tn))
-            rewards = float(_nk.at(rewards__a, r1, r2, t))
-            rho_bar = float(_nk.at(rho_bar__a, r1, r2, t))
-            terminateds = float(_nk.at(terminateds__a, r1, r2, t))
-            truncateds = float(_nk.at(truncateds__a, r1, r2, t))
-            _gather0 = _nk.gather(action_probs_target__a, r1, r2, _tn, K, actions__next)
-            _gather1 = _nk.gather(action_probs_target__a, r1, r2, t, K, actions)
-            _sum0 = 0.0
+            c_bar__next = F(_nk.at(c_bar__a, r1, r2, _tn))
+            gamma = F(_nk.at(gamma__a, r1, r2, t))
+            is_last = F(1.0) if t == T - 1 else F(0.0)
+            lambda___next = F(_nk.at(lambda___a, r1, r2, _tn))
+            q_values = F(_nk.at(q_values__a, r1, r2, t))
+            q_values__next = F(_nk.at(q_values__a, r1, r2, _tn))
+            rewards = F(_nk.at(rewards__a, r1, r2, t))
+            rho_bar = F(_nk.at(rho_bar__a, r1, r2, t))
+            terminateds = F(_nk.at(terminateds__a, r1, r2, t))
+            truncateds = F(_nk.at(truncateds__a, r1, r2, t))
+            _gather0 = F(_nk.gather(action_probs_target__a, r1, r2, _tn, K, actions__next))
+            _gather1 = F(_nk.gather(action_probs_target__a, r1, r2, t, K, actions))
+            _sum0 = F(0.0)
             for _k in range(K):
-                next_action_probs_target__k = float(_nk.atk(next_action_probs_target__a, r1, r2, t, _k))
-                next_q_values_all__k = float(_nk.atk(next_q_values_all__a, r1, r2, t, _k))
+                next_action_probs_target__k = F(_nk.atk(next_action_probs_target__a, r1, r2, t, _k))
+                next_q_values_all__k = F(_nk.atk(next_q_values_all__a, r1, r2, t, _k))
                 _sum0 += next_action_probs_target__k*next_q_values_all__k
-            _c0 = gamma*(1.0 - terminateds)
+            _c0 = gamma*(F(1.0) - terminateds)
             _c1 = rewards - q_values
             _c2 = _nk.maximum(terminateds, truncateds)
-            A = _c1 + _c0*_sum0 + (gamma*(1.0 - _c2)*(0.0 if is_last != 0 else lambda___next*_nk.minimum(c_bar__next, _gather0/action_probs_behavior__next))) * A
+            A = _c1 + _c0*_sum0 + (gamma*(F(1.0) - _c2)*(F(0.0) if is_last != 0 else lambda___next*_nk.minimum(c_bar__next, _gather0/action_probs_behavior__next))) * A
             if STORE_targets:
                 _nk.put(targets__a, r1, r2, t, A + q_values)
             if STORE_advantages:
-                _nk.put(advantages__a, r1, r2, t, (_c1 + _c0*(_sum0 if (1.0 if is_last != 0 else _c2) != 0 else (0.0 if is_last != 0 else A__next) + (0.0 if is_last != 0 else q_values__next)))*_nk.minimum(rho_bar, _gather1/action_probs_behavior))
+                _nk.put(advantages__a, r1, r2, t, (_c1 + _c0*(_sum0 if (F(1.0) if is_last != 0 else _c2) != 0 else (F(0.0) if is_last != 0 else A__next) + (F(0.0) if is_last != 0 else q_values__next)))*_nk.minimum(rho_bar, _gather1/action_probs_behavior))
             if STORE_st__A:
                 _nk.put(st__A__a, r1, r2, t, A)
 
 
 @_nb.njit(**_nk.KERNEL)
-def _tmajor(lo, hi, R2, T, K, TB, S, action_probs_target__a, action_probs_behavior__a, q_values__a, next_q_values_all__a, actions__a, rewards__a, terminateds__a, truncateds__a, next_action_probs_target__a, gamma__a, lambda___a, c_bar__a, rho_bar__a, targets__a, advantages__a, st__A__a):
+def _tmajor(lo, hi, R2, T, K, TB, S, F, action_probs_target__a, action_probs_behavior__a, q_values__a, next_q_values_all__a, actions__a, rewards__a, terminateds__a, truncateds__a, next_action_probs_target__a, gamma__a, lambda___a, c_bar__a, rho_bar__a, targets__a, advantages__a, st__A__a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
     # tile, time outermost and the rows innermost, the states carried in one array per scan;
     # every view is [R1, T, R2] ([R1, T, R2, K]; [R1, 1, R2] for [N] inputs)
@@ -83,13 +84,13 @@ def _tmajor(lo, hi, R2, T, K, TB, S, action_probs_target__a, action_probs_behavi
     _ts_advantages = 1 if STORE_advantages else 0
     _ts_st__A = 1 if STORE_st__A else 0
     n_tiles = (R2 + TB - 1) // TB
-    A__c = np.empty(TB)
+    A__c = np.empty(TB, F)
     for tile in range(lo, hi):
         r1 = tile // n_tiles
         r2_0 = (tile - r1 * n_tiles) * TB
         n = min(TB, R2 - r2_0)
         for _j in range(n):
-            A = 0.0
+            A = F(0.0)
             A__c[_j] = A
         for _i in range(T):
             t = T - 1 - _i
@@ -114,33 +115,33 @@ def _tmajor(lo, hi, R2, T, K, TB, S, action_probs_target__a, action_probs_behavi
                 A = A__c[_j]
                 A__next = A
                 r2 = r2_0 + _j
-                action_probs_behavior = float(_nk.at1(_v_action_probs_behavior, _j))
-                action_probs_behavior__next = float(_nk.at1(_v_action_probs_behavior__next, _j))
+                action_probs_behavior = F(_nk.at1(_v_action_probs_behavior, _j))
+                action_probs_behavior__next = F(_nk.at1(_v_action_probs_behavior__next, _j))
                 actions = int(_nk.at1(_v_actions, _j))
                 actions__next = int(_nk.at1(_v_actions__next, _j))
-                c_bar__next = float(_nk.at1(_v_c_bar__next, _j))
-                gamma = float(_nk.at1(_v_gamma, _j))
-                is_last = 1.0 if t == T - 1 else 0.0
-                lambda___next = float(_nk.at1(_v_lambda___next, _j))
-                q_values = float(_nk.at1(_v_q_values, _j))
-                q_values__next = float(_nk.at1(_v_q_values__next, _j))
-                rewards = float(_nk.at1(_v_rewards, _j))
-                rho_bar = float(_nk.at1(_v_rho_bar, _j))
-                terminateds = float(_nk.at1(_v_terminateds, _j))
-                truncateds = float(_nk.at1(_v_truncateds, _j))
-                _gather0 = _nk.gather(action_probs_target__a, r1, _tn, r2, K, actions__next)
-                _gather1 = _nk.gather(action_probs_target__a, r1, t, r2, K, actions)
-                _sum0 = 0.0
+                c_bar__next = F(_nk.at1(_v_c_bar__next, _j))
+                gamma = F(_nk.at1(_v_gamma, _j))
+                is_last = F(1.0) if t == T - 1 else F(0.0)
+                lambda___next = F(_nk.at1(_v_lambda___next, _j))
+                q_values = F(_nk.at1(_v_q_values, _j))
+                q_values__next = F(_nk.at1(_v_q_values__next, _j))
+                rewards = F(_nk.at1(_v_rewards, _j))
+                rho_bar = F(_nk.at1(_v_rho_bar, _j))
+                terminateds = F(_nk.at1(_v_terminateds, _j))
+                truncateds = F(_nk.at1(_v_truncateds, _j))
+                _gather0 = F(_nk.gather(action_probs_target__a, r1, _tn, r2, K, actions__next))
+                _gather1 = F(_nk.gather(action_probs_target__a, r1, t, r2, K, actions))
+                _sum0 = F(0.0)
                 for _k in range(K):
-                    next_action_probs_target__k = float(_nk.atk(next_action_probs_target__a, r1, t, r2, _k))
-                    next_q_values_all__k = float(_nk.atk(next_q_values_all__a, r1, t, r2, _k))
+                    next_action_probs_target__k = F(_nk.atk(next_action_probs_target__a, r1, t, r2, _k))
+                    next_q_values_all__k = F(_nk.atk(next_q_values_all__a, r1, t, r2, _k))
                     _sum0 += next_action_probs_target__k*next_q_values_all__k
-                _c0 = gamma*(1.0 - terminateds)
+                _c0 = gamma*(F(1.0) - terminateds)
                 _c1 = rewards - q_values
                 _c2 = _nk.maximum(terminateds, truncateds)
-                A = _c1 + _c0*_sum0 + (gamma*(1.0 - _c2)*_nk.where((is_last != 0), 0.0, lambda___next*_nk.minimum(c_bar__next, _gather0/action_probs_behavior__next))) * A
+                A = _c1 + _c0*_sum0 + (gamma*(F(1.0) - _c2)*_nk.where((is_last != 0), F(0.0), lambda___next*_nk.minimum(c_bar__next, _gather0/action_probs_behavior__next))) * A
                 _nk.put1(_w_targets, _j, A + q_values)
-                _nk.put1(_w_advantages, _j, (_c1 + _c0*_nk.where((_nk.where((is_last != 0), 1.0, _c2) != 0), _sum0, _nk.where((is_last != 0), 0.0, A__next) + _nk.where((is_last != 0), 0.0, q_values__next)))*_nk.minimum(rho_bar, _gather1/action_probs_behavior))
+                _nk.put1(_w_advantages, _j, (_c1 + _c0*_nk.where((_nk.where((is_last != 0), F(1.0), _c2) != 0), _sum0, _nk.where((is_last != 0), F(0.0), A__next) + _nk.where((is_last != 0), F(0.0), q_values__next)))*_nk.minimum(rho_bar, _gather1/action_probs_behavior))
                 _nk.put1(_w_st__A, _j, A)
 
                 A__c[_j] = A

@@ -6,7 +6,8 @@
 Generated CPU kernels (numba) of ``compute_vtrace_grad``: one sequential pass in time per row, the
 scan states in registers. ``_rows`` scans rows contiguous in time one after another; ``_tmajor``
 keeps time outermost and sweeps a tile of rows innermost (time-major buffers). Both take the
-views named by ``ARRAYS`` and the flags in ``S`` (scangen.compiler.render_numba);
+views named by ``ARRAYS``, the flags in ``S`` and ``F``, the type they compute in
+(scangen.compiler.render_numba);
 scangen.runtime.numba launches them.
 """
 import numba as _nb
@@ -20,7 +21,7 @@ FLAGS = ('HAS_truncateds', 'HAS_bootstrap_values', 'HAS_last_value', 'HAS_gy__ta
 
 
 @_nb.njit(**_nk.KERNEL)
-def _rows(lo, hi, R2, T, K, S, log_pi_target__a, log_pi_behavior__a, values__a, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, st__A__a, gy__targets__a, gy__pg_advantages__a, gamma__a, rho_bar__a, c_bar__a, lambda___a, pg_rho_bar__a, d__log_pi_target__a, d__log_pi_behavior__a, d__values__a, d__rewards__a, d__bootstrap_values__a, d__last_value__a, d__gamma__a, d__rho_bar__a, d__c_bar__a, d__lambda___a, d__pg_rho_bar__a):
+def _rows(lo, hi, R2, T, K, S, F, log_pi_target__a, log_pi_behavior__a, values__a, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, st__A__a, gy__targets__a, gy__pg_advantages__a, gamma__a, rho_bar__a, c_bar__a, lambda___a, pg_rho_bar__a, d__log_pi_target__a, d__log_pi_behavior__a, d__values__a, d__rewards__a, d__bootstrap_values__a, d__last_value__a, d__gamma__a, d__rho_bar__a, d__c_bar__a, d__lambda___a, d__pg_rho_bar__a):
     # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn, in the
     # scan's direction (a reverse scan from the last row down), so that the whole call reads
     # memory as one stream; every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
@@ -44,76 +45,76 @@ def _rows(lo, hi, R2, T, K, S, log_pi_target__a, log_pi_behavior__a, values__a, 
         r = lo + _r
         r1 = r // R2
         r2 = r - r1 * R2
-        last_value = float(_nk.at(last_value__a, r1, r2, 0))
-        g__A = 0.0
+        last_value = F(_nk.at(last_value__a, r1, r2, 0))
+        g__A = F(0.0)
         for _i in range(T):
             t = _i
             g__A__prev = g__A
             _tp = max(t - 1, 0)
             _tn = min(t + 1, T - 1)
-            bootstrap_values = float(_nk.at(bootstrap_values__a, r1, r2, t))
-            c_bar = float(_nk.at(c_bar__a, r1, r2, t))
-            c_bar__prev = float(_nk.at(c_bar__a, r1, r2, _tp))
-            gamma = float(_nk.at(gamma__a, r1, r2, t))
-            gamma__prev = float(_nk.at(gamma__a, r1, r2, _tp))
-            gy__pg_advantages = float(_nk.at(gy__pg_advantages__a, r1, r2, t))
-            gy__pg_advantages__prev = float(_nk.at(gy__pg_advantages__a, r1, r2, _tp))
-            gy__targets = float(_nk.at(gy__targets__a, r1, r2, t))
-            is_first = 1.0 if t == 0 else 0.0
-            is_last = 1.0 if t == T - 1 else 0.0
-            is_last__prev = 1.0 if t - 1 == T - 1 else 0.0
-            lambda_ = float(_nk.at(lambda___a, r1, r2, t))
-            lambda___prev = float(_nk.at(lambda___a, r1, r2, _tp))
-            log_pi_behavior = float(_nk.at(log_pi_behavior__a, r1, r2, t))
-            log_pi_behavior__prev = float(_nk.at(log_pi_behavior__a, r1, r2, _tp))
-            log_pi_target = float(_nk.at(log_pi_target__a, r1, r2, t))
-            log_pi_target__prev = float(_nk.at(log_pi_target__a, r1, r2, _tp))
-            pg_rho_bar = float(_nk.at(pg_rho_bar__a, r1, r2, t))
-            pg_rho_bar__prev = float(_nk.at(pg_rho_bar__a, r1, r2, _tp))
-            rewards = float(_nk.at(rewards__a, r1, r2, t))
-            rho_bar = float(_nk.at(rho_bar__a, r1, r2, t))
-            rho_bar__prev = float(_nk.at(rho_bar__a, r1, r2, _tp))
-            st__A__next = float(_nk.at(st__A__a, r1, r2, _tn))
-            terminateds = float(_nk.at(terminateds__a, r1, r2, t))
-            terminateds__prev = float(_nk.at(terminateds__a, r1, r2, _tp))
-            truncateds = float(_nk.at(truncateds__a, r1, r2, t))
-            truncateds__prev = float(_nk.at(truncateds__a, r1, r2, _tp))
-            values = float(_nk.at(values__a, r1, r2, t))
-            values__next = float(_nk.at(values__a, r1, r2, _tn))
+            bootstrap_values = F(_nk.at(bootstrap_values__a, r1, r2, t))
+            c_bar = F(_nk.at(c_bar__a, r1, r2, t))
+            c_bar__prev = F(_nk.at(c_bar__a, r1, r2, _tp))
+            gamma = F(_nk.at(gamma__a, r1, r2, t))
+            gamma__prev = F(_nk.at(gamma__a, r1, r2, _tp))
+            gy__pg_advantages = F(_nk.at(gy__pg_advantages__a, r1, r2, t))
+            gy__pg_advantages__prev = F(_nk.at(gy__pg_advantages__a, r1, r2, _tp))
+            gy__targets = F(_nk.at(gy__targets__a, r1, r2, t))
+            is_first = F(1.0) if t == 0 else F(0.0)
+            is_last = F(1.0) if t == T - 1 else F(0.0)
+            is_last__prev = F(1.0) if t - 1 == T - 1 else F(0.0)
+            lambda_ = F(_nk.at(lambda___a, r1, r2, t))
+            lambda___prev = F(_nk.at(lambda___a, r1, r2, _tp))
+            log_pi_behavior = F(_nk.at(log_pi_behavior__a, r1, r2, t))
+            log_pi_behavior__prev = F(_nk.at(log_pi_behavior__a, r1, r2, _tp))
+            log_pi_target = F(_nk.at(log_pi_target__a, r1, r2, t))
+            log_pi_target__prev = F(_nk.at(log_pi_target__a, r1, r2, _tp))
+            pg_rho_bar = F(_nk.at(pg_rho_bar__a, r1, r2, t))
+            pg_rho_bar__prev = F(_nk.at(pg_rho_bar__a, r1, r2, _tp))
+            rewards = F(_nk.at(rewards__a, r1, r2, t))
+            rho_bar = F(_nk.at(rho_bar__a, r1, r2, t))
+            rho_bar__prev = F(_nk.at(rho_bar__a, r1, r2, _tp))
+            st__A__next = F(_nk.at(st__A__a, r1, r2, _tn))
+            terminateds = F(_nk.at(terminateds__a, r1, r2, t))
+            terminateds__prev = F(_nk.at(terminateds__a, r1, r2, _tp))
+            truncateds = F(_nk.at(truncateds__a, r1, r2, t))
+            truncateds__prev = F(_nk.at(truncateds__a, r1, r2, _tp))
+            values = F(_nk.at(values__a, r1, r2, t))
+            values__next = F(_nk.at(values__a, r1, r2, _tn))
             _c0 = (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)
-            _c1 = (0.0 if is_last__prev != 0 else 1.0)*(0.0 if (1.0 if is_last__prev != 0 else _c0) != 0 else 1.0)
+            _c1 = (F(0.0) if is_last__prev != 0 else F(1.0))*(F(0.0) if (F(1.0) if is_last__prev != 0 else _c0) != 0 else F(1.0))
             _c2 = _c1*lambda___prev
             _c3 = np.exp(log_pi_target__prev - log_pi_behavior__prev)
-            _c4 = gamma__prev*(1.0 - terminateds__prev)
+            _c4 = gamma__prev*(F(1.0) - terminateds__prev)
             _c5 = _c4*gy__pg_advantages__prev*(pg_rho_bar__prev if (pg_rho_bar__prev <= _c3) else _c3)
             _c6 = np.exp(log_pi_target - log_pi_behavior)
             _c7 = (rho_bar <= _c6)
             _c8 = (terminateds if (terminateds >= truncateds) else truncateds)
-            _c9 = (1.0 if is_last != 0 else _c8)
+            _c9 = (F(1.0) if is_last != 0 else _c8)
             _c10 = (bootstrap_values + last_value if is_last != 0 else bootstrap_values)
-            _c11 = (0.0 if is_last != 0 else values__next)
+            _c11 = (F(0.0) if is_last != 0 else values__next)
             _c12 = (_c10 if _c9 != 0 else _c11)
-            _c13 = 1.0 - terminateds
+            _c13 = F(1.0) - terminateds
             _c14 = _c13*gamma
             _c15 = rewards - values
             _c17 = (pg_rho_bar <= _c6)
-            _c18 = (_c10 if _c9 != 0 else _c11 + (0.0 if is_last != 0 else st__A__next))
-            _c19 = 1.0 - lambda_
+            _c18 = (_c10 if _c9 != 0 else _c11 + (F(0.0) if is_last != 0 else st__A__next))
+            _c19 = F(1.0) - lambda_
             _c20 = _c12*_c19 + _c18*lambda_
             _c21 = gy__pg_advantages*(_c15 + _c14*_c20)
             _c22 = (c_bar <= _c6)
-            _c23 = 1.0 - _c8
-            _c24 = (0.0 if is_last != 0 else st__A__next)
+            _c23 = F(1.0) - _c8
+            _c24 = (F(0.0) if is_last != 0 else st__A__next)
             _c28 = gy__pg_advantages*(pg_rho_bar if _c17 != 0 else _c6)
-            _c29 = (1.0 if is_last != 0 else 0.0)
-            _c30 = (1.0 if _c9 != 0 else 0.0)
-            _c31 = _c30*(_c29 + (0.0 if is_last != 0 else 1.0))
+            _c29 = (F(1.0) if is_last != 0 else F(0.0))
+            _c30 = (F(1.0) if _c9 != 0 else F(0.0))
+            _c31 = _c30*(_c29 + (F(0.0) if is_last != 0 else F(1.0)))
             _c32 = _c14*_c28
             _c34 = _c29*_c30
-            g__A = gy__targets + (0.0 if is_first != 0 else _c2*_c5) + ((0.0 if is_first != 0 else gamma__prev*lambda___prev*(1.0 - _c0)*(c_bar__prev if (c_bar__prev <= _c3) else _c3))) * g__A
+            g__A = gy__targets + (F(0.0) if is_first != 0 else _c2*_c5) + ((F(0.0) if is_first != 0 else gamma__prev*lambda___prev*(F(1.0) - _c0)*(c_bar__prev if (c_bar__prev <= _c3) else _c3))) * g__A
             _c16 = g__A*(_c15 + _c12*_c14)
             _c25 = _c23*_c24*g__A*gamma*lambda_
-            _c26 = _c16*_c6*(0.0 if _c7 != 0 else 1.0) + _c21*_c6*(0.0 if _c17 != 0 else 1.0) + _c25*_c6*(0.0 if _c22 != 0 else 1.0)
+            _c26 = _c16*_c6*(F(0.0) if _c7 != 0 else F(1.0)) + _c21*_c6*(F(0.0) if _c17 != 0 else F(1.0)) + _c25*_c6*(F(0.0) if _c22 != 0 else F(1.0))
             _c27 = g__A*(rho_bar if _c7 != 0 else _c6)
             _c33 = _c14*_c27
             _c35 = _c23*_c24*g__A*(c_bar if _c22 != 0 else _c6)
@@ -122,7 +123,7 @@ def _rows(lo, hi, R2, T, K, S, log_pi_target__a, log_pi_behavior__a, values__a, 
             if STORE_d__log_pi_behavior:
                 _nk.put(d__log_pi_behavior__a, r1, r2, t, -_c26)
             if STORE_d__values:
-                _nk.put(d__values__a, r1, r2, t, gy__targets - _c27 - _c28 + (0.0 if is_first != 0 else _c5*(_c2 + _c1*(1.0 - lambda___prev))) + (0.0 if is_first != 0 else _c1*_c4*g__A__prev*(rho_bar__prev if (rho_bar__prev <= _c3) else _c3)))
+                _nk.put(d__values__a, r1, r2, t, gy__targets - _c27 - _c28 + (F(0.0) if is_first != 0 else _c5*(_c2 + _c1*(F(1.0) - lambda___prev))) + (F(0.0) if is_first != 0 else _c1*_c4*g__A__prev*(rho_bar__prev if (rho_bar__prev <= _c3) else _c3)))
             if STORE_d__rewards:
                 _nk.put(d__rewards__a, r1, r2, t, _c27 + _c28)
             if STORE_d__bootstrap_values:
@@ -132,17 +133,17 @@ def _rows(lo, hi, R2, T, K, S, log_pi_target__a, log_pi_behavior__a, values__a, 
             if STORE_d__gamma:
                 _nk.put(d__gamma__a, r1, r2, t, _c35*lambda_ + _c12*_c13*_c27 + _c13*_c20*_c28)
             if STORE_d__rho_bar:
-                _nk.put(d__rho_bar__a, r1, r2, t, _c16*(1.0 if _c7 != 0 else 0.0))
+                _nk.put(d__rho_bar__a, r1, r2, t, _c16*(F(1.0) if _c7 != 0 else F(0.0)))
             if STORE_d__c_bar:
-                _nk.put(d__c_bar__a, r1, r2, t, _c25*(1.0 if _c22 != 0 else 0.0))
+                _nk.put(d__c_bar__a, r1, r2, t, _c25*(F(1.0) if _c22 != 0 else F(0.0)))
             if STORE_d__lambda_:
                 _nk.put(d__lambda___a, r1, r2, t, _c32*(_c18 - _c12) + _c35*gamma)
             if STORE_d__pg_rho_bar:
-                _nk.put(d__pg_rho_bar__a, r1, r2, t, _c21*(1.0 if _c17 != 0 else 0.0))
+                _nk.put(d__pg_rho_bar__a, r1, r2, t, _c21*(F(1.0) if _c17 != 0 else F(0.0)))
 
 
 @_nb.njit(**_nk.KERNEL)
-def _tmajor(lo, hi, R2, T, K, TB, S, log_pi_target__a, log_pi_behavior__a, values__a, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, st__A__a, gy__targets__a, gy__pg_advantages__a, gamma__a, rho_bar__a, c_bar__a, lambda___a, pg_rho_bar__a, d__log_pi_target__a, d__log_pi_behavior__a, d__values__a, d__rewards__a, d__bootstrap_values__a, d__last_value__a, d__gamma__a, d__rho_bar__a, d__c_bar__a, d__lambda___a, d__pg_rho_bar__a):
+def _tmajor(lo, hi, R2, T, K, TB, S, F, log_pi_target__a, log_pi_behavior__a, values__a, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, st__A__a, gy__targets__a, gy__pg_advantages__a, gamma__a, rho_bar__a, c_bar__a, lambda___a, pg_rho_bar__a, d__log_pi_target__a, d__log_pi_behavior__a, d__values__a, d__rewards__a, d__bootstrap_values__a, d__last_value__a, d__gamma__a, d__rho_bar__a, d__c_bar__a, d__lambda___a, d__pg_rho_bar__a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
     # tile, time outermost and the rows innermost, the states carried in one array per scan;
     # every view is [R1, T, R2] ([R1, T, R2, K]; [R1, 1, R2] for [N] inputs)
@@ -174,15 +175,15 @@ def _tmajor(lo, hi, R2, T, K, TB, S, log_pi_target__a, log_pi_behavior__a, value
     _ts_d__lambda_ = 1 if STORE_d__lambda_ else 0
     _ts_d__pg_rho_bar = 1 if STORE_d__pg_rho_bar else 0
     n_tiles = (R2 + TB - 1) // TB
-    g__A__c = np.empty(TB)
+    g__A__c = np.empty(TB, F)
     for tile in range(lo, hi):
         r1 = tile // n_tiles
         r2_0 = (tile - r1 * n_tiles) * TB
         n = min(TB, R2 - r2_0)
         _v_last_value = _nk.row(last_value__a, r1, 0, r2_0, n)
         for _j in range(n):
-            last_value = float(_nk.at1(_v_last_value, _j))
-            g__A = 0.0
+            last_value = F(_nk.at1(_v_last_value, _j))
+            g__A = F(0.0)
             g__A__c[_j] = g__A
         for _i in range(T):
             t = _i
@@ -226,85 +227,85 @@ def _tmajor(lo, hi, R2, T, K, TB, S, log_pi_target__a, log_pi_behavior__a, value
             _w_d__lambda_ = _nk.row(d__lambda___a, r1, t * _ts_d__lambda_, r2_0, n)
             _w_d__pg_rho_bar = _nk.row(d__pg_rho_bar__a, r1, t * _ts_d__pg_rho_bar, r2_0, n)
             for _j in range(n):
-                last_value = float(_nk.at1(_v_last_value, _j))
+                last_value = F(_nk.at1(_v_last_value, _j))
                 g__A = g__A__c[_j]
                 g__A__prev = g__A
-                bootstrap_values = float(_nk.at1(_v_bootstrap_values, _j))
-                c_bar = float(_nk.at1(_v_c_bar, _j))
-                c_bar__prev = float(_nk.at1(_v_c_bar__prev, _j))
-                gamma = float(_nk.at1(_v_gamma, _j))
-                gamma__prev = float(_nk.at1(_v_gamma__prev, _j))
-                gy__pg_advantages = float(_nk.at1(_v_gy__pg_advantages, _j))
-                gy__pg_advantages__prev = float(_nk.at1(_v_gy__pg_advantages__prev, _j))
-                gy__targets = float(_nk.at1(_v_gy__targets, _j))
-                is_first = 1.0 if t == 0 else 0.0
-                is_last = 1.0 if t == T - 1 else 0.0
-                is_last__prev = 1.0 if t - 1 == T - 1 else 0.0
-                lambda_ = float(_nk.at1(_v_lambda_, _j))
-                lambda___prev = float(_nk.at1(_v_lambda___prev, _j))
-                log_pi_behavior = float(_nk.at1(_v_log_pi_behavior, _j))
-                log_pi_behavior__prev = float(_nk.at1(_v_log_pi_behavior__prev, _j))
-                log_pi_target = float(_nk.at1(_v_log_pi_target, _j))
-                log_pi_target__prev = float(_nk.at1(_v_log_pi_target__prev, _j))
-                pg_rho_bar = float(_nk.at1(_v_pg_rho_bar, _j))
-                pg_rho_bar__prev = float(_nk.at1(_v_pg_rho_bar__prev, _j))
-                rewards = float(_nk.at1(_v_rewards, _j))
-                rho_bar = float(_nk.at1(_v_rho_bar, _j))
-                rho_bar__prev = float(_nk.at1(_v_rho_bar__prev, _j))
-                st__A__next = float(_nk.at1(_v_st__A__next, _j))
-                terminateds = float(_nk.at1(_v_terminateds, _j))
-                terminateds__prev = float(_nk.at1(_v_terminateds__prev, _j))
-                truncateds = float(_nk.at1(_v_truncateds, _j))
-                truncateds__prev = float(_nk.at1(_v_truncateds__prev, _j))
-                values = float(_nk.at1(_v_values, _j))
-                values__next = float(_nk.at1(_v_values__next, _j))
+                bootstrap_values = F(_nk.at1(_v_bootstrap_values, _j))
+                c_bar = F(_nk.at1(_v_c_bar, _j))
+                c_bar__prev = F(_nk.at1(_v_c_bar__prev, _j))
+                gamma = F(_nk.at1(_v_gamma, _j))
+                gamma__prev = F(_nk.at1(_v_gamma__prev, _j))
+                gy__pg_advantages = F(_nk.at1(_v_gy__pg_advantages, _j))
+                gy__pg_advantages__prev = F(_nk.at1(_v_gy__pg_advantages__prev, _j))
+                gy__targets = F(_nk.at1(_v_gy__targets, _j))
+                is_first = F(1.0) if t == 0 else F(0.0)
+                is_last = F(1.0) if t == T - 1 else F(0.0)
+                is_last__prev = F(1.0) if t - 1 == T - 1 else F(0.0)
+                lambda_ = F(_nk.at1(_v_lambda_, _j))
+                lambda___prev = F(_nk.at1(_v_lambda___prev, _j))
+                log_pi_behavior = F(_nk.at1(_v_log_pi_behavior, _j))
+                log_pi_behavior__prev = F(_nk.at1(_v_log_pi_behavior__prev, _j))
+                log_pi_target = F(_nk.at1(_v_log_pi_target, _j))
+                log_pi_target__prev = F(_nk.at1(_v_log_pi_target__prev, _j))
+                pg_rho_bar = F(_nk.at1(_v_pg_rho_bar, _j))
+                pg_rho_bar__prev = F(_nk.at1(_v_pg_rho_bar__prev, _j))
+                rewards = F(_nk.at1(_v_rewards, _j))
+                rho_bar = F(_nk.at1(_v_rho_bar, _j))
+                rho_bar__prev = F(_nk.at1(_v_rho_bar__prev, _j))
+                st__A__next = F(_nk.at1(_v_st__A__next, _j))
+                terminateds = F(_nk.at1(_v_terminateds, _j))
+                terminateds__prev = F(_nk.at1(_v_terminateds__prev, _j))
+                truncateds = F(_nk.at1(_v_truncateds, _j))
+                truncateds__prev = F(_nk.at1(_v_truncateds__prev, _j))
+                values = F(_nk.at1(_v_values, _j))
+                values__next = F(_nk.at1(_v_values__next, _j))
                 _c0 = _nk.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
-                _c1 = _nk.where((is_last__prev != 0), 0.0, 1.0)*_nk.where((_nk.where((is_last__prev != 0), 1.0, _c0) != 0), 0.0, 1.0)
+                _c1 = _nk.where((is_last__prev != 0), F(0.0), F(1.0))*_nk.where((_nk.where((is_last__prev != 0), F(1.0), _c0) != 0), F(0.0), F(1.0))
                 _c2 = _c1*lambda___prev
-                _c3 = _nk.exp(log_pi_target__prev - log_pi_behavior__prev)
-                _c4 = gamma__prev*(1.0 - terminateds__prev)
+                _c3 = F(_nk.exp(log_pi_target__prev - log_pi_behavior__prev))
+                _c4 = gamma__prev*(F(1.0) - terminateds__prev)
                 _c5 = _c4*gy__pg_advantages__prev*_nk.where((pg_rho_bar__prev <= _c3), pg_rho_bar__prev, _c3)
-                _c6 = _nk.exp(log_pi_target - log_pi_behavior)
+                _c6 = F(_nk.exp(log_pi_target - log_pi_behavior))
                 _c7 = (rho_bar <= _c6)
                 _c8 = _nk.where((terminateds >= truncateds), terminateds, truncateds)
-                _c9 = _nk.where((is_last != 0), 1.0, _c8)
+                _c9 = _nk.where((is_last != 0), F(1.0), _c8)
                 _c10 = _nk.where((is_last != 0), bootstrap_values + last_value, bootstrap_values)
-                _c11 = _nk.where((is_last != 0), 0.0, values__next)
+                _c11 = _nk.where((is_last != 0), F(0.0), values__next)
                 _c12 = _nk.where((_c9 != 0), _c10, _c11)
-                _c13 = 1.0 - terminateds
+                _c13 = F(1.0) - terminateds
                 _c14 = _c13*gamma
                 _c15 = rewards - values
                 _c17 = (pg_rho_bar <= _c6)
-                _c18 = _nk.where((_c9 != 0), _c10, _c11 + _nk.where((is_last != 0), 0.0, st__A__next))
-                _c19 = 1.0 - lambda_
+                _c18 = _nk.where((_c9 != 0), _c10, _c11 + _nk.where((is_last != 0), F(0.0), st__A__next))
+                _c19 = F(1.0) - lambda_
                 _c20 = _c12*_c19 + _c18*lambda_
                 _c21 = gy__pg_advantages*(_c15 + _c14*_c20)
                 _c22 = (c_bar <= _c6)
-                _c23 = 1.0 - _c8
-                _c24 = _nk.where((is_last != 0), 0.0, st__A__next)
+                _c23 = F(1.0) - _c8
+                _c24 = _nk.where((is_last != 0), F(0.0), st__A__next)
                 _c28 = gy__pg_advantages*_nk.where((_c17 != 0), pg_rho_bar, _c6)
-                _c29 = _nk.where((is_last != 0), 1.0, 0.0)
-                _c30 = _nk.where((_c9 != 0), 1.0, 0.0)
-                _c31 = _c30*(_c29 + _nk.where((is_last != 0), 0.0, 1.0))
+                _c29 = _nk.where((is_last != 0), F(1.0), F(0.0))
+                _c30 = _nk.where((_c9 != 0), F(1.0), F(0.0))
+                _c31 = _c30*(_c29 + _nk.where((is_last != 0), F(0.0), F(1.0)))
                 _c32 = _c14*_c28
                 _c34 = _c29*_c30
-                g__A = gy__targets + _nk.where((is_first != 0), 0.0, _c2*_c5) + (_nk.where((is_first != 0), 0.0, gamma__prev*lambda___prev*(1.0 - _c0)*_nk.where((c_bar__prev <= _c3), c_bar__prev, _c3))) * g__A
+                g__A = gy__targets + _nk.where((is_first != 0), F(0.0), _c2*_c5) + (_nk.where((is_first != 0), F(0.0), gamma__prev*lambda___prev*(F(1.0) - _c0)*_nk.where((c_bar__prev <= _c3), c_bar__prev, _c3))) * g__A
                 _c16 = g__A*(_c15 + _c12*_c14)
                 _c25 = _c23*_c24*g__A*gamma*lambda_
-                _c26 = _c16*_c6*_nk.where((_c7 != 0), 0.0, 1.0) + _c21*_c6*_nk.where((_c17 != 0), 0.0, 1.0) + _c25*_c6*_nk.where((_c22 != 0), 0.0, 1.0)
+                _c26 = _c16*_c6*_nk.where((_c7 != 0), F(0.0), F(1.0)) + _c21*_c6*_nk.where((_c17 != 0), F(0.0), F(1.0)) + _c25*_c6*_nk.where((_c22 != 0), F(0.0), F(1.0))
                 _c27 = g__A*_nk.where((_c7 != 0), rho_bar, _c6)
                 _c33 = _c14*_c27
                 _c35 = _c23*_c24*g__A*_nk.where((_c22 != 0), c_bar, _c6)
                 _nk.put1(_w_d__log_pi_target, _j, _c26)
                 _nk.put1(_w_d__log_pi_behavior, _j, -_c26)
-                _nk.put1(_w_d__values, _j, gy__targets - _c27 - _c28 + _nk.where((is_first != 0), 0.0, _c5*(_c2 + _c1*(1.0 - lambda___prev))) + _nk.where((is_first != 0), 0.0, _c1*_c4*g__A__prev*_nk.where((rho_bar__prev <= _c3), rho_bar__prev, _c3)))
+                _nk.put1(_w_d__values, _j, gy__targets - _c27 - _c28 + _nk.where((is_first != 0), F(0.0), _c5*(_c2 + _c1*(F(1.0) - lambda___prev))) + _nk.where((is_first != 0), F(0.0), _c1*_c4*g__A__prev*_nk.where((rho_bar__prev <= _c3), rho_bar__prev, _c3)))
                 _nk.put1(_w_d__rewards, _j, _c27 + _c28)
                 _nk.put1(_w_d__bootstrap_values, _j, _c31*_c33 + _c32*(_c19*_c31 + _c31*lambda_))
                 _nk.put1(_w_d__last_value, _j, _c32*(_c19*_c34 + _c34*lambda_) + _c33*_c34)
                 _nk.put1(_w_d__gamma, _j, _c35*lambda_ + _c12*_c13*_c27 + _c13*_c20*_c28)
-                _nk.put1(_w_d__rho_bar, _j, _c16*_nk.where((_c7 != 0), 1.0, 0.0))
-                _nk.put1(_w_d__c_bar, _j, _c25*_nk.where((_c22 != 0), 1.0, 0.0))
+                _nk.put1(_w_d__rho_bar, _j, _c16*_nk.where((_c7 != 0), F(1.0), F(0.0)))
+                _nk.put1(_w_d__c_bar, _j, _c25*_nk.where((_c22 != 0), F(1.0), F(0.0)))
                 _nk.put1(_w_d__lambda_, _j, _c32*(_c18 - _c12) + _c35*gamma)
-                _nk.put1(_w_d__pg_rho_bar, _j, _c21*_nk.where((_c17 != 0), 1.0, 0.0))
+                _nk.put1(_w_d__pg_rho_bar, _j, _c21*_nk.where((_c17 != 0), F(1.0), F(0.0)))
 
                 g__A__c[_j] = g__A

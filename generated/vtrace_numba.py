@@ -6,7 +6,8 @@
 Generated CPU kernels (numba) of ``compute_vtrace``: one sequential pass in time per row, the
 scan states in registers. ``_rows`` scans rows contiguous in time one after another; ``_tmajor``
 keeps time outermost and sweeps a tile of rows innermost (time-major buffers). Both take the
-views named by ``ARRAYS`` and the flags in ``S`` (scangen.compiler.render_numba);
+views named by ``ARRAYS``, the flags in ``S`` and ``F``, the type they compute in
+(scangen.compiler.render_numba);
 scangen.runtime.numba launches them.
 """
 import numba as _nb
@@ -20,7 +21,7 @@ FLAGS = ('HAS_truncateds', 'HAS_bootstrap_values', 'HAS_last_value', 'STORE_targ
 
 
 @_nb.njit(**_nk.KERNEL)
-def _rows(lo, hi, R2, T, K, S, log_pi_target__a, log_pi_behavior__a, values__a, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, gamma__a, rho_bar__a, c_bar__a, lambda___a, pg_rho_bar__a, targets__a, pg_advantages__a, st__A__a):
+def _rows(lo, hi, R2, T, K, S, F, log_pi_target__a, log_pi_behavior__a, values__a, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, gamma__a, rho_bar__a, c_bar__a, lambda___a, pg_rho_bar__a, targets__a, pg_advantages__a, st__A__a):
     # rows lo..hi-1 of the canonical [R1 * R2, T] index space, each scanned in turn, in the
     # scan's direction (a reverse scan from the last row down), so that the whole call reads
     # memory as one stream; every view is [R1, R2, T] ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs)
@@ -34,45 +35,45 @@ def _rows(lo, hi, R2, T, K, S, log_pi_target__a, log_pi_behavior__a, values__a, 
         r = hi - 1 - _r
         r1 = r // R2
         r2 = r - r1 * R2
-        last_value = float(_nk.at(last_value__a, r1, r2, 0))
-        A = 0.0
+        last_value = F(_nk.at(last_value__a, r1, r2, 0))
+        A = F(0.0)
         for _i in range(T):
             t = T - 1 - _i
             A__next = A
             _tn = min(t + 1, T - 1)
-            bootstrap_values = float(_nk.at(bootstrap_values__a, r1, r2, t))
-            c_bar = float(_nk.at(c_bar__a, r1, r2, t))
-            gamma = float(_nk.at(gamma__a, r1, r2, t))
-            is_last = 1.0 if t == T - 1 else 0.0
-            lambda_ = float(_nk.at(lambda___a, r1, r2, t))
-            log_pi_behavior = float(_nk.at(log_pi_behavior__a, r1, r2, t))
-            log_pi_target = float(_nk.at(log_pi_target__a, r1, r2, t))
-            pg_rho_bar = float(_nk.at(pg_rho_bar__a, r1, r2, t))
-            rewards = float(_nk.at(rewards__a, r1, r2, t))
-            rho_bar = float(_nk.at(rho_bar__a, r1, r2, t))
-            terminateds = float(_nk.at(terminateds__a, r1, r2, t))
-            truncateds = float(_nk.at(truncateds__a, r1, r2, t))
-            values = float(_nk.at(values__a, r1, r2, t))
-            values__next = float(_nk.at(values__a, r1, r2, _tn))
+            bootstrap_values = F(_nk.at(bootstrap_values__a, r1, r2, t))
+            c_bar = F(_nk.at(c_bar__a, r1, r2, t))
+            gamma = F(_nk.at(gamma__a, r1, r2, t))
+            is_last = F(1.0) if t == T - 1 else F(0.0)
+            lambda_ = F(_nk.at(lambda___a, r1, r2, t))
+            log_pi_behavior = F(_nk.at(log_pi_behavior__a, r1, r2, t))
+            log_pi_target = F(_nk.at(log_pi_target__a, r1, r2, t))
+            pg_rho_bar = F(_nk.at(pg_rho_bar__a, r1, r2, t))
+            rewards = F(_nk.at(rewards__a, r1, r2, t))
+            rho_bar = F(_nk.at(rho_bar__a, r1, r2, t))
+            terminateds = F(_nk.at(terminateds__a, r1, r2, t))
+            truncateds = F(_nk.at(truncateds__a, r1, r2, t))
+            values = F(_nk.at(values__a, r1, r2, t))
+            values__next = F(_nk.at(values__a, r1, r2, _tn))
             _c0 = _nk.maximum(terminateds, truncateds)
-            _c1 = (1.0 if is_last != 0 else _c0)
+            _c1 = (F(1.0) if is_last != 0 else _c0)
             _c2 = (bootstrap_values + last_value if is_last != 0 else bootstrap_values)
-            _c3 = (0.0 if is_last != 0 else values__next)
+            _c3 = (F(0.0) if is_last != 0 else values__next)
             _c4 = (_c2 if _c1 != 0 else _c3)
-            _c5 = gamma*(1.0 - terminateds)
+            _c5 = gamma*(F(1.0) - terminateds)
             _c6 = rewards - values
             _c7 = np.exp(log_pi_target - log_pi_behavior)
-            A = (_c6 + _c4*_c5)*_nk.minimum(_c7, rho_bar) + (gamma*lambda_*(1.0 - _c0)*_nk.minimum(_c7, c_bar)) * A
+            A = (_c6 + _c4*_c5)*_nk.minimum(_c7, rho_bar) + (gamma*lambda_*(F(1.0) - _c0)*_nk.minimum(_c7, c_bar)) * A
             if STORE_targets:
                 _nk.put(targets__a, r1, r2, t, A + values)
             if STORE_pg_advantages:
-                _nk.put(pg_advantages__a, r1, r2, t, (_c6 + _c5*(_c4*(1.0 - lambda_) + lambda_*(_c2 if _c1 != 0 else _c3 + (0.0 if is_last != 0 else A__next))))*_nk.minimum(_c7, pg_rho_bar))
+                _nk.put(pg_advantages__a, r1, r2, t, (_c6 + _c5*(_c4*(F(1.0) - lambda_) + lambda_*(_c2 if _c1 != 0 else _c3 + (F(0.0) if is_last != 0 else A__next))))*_nk.minimum(_c7, pg_rho_bar))
             if STORE_st__A:
                 _nk.put(st__A__a, r1, r2, t, A)
 
 
 @_nb.njit(**_nk.KERNEL)
-def _tmajor(lo, hi, R2, T, K, TB, S, log_pi_target__a, log_pi_behavior__a, values__a, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, gamma__a, rho_bar__a, c_bar__a, lambda___a, pg_rho_bar__a, targets__a, pg_advantages__a, st__A__a):
+def _tmajor(lo, hi, R2, T, K, TB, S, F, log_pi_target__a, log_pi_behavior__a, values__a, rewards__a, terminateds__a, truncateds__a, bootstrap_values__a, last_value__a, gamma__a, rho_bar__a, c_bar__a, lambda___a, pg_rho_bar__a, targets__a, pg_advantages__a, st__A__a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
     # tile, time outermost and the rows innermost, the states carried in one array per scan;
     # every view is [R1, T, R2] ([R1, T, R2, K]; [R1, 1, R2] for [N] inputs)
@@ -86,15 +87,15 @@ def _tmajor(lo, hi, R2, T, K, TB, S, log_pi_target__a, log_pi_behavior__a, value
     _ts_pg_advantages = 1 if STORE_pg_advantages else 0
     _ts_st__A = 1 if STORE_st__A else 0
     n_tiles = (R2 + TB - 1) // TB
-    A__c = np.empty(TB)
+    A__c = np.empty(TB, F)
     for tile in range(lo, hi):
         r1 = tile // n_tiles
         r2_0 = (tile - r1 * n_tiles) * TB
         n = min(TB, R2 - r2_0)
         _v_last_value = _nk.row(last_value__a, r1, 0, r2_0, n)
         for _j in range(n):
-            last_value = float(_nk.at1(_v_last_value, _j))
-            A = 0.0
+            last_value = F(_nk.at1(_v_last_value, _j))
+            A = F(0.0)
             A__c[_j] = A
         for _i in range(T):
             t = T - 1 - _i
@@ -116,34 +117,34 @@ def _tmajor(lo, hi, R2, T, K, TB, S, log_pi_target__a, log_pi_behavior__a, value
             _w_pg_advantages = _nk.row(pg_advantages__a, r1, t * _ts_pg_advantages, r2_0, n)
             _w_st__A = _nk.row(st__A__a, r1, t * _ts_st__A, r2_0, n)
             for _j in range(n):
-                last_value = float(_nk.at1(_v_last_value, _j))
+                last_value = F(_nk.at1(_v_last_value, _j))
                 A = A__c[_j]
                 A__next = A
-                bootstrap_values = float(_nk.at1(_v_bootstrap_values, _j))
-                c_bar = float(_nk.at1(_v_c_bar, _j))
-                gamma = float(_nk.at1(_v_gamma, _j))
-                is_last = 1.0 if t == T - 1 else 0.0
-                lambda_ = float(_nk.at1(_v_lambda_, _j))
-                log_pi_behavior = float(_nk.at1(_v_log_pi_behavior, _j))
-                log_pi_target = float(_nk.at1(_v_log_pi_target, _j))
-                pg_rho_bar = float(_nk.at1(_v_pg_rho_bar, _j))
-                rewards = float(_nk.at1(_v_rewards, _j))
-                rho_bar = float(_nk.at1(_v_rho_bar, _j))
-                terminateds = float(_nk.at1(_v_terminateds, _j))
-                truncateds = float(_nk.at1(_v_truncateds, _j))
-                values = float(_nk.at1(_v_values, _j))
-                values__next = float(_nk.at1(_v_values__next, _j))
+                bootstrap_values = F(_nk.at1(_v_bootstrap_values, _j))
+                c_bar = F(_nk.at1(_v_c_bar, _j))
+                gamma = F(_nk.at1(_v_gamma, _j))
+                is_last = F(1.0) if t == T - 1 else F(0.0)
+                lambda_ = F(_nk.at1(_v_lambda_, _j))
+                log_pi_behavior = F(_nk.at1(_v_log_pi_behavior, _j))
+                log_pi_target = F(_nk.at1(_v_log_pi_target, _j))
+                pg_rho_bar = F(_nk.at1(_v_pg_rho_bar, _j))
+                rewards = F(_nk.at1(_v_rewards, _j))
+                rho_bar = F(_nk.at1(_v_rho_bar, _j))
+                terminateds = F(_nk.at1(_v_terminateds, _j))
+                truncateds = F(_nk.at1(_v_truncateds, _j))
+                values = F(_nk.at1(_v_values, _j))
+                values__next = F(_nk.at1(_v_values__next, _j))
                 _c0 = _nk.maximum(terminateds, truncateds)
-                _c1 = _nk.where((is_last != 0), 1.0, _c0)
+                _c1 = _nk.where((is_last != 0), F(1.0), _c0)
                 _c2 = _nk.where((is_last != 0), bootstrap_values + last_value, bootstrap_values)
-                _c3 = _nk.where((is_last != 0), 0.0, values__next)
+                _c3 = _nk.where((is_last != 0), F(0.0), values__next)
                 _c4 = _nk.where((_c1 != 0), _c2, _c3)
-                _c5 = gamma*(1.0 - terminateds)
+                _c5 = gamma*(F(1.0) - terminateds)
                 _c6 = rewards - values
-                _c7 = _nk.exp(log_pi_target - log_pi_behavior)
-                A = (_c6 + _c4*_c5)*_nk.minimum(_c7, rho_bar) + (gamma*lambda_*(1.0 - _c0)*_nk.minimum(_c7, c_bar)) * A
+                _c7 = F(_nk.exp(log_pi_target - log_pi_behavior))
+                A = (_c6 + _c4*_c5)*_nk.minimum(_c7, rho_bar) + (gamma*lambda_*(F(1.0) - _c0)*_nk.minimum(_c7, c_bar)) * A
                 _nk.put1(_w_targets, _j, A + values)
-                _nk.put1(_w_pg_advantages, _j, (_c6 + _c5*(_c4*(1.0 - lambda_) + lambda_*_nk.where((_c1 != 0), _c2, _c3 + _nk.where((is_last != 0), 0.0, A__next))))*_nk.minimum(_c7, pg_rho_bar))
+                _nk.put1(_w_pg_advantages, _j, (_c6 + _c5*(_c4*(F(1.0) - lambda_) + lambda_*_nk.where((_c1 != 0), _c2, _c3 + _nk.where((is_last != 0), F(0.0), A__next))))*_nk.minimum(_c7, pg_rho_bar))
                 _nk.put1(_w_st__A, _j, A)
 
                 A__c[_j] = A

@@ -29,17 +29,21 @@ class _Printer(StrPrinter):
     def _print_Symbol(self, expr):
         return self.symbols.get(expr.name, expr.name)
 
+    def num(self, text: str) -> str:
+        """A number literal as the target writes it (the numba kernels: in their type ``F``)."""
+        return text
+
     def _print_Integer(self, expr):
-        return f"{float(expr.p)!r}"
+        return self.num(f"{float(expr.p)!r}")
 
     def _print_Rational(self, expr):
-        return f"{float(expr)!r}"
+        return self.num(f"{float(expr)!r}")
 
     def _print_Float(self, expr):
-        return repr(float(expr))
+        return self.num(repr(float(expr)))
 
     def _print_NumberSymbol(self, expr):  # e, pi, ...: as the nearest double
-        return repr(float(expr))
+        return self.num(repr(float(expr)))
 
     _print_Exp1 = _print_Pi = _print_EulerGamma = _print_GoldenRatio = _print_NumberSymbol
 
@@ -56,13 +60,14 @@ class _Printer(StrPrinter):
     def _print_Pow(self, expr):
         base, e = expr.args
         b = self.parenthesize(base, 100)
+        one = self.num("1.0")
         if e.is_Integer and 1 <= abs(int(e)) <= 4:
             prod = " * ".join([b] * abs(int(e)))
-            return f"({prod})" if e > 0 else f"(1.0 / ({prod}))"
+            return f"({prod})" if e > 0 else f"({one} / ({prod}))"
         if e.is_Number and float(e) == 0.5:
             return f"{self.sqrt}({self._print(base)})"
         if e.is_Number and float(e) == -0.5:
-            return f"(1.0 / {self.sqrt}({self._print(base)}))"
+            return f"({one} / {self.sqrt}({self._print(base)}))"
         raise SpecError(f"only integer powers up to 4 and square roots are supported by "
                         f"{self.target}", source=self.spec_name, expr=str(expr))
 
@@ -80,10 +85,12 @@ class _Printer(StrPrinter):
 
     def _print_sign(self, expr):
         x = self._print(expr.args[0])
-        return f"{self.where}({x} > 0, 1.0, {self.where}({x} < 0, -1.0, 0.0))"
+        one, minus, zero = self.num("1.0"), self.num("-1.0"), self.num("0.0")
+        return f"{self.where}({x} > 0, {one}, {self.where}({x} < 0, {minus}, {zero}))"
 
     def _print_Heaviside(self, expr):
-        return f"{self.where}({self._print(expr.args[0])} > 0, 1.0, 0.0)"
+        one, zero = self.num("1.0"), self.num("0.0")
+        return f"{self.where}({self._print(expr.args[0])} > 0, {one}, {zero})"
 
     def emptyPrinter(self, expr):
         raise self.fail(expr)
@@ -120,12 +127,18 @@ class TorchPrinter(_Printer):
 
 
 class NumbaPrinter(_Printer):
-    """Scalar code inside ``@numba.njit`` kernels (``scangen.runtime.numba_kernels`` as ``_nk``)."""
+    """Scalar code inside ``@numba.njit`` kernels (``scangen.runtime.numba_kernels`` as ``_nk``).
+    The kernels compute in their argument ``F``, the call's accumulation type (np.float32, or
+    np.float64 for float64 calls), so every number is written ``F(...)``: a bare literal is a
+    float64 and would widen the arithmetic around it."""
 
     target = "numba"
     functions = {"exp": "np.exp", "log": "np.log", "Abs": "abs", "sqrt": "np.sqrt"}
     sqrt = "np.sqrt"
     where = "_nk.where"
+
+    def num(self, text: str) -> str:
+        return f"F({text})"
 
     def _print_Where(self, expr):  # a branch: a scalar loop computes only the side it takes
         c, a, b = expr.args
@@ -149,6 +162,9 @@ class NumbaVectorPrinter(NumbaPrinter):
     functions = {**NumbaPrinter.functions, "exp": "_nk.exp"}
 
     _print_Where = _Printer._print_Where
+
+    def _print_exp(self, expr):  # _nk.exp computes in float64: back to F
+        return f"F(_nk.exp({self._print(expr.args[0])}))"
 
 
 def print_expr(printer_cls, expr, symbols, spec_name) -> str:

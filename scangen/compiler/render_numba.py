@@ -16,7 +16,9 @@ view). An argument is a NumPy view of the tensor's own storage over the canonica
 index space, ``[R1, R2, T]`` for ``_rows`` and ``[R1, T, R2]`` for ``_tmajor`` (``[.., K]`` for
 ``[N, T, K]`` inputs, the time axis of size 1 for ``[N]`` inputs), so numba knows the innermost
 stride of a contiguous view at compile time; or, for a float param or an absent input, a
-number (``_nk.at`` reads either, and numba compiles a kernel for each mix).
+number (``_nk.at`` reads either, and numba compiles a kernel for each mix). Both kernels also
+take ``F``, the type they compute in: np.float32 (float32, float16 and bfloat16 calls, as the
+Triton kernels accumulate) or np.float64; every load and number is cast to it.
 """
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ def numba_context(plan: Plan) -> NS:
     flags += [store_flag(o.name) for o in ir.outputs]
     consts = [f"{f} = S[{k}] != 0" for k, f in enumerate(flags)]
     table = {s: s for s in plan.symbols}
-    table.update({f"HAS_{i.name}": f"(1.0 if HAS_{i.name} else 0.0)"
+    table.update({f"HAS_{i.name}": f"(F(1.0) if HAS_{i.name} else F(0.0))"
                   for i in ir.inputs if i.optional})
     inits = [f"{s.name} = {print_expr(NumbaPrinter, s.init, table, ir.name)}"
              for s in plan.scans]
@@ -102,24 +104,24 @@ def _step(plan: Plan, table: dict, cse: tuple, time_major: bool) -> NS:
         t = "0" if shift is None else TIME[shift]
         return f"_nk.at{'k' if k else ''}({b}__a, {order.format(t=t)}{k})"
 
-    row_loads = [f"{i.name} = float({at(i.name, None)})" for i in ir.inputs
+    row_loads = [f"{i.name} = F({at(i.name, None)})" for i in ir.inputs
                  if i.shape == "N" and i.name in plan.symbols]
     shifts, loads = set(), []
     for sym in sorted(plan.symbols):
         b, shift = split_sym(sym)
         if (b in kinds and kinds[b].shape == "NT") or b in params:
-            cast = "int" if b in kinds and kinds[b].kind == "index" else "float"
+            cast = "int" if b in kinds and kinds[b].kind == "index" else "F"
             loads.append(f"{sym} = {cast}({at(b, shift)})")
             shifts.add(shift)
         elif b in ("is_first", "is_last"):
             edge = "0" if b == "is_first" else "T - 1"
             off = OFFSETS[shift]
             when = "t" if not off else f"t {'+' if off > 0 else '-'} {abs(off)}"
-            loads.append(f"{sym} = 1.0 if {when} == {edge} else 0.0")
+            loads.append(f"{sym} = F(1.0) if {when} == {edge} else F(0.0)")
     for g in plan.gathers:
         shifts.add(g.shift)
-        loads.append(f"{g.var} = _nk.gather({g.src}__a, {order.format(t=TIME[g.shift])}, "
-                     f"K, {g.index})")
+        loads.append(f"{g.var} = F(_nk.gather({g.src}__a, {order.format(t=TIME[g.shift])}, "
+                     f"K, {g.index}))")
     sums = []
     for sp in plan.sums:
         kk = dict(table)
@@ -128,7 +130,7 @@ def _step(plan: Plan, table: dict, cse: tuple, time_major: bool) -> NS:
             b, shift = split_sym(s)
             shifts.add(shift)
             kk[s] = f"{s}__k"
-            k_loads.append(f"{s}__k = float({at(b, shift, ', _k')})")
+            k_loads.append(f"{s}__k = F({at(b, shift, ', _k')})")
         kk.update({v: v for v, _ in sp.block.assigns})
         sums.append(NS(var=sp.var, loads=k_loads,
                        assigns=_assigns(printer, sp.block.assigns, kk, spec),

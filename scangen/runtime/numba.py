@@ -126,6 +126,7 @@ class _Plan:
             words.append(int(name in (c.tensors if kind == "HAS" else c.outs)))
         S = np.array(words, dtype=np.int64)
         self.time_major, self.R1, self.R2 = tm, c.R1, c.R2
+        self.F = np.float64 if c.acc == torch.float64 else np.float32  # the kernels' arithmetic
         self.kernel = module._tmajor if tm else module._rows
         _light_cache_loads(self.kernel)
         self.S, self.sizes = S, (c.R2, c.T, c.K)
@@ -163,9 +164,9 @@ class _Plan:
             if self.time_major:
                 per_r1 = -(-threads // self.R1)  # tiles per R1 index
                 tile = min(MAX_TILE_ROWS, -(-self.R2 // per_r1))
-                items, head = self.R1 * -(-self.R2 // tile), (*self.sizes, tile, self.S)
+                items, head = self.R1 * -(-self.R2 // tile), (*self.sizes, tile, self.S, self.F)
             else:
-                items, head = self.R1 * self.R2, (*self.sizes, self.S)
+                items, head = self.R1 * self.R2, (*self.sizes, self.S, self.F)
             self.splits[threads] = (min(threads, items), items, head)
         return self.splits[threads]
 
