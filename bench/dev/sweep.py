@@ -80,7 +80,7 @@ def candidates(N: int, T: int, K: int, quick: bool = False, tiles=None) -> list[
     return out
 
 
-TM_LB_SWEEP = dict(rows=(8, 16, 32, 64), tiles=(512, 1024, 2048, 4096), warps=(4,))
+TM_LB_SWEEP = {"rows": (8, 16, 32, 64), "tiles": (512, 1024, 2048, 4096), "warps": (4,)}
 
 
 def time_major_candidates(N: int, T: int, K: int) -> list[Config]:
