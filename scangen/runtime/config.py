@@ -195,14 +195,13 @@ def choose_config(c) -> Config:
 def _lookback_config(c, rows: int, block_k: int, kk: int, time_major: bool = False) -> Config:
     """The look-back family's tile: one row, a long chunk (see LOOKBACK_BLOCK_T); time-major
     buffers: a tile of adjacent rows (see TM_LB_ROWS, TM_LB_K_ROWS)."""
-    if time_major and kk > 1:
-        block_n = min(TM_LB_K_ROWS, _pow2(rows))
-        block_t = max(16, min(TM_LB_K_TILE // (block_n * kk), _pow2(c.T) // 2))
-        return Config(block_n, block_t, block_k, NUM_WARPS, "lookback")
-    if time_major:
-        joint = c.op.kernels.lb_words > 3
-        block_n = min(TM_LB_JOINT_ROWS if joint else TM_LB_ROWS, _pow2(rows))
-        tile = TM_LB_TILE // (2 if _streams(c) >= LOOKBACK_MANY_TENSORS else 1)
+    if time_major:  # tile: rows x steps of it (K included: steps x K)
+        if kk > 1:
+            tile_rows, tile = TM_LB_K_ROWS, TM_LB_K_TILE // kk
+        else:
+            tile_rows = TM_LB_JOINT_ROWS if c.op.kernels.lb_words > 3 else TM_LB_ROWS
+            tile = TM_LB_TILE // (2 if _streams(c) >= LOOKBACK_MANY_TENSORS else 1)
+        block_n = min(tile_rows, _pow2(rows))
         block_t = max(16, min(tile // block_n, _pow2(c.T) // 2))
         return Config(block_n, block_t, block_k, NUM_WARPS, "lookback")
     if kk > 1:
