@@ -81,6 +81,26 @@ def candidates(N: int, T: int, K: int, quick: bool = False, tiles=None) -> list[
 
 
 TM_LB_SWEEP = {"rows": (8, 16, 32, 64), "tiles": (512, 1024, 2048, 4096), "warps": (4,)}
+# --tm-lanes: time-major tiles whose rows fill a warp's lanes (4 fp32 a thread: 128 rows a warp, or
+# 32 or 64 rows a warp), so that Triton keeps a tile's steps in each thread's registers and the
+# scan along time needs no shuffles or shared memory; 1 or 2 warps.
+TM_LANES_SWEEP = {"rows": (32, 64, 128, 256), "steps": (4, 8, 16, 32, 64), "warps": (1, 2)}
+
+
+def time_major_lane_candidates(N: int, T: int) -> list[Config]:
+    """Stream and look-back tiles of TM_LANES_SWEEP (rows x steps on 1 or 2 warps)."""
+    out = []
+    for nw in TM_LANES_SWEEP["warps"]:
+        for bn in TM_LANES_SWEEP["rows"]:
+            if bn > max(32, sg_config._pow2(N)) or bn < 32 * nw:
+                continue
+            for bt in TM_LANES_SWEEP["steps"]:
+                if bt > max(16, sg_config._pow2(T)) or bn * bt > 8192:
+                    continue
+                out.append(Config(bn, bt, 1, nw, "stream", 3))
+                if T >= 512 and bt >= 16 and bt <= sg_config._pow2(T) // 2:
+                    out.append(Config(bn, bt, 1, nw, "lookback", 3))
+    return out
 
 
 def time_major_candidates(N: int, T: int, K: int) -> list[Config]:
@@ -211,6 +231,13 @@ def main() -> None:
         ap.add_argument(f"--tm-lb-{key}", default=None,
                         help=f"time-major look-back candidates' {key} (default "
                              f"{','.join(map(str, TM_LB_SWEEP[key]))})")
+    ap.add_argument("--tm-lanes", action="store_true",
+                    help="time-major: sweep time_major_lane_candidates() instead (tiles whose rows "
+                         "fill the lanes of 1 or 2 warps)")
+    for key in TM_LANES_SWEEP:
+        ap.add_argument(f"--tm-lanes-{key}", default=None,
+                        help=f"--tm-lanes candidates' {key} (default "
+                             f"{','.join(map(str, TM_LANES_SWEEP[key]))})")
     ap.add_argument("--tm-window", type=int, default=None,
                     help="runtime.config.TM_LB_WINDOW for this run (the row-tile look-back's window)")
     ap.add_argument("--sets", action="store_true",
@@ -222,6 +249,9 @@ def main() -> None:
     for key in TM_LB_SWEEP:
         if getattr(args, f"tm_lb_{key}"):
             TM_LB_SWEEP[key] = tuple(int(x) for x in getattr(args, f"tm_lb_{key}").split(","))
+    for key in TM_LANES_SWEEP:
+        if getattr(args, f"tm_lanes_{key}"):
+            TM_LANES_SWEEP[key] = tuple(int(x) for x in getattr(args, f"tm_lanes_{key}").split(","))
     t0 = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
     part, parts = map(int, args.part.split("/"))
@@ -265,7 +295,8 @@ def main() -> None:
             sets = [{a: v.clone() if torch.is_tensor(v) else v for a, v in kw.items()}
                     for _ in range(k - 1)]
         runtime.PLANS.clear()
-        cfgs = (time_major_candidates(N, T, K) if args.layout == "time-major" else
+        cfgs = (time_major_lane_candidates(N, T) if args.tm_lanes and K == 1 else
+                time_major_candidates(N, T, K) if args.layout == "time-major" else
                 candidates(N, T, K, args.quick,
                            tuple(int(x) for x in args.tiles.split(",")) if args.tiles else None))
         if args.families:
