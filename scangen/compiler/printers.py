@@ -154,8 +154,9 @@ class NumbaPrinter(_Printer):
 
 class NumbaVectorPrinter(NumbaPrinter):
     """As :class:`NumbaPrinter`, for loops meant to vectorise (the time-major kernels' loop over
-    rows): a ``Where`` is a select of both sides (``_nk.where``, as ``tl.where``) and ``exp`` is
-    ``_nk.exp``, arithmetic instead of a libm call. Either a branch or a call keeps LLVM from
+    rows, the row kernels' block of hoisted exps): a ``Where`` is a select of both sides
+    (``_nk.where``, as ``tl.where``) and ``exp`` is ``_nk.exp_as``, arithmetic instead of a libm
+    call. Either a branch or a call keeps LLVM from
     vectorising the loop (V-trace 4096 x 128: 10.1 against 1.7 ms); in a scalar loop both cost
     more than they save (V-trace rows 5.0 against 13.2 ms), so the row kernels keep those."""
 
@@ -163,8 +164,8 @@ class NumbaVectorPrinter(NumbaPrinter):
 
     _print_Where = _Printer._print_Where
 
-    def _print_exp(self, expr):  # _nk.exp computes in float64: back to F
-        return f"F(_nk.exp({self._print(expr.args[0])}))"
+    def _print_exp(self, expr):  # float32 arithmetic in float32 kernels, else float64
+        return f"_nk.exp_as({self._print(expr.args[0])}, F)"
 
 
 def print_expr(printer_cls, expr, symbols, spec_name) -> str:

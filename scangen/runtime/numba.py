@@ -78,11 +78,15 @@ def _view(t: torch.Tensor, shape: tuple, strides: tuple) -> np.ndarray:
     return t.as_strided(shape, strides, t.storage_offset()).numpy()
 
 
-def _layout(c, st: tuple, role: str, time_major: bool) -> tuple[tuple, tuple]:
+def _layout(c, rows: tuple, st: tuple, role: str, time_major: bool) -> tuple[tuple, tuple]:
     """(shape, strides) of one tensor's view: [R1, R2, T] (rows) or [R1, T, R2] (time-major),
-    with K last for [N, T, K] inputs and a time axis of 1 for [N] inputs."""
+    with K last for [N, T, K] inputs and a time axis of 1 for [N] inputs. ``rows``: the plan's
+    (R1, R2) and whether the call's R1 axis moved to R2 (:class:`_Plan`)."""
+    R1, R2, moved = rows
+    if moved:  # (s1, s2, st): the R2 axis is 1 long, the R1 axis takes its place
+        st = (0, st[0], *st[2:])
     T = 1 if role == "N" else c.T
-    shape, strides = [c.R1, c.R2, T], list(st[:3])
+    shape, strides = [R1, R2, T], list(st[:3])
     if time_major:
         shape, strides = [shape[0], shape[2], shape[1]], [strides[0], strides[2], strides[1]]
     if role == "NTK":
@@ -98,25 +102,33 @@ class _Plan:
         infos = {i.name: i for i in c.op.inputs}
         first = next(n for n in c.strides if infos[n].shape != "N")
         s1, s2, st = c.strides[first][:3]
-        tm = c.R2 > 1 and s2 < st  # time-major: rows adjacent in memory
+        # [N, T] stored time-major ([T, N] storage seen as [N, T], time_dim=-1): R2 is 1 and the
+        # rows are adjacent along R1; the kernels see them as R2 of one R1 index, so that the
+        # time-major kernel runs instead of the row kernel over strided rows (10x slower)
+        moved = c.R2 == 1 and c.R1 > 1 and s1 < st
+        R1, R2 = (1, c.R1) if moved else (c.R1, c.R2)
+        rows = (R1, R2, moved)
+        tm = R2 > 1 and (s1 if moved else s2) < st  # time-major: rows adjacent in memory
         dummy = np.empty((0,) * 3, np.float32 if c.out_dtype in _HALF else
                          torch.empty(0, dtype=c.out_dtype).numpy().dtype)
         self.sources = []  # (kind, name or value, shape, strides)
         for name, role in zip(module.ARRAYS, module.ROLES):
             if role == "input" and name in c.strides:
-                self.sources.append(("tensor", name, *_layout(c, c.strides[name],
+                self.sources.append(("tensor", name, *_layout(c, rows, c.strides[name],
                                                               infos[name].shape, tm)))
             elif role == "input":  # absent: its default, a number the kernel is compiled for
                 self.sources.append(("const", float(infos[name].default), None, None))
             elif role == "param" and name in c.pstrides:
-                self.sources.append(("param", name, *_layout(c, c.pstrides[name], "NT", tm)))
+                self.sources.append(("param", name, *_layout(c, rows, c.pstrides[name], "NT",
+                                                             tm)))
             elif role == "param":  # a float (float64 calls hold it as a 0-dim tensor)
                 self.sources.append(("float", name, None, None))
             elif name in c.out_strides:
-                self.sources.append(("out", name, *_layout(c, c.out_strides[name], "NT", tm)))
+                self.sources.append(("out", name, *_layout(c, rows, c.out_strides[name], "NT",
+                                                             tm)))
             elif tm:  # not asked for: stored, as every output, into a contiguous scratch
                 # [R1, 1, R2] at time index 0 (no two threads write one element)
-                self.sources.append(("const", np.empty((c.R1, 1, c.R2), dummy.dtype),
+                self.sources.append(("const", np.empty((R1, 1, R2), dummy.dtype),
                                      None, None))
             else:  # not asked for: never stored
                 self.sources.append(("const", dummy, None, None))
@@ -125,11 +137,11 @@ class _Plan:
             kind, _, name = flag.partition("_")
             words.append(int(name in (c.tensors if kind == "HAS" else c.outs)))
         S = np.array(words, dtype=np.int64)
-        self.time_major, self.R1, self.R2 = tm, c.R1, c.R2
+        self.time_major, self.R1, self.R2 = tm, R1, R2
         self.F = np.float64 if c.acc == torch.float64 else np.float32  # the kernels' arithmetic
         self.kernel = module._tmajor if tm else module._rows
         _light_cache_loads(self.kernel)
-        self.S, self.sizes = S, (c.R2, c.T, c.K)
+        self.S, self.sizes = S, (R2, c.T, c.K)
         self.half_outs = c.out_dtype in _HALF
         self.steps = c.R1 * c.R2 * c.T
         self.splits = {}
