@@ -41,9 +41,37 @@ def _choose(N, T, *, time_major=False, K=1, family=None, streams=3, lb_words=3):
     (200, 1024, (1, 1024, "stream")),     # few rows but one chunk each: nothing to prefetch
 ])
 def test_rows_layout(N, T, expected):
-    cfg = _choose(N, T)
+    cfg = _choose(N, T, streams=5)  # GAE's five [N, T] inputs and outputs, say
     assert (cfg.block_n, cfg.block_t, cfg.family) == expected
     assert cfg.num_warps == (8 if cfg.block_t == 8192 else 4)
+
+
+@pytest.mark.parametrize("N,T,expected", [
+    (16384, 64, (8, 64, 1)),     # 512-element tiles of light calls: one warp, one stage
+    (4096, 128, (4, 128, 1)),
+    (32768, 16, (32, 16, 1)),
+    (262144, 16, (128, 16, 4)),  # 2048-element tiles keep four warps
+    (16384, 1024, (1, 1024, 4)), # long chunks too
+])
+def test_light_calls_take_one_warp_for_short_chunks(N, T, expected):
+    cfg = _choose(N, T, streams=config.LIGHT_STREAMS)
+    assert (cfg.block_n, cfg.block_t, cfg.num_warps) == expected
+    assert cfg.num_stages == (1 if cfg.num_warps == 1 else 3)
+    assert _choose(N, T, streams=config.LIGHT_STREAMS + 1).num_warps == (
+        8 if cfg.block_t == 8192 else 4)
+
+
+@pytest.mark.parametrize("N,T,expected", [
+    (32768, 16, (2, 16, 1)),     # K_WARP_TILE = 256 elements a warp: 2 rows x 16 steps x 8
+    (16384, 64, (1, 64, 2)),     # one row of 64 x 8: two warps
+    (4096, 128, (1, 128, 4)),    # one row of 128 x 8: four warps, as before
+    (16384, 1024, (1, 128, 4)),
+])
+def test_trailing_axis_tiles_of_256_elements_a_warp(N, T, expected):
+    cfg = _choose(N, T, K=8, streams=5)
+    assert (cfg.block_n, cfg.block_t, cfg.num_warps) == expected
+    assert cfg.block_k == 8 and cfg.family == "stream"
+    assert cfg.num_stages == (1 if cfg.num_warps < 4 else 3)
 
 
 @pytest.mark.parametrize("N,T,streams,family", [

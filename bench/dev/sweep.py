@@ -50,6 +50,9 @@ SHAPES = ["16384x1024", "4096x128", "32768x16", "256x8192", "64x65536", "1x10485
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+ROW_WARPS = (4, 8)  # --warps: the stream and persist candidates' warps
+
+
 def candidates(N: int, T: int, K: int, quick: bool = False, tiles=None) -> list[Config]:
     """Stream tiles of 1024 and 2048 elements (K included) with chunks from T/4 to T (at most
     1024), 4 or 8 warps, in the persist family too for chunks of 512 elements or more; for long
@@ -68,7 +71,7 @@ def candidates(N: int, T: int, K: int, quick: bool = False, tiles=None) -> list[
             bn = tile // (bt * kk)
             if bn < 1 or bn > max(1, N):
                 continue
-            for nw in (4, 8):
+            for nw in ROW_WARPS:
                 for ns in (1, 3) if quick else (1,):
                     out.append(Config(bn, bt, kk, nw, "stream", ns))
                     if bt * kk >= 512:  # long chunks: the persistent stream too
@@ -214,6 +217,7 @@ def main() -> None:
     ap.add_argument("--compile-only", action="store_true")
     ap.add_argument("--quick", action="store_true", help="fewer candidates (see candidates())")
     ap.add_argument("--tiles", default="", help="stream tile sizes in elements, e.g. 256,512,1024")
+    ap.add_argument("--warps", default="", help="stream/persist candidates' warps (default 4,8)")
     ap.add_argument("--dtype", default="fp32", choices=sorted(DTYPES),
                     help="floating inputs and outputs (flags stay bool, actions int64)")
     ap.add_argument("--part", default="0/1", help="i/n: this process takes every n-th case")
@@ -252,6 +256,9 @@ def main() -> None:
     for key in TM_LANES_SWEEP:
         if getattr(args, f"tm_lanes_{key}"):
             TM_LANES_SWEEP[key] = tuple(int(x) for x in getattr(args, f"tm_lanes_{key}").split(","))
+    if args.warps:
+        global ROW_WARPS
+        ROW_WARPS = tuple(int(x) for x in args.warps.split(","))
     t0 = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
     part, parts = map(int, args.part.split("/"))

@@ -42,6 +42,13 @@ TM_TILE = 1024       # ... else tiles of this many elements
 MIN_ROWS_TIME_MAJOR = 16  # time-major with a trailing axis (K > 1): row-tile floor
 TIME_MAJOR_PROGRAMS_PER_SM = 2  # ... row tiles halved while the grid has fewer (8: slower)
 NUM_WARPS = 4        # measured best for every tile above (bench/NOTES.md, sweep of 2026-11-29)
+# ... except: short-chunk tiles of MIN_TILE elements of calls moving LIGHT_STREAMS [N, T] tensors or fewer (two
+# inputs, one output: eligibility traces, episodic sums) run on one warp, one pipeline stage
+# (10-24% faster at 4096x128, 32768x16, 16384x64); and rows-layout calls with a trailing axis
+# (K > 1, Retrace) take tiles of K_WARP_TILE elements a warp, one row a program where a row's
+# chunk is that long (32768x16: 25.8 -> 17.8 us; h200-2026-12-01-k-small-shapes.txt).
+LIGHT_STREAMS = 3
+K_WARP_TILE = 256
 K_FEW_ROWS_TILE = 2048  # elements (K included) a chunk, rows-layout K > 1 calls with few rows
 
 
@@ -269,6 +276,13 @@ def _shape_config(c, rows: int, block_k: int, kk: int, time_major: bool) -> Conf
         # 11.0 -> 7.8 us as a graph replay, h200-2026-12-01-g-sweep)
         block_t = max(16, min(_pow2(c.T), K_FEW_ROWS_TILE // kk))
         return Config(1, block_t, block_k, 8, "stream", num_stages=1)
+    if kk > 1:  # K_WARP_TILE elements a warp: more, smaller programs
+        block_n = max(1, min(block_n, K_WARP_TILE // (block_t * kk)))
+        warps = max(1, min(NUM_WARPS, block_n * block_t * kk // K_WARP_TILE))
+        if warps < NUM_WARPS:
+            return Config(block_n, block_t, block_k, warps, "stream", num_stages=1)
+    elif block_n * block_t <= MIN_TILE and _streams(c) <= LIGHT_STREAMS:
+        return Config(block_n, block_t, block_k, 1, "stream", num_stages=1)
     return Config(block_n, block_t, block_k, NUM_WARPS, "stream")
 
 
