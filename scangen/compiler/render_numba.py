@@ -149,11 +149,7 @@ def _step(plan: Plan, table: dict, cse: tuple, time_major: bool) -> NS:
                 beta=print_expr(printer, beta, table, spec))
              for name, assigns, alpha, beta in scan_cse]
     out_assigns = _assigns(printer, rest, table, spec)
-    times = []
-    for shift in sorted(shifts - {""}, key=lambda s: OFFSETS[s]):
-        off = OFFSETS[shift]
-        times.append(f"{TIME[shift]} = min(t + {off}, T - 1)" if off > 0
-                     else f"{TIME[shift]} = max(t - {-off}, 0)")
+    times = _time_lines(shifts)
     saved = [f"{s.name}__{'next' if ir.reverse else 'prev'} = {s.name}"
              for s in plan.scans if s.shifted]
     if time_major:
@@ -202,15 +198,24 @@ def _hoistable(plan: Plan, cse: tuple) -> list:
     return out
 
 
+def _time_lines(shifts: set) -> list[str]:
+    """The time index of each shift a step reads (``_tn = min(t + 1, T - 1)``), clamped to the
+    row: the kernels read a row's edge where a neighbour falls outside it."""
+    out = []
+    for shift in sorted(shifts - {""}, key=lambda s: OFFSETS[s]):
+        off = OFFSETS[shift]
+        out.append(f"{TIME[shift]} = min(t + {off}, T - 1)" if off > 0
+                   else f"{TIME[shift]} = max(t - {-off}, 0)")
+    return out
+
+
 def _hoist(hoisted: list, table: dict, spec: str, order: str) -> NS | None:
     """The lines of the row kernels' loop that fills the buffers of ``hoisted`` at each step
     ``t`` of a row: its time indices, its loads and one store a temporary."""
     if not hoisted:
         return None
     syms = sorted({x.name for _, e in hoisted for x in e.free_symbols})
-    shifts = sorted({split_sym(n)[1] for n in syms} - {""}, key=lambda s: OFFSETS[s])
-    times = [f"{TIME[sh]} = min(t + {OFFSETS[sh]}, T - 1)" if OFFSETS[sh] > 0
-             else f"{TIME[sh]} = max(t - {-OFFSETS[sh]}, 0)" for sh in shifts]
+    times = _time_lines({split_sym(n)[1] for n in syms})
     loads = [f"{n} = F(_nk.at({split_sym(n)[0]}__a, {order.format(t=TIME[split_sym(n)[1]])}))"
              for n in syms]
     fills = [f"_nk.put1(_hb_{v}, t, {print_expr(NumbaVectorPrinter, e, table, spec)})"
