@@ -42,11 +42,12 @@ TM_TILE = 1024       # ... else tiles of this many elements
 MIN_ROWS_TIME_MAJOR = 16  # time-major with a trailing axis (K > 1): row-tile floor
 TIME_MAJOR_PROGRAMS_PER_SM = 2  # ... row tiles halved while the grid has fewer (8: slower)
 NUM_WARPS = 4        # measured best for every tile above (bench/NOTES.md, sweep of 2026-11-29)
-# ... except: short-chunk tiles of MIN_TILE elements of calls moving LIGHT_STREAMS [N, T] tensors or fewer (two
-# inputs, one output: eligibility traces, episodic sums) run on one warp, one pipeline stage
-# (10-24% faster at 4096x128, 32768x16, 16384x64); and rows-layout calls with a trailing axis
-# (K > 1, Retrace) take tiles of K_WARP_TILE elements a warp, one row a program where a row's
-# chunk is that long (32768x16: 25.8 -> 17.8 us; h200-2026-12-01-k-small-shapes.txt).
+# ... except: short-chunk tiles of MIN_TILE elements or fewer of calls moving LIGHT_STREAMS
+# [N, T] tensors or fewer (two inputs, one output: eligibility traces, episodic sums) run on one
+# warp, one pipeline stage (10-24% faster at 4096x128, 32768x16, 16384x64); and rows-layout
+# calls with a trailing axis (K > 1, Retrace) take tiles of K_WARP_TILE elements a warp, one
+# row a program where a row's chunk is that long (32768x16: 25.8 -> 17.8 us;
+# bench/results/h200-2026-12-01-k-small-shapes.txt).
 LIGHT_STREAMS = 3
 K_WARP_TILE = 256
 K_FEW_ROWS_TILE = 2048  # elements (K included) a chunk, rows-layout K > 1 calls with few rows
