@@ -4,11 +4,12 @@
 # 16384x64), swept over stream tiles of 256-2048 elements on 1, 2 or 4 warps.
 #   OUT=/some/dir bash bench/dev/small_shapes_session.sh
 #   OUT=/some/dir CASES_SPEC="--algos gae --shapes 4096x128;--algos vtrace --shapes 32768x16" TILES=256,512 bash ...
+#   EXTRA="--dtype bf16": further sweep.py arguments for every case
 set -u
 export PYTHONPATH=.
-OUT=${OUT:?set OUT}
+OUT=${OUT:?set OUT}; mkdir -p "$OUT"
 W=/tmp/small_shapes; mkdir -p "$W"
-COMMON="--graph --sets --warps ${WARPS:-1,2,4} --tiles ${TILES:-256,512,1024,2048}"
+COMMON="--graph --sets --warps ${WARPS:-1,2,4} --tiles ${TILES:-256,512,1024,2048} ${EXTRA:-}"
 CASES=("--algos vtrace --shapes 4096x128,128x1024"
        "--algos gae,eligibility_traces,episodic_prefix_sum --shapes 128x1024"
        "--algos retrace --shapes 128x1024,16384x64")
