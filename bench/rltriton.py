@@ -302,6 +302,14 @@ def run_cell(name, N, T):
         for s, kw in zip(("sg", "rt"), copies):
             if s in ok:
                 thunks[s].append(side_fn(s, name, kw))
+    # steady state before timing: a scangen plan's second launch decides its fast path (a few
+    # ms), and the calls-per-sample calibration must not take that for a call: it then timed
+    # single-call samples (V-trace 64x65536: 199-203 us a call against 39 us)
+    for s in ok:
+        for th in thunks[s]:
+            th()
+    if SYNC:
+        SYNC()
     fns = {**{s: timing.cycling(thunks[s]) for s in ok}, "launch": launch}
     t = timing.interleaved(fns, rounds=ARGS.rounds + 2, target_s=0.01, sync=SYNC)
     row.update({f"{s}_call_us": t[s].median_s * 1e6 for s in fns})
