@@ -1,0 +1,57 @@
+"""A/B of numba kernels (issue 19): the generated kernel of one plan against variant modules.
+
+Each variant is a copy of a generated ``*_numba.py`` module with its ``_rows`` or ``_tmajor``
+edited by hand. All run on the same plan's arrays (scangen.runtime.numba), one thread, their
+outputs checked against the generated kernel's first, then timed alternately with
+``time.thread_time()`` (the thread's CPU time, which other processes on a shared VM barely
+move); FLUSH=1 reads 64 MB between calls, so each call finds little of its data in cache.
+
+    ALGO=gae FN=compute_gae N=4096 T=128 REPS=41 [FLUSH=1] [TM=1] python bench/dev/numba_ab.py variant.py ...
+
+Used for bench/CPU.md's rows "the row's first scanned step peeled" (2026-12-01).
+"""
+import os, sys, time, importlib.util, numpy as np, torch
+torch.set_num_threads(1)
+import scangen
+from scangen import testing, runtime
+algo = os.environ.get("ALGO", "gae"); N, T = int(os.environ.get("N", 4096)), int(os.environ.get("T", 128))
+FN = os.environ.get("FN", "compute_gae")
+kw = testing.make_inputs(algo, N, T, seed=0, dtype=torch.float32)
+if os.environ.get("TM"):
+    kw = {k: (v.transpose(0, 1).contiguous().transpose(0, 1) if torch.is_tensor(v) and v.dim() >= 2 else v) for k, v in kw.items()}
+fn = getattr(scangen, FN)
+runtime.PLANS.clear()
+ref = fn(**kw, backend="numba")
+plan = list(runtime.PLANS.values())[-1]
+lp = plan.lp.numba
+import inspect
+sig = inspect.signature(fn)
+vals = {k: kw.get(k, p.default) for k, p in sig.parameters.items() if k not in ("time_dim","outputs","backend")}
+c = plan.bind(vals)
+arrays, _ = lp.arrays(c)
+threads, items, head = lp.split(1)
+name = "_tmajor" if lp.time_major else "_rows"
+kerns = {"gen": lp.kernel}
+for p in sys.argv[1:]:
+    spec = importlib.util.spec_from_file_location(os.path.basename(p)[:-3], p)
+    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+    kerns[os.path.basename(p)] = getattr(m, name)
+outs = [i for i, r in enumerate(lp.sources) if r[0] == "out"]
+res = {}
+for k, f in kerns.items():
+    for i in outs: arrays[i][...] = np.nan
+    f(0, items, *head, *arrays)
+    res[k] = [arrays[i].copy() for i in outs]
+for k in kerns:
+    for a, b in zip(res["gen"], res[k]):
+        assert np.array_equal(a, b, equal_nan=True) or np.allclose(a, b, rtol=1e-5, atol=1e-5), (k, np.nanmax(abs(a-b)))
+times = {k: [] for k in kerns}
+junk = np.ones(16 << 20, np.float32) if os.environ.get("FLUSH") else None
+def flush():
+    if junk is not None: junk[::16] += 1.0
+for _ in range(int(os.environ.get("REPS", 21))):
+    for k, f in kerns.items():
+        flush(); t0 = time.thread_time(); f(0, items, *head, *arrays); times[k].append(time.thread_time() - t0)
+g = np.median(times["gen"])
+for k, v in times.items():
+    print(f"{algo} {N}x{T} {'tm' if lp.time_major else 'rows'} {k}: {np.median(v)*1e3:.3f} ms  gen/this {g/np.median(v):.2f}x")
