@@ -349,11 +349,16 @@ def test_very_long_input_name_is_refused():
 
 
 # Names the generated code itself uses for its own variables, arguments and globals. A spec
-# that declares one must be refused, or the op must still compute the right numbers.
+# that declares one must be refused, or the op must still compute the right numbers. The second
+# group were the numba kernels' locals and arguments (an input named t, np or F crashed the
+# process before they took a leading underscore).
 COLLISIONS = [
     ("x", "c"), ("x", "OP"), ("x", "T"), ("x", "ACC"), ("x", "BLOCK_T"),
     ("g", "T"), ("g", "R1"), ("g", "BLOCK_N"), ("g", "HAS_o"), ("g", "STORE_y"),
     ("A", "c"), ("name", "OP"),
+    ("x", "t"), ("x", "r"), ("x", "F"), ("x", "S"), ("x", "n"), ("x", "np"), ("x", "j"),
+    ("x", "hi"), ("x", "tile"), ("g", "lo"), ("g", "G"), ("A", "r1"), ("A", "G"), ("A", "C"),
+    ("A", "TB"),
 ]
 
 
@@ -370,8 +375,8 @@ def test_names_used_by_the_generated_code(tmp_path, monkeypatch, role, name):
     fn = compiles_or_refused(text, tmp_path)
     if fn is None:
         return
-    x = torch.randn(2, 40)
-    args = {kwargs.get("x", "x"): x, "f": torch.zeros(2, 40), "b": torch.zeros(2)}
+    x = torch.randn(6, 40)  # 6 rows: the numba row kernel's group of 4 and 2 rows left over
+    args = {kwargs.get("x", "x"): x, "f": torch.zeros(6, 40), "b": torch.zeros(6)}
     for backend in BACKENDS:
         out = fn(**args, backend=backend)
         torch.testing.assert_close(out.double(), _reverse_loop(x), atol=1e-5, rtol=1e-5)

@@ -341,3 +341,50 @@ def test_a_kernel_missing_from_the_cache_still_compiles_in_a_fresh_process(tmp_p
     assert out.returncode == 0, out.stderr[-3000:]
     loads, same = out.stdout.split()
     assert int(loads) >= 1 and same == "True"
+
+
+# ---------------------------------------------------------------------------------------------
+# The row kernel's groups of rows and chunks of steps (scangen.compiler.render_numba._phased)
+
+
+@pytest.mark.parametrize("chunk", [1, 5, numbapath.ROW_CHUNK], ids=lambda c: f"chunk{c}")
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_row_groups_and_chunks_match_the_reference(name, chunk, monkeypatch):
+    """9 rows (two groups of four, one row left over) of 37 steps, in chunks of 1, 5 (a chunk
+    boundary inside every row, a short last chunk) and the default (one chunk), both flags
+    frequent: every output of every algorithm matches its float64 reference, and a NaN in one
+    row of a group stays in that row."""
+    monkeypatch.setattr(numbapath, "ROW_CHUNK", chunk)
+    inputs = make_inputs(name, 9, 37, seed=11, term_rate=0.2, trunc_rate=0.2)
+    want = REFERENCES[name](**inputs)
+    got = getattr(scangen, name)(**inputs, backend="numba")
+    got, want = (x if isinstance(x, tuple) else (x,) for x in (got, want))
+    for g, w in zip(got, want):
+        assert_close(g, w, dtype=torch.float32, name=f"{name} chunk {chunk}")
+    key = next(k for k, v in inputs.items() if torch.is_tensor(v) and v.dim() == 2
+               and v.is_floating_point())
+    poisoned = dict(inputs)
+    poisoned[key] = inputs[key].clone()
+    poisoned[key][5, 17] = float("nan")  # row 5: the second group's second row
+    got = getattr(scangen, name)(**poisoned, backend="numba")
+    got = got if isinstance(got, tuple) else (got,)
+    rows = [r for r in range(9) if r != 5]
+    for g, w in zip(got, want):
+        assert_close(g[rows], w[rows], dtype=torch.float32, name=f"{name} NaN in row 5")
+    assert any(torch.isnan(g[5]).any() for g in got), name
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_gradcheck_row_groups_and_chunks(name, monkeypatch):
+    """The backward kernels' groups and chunks: float64 gradcheck over 5 rows (a group of
+    four, one left over) of 6 steps in chunks of 4."""
+    monkeypatch.setattr(numbapath, "ROW_CHUNK", 4)
+    inputs = make_inputs(name, 5, 6, seed=12, dtype=torch.float64)
+    names = [k for k, v in inputs.items() if torch.is_tensor(v) and v.is_floating_point()]
+    fn = getattr(scangen, name)
+
+    def f(*tensors):
+        out = fn(**{**inputs, **dict(zip(names, tensors))}, backend="numba")
+        return out if isinstance(out, tuple) else (out,)
+    leaves = [inputs[k].clone().requires_grad_(True) for k in names]
+    assert torch.autograd.gradcheck(f, leaves, eps=1e-6, atol=1e-5)

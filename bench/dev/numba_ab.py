@@ -6,9 +6,13 @@ outputs checked against the generated kernel's first, then timed alternately wit
 ``time.thread_time()`` (the thread's CPU time, which other processes on a shared VM barely
 move); FLUSH=1 reads 64 MB between calls, so each call finds little of its data in cache.
 
-    ALGO=gae FN=compute_gae N=4096 T=128 REPS=41 [FLUSH=1] [TM=1] python bench/dev/numba_ab.py variant.py ...
+    ALGO=gae FN=compute_gae N=4096 T=128 REPS=41 [FLUSH=1] [TM=1] [OUTS=advantages,returns] \
+        python bench/dev/numba_ab.py variant.py ...
 
-Used for bench/CPU.md's rows "the row's first scanned step peeled" (2026-12-01).
+A variant may be a module of an earlier commit (``git show 78a2fe1:generated/gae_numba.py >
+/tmp/gae_old.py``): a row kernel without the chunk argument gets the leading arguments without
+it. Used for bench/CPU.md's rows "the row's first scanned step peeled" (2026-12-01) and "rows in
+groups of four" (2026-12-02).
 """
 import os, sys, time, importlib.util, numpy as np, torch
 torch.set_num_threads(1)
@@ -21,7 +25,8 @@ if os.environ.get("TM"):
     kw = {k: (v.transpose(0, 1).contiguous().transpose(0, 1) if torch.is_tensor(v) and v.dim() >= 2 else v) for k, v in kw.items()}
 fn = getattr(scangen, FN)
 runtime.PLANS.clear()
-ref = fn(**kw, backend="numba")
+OUTS = os.environ.get("OUTS")
+ref = fn(**kw, backend="numba", **({"outputs": tuple(OUTS.split(","))} if OUTS else {}))
 plan = list(runtime.PLANS.values())[-1]
 lp = plan.lp.numba
 import inspect
@@ -37,10 +42,19 @@ for p in sys.argv[1:]:
     m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
     kerns[os.path.basename(p)] = getattr(m, name)
 outs = [i for i, r in enumerate(lp.sources) if r[0] == "out"]
+n_args = len(arrays)
+
+
+def lead(f):
+    """The kernel's leading arguments: a row kernel of before 2026-12-02 takes no chunk."""
+    n = len(inspect.signature(f.py_func).parameters) - 2 - n_args
+    return head if n == len(head) else head[:3] + head[4:]
+
+
 res = {}
 for k, f in kerns.items():
     for i in outs: arrays[i][...] = np.nan
-    f(0, items, *head, *arrays)
+    f(0, items, *lead(f), *arrays)
     res[k] = [arrays[i].copy() for i in outs]
 for k in kerns:
     for a, b in zip(res["gen"], res[k]):
@@ -51,7 +65,10 @@ def flush():
     if junk is not None: junk[::16] += 1.0
 for _ in range(int(os.environ.get("REPS", 21))):
     for k, f in kerns.items():
-        flush(); t0 = time.thread_time(); f(0, items, *head, *arrays); times[k].append(time.thread_time() - t0)
+        a = lead(f)
+        flush(); t0 = time.thread_time(); f(0, items, *a, *arrays); times[k].append(time.thread_time() - t0)
 g = np.median(times["gen"])
 for k, v in times.items():
-    print(f"{algo} {N}x{T} {'tm' if lp.time_major else 'rows'} {k}: {np.median(v)*1e3:.3f} ms  gen/this {g/np.median(v):.2f}x")
+    q1, q3 = np.percentile(v, [25, 75]) * 1e3
+    print(f"{algo} {N}x{T} {'tm' if lp.time_major else 'rows'} {k}: {np.median(v)*1e3:.3f} ms "
+          f"(quartiles {q1:.3f}-{q3:.3f}, min {min(v)*1e3:.3f})  gen/this {g/np.median(v):.2f}x")

@@ -52,7 +52,8 @@ def generate_modules(spec_or_path, source: str | None = None,
         try:
             grad = plan(backward)
             grad_files = {**render(grad, f"{source} (adjoint)", options),
-                          NUMBA_SUFFIX: render_numba(grad, f"{source} (adjoint)")}
+                          NUMBA_SUFFIX: render_numba(grad, f"{source} (adjoint)",
+                                                     grouped=False)}
         except SpecError:  # a derivative the printers cannot write: no _grad files; autograd
             grad_files = {}  # differentiates the generated torch path instead (runtime.ops)
         files.update({GRAD_SUFFIX + suffix: text for suffix, text in grad_files.items()})

@@ -133,12 +133,12 @@ class NumbaPrinter(_Printer):
     float64 and would widen the arithmetic around it."""
 
     target = "numba"
-    functions = {"exp": "np.exp", "log": "np.log", "Abs": "abs", "sqrt": "np.sqrt"}
-    sqrt = "np.sqrt"
+    functions = {"exp": "_np.exp", "log": "_np.log", "Abs": "abs", "sqrt": "_np.sqrt"}
+    sqrt = "_np.sqrt"
     where = "_nk.where"
 
     def num(self, text: str) -> str:
-        return f"F({text})"
+        return f"_F({text})"
 
     def _print_Where(self, expr):  # a branch: a scalar loop computes only the side it takes
         c, a, b = expr.args
@@ -165,7 +165,7 @@ class NumbaVectorPrinter(NumbaPrinter):
     _print_Where = _Printer._print_Where
 
     def _print_exp(self, expr):  # float32 arithmetic in float32 kernels, else float64
-        return f"_nk.exp_as({self._print(expr.args[0])}, F)"
+        return f"_nk.exp_as({self._print(expr.args[0])}, _F)"
 
 
 def print_expr(printer_cls, expr, symbols, spec_name) -> str:

@@ -2,22 +2,27 @@
 
 The CPU has no use for the GPU's parallel scan: one thread walks each row once in time, the
 carried states in registers, so the work is O(T) with one read of every input and one write of
-every output. Two kernels come from one step body: ``_rows`` (rows contiguous in time: each row
-scanned in turn) and ``_tmajor`` (time-major buffers: time outermost, a tile of rows innermost,
-so memory is read in order). The host side (:mod:`scangen.runtime.numba`) splits rows or tiles
-across threads.
+every output. Two kernels come from one plan: ``_rows`` (rows contiguous in time: groups of
+four rows scanned together in phases, their FMA chains interleaved, :func:`scangen.compiler.numba_groups.grouped_rows`; the rows
+left over one at a time in one pass) and ``_tmajor`` (time-major buffers: time outermost, a
+tile of rows innermost, so memory is read in order). The host side
+(:mod:`scangen.runtime.numba`) splits rows or tiles across threads.
+
+Every name a kernel defines starts with ``_`` (``_t``, ``_r1``, ``_F``, ``_np``) or is one
+:mod:`scangen.compiler.validate` reserves (``T``, ``K``, ``R2``, ``HAS_x``, ``STORE_y``): a spec's
+names start with a letter and are never reserved, so they never shadow the kernel's own.
 
 Every decision is made here; ``templates/numba_module.py.j2`` only lays the lines out. The
 argument contract with the host side is the module's ``ARRAYS`` and ``FLAGS`` tuples: the kernel
 takes one argument per entry of ``ARRAYS`` (inputs, params, outputs, in that order) and one
-int64 array ``S`` of 0/1 words, one per entry of ``FLAGS`` (``HAS_<optional input>``,
+int64 array ``_S`` of 0/1 words, one per entry of ``FLAGS`` (``HAS_<optional input>``,
 ``STORE_<output>``; ``_tmajor`` stores every output, those not asked for into a scratch
 view). An argument is a NumPy view of the tensor's own storage over the canonical
 index space, ``[R1, R2, T]`` for ``_rows`` and ``[R1, T, R2]`` for ``_tmajor`` (``[.., K]`` for
 ``[N, T, K]`` inputs, the time axis of size 1 for ``[N]`` inputs), so numba knows the innermost
 stride of a contiguous view at compile time; or, for a float param or an absent input, a
 number (``_nk.at`` reads either, and numba compiles a kernel for each mix). Both kernels also
-take ``F``, the type they compute in: np.float32 (float32, float16 and bfloat16 calls, as the
+take ``_F``, the type they compute in: np.float32 (float32, float16 and bfloat16 calls, as the
 Triton kernels accumulate) or np.float64; every load and number is cast to it.
 """
 from __future__ import annotations
@@ -30,17 +35,10 @@ import sympy
 
 from ..abi import OFFSETS, has_flag, split_sym, store_flag
 from .plan import Block, Plan
+from .numba_groups import (GROUP_ROWS, ORDER, TIME, grouped_rows, print_assigns,
+                           time_lines)
 from .printers import NumbaPrinter, NumbaVectorPrinter, print_expr
 from .templating import PACKAGE, comment, pylit, render_template
-
-TIME = {"": "t", "next": "_tn", "prev": "_tp", "next2": "_tn2", "prev2": "_tp2"}
-# The index of step ``{t}`` of the row (r1, r2) in each kernel's views.
-ORDER = {"rows": "r1, r2, {t}", "tmajor": "r1, {t}, r2"}
-
-
-def _assigns(printer, assigns, table: dict, spec: str) -> list[str]:
-    return [f"{v} = {print_expr(printer, e, table, spec)}" for v, e in assigns]
-
 
 def numba_context(plan: Plan) -> NS:
     ir = plan.ir
@@ -49,22 +47,23 @@ def numba_context(plan: Plan) -> NS:
               + [NS(name=o.name, role="output") for o in ir.outputs])
     flags = [has_flag(i.name) for i in ir.inputs if i.optional]
     flags += [store_flag(o.name) for o in ir.outputs]
-    consts = [f"{f} = S[{k}] != 0" for k, f in enumerate(flags)]
+    consts = [f"{f} = _S[{k}] != 0" for k, f in enumerate(flags)]
     table = {s: s for s in plan.symbols}
-    table.update({f"HAS_{i.name}": f"(F(1.0) if HAS_{i.name} else F(0.0))"
+    table.update({f"HAS_{i.name}": f"(_F(1.0) if HAS_{i.name} else _F(0.0))"
                   for i in ir.inputs if i.optional})
     inits = [f"{s.name} = {print_expr(NumbaPrinter, s.init, table, ir.name)}"
              for s in plan.scans]
     cse = _one_cse(plan)  # the arithmetic of a step, the same in both loops
     rows = _step(plan, table, cse, time_major=False)
     tmajor = _step(plan, table, cse, time_major=True)
+    groups = grouped_rows(plan, table, cse)
     return NS(array_args=", ".join(f"{a.name}__a" for a in arrays),
               array_names=tuple(a.name for a in arrays),
               array_roles=tuple(a.role for a in arrays), flags=tuple(flags), consts=consts,
               inits=inits, states=[s.name for s in ir.scans], rows=rows, tmajor=tmajor,
+              groups=groups, G=GROUP_ROWS, reverse=ir.reverse,
               time=("T - 1 - _i" if ir.reverse else "_i"),
-              time_scales=[f"_ts_{o.name} = 1 if STORE_{o.name} else 0" for o in ir.outputs],
-              row=("hi - 1 - _r" if ir.reverse else "lo + _r"))
+              time_scales=[f"_ts_{o.name} = 1 if STORE_{o.name} else 0" for o in ir.outputs])
 
 
 def _step(plan: Plan, table: dict, cse: tuple, time_major: bool) -> NS:
@@ -93,7 +92,7 @@ def _step(plan: Plan, table: dict, cse: tuple, time_major: bool) -> NS:
         """The row view of array ``b`` at time ``shift`` (None: an [N] input's one step)."""
         name = f"_v_{b}" + (f"__{shift}" if shift else "")
         t = "0" if shift is None else TIME[shift]
-        (row_views if shift is None else views)[name] = f"_nk.row({b}__a, r1, {t}, r2_0, n)"
+        (row_views if shift is None else views)[name] = f"_nk.row({b}__a, _r1, {t}, _r2_0, _n)"
         return name
 
     def at(b: str, shift, k: str = "") -> str:
@@ -104,23 +103,23 @@ def _step(plan: Plan, table: dict, cse: tuple, time_major: bool) -> NS:
         t = "0" if shift is None else TIME[shift]
         return f"_nk.at{'k' if k else ''}({b}__a, {order.format(t=t)}{k})"
 
-    row_loads = [f"{i.name} = F({at(i.name, None)})" for i in ir.inputs
+    row_loads = [f"{i.name} = _F({at(i.name, None)})" for i in ir.inputs
                  if i.shape == "N" and i.name in plan.symbols]
     shifts, loads = set(), []
     for sym in sorted(plan.symbols):
         b, shift = split_sym(sym)
         if (b in kinds and kinds[b].shape == "NT") or b in params:
-            cast = "int" if b in kinds and kinds[b].kind == "index" else "F"
+            cast = "int" if b in kinds and kinds[b].kind == "index" else "_F"
             loads.append(f"{sym} = {cast}({at(b, shift)})")
             shifts.add(shift)
         elif b in ("is_first", "is_last"):
             edge = "0" if b == "is_first" else "T - 1"
             off = OFFSETS[shift]
-            when = "t" if not off else f"t {'+' if off > 0 else '-'} {abs(off)}"
-            loads.append(f"{sym} = F(1.0) if {when} == {edge} else F(0.0)")
+            when = "_t" if not off else f"_t {'+' if off > 0 else '-'} {abs(off)}"
+            loads.append(f"{sym} = _F(1.0) if {when} == {edge} else _F(0.0)")
     for g in plan.gathers:
         shifts.add(g.shift)
-        loads.append(f"{g.var} = F(_nk.gather({g.src}__a, {order.format(t=TIME[g.shift])}, "
+        loads.append(f"{g.var} = _F(_nk.gather({g.src}__a, {order.format(t=TIME[g.shift])}, "
                      f"K, {g.index}))")
     sums = []
     for sp in plan.sums:
@@ -130,41 +129,41 @@ def _step(plan: Plan, table: dict, cse: tuple, time_major: bool) -> NS:
             b, shift = split_sym(s)
             shifts.add(shift)
             kk[s] = f"{s}__k"
-            k_loads.append(f"{s}__k = F({at(b, shift, ', _k')})")
+            k_loads.append(f"{s}__k = _F({at(b, shift, ', _k')})")
         kk.update({v: v for v, _ in sp.block.assigns})
         sums.append(NS(var=sp.var, loads=k_loads,
-                       assigns=_assigns(printer, sp.block.assigns, kk, spec),
+                       assigns=print_assigns(printer, sp.block.assigns, kk, spec),
                        summand=print_expr(printer, sp.block.results[0][1], kk, spec)))
     scan_cse, rest, out_exprs = cse
     hoisted = [] if time_major else _hoistable(plan, cse)
     hoist = _hoist(hoisted, table, spec, order)
     if hoisted:  # the step reads each hoisted value from its row's buffer
-        loads += [f"{v} = _nk.at1(_hb_{v}, t)" for v, _ in hoisted]
+        loads += [f"{v} = _nk.at1(_hb_{v}, _t)" for v, _ in hoisted]
         names = {v for v, _ in hoisted}
         scan_cse = [(name, [(v, e) for v, e in assigns if v not in names], alpha, beta)
                     for name, assigns, alpha, beta in scan_cse]
         rest = [(v, e) for v, e in rest if v not in names]
-    scans = [NS(name=name, assigns=_assigns(printer, assigns, table, spec),
+    scans = [NS(name=name, assigns=print_assigns(printer, assigns, table, spec),
                 alpha=print_expr(printer, alpha, table, spec),
                 beta=print_expr(printer, beta, table, spec))
              for name, assigns, alpha, beta in scan_cse]
-    out_assigns = _assigns(printer, rest, table, spec)
-    times = _time_lines(shifts)
+    out_assigns = print_assigns(printer, rest, table, spec)
+    times = time_lines(shifts)
     saved = [f"{s.name}__{'next' if ir.reverse else 'prev'} = {s.name}"
              for s in plan.scans if s.shifted]
     if time_major:
-        views.update({f"_w_{o}": f"_nk.row({o}__a, r1, t * _ts_{o}, r2_0, n)"
+        views.update({f"_w_{o}": f"_nk.row({o}__a, _r1, _t * _ts_{o}, _r2_0, _n)"
                       for o, _ in out_exprs})
     outputs = [NS(name=o, code=print_expr(printer, e, table, spec),
                   put=(f"_nk.put1(_w_{o}, _j, " if time_major
-                       else f"_nk.put({o}__a, {order.format(t='t')}, "),
+                       else f"_nk.put({o}__a, {order.format(t='_t')}, "),
                   guard="" if time_major else store_flag(o))
                for o, e in out_exprs]
     # time-major: the time indices and the row views are the step's, outside the loop over rows;
     # r2, the row's index, only where a [.., K] view needs it
     per_step = times + [f"{v} = {e}" for v, e in views.items()] if time_major else []
     if time_major and (plan.sums or plan.gathers):
-        loads.insert(0, "r2 = r2_0 + _j")
+        loads.insert(0, "_r2 = _r2_0 + _j")
     return NS(hoist=hoist, row_loads=row_loads, saved=saved, times=[] if time_major else times,
               per_step=per_step, row_views=[f"{v} = {e}" for v, e in row_views.items()],
               loads=loads, sums=sums, scans=scans, out_assigns=out_assigns, outputs=outputs)
@@ -198,29 +197,18 @@ def _hoistable(plan: Plan, cse: tuple) -> list:
     return out
 
 
-def _time_lines(shifts: set) -> list[str]:
-    """The time index of each shift a step reads (``_tn = min(t + 1, T - 1)``), clamped to the
-    row: the kernels read a row's edge where a neighbour falls outside it."""
-    out = []
-    for shift in sorted(shifts - {""}, key=lambda s: OFFSETS[s]):
-        off = OFFSETS[shift]
-        out.append(f"{TIME[shift]} = min(t + {off}, T - 1)" if off > 0
-                   else f"{TIME[shift]} = max(t - {-off}, 0)")
-    return out
-
-
 def _hoist(hoisted: list, table: dict, spec: str, order: str) -> NS | None:
     """The lines of the row kernels' loop that fills the buffers of ``hoisted`` at each step
     ``t`` of a row: its time indices, its loads and one store a temporary."""
     if not hoisted:
         return None
     syms = sorted({x.name for _, e in hoisted for x in e.free_symbols})
-    times = _time_lines({split_sym(n)[1] for n in syms})
-    loads = [f"{n} = F(_nk.at({split_sym(n)[0]}__a, {order.format(t=TIME[split_sym(n)[1]])}))"
+    times = time_lines({split_sym(n)[1] for n in syms})
+    loads = [f"{n} = _F(_nk.at({split_sym(n)[0]}__a, {order.format(t=TIME[split_sym(n)[1]])}))"
              for n in syms]
-    fills = [f"_nk.put1(_hb_{v}, t, {print_expr(NumbaVectorPrinter, e, table, spec)})"
+    fills = [f"_nk.put1(_hb_{v}, _t, {print_expr(NumbaVectorPrinter, e, table, spec)})"
              for v, e in hoisted]
-    return NS(buffers=[f"_hb_{v} = np.empty(T, F)" for v, _ in hoisted],
+    return NS(buffers=[f"_hb_{v} = _np.empty(T, _F)" for v, _ in hoisted],
               lines=times + loads + fills)
 
 
@@ -274,12 +262,18 @@ def _inlined(block: Block) -> list:
 NUMBA_TEMPLATE = "numba_module.py.j2"
 
 
-def render_numba(plan: Plan, source: str) -> str:
+def render_numba(plan: Plan, source: str, grouped: bool = True) -> str:
+    """The numba module of ``plan``. ``grouped=False`` (the backward modules): the row kernel
+    scans every row in one pass, without the groups of :func:`scangen.compiler.numba_groups.grouped_rows`, whose text would
+    double the compile time of the adjoint's long step (V-trace's eleven outputs) for calls
+    that are rarer than the forward's."""
     from .. import __version__
     ir = plan.ir
     title = (ir.doc.strip().splitlines() or [ir.name])[0]
+    k = numba_context(plan)
+    k.grouped = grouped
     return render_template(NUMBA_TEMPLATE, version=__version__, source=comment(source),
-                           title=pylit(title), function=ir.function, k=numba_context(plan),
+                           title=pylit(title), function=ir.function, k=k,
                            helpers=helpers_hash())
 
 

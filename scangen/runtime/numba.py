@@ -33,6 +33,11 @@ _HALF = (torch.float16, torch.bfloat16)
 # float64 carries per scan stay in L2). A step then reads long runs of each array: tiles of
 # 256 rows read 1024 x 1024 GAE 1.4x slower than one tile of 1024.
 MAX_TILE_ROWS = 8192
+# The steps of a row the row kernels take in one chunk (scangen.compiler.render_numba._phased):
+# a group's buffers (2 x 4 rows x 16384 float32s, 512 KB) stay in L2, and longer chunks read
+# memory in longer runs: GAE over 64 x 16384 rows in chunks of 2048, 4096, 8192 and 16384 steps
+# took 1.26, 1.21, 1.21 and 1.05 ms (a row at a time in one pass: 1.38 ms; bench/CPU.md).
+ROW_CHUNK = 16384
 # Below this many steps in all, splitting a call over threads costs more than it saves.
 MIN_PARALLEL_STEPS = 32768
 # Above it, a plan times this many calls on one thread and as many on all the threads asked
@@ -171,16 +176,18 @@ class _Plan:
 
     def split(self, threads: int) -> tuple[int, int, tuple]:
         """(threads to use, work items, the kernel's leading arguments) for ``threads``
-        threads: rows, or time-major tiles of rows sized so that each thread gets one."""
-        if threads not in self.splits:
+        threads: rows (and the steps of a row kernel's chunk), or time-major tiles of rows sized
+        so that each thread gets one."""
+        key = (threads, ROW_CHUNK)  # ROW_CHUNK: a module setting (tests make it small)
+        if key not in self.splits:
             if self.time_major:
                 per_r1 = -(-threads // self.R1)  # tiles per R1 index
                 tile = min(MAX_TILE_ROWS, -(-self.R2 // per_r1))
                 items, head = self.R1 * -(-self.R2 // tile), (*self.sizes, tile, self.S, self.F)
             else:
-                items, head = self.R1 * self.R2, (*self.sizes, self.S, self.F)
-            self.splits[threads] = (min(threads, items), items, head)
-        return self.splits[threads]
+                items, head = self.R1 * self.R2, (*self.sizes, ROW_CHUNK, self.S, self.F)
+            self.splits[key] = (min(threads, items), items, head)
+        return self.splits[key]
 
     def arrays(self, c):
         out, widened = [], []
