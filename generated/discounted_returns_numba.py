@@ -34,6 +34,8 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, terminateds__a, truncated
     HAS_bootstrap_values = _S[1] != 0
     STORE_returns = _S[2] != 0
     STORE_st__G = _S[3] != 0
+    _hf_truncateds = _F(1.0) if HAS_truncateds else _F(0.0)
+    _hf_bootstrap_values = _F(1.0) if HAS_bootstrap_values else _F(0.0)
     _G = 4
     _C = min(_CH, max(T, 1))  # the steps of a chunk
     _n_groups = (_hi - _lo) // _G
@@ -149,6 +151,8 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, rewards__a, terminateds__a, truncat
     HAS_bootstrap_values = _S[1] != 0
     STORE_returns = _S[2] != 0
     STORE_st__G = _S[3] != 0
+    _hf_truncateds = _F(1.0) if HAS_truncateds else _F(0.0)
+    _hf_bootstrap_values = _F(1.0) if HAS_bootstrap_values else _F(0.0)
     _ts_returns = 1 if STORE_returns else 0
     _ts_st__G = 1 if STORE_st__G else 0
     _n_tiles = (R2 + _TB - 1) // _TB

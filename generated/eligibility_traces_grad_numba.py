@@ -36,6 +36,8 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, gradients__a, dones__a, seed_values__
     STORE_d__seed_values = _S[3] != 0
     STORE_d__gamma = _S[4] != 0
     STORE_d__lambda_ = _S[5] != 0
+    _hf_seed_values = _F(1.0) if HAS_seed_values else _F(0.0)
+    _hf_gy__traces = _F(1.0) if HAS_gy__traces else _F(0.0)
     _G = 4
     _n_groups = 0  # a backward module: every row in one pass
     _n_left = _hi - _lo - _G * _n_groups
@@ -85,6 +87,8 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, gradients__a, dones__a, seed_values
     STORE_d__seed_values = _S[3] != 0
     STORE_d__gamma = _S[4] != 0
     STORE_d__lambda_ = _S[5] != 0
+    _hf_seed_values = _F(1.0) if HAS_seed_values else _F(0.0)
+    _hf_gy__traces = _F(1.0) if HAS_gy__traces else _F(0.0)
     _ts_d__gradients = 1 if STORE_d__gradients else 0
     _ts_d__seed_values = 1 if STORE_d__seed_values else 0
     _ts_d__gamma = 1 if STORE_d__gamma else 0

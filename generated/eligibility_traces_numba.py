@@ -33,6 +33,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, gradients__a, dones__a, seed_values__
     HAS_seed_values = _S[0] != 0
     STORE_traces = _S[1] != 0
     STORE_st__z = _S[2] != 0
+    _hf_seed_values = _F(1.0) if HAS_seed_values else _F(0.0)
     _G = 4
     _C = min(_CH, max(T, 1))  # the steps of a chunk
     _n_groups = (_hi - _lo) // _G
@@ -163,6 +164,7 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, gradients__a, dones__a, seed_values
     HAS_seed_values = _S[0] != 0
     STORE_traces = _S[1] != 0
     STORE_st__z = _S[2] != 0
+    _hf_seed_values = _F(1.0) if HAS_seed_values else _F(0.0)
     _ts_traces = 1 if STORE_traces else 0
     _ts_st__z = 1 if STORE_st__z else 0
     _n_tiles = (R2 + _TB - 1) // _TB

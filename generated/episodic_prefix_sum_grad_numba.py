@@ -35,6 +35,8 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, inputs__a, dones__a, seed_values__a, 
     STORE_d__inputs = _S[2] != 0
     STORE_d__seed_values = _S[3] != 0
     STORE_d__boundary = _S[4] != 0
+    _hf_seed_values = _F(1.0) if HAS_seed_values else _F(0.0)
+    _hf_gy__sums = _F(1.0) if HAS_gy__sums else _F(0.0)
     _G = 4
     _n_groups = 0  # a backward module: every row in one pass
     _n_left = _hi - _lo - _G * _n_groups
@@ -75,6 +77,8 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, inputs__a, dones__a, seed_values__a
     STORE_d__inputs = _S[2] != 0
     STORE_d__seed_values = _S[3] != 0
     STORE_d__boundary = _S[4] != 0
+    _hf_seed_values = _F(1.0) if HAS_seed_values else _F(0.0)
+    _hf_gy__sums = _F(1.0) if HAS_gy__sums else _F(0.0)
     _ts_d__inputs = 1 if STORE_d__inputs else 0
     _ts_d__seed_values = 1 if STORE_d__seed_values else 0
     _ts_d__boundary = 1 if STORE_d__boundary else 0

@@ -41,6 +41,11 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, values__a, terminateds__a
     STORE_d__last_value = _S[8] != 0
     STORE_d__gamma = _S[9] != 0
     STORE_d__lambda_ = _S[10] != 0
+    _hf_truncateds = _F(1.0) if HAS_truncateds else _F(0.0)
+    _hf_bootstrap_values = _F(1.0) if HAS_bootstrap_values else _F(0.0)
+    _hf_last_value = _F(1.0) if HAS_last_value else _F(0.0)
+    _hf_gy__advantages = _F(1.0) if HAS_gy__advantages else _F(0.0)
+    _hf_gy__returns = _F(1.0) if HAS_gy__returns else _F(0.0)
     _G = 4
     _n_groups = 0  # a backward module: every row in one pass
     _n_left = _hi - _lo - _G * _n_groups
@@ -109,6 +114,11 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, rewards__a, values__a, terminateds_
     STORE_d__last_value = _S[8] != 0
     STORE_d__gamma = _S[9] != 0
     STORE_d__lambda_ = _S[10] != 0
+    _hf_truncateds = _F(1.0) if HAS_truncateds else _F(0.0)
+    _hf_bootstrap_values = _F(1.0) if HAS_bootstrap_values else _F(0.0)
+    _hf_last_value = _F(1.0) if HAS_last_value else _F(0.0)
+    _hf_gy__advantages = _F(1.0) if HAS_gy__advantages else _F(0.0)
+    _hf_gy__returns = _F(1.0) if HAS_gy__returns else _F(0.0)
     _ts_d__rewards = 1 if STORE_d__rewards else 0
     _ts_d__values = 1 if STORE_d__values else 0
     _ts_d__bootstrap_values = 1 if STORE_d__bootstrap_values else 0

@@ -36,6 +36,9 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, values__a, terminateds__a
     STORE_advantages = _S[3] != 0
     STORE_returns = _S[4] != 0
     STORE_st__A = _S[5] != 0
+    _hf_truncateds = _F(1.0) if HAS_truncateds else _F(0.0)
+    _hf_bootstrap_values = _F(1.0) if HAS_bootstrap_values else _F(0.0)
+    _hf_last_value = _F(1.0) if HAS_last_value else _F(0.0)
     _G = 4
     _C = min(_CH, max(T, 1))  # the steps of a chunk
     _n_groups = (_hi - _lo) // _G
@@ -193,6 +196,9 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, rewards__a, values__a, terminateds_
     STORE_advantages = _S[3] != 0
     STORE_returns = _S[4] != 0
     STORE_st__A = _S[5] != 0
+    _hf_truncateds = _F(1.0) if HAS_truncateds else _F(0.0)
+    _hf_bootstrap_values = _F(1.0) if HAS_bootstrap_values else _F(0.0)
+    _hf_last_value = _F(1.0) if HAS_last_value else _F(0.0)
     _ts_advantages = 1 if STORE_advantages else 0
     _ts_returns = 1 if STORE_returns else 0
     _ts_st__A = 1 if STORE_st__A else 0

@@ -38,6 +38,9 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, next_values__a, terminate
     STORE_d__bootstrap_values = _S[5] != 0
     STORE_d__gamma = _S[6] != 0
     STORE_d__lambda_ = _S[7] != 0
+    _hf_truncateds = _F(1.0) if HAS_truncateds else _F(0.0)
+    _hf_bootstrap_values = _F(1.0) if HAS_bootstrap_values else _F(0.0)
+    _hf_gy__returns = _F(1.0) if HAS_gy__returns else _F(0.0)
     _G = 4
     _n_groups = 0  # a backward module: every row in one pass
     _n_left = _hi - _lo - _G * _n_groups
@@ -65,7 +68,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, next_values__a, terminate
             terminateds__prev = _F(_nk.at(terminateds__a, _r1, _r2, _tp))
             truncateds = _F(_nk.at(truncateds__a, _r1, _r2, _t))
             truncateds__prev = _F(_nk.at(truncateds__a, _r1, _r2, _tp))
-            _c0 = (_F(1.0) if HAS_bootstrap_values else _F(0.0))*(_F(1.0) if is_last != 0 else truncateds)
+            _c0 = _hf_bootstrap_values*(_F(1.0) if is_last != 0 else truncateds)
             _c1 = _F(1.0) - terminateds
             _c2 = _F(-1.0) + (_F(1.0) if is_last != 0 else (terminateds if (terminateds >= truncateds) else truncateds))
             _c3 = -_c2
@@ -100,6 +103,9 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, rewards__a, next_values__a, termina
     STORE_d__bootstrap_values = _S[5] != 0
     STORE_d__gamma = _S[6] != 0
     STORE_d__lambda_ = _S[7] != 0
+    _hf_truncateds = _F(1.0) if HAS_truncateds else _F(0.0)
+    _hf_bootstrap_values = _F(1.0) if HAS_bootstrap_values else _F(0.0)
+    _hf_gy__returns = _F(1.0) if HAS_gy__returns else _F(0.0)
     _ts_d__rewards = 1 if STORE_d__rewards else 0
     _ts_d__next_values = 1 if STORE_d__next_values else 0
     _ts_d__bootstrap_values = 1 if STORE_d__bootstrap_values else 0
@@ -152,7 +158,7 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, rewards__a, next_values__a, termina
                 terminateds__prev = _F(_nk.at1(_v_terminateds__prev, _j))
                 truncateds = _F(_nk.at1(_v_truncateds, _j))
                 truncateds__prev = _F(_nk.at1(_v_truncateds__prev, _j))
-                _c0 = (_F(1.0) if HAS_bootstrap_values else _F(0.0))*_nk.where((is_last != 0), _F(1.0), truncateds)
+                _c0 = _hf_bootstrap_values*_nk.where((is_last != 0), _F(1.0), truncateds)
                 _c1 = _F(1.0) - terminateds
                 _c2 = _F(-1.0) + _nk.where((is_last != 0), _F(1.0), _nk.where((terminateds >= truncateds), terminateds, truncateds))
                 _c3 = -_c2

@@ -34,6 +34,8 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, next_values__a, terminate
     HAS_bootstrap_values = _S[1] != 0
     STORE_returns = _S[2] != 0
     STORE_st__G = _S[3] != 0
+    _hf_truncateds = _F(1.0) if HAS_truncateds else _F(0.0)
+    _hf_bootstrap_values = _F(1.0) if HAS_bootstrap_values else _F(0.0)
     _G = 4
     _C = min(_CH, max(T, 1))  # the steps of a chunk
     _n_groups = (_hi - _lo) // _G
@@ -79,7 +81,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, next_values__a, terminate
                     terminateds = _F(_nk.at1(_v_terminateds, _t))
                     truncateds = _F(_nk.at1(_v_truncateds, _t))
                     _c0 = lambda_*(_F(1.0) - _nk.where((is_last != 0), _F(1.0), _nk.maximum(terminateds, truncateds)))
-                    _nk.put1(_al_G, _os + _j, rewards + gamma*(_F(1.0) - _c0)*(_F(1.0) - terminateds)*_nk.where(((_F(1.0) if HAS_bootstrap_values else _F(0.0))*_nk.where((is_last != 0), _F(1.0), truncateds) != 0), bootstrap_values, next_values))
+                    _nk.put1(_al_G, _os + _j, rewards + gamma*(_F(1.0) - _c0)*(_F(1.0) - terminateds)*_nk.where((_hf_bootstrap_values*_nk.where((is_last != 0), _F(1.0), truncateds) != 0), bootstrap_values, next_values))
                     _nk.put1(_be_G, _os + _j, _c0*gamma)
 
 
@@ -139,7 +141,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, next_values__a, terminate
             terminateds = _F(_nk.at(terminateds__a, _r1, _r2, _t))
             truncateds = _F(_nk.at(truncateds__a, _r1, _r2, _t))
             _c0 = lambda_*(_F(1.0) - (_F(1.0) if is_last != 0 else _nk.maximum(terminateds, truncateds)))
-            G = rewards + gamma*(_F(1.0) - _c0)*(_F(1.0) - terminateds)*(bootstrap_values if (_F(1.0) if HAS_bootstrap_values else _F(0.0))*(_F(1.0) if is_last != 0 else truncateds) != 0 else next_values) + (_c0*gamma) * G
+            G = rewards + gamma*(_F(1.0) - _c0)*(_F(1.0) - terminateds)*(bootstrap_values if _hf_bootstrap_values*(_F(1.0) if is_last != 0 else truncateds) != 0 else next_values) + (_c0*gamma) * G
             if STORE_returns:
                 _nk.put(returns__a, _r1, _r2, _t, G)
             if STORE_st__G:
@@ -155,6 +157,8 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, rewards__a, next_values__a, termina
     HAS_bootstrap_values = _S[1] != 0
     STORE_returns = _S[2] != 0
     STORE_st__G = _S[3] != 0
+    _hf_truncateds = _F(1.0) if HAS_truncateds else _F(0.0)
+    _hf_bootstrap_values = _F(1.0) if HAS_bootstrap_values else _F(0.0)
     _ts_returns = 1 if STORE_returns else 0
     _ts_st__G = 1 if STORE_st__G else 0
     _n_tiles = (R2 + _TB - 1) // _TB
@@ -188,7 +192,7 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, rewards__a, next_values__a, termina
                 terminateds = _F(_nk.at1(_v_terminateds, _j))
                 truncateds = _F(_nk.at1(_v_truncateds, _j))
                 _c0 = lambda_*(_F(1.0) - _nk.where((is_last != 0), _F(1.0), _nk.maximum(terminateds, truncateds)))
-                G = rewards + gamma*(_F(1.0) - _c0)*(_F(1.0) - terminateds)*_nk.where(((_F(1.0) if HAS_bootstrap_values else _F(0.0))*_nk.where((is_last != 0), _F(1.0), truncateds) != 0), bootstrap_values, next_values) + (_c0*gamma) * G
+                G = rewards + gamma*(_F(1.0) - _c0)*(_F(1.0) - terminateds)*_nk.where((_hf_bootstrap_values*_nk.where((is_last != 0), _F(1.0), truncateds) != 0), bootstrap_values, next_values) + (_c0*gamma) * G
                 _nk.put1(_w_returns, _j, G)
                 _nk.put1(_w_st__G, _j, G)
 

@@ -36,6 +36,8 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, token_level_rewards__a, values__a, re
     STORE_d__values = _S[3] != 0
     STORE_d__gamma = _S[4] != 0
     STORE_d__lambda_ = _S[5] != 0
+    _hf_gy__advantages = _F(1.0) if HAS_gy__advantages else _F(0.0)
+    _hf_gy__returns = _F(1.0) if HAS_gy__returns else _F(0.0)
     _G = 4
     _n_groups = 0  # a backward module: every row in one pass
     _n_left = _hi - _lo - _G * _n_groups
@@ -89,6 +91,8 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, token_level_rewards__a, values__a, 
     STORE_d__values = _S[3] != 0
     STORE_d__gamma = _S[4] != 0
     STORE_d__lambda_ = _S[5] != 0
+    _hf_gy__advantages = _F(1.0) if HAS_gy__advantages else _F(0.0)
+    _hf_gy__returns = _F(1.0) if HAS_gy__returns else _F(0.0)
     _ts_d__token_level_rewards = 1 if STORE_d__token_level_rewards else 0
     _ts_d__values = 1 if STORE_d__values else 0
     _ts_d__gamma = 1 if STORE_d__gamma else 0

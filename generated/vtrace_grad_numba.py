@@ -46,6 +46,11 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, log_pi_target__a, log_pi_behavior__a,
     STORE_d__c_bar = _S[13] != 0
     STORE_d__lambda_ = _S[14] != 0
     STORE_d__pg_rho_bar = _S[15] != 0
+    _hf_truncateds = _F(1.0) if HAS_truncateds else _F(0.0)
+    _hf_bootstrap_values = _F(1.0) if HAS_bootstrap_values else _F(0.0)
+    _hf_last_value = _F(1.0) if HAS_last_value else _F(0.0)
+    _hf_gy__targets = _F(1.0) if HAS_gy__targets else _F(0.0)
+    _hf_gy__pg_advantages = _F(1.0) if HAS_gy__pg_advantages else _F(0.0)
     _G = 4
     _n_groups = 0  # a backward module: every row in one pass
     _hb__c3 = _np.empty(T, _F)
@@ -183,6 +188,11 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, log_pi_target__a, log_pi_behavior__
     STORE_d__c_bar = _S[13] != 0
     STORE_d__lambda_ = _S[14] != 0
     STORE_d__pg_rho_bar = _S[15] != 0
+    _hf_truncateds = _F(1.0) if HAS_truncateds else _F(0.0)
+    _hf_bootstrap_values = _F(1.0) if HAS_bootstrap_values else _F(0.0)
+    _hf_last_value = _F(1.0) if HAS_last_value else _F(0.0)
+    _hf_gy__targets = _F(1.0) if HAS_gy__targets else _F(0.0)
+    _hf_gy__pg_advantages = _F(1.0) if HAS_gy__pg_advantages else _F(0.0)
     _ts_d__log_pi_target = 1 if STORE_d__log_pi_target else 0
     _ts_d__log_pi_behavior = 1 if STORE_d__log_pi_behavior else 0
     _ts_d__values = 1 if STORE_d__values else 0

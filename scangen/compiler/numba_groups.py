@@ -51,15 +51,17 @@ def grouped_rows(plan: Plan, table: dict, cse: tuple) -> NS:
 
     - for each scan in turn, a loop over each row's steps in memory order that computes the
       scan's coefficients (alpha, beta) into two buffers: it carries no state, so nothing
-      chains one step to the next; it may read the states of earlier scans (masked GAE);
+      chains one step to the next; it may read the states of earlier scans;
     - the chain, ``A = alpha + beta * A`` over the group's rows together in the scan's
       direction, each state written over its alpha: the rows' chains are independent, so the
       core overlaps their FMA latencies (a row alone waits one FMA latency a step);
-    - for each output asked for, a loop in memory order that computes it from the inputs and
-      the state buffers.
+    - one loop in memory order that computes every output asked for from the inputs and the
+      state buffers.
+
+    scangen.compiler.render_numba uses it for plans of one scan without ``sum`` or ``gather``.
 
     Temporaries a later phase needs are computed again there (a load or two from L1), except
-    :data:`BUFFERED_FUNCTIONS` calls and ``sum`` reductions, which go through a buffer. A
+    :data:`BUFFERED_FUNCTIONS` calls, which go through a buffer. A
     phase's loop over steps runs in two parts where it reads neighbours (``x__next``): the steps
     whose neighbours lie inside the row, with unclamped indices, then the few at the row's
     edges, with clamped ones.
@@ -71,7 +73,6 @@ def grouped_rows(plan: Plan, table: dict, cse: tuple) -> NS:
 
     Returns the lines the template lays out (``templates/numba_module.py.j2``, ``_rows``)."""
     ir, spec = plan.ir, plan.ir.name
-    order = ORDER["rows"]
     printer = NumbaVectorPrinter
     kinds = {i.name: i for i in ir.inputs}
     params = {p.name for p in ir.params}
@@ -83,8 +84,7 @@ def grouped_rows(plan: Plan, table: dict, cse: tuple) -> NS:
     states = [s.name for s in plan.scans]
     near = "next" if ir.reverse else "prev"
     shifted_states = {f"{s}__{near}": s for s in states}
-    gathers = {g.var: g for g in plan.gathers}
-    sums = {sp.var: sp for sp in plan.sums}
+    assert not plan.sums and not plan.gathers, "scangen.compiler.render_numba groups neither"
     so = 0 if ir.reverse else 1
     slot = f"_j + {so}" if so else "_j"
     near_slot = "_j + 1" if ir.reverse else "_j"
@@ -93,18 +93,7 @@ def grouped_rows(plan: Plan, table: dict, cse: tuple) -> NS:
         return {x.name for x in e.free_symbols}
 
     def deps(n: str) -> set:
-        if n in temps:
-            return names(temps[n])
-        if n in gathers:
-            return {gathers[n].index}
-        if n in sums:
-            sp = sums[n]
-            own = {v for v, _ in sp.block.assigns} | set(sp.k_symbols)
-            found = set()
-            for _, e in list(sp.block.assigns) + list(sp.block.results):
-                found |= names(e)
-            return found - own
-        return set()
+        return names(temps[n]) if n in temps else set()
 
     def closure(roots: set, stop: set) -> set:
         need, stack = set(), list(roots)
@@ -118,7 +107,7 @@ def grouped_rows(plan: Plan, table: dict, cse: tuple) -> NS:
         return need
 
     def costly(n: str) -> bool:
-        return n in sums or (n in temps and temps[n].has(*BUFFERED_FUNCTIONS))
+        return n in temps and temps[n].has(*BUFFERED_FUNCTIONS)
 
     # the phases' roots: each scan's coefficients, then the outputs
     roots = [names(alpha) | names(beta) for _, _, alpha, beta in scan_cse]
@@ -157,34 +146,13 @@ def grouped_rows(plan: Plan, table: dict, cse: tuple) -> NS:
                 off = OFFSETS[shift]
                 when = "_t" if not off else f"_t {'+' if off > 0 else '-'} {abs(off)}"
                 loads.append(f"{n} = _nk.where({when} == {edge}, _F(1.0), _F(0.0))")
-        for n in sorted(need & set(gathers)):
-            g = gathers[n]
-            shifts.add(g.shift)
-            loads.append(f"{g.var} = _F(_nk.gather({g.src}__a, "
-                         f"{order.format(t=TIME[g.shift])}, K, {g.index}))")
-        sum_blocks = []
-        for n in sorted(need & set(sums)):
-            if n in buffered and owner[n] != k:
-                continue
-            sp = sums[n]
-            kk = dict(table)
-            k_loads = []
-            for s in sp.k_symbols:
-                b, shift = split_sym(s)
-                shifts.add(shift)
-                kk[s] = f"{s}__k"
-                k_loads.append(f"{s}__k = _F(_nk.atk({b}__a, {order.format(t=TIME[shift])}, _k))")
-            kk.update({v: v for v, _ in sp.block.assigns})
-            sum_blocks.append(NS(var=sp.var, loads=k_loads,
-                                 assigns=print_assigns(printer, sp.block.assigns, kk, spec),
-                                 summand=print_expr(printer, sp.block.results[0][1], kk, spec)))
         body = [v for v in temps if v in need and not (v in buffered and owner[v] != k)]
         assigns = print_assigns(printer, [(v, temps[v]) for v in body], table, spec)
         assigns += [f"_nk.put1(_tb_{n}, _o + _j, {n})" for n in mine] + finals
         offs = [OFFSETS[s] for s in shifts]
         lo_edge, hi_edge = max([0] + [-o for o in offs]), max([0] + offs)
         return NS(views=[f"{v} = {e}" for v, e in sorted(views.items())],
-                  loads=loads, sums=sum_blocks, assigns=assigns,
+                  loads=loads, sums=[], assigns=assigns,
                   inner=time_lines(shifts, clamp=False), edge=time_lines(shifts),
                   lo_edge=lo_edge, hi_edge=hi_edge, edges=bool(lo_edge or hi_edge))
 

@@ -40,7 +40,7 @@ from .numba_groups import (GROUP_ROWS, ORDER, TIME, grouped_rows, print_assigns,
 from .printers import NumbaPrinter, NumbaVectorPrinter, print_expr
 from .templating import PACKAGE, comment, pylit, render_template
 
-def numba_context(plan: Plan) -> NS:
+def numba_context(plan: Plan, grouped: bool = True) -> NS:
     ir = plan.ir
     arrays = ([NS(name=i.name, role="input") for i in ir.inputs]
               + [NS(name=p.name, role="param") for p in ir.params]
@@ -48,20 +48,25 @@ def numba_context(plan: Plan) -> NS:
     flags = [has_flag(i.name) for i in ir.inputs if i.optional]
     flags += [store_flag(o.name) for o in ir.outputs]
     consts = [f"{f} = _S[{k}] != 0" for k, f in enumerate(flags)]
+    # present(x) as a number, once a call: a conditional expression in a step is a branch,
+    # which kept the row kernels' coefficient loop scalar (TD(lambda) 1024 x 1024 2.5 -> 1.6 ms)
+    optional = [i.name for i in ir.inputs if i.optional]
+    consts += [f"_hf_{n} = _F(1.0) if HAS_{n} else _F(0.0)" for n in optional]
     table = {s: s for s in plan.symbols}
-    table.update({f"HAS_{i.name}": f"(_F(1.0) if HAS_{i.name} else _F(0.0))"
-                  for i in ir.inputs if i.optional})
+    table.update({f"HAS_{n}": f"_hf_{n}" for n in optional})
     inits = [f"{s.name} = {print_expr(NumbaPrinter, s.init, table, ir.name)}"
              for s in plan.scans]
     cse = _one_cse(plan)  # the arithmetic of a step, the same in both loops
     rows = _step(plan, table, cse, time_major=False)
     tmajor = _step(plan, table, cse, time_major=True)
-    groups = grouped_rows(plan, table, cse)
+    # groups of rows (render_numba says where): one scan, no sum or gather
+    grouped = grouped and len(plan.scans) == 1 and not plan.sums and not plan.gathers
+    groups = grouped_rows(plan, table, cse) if grouped else None
     return NS(array_args=", ".join(f"{a.name}__a" for a in arrays),
               array_names=tuple(a.name for a in arrays),
               array_roles=tuple(a.role for a in arrays), flags=tuple(flags), consts=consts,
               inits=inits, states=[s.name for s in ir.scans], rows=rows, tmajor=tmajor,
-              groups=groups, G=GROUP_ROWS, reverse=ir.reverse,
+              groups=groups, grouped=grouped, G=GROUP_ROWS, reverse=ir.reverse,
               time=("T - 1 - _i" if ir.reverse else "_i"),
               time_scales=[f"_ts_{o.name} = 1 if STORE_{o.name} else 0" for o in ir.outputs])
 
@@ -263,15 +268,19 @@ NUMBA_TEMPLATE = "numba_module.py.j2"
 
 
 def render_numba(plan: Plan, source: str, grouped: bool = True) -> str:
-    """The numba module of ``plan``. ``grouped=False`` (the backward modules): the row kernel
-    scans every row in one pass, without the groups of :func:`scangen.compiler.numba_groups.grouped_rows`, whose text would
-    double the compile time of the adjoint's long step (V-trace's eleven outputs) for calls
-    that are rarer than the forward's."""
+    """The numba module of ``plan``. Its row kernel scans groups of rows
+    (:func:`scangen.compiler.numba_groups.grouped_rows`) where the plan has one scan and no
+    ``sum`` or ``gather``; otherwise, and with ``grouped=False`` (the backward modules), every
+    row in one pass. One scan is one FMA chain a row, bound by its latency, which four
+    interleaved chains hide (GAE 1.3x-1.9x, V-trace 1.9x-2.4x faster). Two chained scans
+    already overlap two chains in one pass, and the phases' extra passes over a chunk cost
+    more than the groups gain (masked GAE 1.2x-1.5x slower grouped); so did Retrace's sums and
+    gathers (1.3x-1.4x). The backward's long steps (V-trace's eleven outputs) would double
+    their compile time for calls rarer than the forward's."""
     from .. import __version__
     ir = plan.ir
     title = (ir.doc.strip().splitlines() or [ir.name])[0]
-    k = numba_context(plan)
-    k.grouped = grouped
+    k = numba_context(plan, grouped)
     return render_template(NUMBA_TEMPLATE, version=__version__, source=comment(source),
                            title=pylit(title), function=ir.function, k=k,
                            helpers=helpers_hash())
