@@ -46,8 +46,8 @@ BUFFERED_FUNCTIONS = (sympy.exp, sympy.log)
 
 
 def grouped_rows(plan: Plan, table: dict, cse: tuple) -> NS:
-    """The row kernel's form for groups of :data:`GROUP_ROWS` rows, a chunk of steps
-    (``_nk.ROW_CHUNK``) of each at a time, in phases:
+    """The row kernel's form for groups of :data:`GROUP_ROWS` rows, a chunk of steps of each
+    at a time (the kernel's argument ``_CH``, ``scangen.runtime.numba.ROW_CHUNK``), in phases:
 
     - for each scan in turn, a loop over each row's steps in memory order that computes the
       scan's coefficients (alpha, beta) into two buffers: it carries no state, so nothing
@@ -61,10 +61,10 @@ def grouped_rows(plan: Plan, table: dict, cse: tuple) -> NS:
     scangen.compiler.render_numba uses it for plans of one scan without ``sum`` or ``gather``.
 
     Temporaries a later phase needs are computed again there (a load or two from L1), except
-    :data:`BUFFERED_FUNCTIONS` calls, which go through a buffer. A
-    phase's loop over steps runs in two parts where it reads neighbours (``x__next``): the steps
-    whose neighbours lie inside the row, with unclamped indices, then the few at the row's
-    edges, with clamped ones.
+    :data:`BUFFERED_FUNCTIONS` calls, which go through a buffer. A phase's loop over steps runs
+    in two parts where it reads neighbours (``x__next``): the steps whose neighbours lie inside
+    the row, with unclamped indices (clamped ones everywhere ran GAE 2x slower), then the few
+    at the row's edges, with clamped ones.
 
     Buffers hold a row's chunk at ``_os + j + SO`` (``_os = q * (C + 1)``): ``SO`` is 0 for a
     reverse scan, whose carry-in (the state after the later chunk) sits at slot ``n``, and 1

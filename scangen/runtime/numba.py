@@ -33,7 +33,7 @@ _HALF = (torch.float16, torch.bfloat16)
 # float64 carries per scan stay in L2). A step then reads long runs of each array: tiles of
 # 256 rows read 1024 x 1024 GAE 1.4x slower than one tile of 1024.
 MAX_TILE_ROWS = 8192
-# The steps of a row the row kernels take in one chunk (scangen.compiler.render_numba._phased):
+# The steps of a row the row kernels take in one chunk (scangen.compiler.numba_groups):
 # a group's buffers (2 x 4 rows x 16384 float32s, 512 KB) stay in L2, and longer chunks read
 # memory in longer runs: GAE over 64 x 16384 rows in chunks of 2048, 4096, 8192 and 16384 steps
 # took 1.26, 1.21, 1.21 and 1.05 ms (a row at a time in one pass: 1.38 ms; bench/CPU.md).
