@@ -3,12 +3,12 @@
 # Helpers: scangen/runtime/numba_kernels.py a8f6b5e616a13c45 (numba's cache follows this file alone).
 """Backward pass of compute_discounted_returns (generated from its spec).
 
-Generated CPU kernels (numba) of ``compute_discounted_returns_grad``: one sequential pass in time per row, the
-scan states in registers. ``_rows`` scans rows contiguous in time one after another; ``_tmajor``
-keeps time outermost and sweeps a tile of rows innermost (time-major buffers). Both take the
-views named by ``ARRAYS``, the flags in ``_S`` and ``_F``, the type they compute in
-(scangen.compiler.render_numba);
-scangen.runtime.numba launches them.
+Generated CPU kernels (numba) of ``compute_discounted_returns_grad``: one pass in time, the scan states in
+registers. ``_rows`` takes rows contiguous in time,
+one row after another.
+``_tmajor`` keeps time outermost and sweeps a tile of rows innermost (time-major buffers).
+Both take the views named by ``ARRAYS``, the flags in ``_S`` and ``_F``, the type they compute
+in (scangen.compiler.render_numba); scangen.runtime.numba launches them.
 """
 import numba as _nb
 import numpy as _np

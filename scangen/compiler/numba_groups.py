@@ -152,7 +152,7 @@ def grouped_rows(plan: Plan, table: dict, cse: tuple) -> NS:
         offs = [OFFSETS[s] for s in shifts]
         lo_edge, hi_edge = max([0] + [-o for o in offs]), max([0] + offs)
         return NS(views=[f"{v} = {e}" for v, e in sorted(views.items())],
-                  loads=loads, sums=[], assigns=assigns,
+                  loads=loads, assigns=assigns,
                   inner=time_lines(shifts, clamp=False), edge=time_lines(shifts),
                   lo_edge=lo_edge, hi_edge=hi_edge, edges=bool(lo_edge or hi_edge))
 

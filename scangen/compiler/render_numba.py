@@ -3,8 +3,9 @@
 The CPU has no use for the GPU's parallel scan: one thread walks each row once in time, the
 carried states in registers, so the work is O(T) with one read of every input and one write of
 every output. Two kernels come from one plan: ``_rows`` (rows contiguous in time: groups of
-four rows scanned together in phases, their FMA chains interleaved, :func:`scangen.compiler.numba_groups.grouped_rows`; the rows
-left over one at a time in one pass) and ``_tmajor`` (time-major buffers: time outermost, a
+four rows scanned together in phases, their FMA chains interleaved,
+:func:`scangen.compiler.numba_groups.grouped_rows`; the rows left over one at a time in one
+pass) and ``_tmajor`` (time-major buffers: time outermost, a
 tile of rows innermost, so memory is read in order). The host side
 (:mod:`scangen.runtime.numba`) splits rows or tiles across threads.
 
