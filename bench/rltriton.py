@@ -54,6 +54,8 @@ p.add_argument("--rep-ms", type=float, default=20.0, help="do_bench's rep (its w
 p.add_argument("--graph-calls", type=int, default=20)
 p.add_argument("--ref-rows", type=int, default=32, help="rows checked against float64")
 p.add_argument("--ref-window", type=int, default=2048, help="steps checked against float64")
+p.add_argument("--sg-configs", default="", help="device time of scangen with forced launch configs too, "
+               "e.g. 1x1024w8s1,1x1024w4s1:persist (BLOCK_N x BLOCK_T, warps, stages[:family]): graph only")
 ARGS = p.parse_args()
 if ARGS.device == "cpu":
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
@@ -328,8 +330,54 @@ def run_cell(name, N, T):
                 notes.append(f"{s}: the graph's result differs from the eager call's")
             else:
                 row[f"{s}_graph_us"] = t[s + "_graph"].median_s * 1e6 / ARGS.graph_calls
+        if "sg" in ok and ARGS.sg_configs:
+            forced_configs(row, thunks["sg"], outs["sg"], fns, graphs, notes)
         row["note"] = "; ".join(notes)
     return row
+
+
+def parse_config(text):
+    """'1x1024w8s1[:family]' -> (block_n, block_t, warps, stages, family)."""
+    import re
+    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)(?::(\w+))?", text.strip())
+    if not m:
+        raise SystemExit(f"--sg-configs: expected BNxBTwWsS[:family], got {text!r}")
+    bn, bt, w, st = (int(v) for v in m.groups()[:4])
+    return bn, bt, w, st, m.group(5) or "stream"
+
+
+def forced_configs(row, sg_thunks, sg_outs, fns, graphs, notes):
+    """--sg-configs: each forced config's calls captured in a graph (plans made under
+    scangen.runtime.config.override), replayed interleaved with both sides' graphs."""
+    from scangen.runtime import config as sg_config
+    extra = {}
+    for i, text in enumerate(c for c in ARGS.sg_configs.split(",") if c):
+        bn, bt, w, st, fam = parse_config(text)
+
+        def rule(c, bn=bn, bt=bt, w=w, st=st, fam=fam):
+            bk = min(sg_config._pow2(c.K), sg_config.MAX_BLOCK_K)
+            return sg_config.Config(bn, bt, bk, w, fam, st)
+        try:
+            with sg_config.override(rule):
+                graph, last = capture(sg_thunks)
+                keep = list(scangen.runtime.PLANS.values())  # their look-back workspaces live on
+            graph.replay()  # a captured graph's outputs are written by its replays
+            torch.cuda.synchronize()
+            if errors(last, sg_outs, {})[0] > 1:
+                notes.append(f"config {text}: differs from the default's result")
+                continue
+            extra[f"cfg{i}"] = (text, graph, keep)
+        except Exception as exc:  # noqa: BLE001
+            notes.append(f"config {text}: {timing.short_error(exc, 80)}")
+    if not extra:
+        return
+    gfns = {s + "_graph": g[0].replay for s, g in graphs.items()}
+    gfns.update({k: g.replay for k, (_, g, _) in extra.items()})
+    t = timing.device_interleaved(gfns, rounds=ARGS.rounds, warmup_ms=ARGS.rep_ms / 4, rep_ms=ARGS.rep_ms)
+    for s in graphs:
+        row[f"{s}_graph2_us"] = t[s + "_graph"].median_s * 1e6 / ARGS.graph_calls
+    row["configs"] = "; ".join(f"{text} {t[k].median_s * 1e6 / ARGS.graph_calls:.3g}"
+                               for k, (text, _, _) in extra.items())
 
 
 def derive(r, bw):
@@ -354,6 +402,7 @@ COLUMNS = ("algo", "N", "T", "K", "trunc", "sg_flags", "status_sg", "status_rt",
            "rt_bytes", "copy_GBps", "launch_call_us", "launch_bench_us", "sg_call_us", "rt_call_us", "call_ratio",
            "sg_bench_us", "rt_bench_us", "bench_ratio", "sg_graph_us", "rt_graph_us", "graph_ratio",
            "sg_floor_us", "rt_floor_us", "sg_pct_floor", "rt_pct_floor", "sg_x_launch", "rt_x_launch", "note",
+           "sg_graph2_us", "rt_graph2_us", "configs",
            "error")
 
 
@@ -387,6 +436,12 @@ def save(out, rows, meta):
               f"{pair(r, 'graph_us')} | {fnum(r.get('graph_ratio'))} | {pair(r, 'bench_us')} | "
               f"{fnum(r.get('bench_ratio'))} | {fnum(r.get('launch_call_us'))} | {pair(r, 'floor_us')} | "
               f"{pair(r, 'pct_floor', '{:.0f}')} | {check_cell(r)} |" for r in rows]
+    forced = [r for r in rows if r.get("configs")]
+    if forced:
+        lines += ["", "Forced launch configs (--sg-configs), device us, replayed interleaved with both "
+                  "sides' graphs again (sg / rt in that round):", ""]
+        lines += [f"- {r['algo']} {r['N']}x{r['T']}: sg {fnum(r.get('sg_graph2_us'))} / rt "
+                  f"{fnum(r.get('rt_graph2_us'))}; {r['configs']}" for r in forced]
     (out / "rltriton.md").write_text("\n".join(lines) + "\n")
 
 

@@ -74,6 +74,31 @@ def test_trailing_axis_tiles_of_256_elements_a_warp(N, T, expected):
     assert cfg.num_stages == (1 if cfg.num_warps < 4 else 3)
 
 
+@pytest.mark.parametrize("N,T,K,expected", [
+    (128, 1024, 8, (1, 1024, 16)),  # no more rows than SMs, a whole row of 1024 x 8: 16 warps
+    (64, 512, 8, (1, 512, 8)),      # 512 x 8 elements: 8 warps
+    (256, 1024, 8, (1, 256, 8)),    # more rows than SMs: 2048-element chunks on 8 warps
+    (64, 1024, 16, (1, 128, 8)),    # a row of 1024 x 16 elements does not fit one program
+])
+def test_trailing_axis_few_rows(N, T, K, expected):
+    cfg = _choose(N, T, K=K, streams=5)
+    assert (cfg.block_n, cfg.block_t, cfg.num_warps) == expected
+    assert (cfg.block_k, cfg.family, cfg.num_stages) == (K, "stream", 1)
+
+
+@pytest.mark.parametrize("N,T,streams,expected", [
+    (4096, 128, 7, (1, 128, 1)),   # many tensors, 128-step chunks: one row on one warp
+    (4096, 128, 6, (4, 128, 4)),   # fewer tensors: the 512-element tile on 4 warps
+    (2048, 256, 7, (1, 256, 1)),   # 256-step chunks too
+    (16384, 64, 7, (8, 64, 4)),    # shorter chunks keep the tile
+    (32768, 16, 9, (32, 16, 4)),
+])
+def test_heavy_short_chunks(N, T, streams, expected):
+    cfg = _choose(N, T, streams=streams)
+    assert (cfg.block_n, cfg.block_t, cfg.num_warps) == expected
+    assert cfg.family == "stream" and cfg.num_stages == (1 if cfg.num_warps == 1 else 3)
+
+
 @pytest.mark.parametrize("N,T,streams,family", [
     (16384, 1024, 6, "stream"),
     (16384, 1024, 7, "persist"),   # PERSIST_TENSORS: long chunks that move many tensors

@@ -51,6 +51,12 @@ NUM_WARPS = 4        # measured best for every tile above (bench/NOTES.md, sweep
 LIGHT_STREAMS = 3
 K_WARP_TILE = 256
 K_FEW_ROWS_TILE = 2048  # elements (K included) a chunk, rows-layout K > 1 calls with few rows
+K_WHOLE_ROW_TILE = 8192  # ... or a whole row, where it fits and rows are no more than SMs,
+K_WHOLE_ROW_WARP = 512   # ... a warp per this many elements
+# Short chunks of HEAVY_ROW_STEPS steps in calls moving PERSIST_TENSORS or more [N, T] tensors
+# (V-trace) run one row a program on one warp, one stage: V-trace 4096x128 6.7 -> 5.6 us, 2048x256
+# 7.2 -> 5.9, as graph replays (h200-2026-12-02-a-configs.md); its 64- and 16-step chunks lose so.
+HEAVY_ROW_STEPS = (128, 256)
 
 
 class Config(NamedTuple):
@@ -272,9 +278,16 @@ def _shape_config(c, rows: int, block_k: int, kk: int, time_major: bool) -> Conf
     while block_n > 1 and -(-rows // block_n) < want:
         block_n //= 2
     if kk > 1 and block_n == 1 and rows < want and c.T > block_t:
-        # a trailing axis and fewer rows than programs wanted: each program walks its row in
-        # K_FEW_ROWS_TILE-element chunks on 8 warps, one pipeline stage (Retrace 128x1024:
-        # 11.0 -> 7.8 us as a graph replay, h200-2026-12-01-g-sweep)
+        # a trailing axis and fewer rows than programs wanted: where there are no more rows than
+        # SMs and a whole row fits K_WHOLE_ROW_TILE elements, one program takes the whole row,
+        # a warp per K_WHOLE_ROW_WARP elements (Retrace 128x1024: 11.3 -> 8.0 us, 64x512: 6.2 ->
+        # 4.8, graph replays; h200-2026-12-02-a-configs.md); else each program walks its row in
+        # K_FEW_ROWS_TILE-element chunks on 8 warps (256x1024 stays faster so), one pipeline
+        # stage (h200-2026-12-01-g-sweep)
+        whole = _pow2(c.T) * kk
+        if rows <= sms and whole <= K_WHOLE_ROW_TILE:
+            return Config(1, _pow2(c.T), block_k, max(NUM_WARPS, whole // K_WHOLE_ROW_WARP),
+                          "stream", num_stages=1)
         block_t = max(16, min(_pow2(c.T), K_FEW_ROWS_TILE // kk))
         return Config(1, block_t, block_k, 8, "stream", num_stages=1)
     if kk > 1:  # K_WARP_TILE elements a warp: more, smaller programs
@@ -284,6 +297,9 @@ def _shape_config(c, rows: int, block_k: int, kk: int, time_major: bool) -> Conf
             return Config(block_n, block_t, block_k, warps, "stream", num_stages=1)
     elif block_n * block_t <= MIN_TILE and _streams(c) <= LIGHT_STREAMS:
         return Config(block_n, block_t, block_k, 1, "stream", num_stages=1)
+    elif (block_t * kk < 512 and HEAVY_ROW_STEPS[0] <= block_t <= HEAVY_ROW_STEPS[1]
+          and _streams(c) >= PERSIST_TENSORS and sms):
+        return Config(1, block_t, block_k, 1, "stream", num_stages=1)
     return Config(block_n, block_t, block_k, NUM_WARPS, "stream")
 
 
