@@ -47,6 +47,11 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, terminateds__a, truncated
         _r1 = _r // R2
         _r2 = _r - _r1 * R2
         g__G = _F(0.0)
+        _t = 0  # the row's first step
+        _tp = max(_t - 1, 0)
+        terminateds__prev = _F(_nk.at(terminateds__a, _r1, _r2, _tp))
+        truncateds__prev = _F(_nk.at(truncateds__a, _r1, _r2, _tp))
+        _sh0__c = (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)
         for _i in range(T):
             _t = _i
             _tp = max(_t - 1, 0)
@@ -60,11 +65,10 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, terminateds__a, truncated
             is_last__prev = _F(1.0) if _t - 1 == T - 1 else _F(0.0)
             st__G__next = _F(_nk.at(st__G__a, _r1, _r2, _tn))
             terminateds = _F(_nk.at(terminateds__a, _r1, _r2, _t))
-            terminateds__prev = _F(_nk.at(terminateds__a, _r1, _r2, _tp))
             truncateds = _F(_nk.at(truncateds__a, _r1, _r2, _t))
-            truncateds__prev = _F(_nk.at(truncateds__a, _r1, _r2, _tp))
+            _sh0 = _sh0__c  # the step before computed it (render_numba._carries)
             _c0 = (_F(1.0) if is_last != 0 else (terminateds if (terminateds >= truncateds) else truncateds))
-            g__G = gy__returns + ((_F(0.0) if is_first != 0 else gamma__prev*(_F(1.0) - (_F(1.0) if is_last__prev != 0 else (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev))))) * g__G
+            g__G = gy__returns + ((_F(0.0) if is_first != 0 else gamma__prev*(_F(1.0) - (_F(1.0) if is_last__prev != 0 else _sh0)))) * g__G
             _c1 = _c0*g__G*(_F(1.0) - terminateds)
             if STORE_d__rewards:
                 _nk.put(d__rewards__a, _r1, _r2, _t, g__G)
@@ -72,6 +76,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, terminateds__a, truncated
                 _nk.put(d__bootstrap_values__a, _r1, _r2, _t, _c1*gamma)
             if STORE_d__gamma:
                 _nk.put(d__gamma__a, _r1, _r2, _t, _c1*bootstrap_values + g__G*(_F(1.0) - _c0)*(_F(0.0) if is_last != 0 else st__G__next))
+            _sh0__c = (terminateds if (terminateds >= truncateds) else truncateds)
 
 
 @_nb.njit(**_nk.KERNEL)

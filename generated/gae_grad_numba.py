@@ -55,6 +55,12 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, values__a, terminateds__a
         _r2 = _r - _r1 * R2
         last_value = _F(_nk.at(last_value__a, _r1, _r2, 0))
         g__A = _F(0.0)
+        _t = 0  # the row's first step
+        _tp = max(_t - 1, 0)
+        terminateds__prev = _F(_nk.at(terminateds__a, _r1, _r2, _tp))
+        truncateds__prev = _F(_nk.at(truncateds__a, _r1, _r2, _tp))
+        _sh0__c = (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)
+        _sh1__c = _F(1.0) - terminateds__prev
         for _i in range(T):
             _t = _i
             g__A__prev = g__A
@@ -72,11 +78,11 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, values__a, terminateds__a
             lambda___prev = _F(_nk.at(lambda___a, _r1, _r2, _tp))
             st__A__next = _F(_nk.at(st__A__a, _r1, _r2, _tn))
             terminateds = _F(_nk.at(terminateds__a, _r1, _r2, _t))
-            terminateds__prev = _F(_nk.at(terminateds__a, _r1, _r2, _tp))
             truncateds = _F(_nk.at(truncateds__a, _r1, _r2, _t))
-            truncateds__prev = _F(_nk.at(truncateds__a, _r1, _r2, _tp))
             values__next = _F(_nk.at(values__a, _r1, _r2, _tn))
-            _c0 = (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)
+            _sh0 = _sh0__c  # the step before computed it (render_numba._carries)
+            _sh1 = _sh1__c  # the step before computed it (render_numba._carries)
+            _c0 = _sh0
             _c1 = (_F(1.0) if is_last != 0 else _F(0.0))
             _c2 = (terminateds if (terminateds >= truncateds) else truncateds)
             _c3 = (_F(1.0) if is_last != 0 else _c2)
@@ -87,7 +93,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, values__a, terminateds__a
             if STORE_d__rewards:
                 _nk.put(d__rewards__a, _r1, _r2, _t, g__A)
             if STORE_d__values:
-                _nk.put(d__values__a, _r1, _r2, _t, gy__returns - g__A + (_F(0.0) if is_first != 0 else g__A__prev*gamma__prev*(_F(1.0) - terminateds__prev)*(_F(0.0) if is_last__prev != 0 else _F(1.0))*(_F(0.0) if (_F(1.0) if is_last__prev != 0 else _c0) != 0 else _F(1.0))))
+                _nk.put(d__values__a, _r1, _r2, _t, gy__returns - g__A + (_F(0.0) if is_first != 0 else _sh1*g__A__prev*gamma__prev*(_F(0.0) if is_last__prev != 0 else _F(1.0))*(_F(0.0) if (_F(1.0) if is_last__prev != 0 else _c0) != 0 else _F(1.0))))
             if STORE_d__bootstrap_values:
                 _nk.put(d__bootstrap_values__a, _r1, _r2, _t, _c5*(_c1 + (_F(0.0) if is_last != 0 else _F(1.0))))
             if STORE_d__last_value:
@@ -96,6 +102,8 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, values__a, terminateds__a
                 _nk.put(d__gamma__a, _r1, _r2, _t, _c4*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if _c3 != 0 else (_F(0.0) if is_last != 0 else values__next)) + _c6*lambda_)
             if STORE_d__lambda_:
                 _nk.put(d__lambda___a, _r1, _r2, _t, _c6*gamma)
+            _sh0__c = (terminateds if (terminateds >= truncateds) else truncateds)
+            _sh1__c = _F(1.0) - terminateds
 
 
 @_nb.njit(**_nk.KERNEL)

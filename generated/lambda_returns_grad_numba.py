@@ -49,6 +49,11 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, next_values__a, terminate
         _r1 = _r // R2
         _r2 = _r - _r1 * R2
         g__G = _F(0.0)
+        _t = 0  # the row's first step
+        _tp = max(_t - 1, 0)
+        terminateds__prev = _F(_nk.at(terminateds__a, _r1, _r2, _tp))
+        truncateds__prev = _F(_nk.at(truncateds__a, _r1, _r2, _tp))
+        _sh0__c = (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)
         for _i in range(T):
             _t = _i
             _tp = max(_t - 1, 0)
@@ -65,16 +70,15 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, next_values__a, terminate
             next_values = _F(_nk.at(next_values__a, _r1, _r2, _t))
             st__G__next = _F(_nk.at(st__G__a, _r1, _r2, _tn))
             terminateds = _F(_nk.at(terminateds__a, _r1, _r2, _t))
-            terminateds__prev = _F(_nk.at(terminateds__a, _r1, _r2, _tp))
             truncateds = _F(_nk.at(truncateds__a, _r1, _r2, _t))
-            truncateds__prev = _F(_nk.at(truncateds__a, _r1, _r2, _tp))
+            _sh0 = _sh0__c  # the step before computed it (render_numba._carries)
             _c0 = _hf_bootstrap_values*(_F(1.0) if is_last != 0 else truncateds)
             _c1 = _F(1.0) - terminateds
             _c2 = _F(-1.0) + (_F(1.0) if is_last != 0 else (terminateds if (terminateds >= truncateds) else truncateds))
             _c3 = -_c2
             _c4 = _c3*lambda_
             _c8 = (bootstrap_values if _c0 != 0 else next_values)
-            g__G = gy__returns + ((_F(0.0) if is_first != 0 else gamma__prev*lambda___prev*(_F(1.0) - (_F(1.0) if is_last__prev != 0 else (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev))))) * g__G
+            g__G = gy__returns + ((_F(0.0) if is_first != 0 else gamma__prev*lambda___prev*(_F(1.0) - (_F(1.0) if is_last__prev != 0 else _sh0)))) * g__G
             _c5 = _c1*g__G*(_F(1.0) - _c4)
             _c6 = _c5*gamma
             _c7 = g__G*(_F(0.0) if is_last != 0 else st__G__next)
@@ -88,6 +92,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, next_values__a, terminate
                 _nk.put(d__gamma__a, _r1, _r2, _t, _c4*_c7 + _c5*_c8)
             if STORE_d__lambda_:
                 _nk.put(d__lambda___a, _r1, _r2, _t, _c3*_c7*gamma + _c1*_c2*_c8*g__G*gamma)
+            _sh0__c = (terminateds if (terminateds >= truncateds) else truncateds)
 
 
 @_nb.njit(**_nk.KERNEL)

@@ -47,13 +47,19 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, token_level_rewards__a, values__a, re
         _r2 = _r - _r1 * R2
         g__A = _F(0.0)
         g__nv = _F(0.0)
+        _t = 0  # the row's first step
+        _tp = max(_t - 1, 0)
+        gamma__prev = _F(_nk.at(gamma__a, _r1, _r2, _tp))
+        response_mask__prev = _F(_nk.at(response_mask__a, _r1, _r2, _tp))
+        _sh0__c = gamma__prev*response_mask__prev
+        _sh1__c = -response_mask__prev
+        _sh2__c = _F(1.0) - response_mask__prev
         for _i in range(T):
             _t = _i
             g__A__prev = g__A
             _tp = max(_t - 1, 0)
             _tn = min(_t + 1, T - 1)
             gamma = _F(_nk.at(gamma__a, _r1, _r2, _t))
-            gamma__prev = _F(_nk.at(gamma__a, _r1, _r2, _tp))
             gy__advantages = _F(_nk.at(gy__advantages__a, _r1, _r2, _t))
             gy__returns = _F(_nk.at(gy__returns__a, _r1, _r2, _t))
             is_first = _F(1.0) if _t == 0 else _F(0.0)
@@ -62,14 +68,16 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, token_level_rewards__a, values__a, re
             lambda_ = _F(_nk.at(lambda___a, _r1, _r2, _t))
             lambda___prev = _F(_nk.at(lambda___a, _r1, _r2, _tp))
             response_mask = _F(_nk.at(response_mask__a, _r1, _r2, _t))
-            response_mask__prev = _F(_nk.at(response_mask__a, _r1, _r2, _tp))
             st__A__next = _F(_nk.at(st__A__a, _r1, _r2, _tn))
             st__nv__next = _F(_nk.at(st__nv__a, _r1, _r2, _tn))
-            _c0 = gamma__prev*response_mask__prev
-            g__A = gy__advantages + gy__returns + ((_F(0.0) if is_first != 0 else _F(1.0) - response_mask__prev + _c0*lambda___prev)) * g__A
+            _sh0 = _sh0__c  # the step before computed it (render_numba._carries)
+            _sh1 = _sh1__c  # the step before computed it (render_numba._carries)
+            _sh2 = _sh2__c  # the step before computed it (render_numba._carries)
+            _c0 = _sh0
+            g__A = gy__advantages + gy__returns + ((_F(0.0) if is_first != 0 else _F(1.0) + _sh1 + _c0*lambda___prev)) * g__A
             _c1 = g__A*response_mask
             _c2 = _c1*(_F(0.0) if is_last != 0 else st__A__next)
-            g__nv = (_F(0.0) if is_first != 0 else _c0*g__A__prev*(_F(0.0) if is_last__prev != 0 else _F(1.0))) + ((_F(0.0) if is_first != 0 else _F(1.0) - response_mask__prev)) * g__nv
+            g__nv = (_F(0.0) if is_first != 0 else _c0*g__A__prev*(_F(0.0) if is_last__prev != 0 else _F(1.0))) + ((_F(0.0) if is_first != 0 else _sh2)) * g__nv
             if STORE_d__token_level_rewards:
                 _nk.put(d__token_level_rewards__a, _r1, _r2, _t, _c1)
             if STORE_d__values:
@@ -78,6 +86,9 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, token_level_rewards__a, values__a, re
                 _nk.put(d__gamma__a, _r1, _r2, _t, _c1*(_F(0.0) if is_last != 0 else st__nv__next) + _c2*lambda_)
             if STORE_d__lambda_:
                 _nk.put(d__lambda___a, _r1, _r2, _t, _c2*gamma)
+            _sh0__c = gamma*response_mask
+            _sh1__c = -response_mask
+            _sh2__c = _F(1.0) - response_mask
 
 
 @_nb.njit(**_nk.KERNEL)

@@ -43,26 +43,32 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, action_probs_target__a, action_probs_
         _r1 = _r // R2
         _r2 = _r - _r1 * R2
         A = _F(0.0)
+        _t = T - 1  # the row's first step
+        _tn = min(_t + 1, T - 1)
+        action_probs_behavior__next = _F(_nk.at(action_probs_behavior__a, _r1, _r2, _tn))
+        actions__next = int(_nk.at(actions__a, _r1, _r2, _tn))
+        c_bar__next = _F(_nk.at(c_bar__a, _r1, _r2, _tn))
+        lambda___next = _F(_nk.at(lambda___a, _r1, _r2, _tn))
+        _gather0 = _F(_nk.gather(action_probs_target__a, _r1, _r2, _tn, K, actions__next))
+        _sh0__c = lambda___next*_nk.minimum(c_bar__next, _gather0/action_probs_behavior__next)
         for _i in range(T):
             _t = T - 1 - _i
             A__next = A
             _tn = min(_t + 1, T - 1)
             action_probs_behavior = _F(_nk.at(action_probs_behavior__a, _r1, _r2, _t))
-            action_probs_behavior__next = _F(_nk.at(action_probs_behavior__a, _r1, _r2, _tn))
             actions = int(_nk.at(actions__a, _r1, _r2, _t))
-            actions__next = int(_nk.at(actions__a, _r1, _r2, _tn))
-            c_bar__next = _F(_nk.at(c_bar__a, _r1, _r2, _tn))
             gamma = _F(_nk.at(gamma__a, _r1, _r2, _t))
             is_last = _F(1.0) if _t == T - 1 else _F(0.0)
-            lambda___next = _F(_nk.at(lambda___a, _r1, _r2, _tn))
             q_values = _F(_nk.at(q_values__a, _r1, _r2, _t))
             q_values__next = _F(_nk.at(q_values__a, _r1, _r2, _tn))
             rewards = _F(_nk.at(rewards__a, _r1, _r2, _t))
             rho_bar = _F(_nk.at(rho_bar__a, _r1, _r2, _t))
             terminateds = _F(_nk.at(terminateds__a, _r1, _r2, _t))
             truncateds = _F(_nk.at(truncateds__a, _r1, _r2, _t))
-            _gather0 = _F(_nk.gather(action_probs_target__a, _r1, _r2, _tn, K, actions__next))
             _gather1 = _F(_nk.gather(action_probs_target__a, _r1, _r2, _t, K, actions))
+            c_bar = _F(_nk.at(c_bar__a, _r1, _r2, _t))
+            lambda_ = _F(_nk.at(lambda___a, _r1, _r2, _t))
+            _sh0 = _sh0__c  # the step before computed it (render_numba._carries)
             _sum0 = _F(0.0)
             for _k in range(K):
                 next_action_probs_target__k = _F(_nk.atk(next_action_probs_target__a, _r1, _r2, _t, _k))
@@ -71,13 +77,14 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, action_probs_target__a, action_probs_
             _c0 = gamma*(_F(1.0) - terminateds)
             _c1 = rewards - q_values
             _c2 = _nk.maximum(terminateds, truncateds)
-            A = _c1 + _c0*_sum0 + (gamma*(_F(1.0) - _c2)*(_F(0.0) if is_last != 0 else lambda___next*_nk.minimum(c_bar__next, _gather0/action_probs_behavior__next))) * A
+            A = _c1 + _c0*_sum0 + (gamma*(_F(1.0) - _c2)*(_F(0.0) if is_last != 0 else _sh0)) * A
             if STORE_targets:
                 _nk.put(targets__a, _r1, _r2, _t, A + q_values)
             if STORE_advantages:
                 _nk.put(advantages__a, _r1, _r2, _t, (_c1 + _c0*(_sum0 if (_F(1.0) if is_last != 0 else _c2) != 0 else (_F(0.0) if is_last != 0 else A__next) + (_F(0.0) if is_last != 0 else q_values__next)))*_nk.minimum(rho_bar, _gather1/action_probs_behavior))
             if STORE_st__A:
                 _nk.put(st__A__a, _r1, _r2, _t, A)
+            _sh0__c = lambda_*_nk.minimum(c_bar, _gather1/action_probs_behavior)
 
 
 @_nb.njit(**_nk.KERNEL)

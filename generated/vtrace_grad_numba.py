@@ -72,6 +72,15 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, log_pi_target__a, log_pi_behavior__a,
             log_pi_target__prev = _F(_nk.at(log_pi_target__a, _r1, _r2, _tp))
             _nk.put1(_hb__c3, _t, _nk.exp_as(log_pi_target__prev - log_pi_behavior__prev, _F))
             _nk.put1(_hb__c6, _t, _nk.exp_as(log_pi_target - log_pi_behavior, _F))
+        _t = 0  # the row's first step
+        _tp = max(_t - 1, 0)
+        gamma__prev = _F(_nk.at(gamma__a, _r1, _r2, _tp))
+        lambda___prev = _F(_nk.at(lambda___a, _r1, _r2, _tp))
+        terminateds__prev = _F(_nk.at(terminateds__a, _r1, _r2, _tp))
+        truncateds__prev = _F(_nk.at(truncateds__a, _r1, _r2, _tp))
+        _sh0__c = (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)
+        _sh1__c = gamma__prev*(_F(1.0) - terminateds__prev)
+        _sh2__c = _F(1.0) - lambda___prev
         for _i in range(T):
             _t = _i
             g__A__prev = g__A
@@ -101,17 +110,18 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, log_pi_target__a, log_pi_behavior__a,
             rho_bar__prev = _F(_nk.at(rho_bar__a, _r1, _r2, _tp))
             st__A__next = _F(_nk.at(st__A__a, _r1, _r2, _tn))
             terminateds = _F(_nk.at(terminateds__a, _r1, _r2, _t))
-            terminateds__prev = _F(_nk.at(terminateds__a, _r1, _r2, _tp))
             truncateds = _F(_nk.at(truncateds__a, _r1, _r2, _t))
-            truncateds__prev = _F(_nk.at(truncateds__a, _r1, _r2, _tp))
             values = _F(_nk.at(values__a, _r1, _r2, _t))
             values__next = _F(_nk.at(values__a, _r1, _r2, _tn))
             _c3 = _nk.at1(_hb__c3, _t)
             _c6 = _nk.at1(_hb__c6, _t)
-            _c0 = (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)
+            _sh0 = _sh0__c  # the step before computed it (render_numba._carries)
+            _sh1 = _sh1__c  # the step before computed it (render_numba._carries)
+            _sh2 = _sh2__c  # the step before computed it (render_numba._carries)
+            _c0 = _sh0
             _c1 = (_F(0.0) if is_last__prev != 0 else _F(1.0))*(_F(0.0) if (_F(1.0) if is_last__prev != 0 else _c0) != 0 else _F(1.0))
             _c2 = _c1*lambda___prev
-            _c4 = gamma__prev*(_F(1.0) - terminateds__prev)
+            _c4 = _sh1
             _c5 = _c4*gy__pg_advantages__prev*(pg_rho_bar__prev if (pg_rho_bar__prev <= _c3) else _c3)
             _c7 = (rho_bar <= _c6)
             _c8 = (terminateds if (terminateds >= truncateds) else truncateds)
@@ -148,7 +158,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, log_pi_target__a, log_pi_behavior__a,
             if STORE_d__log_pi_behavior:
                 _nk.put(d__log_pi_behavior__a, _r1, _r2, _t, -_c26)
             if STORE_d__values:
-                _nk.put(d__values__a, _r1, _r2, _t, gy__targets - _c27 - _c28 + (_F(0.0) if is_first != 0 else _c5*(_c2 + _c1*(_F(1.0) - lambda___prev))) + (_F(0.0) if is_first != 0 else _c1*_c4*g__A__prev*(rho_bar__prev if (rho_bar__prev <= _c3) else _c3)))
+                _nk.put(d__values__a, _r1, _r2, _t, gy__targets - _c27 - _c28 + (_F(0.0) if is_first != 0 else _c5*(_c2 + _c1*_sh2)) + (_F(0.0) if is_first != 0 else _c1*_c4*g__A__prev*(rho_bar__prev if (rho_bar__prev <= _c3) else _c3)))
             if STORE_d__rewards:
                 _nk.put(d__rewards__a, _r1, _r2, _t, _c27 + _c28)
             if STORE_d__bootstrap_values:
@@ -165,6 +175,9 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, log_pi_target__a, log_pi_behavior__a,
                 _nk.put(d__lambda___a, _r1, _r2, _t, _c32*(_c18 - _c12) + _c35*gamma)
             if STORE_d__pg_rho_bar:
                 _nk.put(d__pg_rho_bar__a, _r1, _r2, _t, _c21*(_F(1.0) if _c17 != 0 else _F(0.0)))
+            _sh0__c = (terminateds if (terminateds >= truncateds) else truncateds)
+            _sh1__c = gamma*(_F(1.0) - terminateds)
+            _sh2__c = _F(1.0) - lambda_
 
 
 @_nb.njit(**_nk.KERNEL)
