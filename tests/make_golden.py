@@ -69,8 +69,15 @@ def build_case(stem, name, seed, draw, constants, transform):
 
 
 def _same(a, b):
+    """Equal inputs bit for bit; float64 reference outputs within a few ulp, since torch's exp and
+    log differ in the last bit between CPUs' vector paths (V-trace's expected values moved by
+    5.6e-17 between two VMs of the same image)."""
     if torch.is_tensor(a):
-        return torch.is_tensor(b) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+        if not (torch.is_tensor(b) and a.dtype == b.dtype and a.shape == b.shape):
+            return False
+        if a.dtype == torch.float64:
+            return torch.allclose(a, b, rtol=4 * torch.finfo(a.dtype).eps, atol=0.0, equal_nan=True)
+        return torch.equal(a, b)
     if isinstance(a, dict):
         return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, list):
