@@ -34,7 +34,7 @@ from types import SimpleNamespace as NS
 
 import sympy
 
-from ..abi import OFFSETS, has_flag, split_sym, store_flag
+from ..abi import OFFSETS, SHIFT_OF, has_flag, split_sym, store_flag
 from .plan import Block, Plan
 from .numba_groups import (GROUP_ROWS, ORDER, TIME, grouped_rows, print_assigns,
                            time_lines)
@@ -192,8 +192,8 @@ def _carries(plan: Plan, scan_cse: list, rest: list, out_exprs: list, loads: lis
     sees (its clamped neighbour is itself), from that step's loads; at the end of every step,
     the same subexpression at offset 0, from the step's own loads (which LLVM shares with the
     step's other uses of them). The neighbour loads that only such subexpressions read leave
-    the loop. The same operations on the same values: the same results (Retrace rows
-    1.1x-1.15x faster, bench/CPU.md).
+    the loop. The same operations on the same values: the same results (Retrace rows 1.07x
+    faster, bench/CPU.md).
 
     Returns (the lines, or None; the scans', temporaries' and outputs' expressions with the
     carried subexpressions replaced; the loads; the symbol table)."""
@@ -252,7 +252,7 @@ def _carries(plan: Plan, scan_cse: list, rest: list, out_exprs: list, loads: lis
         cast = "int" if b in kinds and kinds[b].kind == "index" else "_F"
         extra.append(f"{b} = {cast}({at(b, '')})")
         table[b] = b
-    # neighbour loads that only the carried subexpressions read: into the first step's branch
+    # neighbour loads that only the carried subexpressions read leave the loop
     needed = set()
     for e in ([x for _, assigns, a, b in scan_cse for x in (*(y for _, y in assigns), a, b)]
               + [x for _, x in rest] + [x for _, x in out_exprs] + list(back.values())):
@@ -263,17 +263,14 @@ def _carries(plan: Plan, scan_cse: list, rest: list, out_exprs: list, loads: lis
     for g in plan.gathers:  # a gather kept in the step reads its index
         if g.var in needed:
             needed.add(g.index)
-    first_only = {x.name for e in found for x in e.free_symbols} - needed
-    first_only |= {g.index for g in plan.gathers if g.var in first_only} - needed
-    kept = [line for line in loads if line.split(" = ", 1)[0] not in first_only]
+    pre = {x.name for e in found for x in e.free_symbols}  # what the carried values read
+    pre |= {g.index for g in plan.gathers if g.var in pre}
+    kept = [line for line in loads if line.split(" = ", 1)[0] not in pre - needed]
     # before the row's loop: the carries as the first step reads them (its clamped neighbour,
     # itself), from loads of that step
-    pre = {x.name for e in found for x in e.free_symbols}
-    pre |= {g.index for g in plan.gathers if g.var in pre}
     first_t = "T - 1" if plan.ir.reverse else "0"
-    shift = next(k for k, v in OFFSETS.items() if v == off)
     printer, spec = NumbaPrinter, plan.ir.name
-    init = ([f"_t = {first_t}  # the row's first step", *time_lines({shift})]
+    init = ([f"_t = {first_t}  # the row's first step", *time_lines({SHIFT_OF[off]})]
             + [line for line in loads if line.split(" = ", 1)[0] in pre]
             + [f"{names[e]}__c = {print_expr(printer, e, table, spec)}" for e in found])
     later = [f"{names[e]} = {names[e]}__c" for e in found]
