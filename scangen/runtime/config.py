@@ -280,10 +280,10 @@ def _shape_config(c, rows: int, block_k: int, kk: int, time_major: bool) -> Conf
     if kk > 1 and block_n == 1 and rows < want and c.T > block_t:
         # a trailing axis and fewer rows than programs wanted: where there are no more rows than
         # SMs and a whole row fits K_WHOLE_ROW_TILE elements, one program takes the whole row,
-        # a warp per K_WHOLE_ROW_WARP elements (Retrace 128x1024: 11.3 -> 8.0 us, 64x512 on 8 warps: 6.2 ->
-        # 4.95, graph replays; h200-2026-12-02-a-configs.md); else each program walks its row in
-        # K_FEW_ROWS_TILE-element chunks on 8 warps (256x1024 stays faster so), one pipeline
-        # stage (h200-2026-12-01-g-sweep)
+        # a warp per K_WHOLE_ROW_WARP elements (Retrace 128x1024: 11.3 -> 8.0 us, 64x512 on 8
+        # warps: 6.2 -> 4.95, graph replays; h200-2026-12-02-a-configs.md); else each program
+        # walks its row in K_FEW_ROWS_TILE-element chunks on 8 warps (256x1024 stays faster
+        # so), one pipeline stage (h200-2026-12-01-g-sweep)
         whole = _pow2(c.T) * kk
         if rows <= sms and whole <= K_WHOLE_ROW_TILE:
             return Config(1, _pow2(c.T), block_k, max(NUM_WARPS, whole // K_WHOLE_ROW_WARP),
