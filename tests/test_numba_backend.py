@@ -388,3 +388,48 @@ def test_gradcheck_row_groups_and_chunks(name, monkeypatch):
         return out if isinstance(out, tuple) else (out,)
     leaves = [inputs[k].clone().requires_grad_(True) for k in names]
     assert torch.autograd.gradcheck(f, leaves, eps=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["rows", "time-major"])
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_no_array_a_kernel_writes_shares_memory_with_another_argument(name, layout, monkeypatch):
+    """The kernels are compiled with every array argument ``noalias``
+    (``numba_kernels.NoAliasCompiler``): LLVM may then reorder a store through one argument
+    around a load through another. That is only right while no array a kernel writes (an
+    output, or the scratch of an output not asked for) overlaps any other argument; inputs may
+    share memory with each other (here one tensor passed as two inputs), as they are only
+    read. Every call of the forward and backward kernels is checked."""
+    checked = []
+    arrays_of = numbapath._Plan.arrays
+
+    def arrays(plan, c):
+        out, widened = arrays_of(plan, c)
+        import numpy as np
+        written = [k for k, (kind, what, *_) in enumerate(plan.sources)
+                   if kind == "out" or (kind == "const" and isinstance(what, np.ndarray)
+                                        and what.size and plan.time_major)]
+        assert written
+        for k in written:
+            for j, other in enumerate(out):
+                if j != k and isinstance(other, np.ndarray):
+                    assert not np.shares_memory(out[k], other), (plan.sources[k][1], j)
+        checked.append(plan)
+        return out, widened
+
+    monkeypatch.setattr(numbapath._Plan, "arrays", arrays)
+    inputs = make_inputs(name, 6, 9, seed=4, dtype=torch.float64)
+    kw = {}
+    if layout == "time-major":  # [T, N] and [T, N, K] storage, time_dim=0
+        inputs = {k: v.transpose(0, 1).contiguous() if torch.is_tensor(v) and v.dim() >= 2
+                  else v for k, v in inputs.items()}
+        kw = {"time_dim": 0}
+    floats = [k for k, v in inputs.items() if torch.is_tensor(v) and v.is_floating_point()
+              and v.dim() == 2]
+    shared = floats[:2] if len(floats) >= 2 else []
+    leaves = {k: v.clone().requires_grad_(True) for k, v in inputs.items() if k in floats}
+    if shared:  # one tensor for two inputs: shared memory that is only read
+        leaves[shared[1]] = leaves[shared[0]]
+    out = getattr(scangen, name)(**{**inputs, **leaves}, backend="numba", **kw)
+    out = out if isinstance(out, tuple) else (out,)
+    sum(o.sum() for o in out).backward()
+    assert len(checked) >= (2 if name != "compute_retrace" else 1)

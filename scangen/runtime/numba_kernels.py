@@ -9,15 +9,37 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
+from numba.core import compiler as _compiler
 from numba.extending import intrinsic, overload
 
 # The one fast-math freedom the kernels take: fusing a * b + c into one FMA (a scan step's
 # A = alpha + beta * A is one FMA on the critical path). It keeps NaN and inf semantics.
 CONTRACT = {"contract"}
-# How every generated kernel is compiled (templates/numba_module.py.j2). error_model="numpy":
+# How the helpers below are compiled; the generated kernels (KERNEL, templates/numba_module.py.j2)
+# add NoAliasCompiler. error_model="numpy":
 # x / 0 is inf or NaN, as in torch and Triton, not Python's ZeroDivisionError, whose check a
 # division would also keep out of vectorised loops.
-KERNEL = dict(cache=True, nogil=True, fastmath=CONTRACT, error_model="numpy")
+HELPER = dict(cache=True, nogil=True, fastmath=CONTRACT, error_model="numpy")
+
+
+class NoAliasCompiler(_compiler.Compiler):
+    """numba's nopython pipeline with every array argument marked ``noalias`` (numba's
+    ``Flags.noalias``, which its parfors set for the gufuncs they prove alias-free): the
+    pointers of different arguments, and of the kernel's own buffers, never overlap. True of
+    every call scangen makes (scangen.runtime.numba): each output, and each scratch for an
+    output not asked for, is an allocation of its own, and inputs that share memory are only
+    read (tests/test_numba_backend.py checks every call). Without it LLVM checks, before every
+    vectorised loop over a time-major step's rows, each stored array against each loaded one
+    (about 30 comparisons a step, their flags spilled to the stack), and steps of few rows paid
+    for it: time-major 8 x 2048 1.6x-7.7x, 64 x 16384 1.2x-2.0x slower (bench/CPU.md), and by
+    how deep the stack the kernel was called from happened to be (GAE 0.65-4.7 ms)."""
+
+    def define_pipelines(self):
+        self.state.flags.noalias = True
+        return [_compiler.DefaultPassBuilder.define_nopython_pipeline(self.state)]
+
+
+KERNEL = dict(HELPER, pipeline_class=NoAliasCompiler)
 # The helpers below are compiled as functions of their own, not inlined in numba's IR
 # (inline="always"): IR inlining runs numba's untyped passes again at every call site, which
 # made the first calls of five ops 1.7x slower to compile (17.1 against 9.8 s), while LLVM
@@ -25,7 +47,7 @@ KERNEL = dict(cache=True, nogil=True, fastmath=CONTRACT, error_model="numpy")
 # Except :func:`row`, whose view returned from a call is reference-counted (an atomic increment
 # and decrement a step in the time-major kernels: V-trace time-major 64 x 16384 2.1x slower),
 # and :func:`at1`, the time-major kernels' load (1.2x faster inlined).
-_jit = numba.njit(**KERNEL)
+_jit = numba.njit(**HELPER)
 
 
 @_jit
