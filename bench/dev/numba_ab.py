@@ -20,7 +20,7 @@ import scangen
 from scangen import testing, runtime
 algo = os.environ.get("ALGO", "gae"); N, T = int(os.environ.get("N", 4096)), int(os.environ.get("T", 128))
 FN = os.environ.get("FN", "compute_gae")
-kw = testing.make_inputs(algo, N, T, seed=0, dtype=torch.float32)
+kw = testing.make_inputs(algo, N, T, seed=0, dtype=torch.float32, **({"A": int(os.environ["A"])} if os.environ.get("A") else {}))
 if os.environ.get("TM"):
     kw = {k: (v.transpose(0, 1).contiguous().transpose(0, 1) if torch.is_tensor(v) and v.dim() >= 2 else v) for k, v in kw.items()}
 fn = getattr(scangen, FN)
