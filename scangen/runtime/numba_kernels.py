@@ -31,8 +31,7 @@ class NoAliasCompiler(_compiler.Compiler):
     read (tests/test_numba_backend.py checks every call). Without it LLVM checks, before every
     vectorised loop over a time-major step's rows, each stored array against each loaded one
     (about 30 comparisons a step, their flags spilled to the stack), and steps of few rows paid
-    for it: time-major 8 x 2048 1.6x-7.7x, 64 x 16384 1.2x-2.0x slower (bench/CPU.md), and by
-    how deep the stack the kernel was called from happened to be (GAE 0.65-4.7 ms)."""
+    for it: time-major 8 x 2048 1.6x-7.7x, 64 x 16384 1.2x-2.0x slower (bench/CPU.md)."""
 
     def define_pipelines(self):
         self.state.flags.noalias = True
