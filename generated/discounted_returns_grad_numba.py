@@ -98,6 +98,7 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, rewards__a, terminateds__a, truncat
     _ts_d__gamma = 1 if STORE_d__gamma else 0
     _n_tiles = (R2 + _TB - 1) // _TB
     g__G__c = _np.empty(_TB, _F)
+    _sh0__c = _np.empty(_TB, _F)  # a row's carried value (render_numba._carries)
     for _tile in range(_lo, _hi):
         _r1 = _tile // _n_tiles
         _r2_0 = (_tile - _r1 * _n_tiles) * _TB
@@ -105,6 +106,25 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, rewards__a, terminateds__a, truncat
         for _j in range(_n):
             g__G = _F(0.0)
             g__G__c[_j] = g__G
+        _t = 0  # the row's first step
+        _tp = max(_t - 1, 0)
+        _tn = min(_t + 1, T - 1)
+        _v_bootstrap_values = _nk.row(bootstrap_values__a, _r1, _t, _r2_0, _n)
+        _v_gamma = _nk.row(gamma__a, _r1, _t, _r2_0, _n)
+        _v_gamma__prev = _nk.row(gamma__a, _r1, _tp, _r2_0, _n)
+        _v_gy__returns = _nk.row(gy__returns__a, _r1, _t, _r2_0, _n)
+        _v_st__G__next = _nk.row(st__G__a, _r1, _tn, _r2_0, _n)
+        _v_terminateds = _nk.row(terminateds__a, _r1, _t, _r2_0, _n)
+        _v_terminateds__prev = _nk.row(terminateds__a, _r1, _tp, _r2_0, _n)
+        _v_truncateds = _nk.row(truncateds__a, _r1, _t, _r2_0, _n)
+        _v_truncateds__prev = _nk.row(truncateds__a, _r1, _tp, _r2_0, _n)
+        _w_d__rewards = _nk.row(d__rewards__a, _r1, _t * _ts_d__rewards, _r2_0, _n)
+        _w_d__bootstrap_values = _nk.row(d__bootstrap_values__a, _r1, _t * _ts_d__bootstrap_values, _r2_0, _n)
+        _w_d__gamma = _nk.row(d__gamma__a, _r1, _t * _ts_d__gamma, _r2_0, _n)
+        for _j in range(_n):
+            terminateds__prev = _F(_nk.at1(_v_terminateds__prev, _j))
+            truncateds__prev = _F(_nk.at1(_v_truncateds__prev, _j))
+            _sh0__c[_j] = _nk.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
         for _i in range(T):
             _t = _i
             _tp = max(_t - 1, 0)
@@ -132,14 +152,14 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, rewards__a, terminateds__a, truncat
                 is_last__prev = _F(1.0) if _t - 1 == T - 1 else _F(0.0)
                 st__G__next = _F(_nk.at1(_v_st__G__next, _j))
                 terminateds = _F(_nk.at1(_v_terminateds, _j))
-                terminateds__prev = _F(_nk.at1(_v_terminateds__prev, _j))
                 truncateds = _F(_nk.at1(_v_truncateds, _j))
-                truncateds__prev = _F(_nk.at1(_v_truncateds__prev, _j))
+                _sh0 = _sh0__c[_j]  # the step before computed it (render_numba._carries)
                 _c0 = _nk.where((is_last != 0), _F(1.0), _nk.where((terminateds >= truncateds), terminateds, truncateds))
-                g__G = gy__returns + (_nk.where((is_first != 0), _F(0.0), gamma__prev*(_F(1.0) - _nk.where((is_last__prev != 0), _F(1.0), _nk.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev))))) * g__G
+                g__G = gy__returns + (_nk.where((is_first != 0), _F(0.0), gamma__prev*(_F(1.0) - _nk.where((is_last__prev != 0), _F(1.0), _sh0)))) * g__G
                 _c1 = _c0*g__G*(_F(1.0) - terminateds)
                 _nk.put1(_w_d__rewards, _j, g__G)
                 _nk.put1(_w_d__bootstrap_values, _j, _c1*gamma)
                 _nk.put1(_w_d__gamma, _j, _c1*bootstrap_values + g__G*(_F(1.0) - _c0)*_nk.where((is_last != 0), _F(0.0), st__G__next))
+                _sh0__c[_j] = _nk.where((terminateds >= truncateds), terminateds, truncateds)
 
                 g__G__c[_j] = g__G

@@ -118,6 +118,7 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, rewards__a, next_values__a, termina
     _ts_d__lambda_ = 1 if STORE_d__lambda_ else 0
     _n_tiles = (R2 + _TB - 1) // _TB
     g__G__c = _np.empty(_TB, _F)
+    _sh0__c = _np.empty(_TB, _F)  # a row's carried value (render_numba._carries)
     for _tile in range(_lo, _hi):
         _r1 = _tile // _n_tiles
         _r2_0 = (_tile - _r1 * _n_tiles) * _TB
@@ -125,6 +126,30 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, rewards__a, next_values__a, termina
         for _j in range(_n):
             g__G = _F(0.0)
             g__G__c[_j] = g__G
+        _t = 0  # the row's first step
+        _tp = max(_t - 1, 0)
+        _tn = min(_t + 1, T - 1)
+        _v_bootstrap_values = _nk.row(bootstrap_values__a, _r1, _t, _r2_0, _n)
+        _v_gamma = _nk.row(gamma__a, _r1, _t, _r2_0, _n)
+        _v_gamma__prev = _nk.row(gamma__a, _r1, _tp, _r2_0, _n)
+        _v_gy__returns = _nk.row(gy__returns__a, _r1, _t, _r2_0, _n)
+        _v_lambda_ = _nk.row(lambda___a, _r1, _t, _r2_0, _n)
+        _v_lambda___prev = _nk.row(lambda___a, _r1, _tp, _r2_0, _n)
+        _v_next_values = _nk.row(next_values__a, _r1, _t, _r2_0, _n)
+        _v_st__G__next = _nk.row(st__G__a, _r1, _tn, _r2_0, _n)
+        _v_terminateds = _nk.row(terminateds__a, _r1, _t, _r2_0, _n)
+        _v_terminateds__prev = _nk.row(terminateds__a, _r1, _tp, _r2_0, _n)
+        _v_truncateds = _nk.row(truncateds__a, _r1, _t, _r2_0, _n)
+        _v_truncateds__prev = _nk.row(truncateds__a, _r1, _tp, _r2_0, _n)
+        _w_d__rewards = _nk.row(d__rewards__a, _r1, _t * _ts_d__rewards, _r2_0, _n)
+        _w_d__next_values = _nk.row(d__next_values__a, _r1, _t * _ts_d__next_values, _r2_0, _n)
+        _w_d__bootstrap_values = _nk.row(d__bootstrap_values__a, _r1, _t * _ts_d__bootstrap_values, _r2_0, _n)
+        _w_d__gamma = _nk.row(d__gamma__a, _r1, _t * _ts_d__gamma, _r2_0, _n)
+        _w_d__lambda_ = _nk.row(d__lambda___a, _r1, _t * _ts_d__lambda_, _r2_0, _n)
+        for _j in range(_n):
+            terminateds__prev = _F(_nk.at1(_v_terminateds__prev, _j))
+            truncateds__prev = _F(_nk.at1(_v_truncateds__prev, _j))
+            _sh0__c[_j] = _nk.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
         for _i in range(T):
             _t = _i
             _tp = max(_t - 1, 0)
@@ -160,16 +185,15 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, rewards__a, next_values__a, termina
                 next_values = _F(_nk.at1(_v_next_values, _j))
                 st__G__next = _F(_nk.at1(_v_st__G__next, _j))
                 terminateds = _F(_nk.at1(_v_terminateds, _j))
-                terminateds__prev = _F(_nk.at1(_v_terminateds__prev, _j))
                 truncateds = _F(_nk.at1(_v_truncateds, _j))
-                truncateds__prev = _F(_nk.at1(_v_truncateds__prev, _j))
+                _sh0 = _sh0__c[_j]  # the step before computed it (render_numba._carries)
                 _c0 = _hf_bootstrap_values*_nk.where((is_last != 0), _F(1.0), truncateds)
                 _c1 = _F(1.0) - terminateds
                 _c2 = _F(-1.0) + _nk.where((is_last != 0), _F(1.0), _nk.where((terminateds >= truncateds), terminateds, truncateds))
                 _c3 = -_c2
                 _c4 = _c3*lambda_
                 _c8 = _nk.where((_c0 != 0), bootstrap_values, next_values)
-                g__G = gy__returns + (_nk.where((is_first != 0), _F(0.0), gamma__prev*lambda___prev*(_F(1.0) - _nk.where((is_last__prev != 0), _F(1.0), _nk.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev))))) * g__G
+                g__G = gy__returns + (_nk.where((is_first != 0), _F(0.0), gamma__prev*lambda___prev*(_F(1.0) - _nk.where((is_last__prev != 0), _F(1.0), _sh0)))) * g__G
                 _c5 = _c1*g__G*(_F(1.0) - _c4)
                 _c6 = _c5*gamma
                 _c7 = g__G*_nk.where((is_last != 0), _F(0.0), st__G__next)
@@ -178,5 +202,6 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, rewards__a, next_values__a, termina
                 _nk.put1(_w_d__bootstrap_values, _j, _c6*_nk.where((_c0 != 0), _F(1.0), _F(0.0)))
                 _nk.put1(_w_d__gamma, _j, _c4*_c7 + _c5*_c8)
                 _nk.put1(_w_d__lambda_, _j, _c3*_c7*gamma + _c1*_c2*_c8*g__G*gamma)
+                _sh0__c[_j] = _nk.where((terminateds >= truncateds), terminateds, truncateds)
 
                 g__G__c[_j] = g__G

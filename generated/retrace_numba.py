@@ -102,6 +102,7 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, action_probs_target__a, action_prob
     _ts_st__A = 1 if STORE_st__A else 0
     _n_tiles = (R2 + _TB - 1) // _TB
     A__c = _np.empty(_TB, _F)
+    _sh0__c = _np.empty(_TB, _F)  # a row's carried value (render_numba._carries)
     for _tile in range(_lo, _hi):
         _r1 = _tile // _n_tiles
         _r2_0 = (_tile - _r1 * _n_tiles) * _TB
@@ -109,6 +110,34 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, action_probs_target__a, action_prob
         for _j in range(_n):
             A = _F(0.0)
             A__c[_j] = A
+        _t = T - 1  # the row's first step
+        _tn = min(_t + 1, T - 1)
+        _v_action_probs_behavior = _nk.row(action_probs_behavior__a, _r1, _t, _r2_0, _n)
+        _v_action_probs_behavior__next = _nk.row(action_probs_behavior__a, _r1, _tn, _r2_0, _n)
+        _v_actions = _nk.row(actions__a, _r1, _t, _r2_0, _n)
+        _v_actions__next = _nk.row(actions__a, _r1, _tn, _r2_0, _n)
+        _v_c_bar__next = _nk.row(c_bar__a, _r1, _tn, _r2_0, _n)
+        _v_gamma = _nk.row(gamma__a, _r1, _t, _r2_0, _n)
+        _v_lambda___next = _nk.row(lambda___a, _r1, _tn, _r2_0, _n)
+        _v_q_values = _nk.row(q_values__a, _r1, _t, _r2_0, _n)
+        _v_q_values__next = _nk.row(q_values__a, _r1, _tn, _r2_0, _n)
+        _v_rewards = _nk.row(rewards__a, _r1, _t, _r2_0, _n)
+        _v_rho_bar = _nk.row(rho_bar__a, _r1, _t, _r2_0, _n)
+        _v_terminateds = _nk.row(terminateds__a, _r1, _t, _r2_0, _n)
+        _v_truncateds = _nk.row(truncateds__a, _r1, _t, _r2_0, _n)
+        _v_c_bar = _nk.row(c_bar__a, _r1, _t, _r2_0, _n)
+        _v_lambda_ = _nk.row(lambda___a, _r1, _t, _r2_0, _n)
+        _w_targets = _nk.row(targets__a, _r1, _t * _ts_targets, _r2_0, _n)
+        _w_advantages = _nk.row(advantages__a, _r1, _t * _ts_advantages, _r2_0, _n)
+        _w_st__A = _nk.row(st__A__a, _r1, _t * _ts_st__A, _r2_0, _n)
+        for _j in range(_n):
+            _r2 = _r2_0 + _j
+            action_probs_behavior__next = _F(_nk.at1(_v_action_probs_behavior__next, _j))
+            actions__next = int(_nk.at1(_v_actions__next, _j))
+            c_bar__next = _F(_nk.at1(_v_c_bar__next, _j))
+            lambda___next = _F(_nk.at1(_v_lambda___next, _j))
+            _gather0 = _F(_nk.gather(action_probs_target__a, _r1, _tn, _r2, K, actions__next))
+            _sh0__c[_j] = lambda___next*_nk.minimum(c_bar__next, _gather0/action_probs_behavior__next)
         for _i in range(T):
             _t = T - 1 - _i
             _tn = min(_t + 1, T - 1)
@@ -125,6 +154,8 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, action_probs_target__a, action_prob
             _v_rho_bar = _nk.row(rho_bar__a, _r1, _t, _r2_0, _n)
             _v_terminateds = _nk.row(terminateds__a, _r1, _t, _r2_0, _n)
             _v_truncateds = _nk.row(truncateds__a, _r1, _t, _r2_0, _n)
+            _v_c_bar = _nk.row(c_bar__a, _r1, _t, _r2_0, _n)
+            _v_lambda_ = _nk.row(lambda___a, _r1, _t, _r2_0, _n)
             _w_targets = _nk.row(targets__a, _r1, _t * _ts_targets, _r2_0, _n)
             _w_advantages = _nk.row(advantages__a, _r1, _t * _ts_advantages, _r2_0, _n)
             _w_st__A = _nk.row(st__A__a, _r1, _t * _ts_st__A, _r2_0, _n)
@@ -133,21 +164,19 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, action_probs_target__a, action_prob
                 A__next = A
                 _r2 = _r2_0 + _j
                 action_probs_behavior = _F(_nk.at1(_v_action_probs_behavior, _j))
-                action_probs_behavior__next = _F(_nk.at1(_v_action_probs_behavior__next, _j))
                 actions = int(_nk.at1(_v_actions, _j))
-                actions__next = int(_nk.at1(_v_actions__next, _j))
-                c_bar__next = _F(_nk.at1(_v_c_bar__next, _j))
                 gamma = _F(_nk.at1(_v_gamma, _j))
                 is_last = _F(1.0) if _t == T - 1 else _F(0.0)
-                lambda___next = _F(_nk.at1(_v_lambda___next, _j))
                 q_values = _F(_nk.at1(_v_q_values, _j))
                 q_values__next = _F(_nk.at1(_v_q_values__next, _j))
                 rewards = _F(_nk.at1(_v_rewards, _j))
                 rho_bar = _F(_nk.at1(_v_rho_bar, _j))
                 terminateds = _F(_nk.at1(_v_terminateds, _j))
                 truncateds = _F(_nk.at1(_v_truncateds, _j))
-                _gather0 = _F(_nk.gather(action_probs_target__a, _r1, _tn, _r2, K, actions__next))
                 _gather1 = _F(_nk.gather(action_probs_target__a, _r1, _t, _r2, K, actions))
+                c_bar = _F(_nk.at1(_v_c_bar, _j))
+                lambda_ = _F(_nk.at1(_v_lambda_, _j))
+                _sh0 = _sh0__c[_j]  # the step before computed it (render_numba._carries)
                 _sum0 = _F(0.0)
                 for _k in range(K):
                     next_action_probs_target__k = _F(_nk.atk(next_action_probs_target__a, _r1, _t, _r2, _k))
@@ -156,9 +185,10 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, action_probs_target__a, action_prob
                 _c0 = gamma*(_F(1.0) - terminateds)
                 _c1 = rewards - q_values
                 _c2 = _nk.maximum(terminateds, truncateds)
-                A = _c1 + _c0*_sum0 + (gamma*(_F(1.0) - _c2)*_nk.where((is_last != 0), _F(0.0), lambda___next*_nk.minimum(c_bar__next, _gather0/action_probs_behavior__next))) * A
+                A = _c1 + _c0*_sum0 + (gamma*(_F(1.0) - _c2)*_nk.where((is_last != 0), _F(0.0), _sh0)) * A
                 _nk.put1(_w_targets, _j, A + q_values)
                 _nk.put1(_w_advantages, _j, (_c1 + _c0*_nk.where((_nk.where((is_last != 0), _F(1.0), _c2) != 0), _sum0, _nk.where((is_last != 0), _F(0.0), A__next) + _nk.where((is_last != 0), _F(0.0), q_values__next)))*_nk.minimum(rho_bar, _gather1/action_probs_behavior))
                 _nk.put1(_w_st__A, _j, A)
+                _sh0__c[_j] = lambda_*_nk.minimum(c_bar, _gather1/action_probs_behavior)
 
                 A__c[_j] = A

@@ -219,6 +219,10 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, log_pi_target__a, log_pi_behavior__
     _ts_d__pg_rho_bar = 1 if STORE_d__pg_rho_bar else 0
     _n_tiles = (R2 + _TB - 1) // _TB
     g__A__c = _np.empty(_TB, _F)
+    _sh0__c = _np.empty(_TB, _F)  # a row's carried value (render_numba._carries)
+    _sh1__c = _np.empty(_TB, _F)  # a row's carried value (render_numba._carries)
+    _sh2__c = _np.empty(_TB, _F)  # a row's carried value (render_numba._carries)
+    _sh3__c = _np.empty(_TB, _F)  # a row's carried value (render_numba._carries)
     for _tile in range(_lo, _hi):
         _r1 = _tile // _n_tiles
         _r2_0 = (_tile - _r1 * _n_tiles) * _TB
@@ -228,6 +232,57 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, log_pi_target__a, log_pi_behavior__
             last_value = _F(_nk.at1(_v_last_value, _j))
             g__A = _F(0.0)
             g__A__c[_j] = g__A
+        _t = 0  # the row's first step
+        _tp = max(_t - 1, 0)
+        _tn = min(_t + 1, T - 1)
+        _v_bootstrap_values = _nk.row(bootstrap_values__a, _r1, _t, _r2_0, _n)
+        _v_c_bar = _nk.row(c_bar__a, _r1, _t, _r2_0, _n)
+        _v_c_bar__prev = _nk.row(c_bar__a, _r1, _tp, _r2_0, _n)
+        _v_gamma = _nk.row(gamma__a, _r1, _t, _r2_0, _n)
+        _v_gamma__prev = _nk.row(gamma__a, _r1, _tp, _r2_0, _n)
+        _v_gy__pg_advantages = _nk.row(gy__pg_advantages__a, _r1, _t, _r2_0, _n)
+        _v_gy__pg_advantages__prev = _nk.row(gy__pg_advantages__a, _r1, _tp, _r2_0, _n)
+        _v_gy__targets = _nk.row(gy__targets__a, _r1, _t, _r2_0, _n)
+        _v_lambda_ = _nk.row(lambda___a, _r1, _t, _r2_0, _n)
+        _v_lambda___prev = _nk.row(lambda___a, _r1, _tp, _r2_0, _n)
+        _v_log_pi_behavior = _nk.row(log_pi_behavior__a, _r1, _t, _r2_0, _n)
+        _v_log_pi_behavior__prev = _nk.row(log_pi_behavior__a, _r1, _tp, _r2_0, _n)
+        _v_log_pi_target = _nk.row(log_pi_target__a, _r1, _t, _r2_0, _n)
+        _v_log_pi_target__prev = _nk.row(log_pi_target__a, _r1, _tp, _r2_0, _n)
+        _v_pg_rho_bar = _nk.row(pg_rho_bar__a, _r1, _t, _r2_0, _n)
+        _v_pg_rho_bar__prev = _nk.row(pg_rho_bar__a, _r1, _tp, _r2_0, _n)
+        _v_rewards = _nk.row(rewards__a, _r1, _t, _r2_0, _n)
+        _v_rho_bar = _nk.row(rho_bar__a, _r1, _t, _r2_0, _n)
+        _v_rho_bar__prev = _nk.row(rho_bar__a, _r1, _tp, _r2_0, _n)
+        _v_st__A__next = _nk.row(st__A__a, _r1, _tn, _r2_0, _n)
+        _v_terminateds = _nk.row(terminateds__a, _r1, _t, _r2_0, _n)
+        _v_terminateds__prev = _nk.row(terminateds__a, _r1, _tp, _r2_0, _n)
+        _v_truncateds = _nk.row(truncateds__a, _r1, _t, _r2_0, _n)
+        _v_truncateds__prev = _nk.row(truncateds__a, _r1, _tp, _r2_0, _n)
+        _v_values = _nk.row(values__a, _r1, _t, _r2_0, _n)
+        _v_values__next = _nk.row(values__a, _r1, _tn, _r2_0, _n)
+        _w_d__log_pi_target = _nk.row(d__log_pi_target__a, _r1, _t * _ts_d__log_pi_target, _r2_0, _n)
+        _w_d__log_pi_behavior = _nk.row(d__log_pi_behavior__a, _r1, _t * _ts_d__log_pi_behavior, _r2_0, _n)
+        _w_d__values = _nk.row(d__values__a, _r1, _t * _ts_d__values, _r2_0, _n)
+        _w_d__rewards = _nk.row(d__rewards__a, _r1, _t * _ts_d__rewards, _r2_0, _n)
+        _w_d__bootstrap_values = _nk.row(d__bootstrap_values__a, _r1, _t * _ts_d__bootstrap_values, _r2_0, _n)
+        _w_d__last_value = _nk.row(d__last_value__a, _r1, _t * _ts_d__last_value, _r2_0, _n)
+        _w_d__gamma = _nk.row(d__gamma__a, _r1, _t * _ts_d__gamma, _r2_0, _n)
+        _w_d__rho_bar = _nk.row(d__rho_bar__a, _r1, _t * _ts_d__rho_bar, _r2_0, _n)
+        _w_d__c_bar = _nk.row(d__c_bar__a, _r1, _t * _ts_d__c_bar, _r2_0, _n)
+        _w_d__lambda_ = _nk.row(d__lambda___a, _r1, _t * _ts_d__lambda_, _r2_0, _n)
+        _w_d__pg_rho_bar = _nk.row(d__pg_rho_bar__a, _r1, _t * _ts_d__pg_rho_bar, _r2_0, _n)
+        for _j in range(_n):
+            gamma__prev = _F(_nk.at1(_v_gamma__prev, _j))
+            lambda___prev = _F(_nk.at1(_v_lambda___prev, _j))
+            log_pi_behavior__prev = _F(_nk.at1(_v_log_pi_behavior__prev, _j))
+            log_pi_target__prev = _F(_nk.at1(_v_log_pi_target__prev, _j))
+            terminateds__prev = _F(_nk.at1(_v_terminateds__prev, _j))
+            truncateds__prev = _F(_nk.at1(_v_truncateds__prev, _j))
+            _sh0__c[_j] = _nk.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
+            _sh1__c[_j] = _nk.exp_as(log_pi_target__prev - log_pi_behavior__prev, _F)
+            _sh2__c[_j] = gamma__prev*(_F(1.0) - terminateds__prev)
+            _sh3__c[_j] = _F(1.0) - lambda___prev
         for _i in range(T):
             _t = _i
             _tp = max(_t - 1, 0)
@@ -287,9 +342,7 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, log_pi_target__a, log_pi_behavior__
                 lambda_ = _F(_nk.at1(_v_lambda_, _j))
                 lambda___prev = _F(_nk.at1(_v_lambda___prev, _j))
                 log_pi_behavior = _F(_nk.at1(_v_log_pi_behavior, _j))
-                log_pi_behavior__prev = _F(_nk.at1(_v_log_pi_behavior__prev, _j))
                 log_pi_target = _F(_nk.at1(_v_log_pi_target, _j))
-                log_pi_target__prev = _F(_nk.at1(_v_log_pi_target__prev, _j))
                 pg_rho_bar = _F(_nk.at1(_v_pg_rho_bar, _j))
                 pg_rho_bar__prev = _F(_nk.at1(_v_pg_rho_bar__prev, _j))
                 rewards = _F(_nk.at1(_v_rewards, _j))
@@ -297,16 +350,18 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, log_pi_target__a, log_pi_behavior__
                 rho_bar__prev = _F(_nk.at1(_v_rho_bar__prev, _j))
                 st__A__next = _F(_nk.at1(_v_st__A__next, _j))
                 terminateds = _F(_nk.at1(_v_terminateds, _j))
-                terminateds__prev = _F(_nk.at1(_v_terminateds__prev, _j))
                 truncateds = _F(_nk.at1(_v_truncateds, _j))
-                truncateds__prev = _F(_nk.at1(_v_truncateds__prev, _j))
                 values = _F(_nk.at1(_v_values, _j))
                 values__next = _F(_nk.at1(_v_values__next, _j))
-                _c0 = _nk.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
+                _sh0 = _sh0__c[_j]  # the step before computed it (render_numba._carries)
+                _sh1 = _sh1__c[_j]  # the step before computed it (render_numba._carries)
+                _sh2 = _sh2__c[_j]  # the step before computed it (render_numba._carries)
+                _sh3 = _sh3__c[_j]  # the step before computed it (render_numba._carries)
+                _c0 = _sh0
                 _c1 = _nk.where((is_last__prev != 0), _F(0.0), _F(1.0))*_nk.where((_nk.where((is_last__prev != 0), _F(1.0), _c0) != 0), _F(0.0), _F(1.0))
                 _c2 = _c1*lambda___prev
-                _c3 = _nk.exp_as(log_pi_target__prev - log_pi_behavior__prev, _F)
-                _c4 = gamma__prev*(_F(1.0) - terminateds__prev)
+                _c3 = _sh1
+                _c4 = _sh2
                 _c5 = _c4*gy__pg_advantages__prev*_nk.where((pg_rho_bar__prev <= _c3), pg_rho_bar__prev, _c3)
                 _c6 = _nk.exp_as(log_pi_target - log_pi_behavior, _F)
                 _c7 = (rho_bar <= _c6)
@@ -341,7 +396,7 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, log_pi_target__a, log_pi_behavior__
                 _c35 = _c23*_c24*g__A*_nk.where((_c22 != 0), c_bar, _c6)
                 _nk.put1(_w_d__log_pi_target, _j, _c26)
                 _nk.put1(_w_d__log_pi_behavior, _j, -_c26)
-                _nk.put1(_w_d__values, _j, gy__targets - _c27 - _c28 + _nk.where((is_first != 0), _F(0.0), _c5*(_c2 + _c1*(_F(1.0) - lambda___prev))) + _nk.where((is_first != 0), _F(0.0), _c1*_c4*g__A__prev*_nk.where((rho_bar__prev <= _c3), rho_bar__prev, _c3)))
+                _nk.put1(_w_d__values, _j, gy__targets - _c27 - _c28 + _nk.where((is_first != 0), _F(0.0), _c5*(_c2 + _c1*_sh3)) + _nk.where((is_first != 0), _F(0.0), _c1*_c4*g__A__prev*_nk.where((rho_bar__prev <= _c3), rho_bar__prev, _c3)))
                 _nk.put1(_w_d__rewards, _j, _c27 + _c28)
                 _nk.put1(_w_d__bootstrap_values, _j, _c31*_c33 + _c32*(_c19*_c31 + _c31*lambda_))
                 _nk.put1(_w_d__last_value, _j, _c32*(_c19*_c34 + _c34*lambda_) + _c33*_c34)
@@ -350,5 +405,9 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, log_pi_target__a, log_pi_behavior__
                 _nk.put1(_w_d__c_bar, _j, _c25*_nk.where((_c22 != 0), _F(1.0), _F(0.0)))
                 _nk.put1(_w_d__lambda_, _j, _c32*(_c18 - _c12) + _c35*gamma)
                 _nk.put1(_w_d__pg_rho_bar, _j, _c21*_nk.where((_c17 != 0), _F(1.0), _F(0.0)))
+                _sh0__c[_j] = _nk.where((terminateds >= truncateds), terminateds, truncateds)
+                _sh1__c[_j] = _nk.exp_as(log_pi_target - log_pi_behavior, _F)
+                _sh2__c[_j] = gamma*(_F(1.0) - terminateds)
+                _sh3__c[_j] = _F(1.0) - lambda_
 
                 g__A__c[_j] = g__A

@@ -434,3 +434,21 @@ def test_no_array_a_kernel_writes_shares_memory_with_another_argument(name, layo
     sum(o.sum() for o in out).backward()
     # the forward call and the backward one (Retrace has no generated backward: one call)
     assert len(checked) >= (2 if name != "compute_retrace" else 1)
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_gradcheck_time_major(name):
+    """The backward kernels over time-major buffers (`_tmajor` of the `_grad_numba` modules,
+    whose rows carry the neighbour step's values as the row kernels do): float64 gradcheck of
+    `[T, N]` inputs with `time_dim=0`."""
+    inputs = make_inputs(name, 5, 6, seed=13, dtype=torch.float64)
+    inputs = {k: v.transpose(0, 1).contiguous() if torch.is_tensor(v) and v.dim() >= 2 else v
+              for k, v in inputs.items()}
+    names = [k for k, v in inputs.items() if torch.is_tensor(v) and v.is_floating_point()]
+    fn = getattr(scangen, name)
+
+    def f(*tensors):
+        out = fn(**{**inputs, **dict(zip(names, tensors))}, backend="numba", time_dim=0)
+        return out if isinstance(out, tuple) else (out,)
+    leaves = [inputs[k].clone().requires_grad_(True) for k in names]
+    assert torch.autograd.gradcheck(f, leaves, eps=1e-6, atol=1e-5)

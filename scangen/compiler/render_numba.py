@@ -38,6 +38,7 @@ from ..abi import OFFSETS, SHIFT_OF, has_flag, split_sym, store_flag
 from .plan import Block, Plan
 from .numba_groups import (GROUP_ROWS, ORDER, TIME, grouped_rows, print_assigns,
                            time_lines)
+from .expr import Indicator, Where
 from .printers import NumbaPrinter, NumbaVectorPrinter, print_expr
 from .templating import PACKAGE, comment, pylit, render_template
 
@@ -149,10 +150,9 @@ def _step(plan: Plan, table: dict, cse: tuple, time_major: bool) -> NS:
         scan_cse = [(name, [(v, e) for v, e in assigns if v not in names], alpha, beta)
                     for name, assigns, alpha, beta in scan_cse]
         rest = [(v, e) for v, e in rest if v not in names]
-    carried = None
-    if not time_major:  # values at the step before in the scan's order: carried, not recomputed
-        carried, scan_cse, rest, out_exprs, loads, table = _carries(
-            plan, scan_cse, rest, out_exprs, loads, table, at)
+    # values at the step before in the scan's order: carried, not recomputed
+    carried, scan_cse, rest, out_exprs, loads, table = _carries(
+        plan, scan_cse, rest, out_exprs, loads, table, at, time_major)
     scans = [NS(name=name, assigns=print_assigns(printer, assigns, table, spec),
                 alpha=print_expr(printer, alpha, table, spec),
                 beta=print_expr(printer, beta, table, spec))
@@ -181,8 +181,8 @@ def _step(plan: Plan, table: dict, cse: tuple, time_major: bool) -> NS:
 
 
 def _carries(plan: Plan, scan_cse: list, rest: list, out_exprs: list, loads: list, table: dict,
-              at) -> tuple:
-    """The values a one-pass row step carries from the step before it instead of recomputing.
+              at, time_major: bool = False) -> tuple:
+    """The values a one-pass step carries from the step before it instead of recomputing.
 
     The row kernel walks a row in the scan's order, so a reverse scan has just computed step
     t + 1 when it reaches t (a forward scan, t - 1). Every largest subexpression of the step
@@ -194,6 +194,11 @@ def _carries(plan: Plan, scan_cse: list, rest: list, out_exprs: list, loads: lis
     step's other uses of them). The neighbour loads that only such subexpressions read leave
     the loop. The same operations on the same values: the same results (Retrace rows 1.07x
     faster, bench/CPU.md).
+
+    Time-major (``_tmajor``), each row of the tile carries its own: ``_shN__c`` is an array of
+    ``_TB`` values, set for every row before the loop over time (``init`` names the first
+    step, ``init_loads`` and ``init_sets`` run in a loop over the tile's rows with that step's
+    views) and read and written at ``[_j]``.
 
     Returns (the lines, or None; the scans', temporaries' and outputs' expressions with the
     carried subexpressions replaced; the loads; the symbol table)."""
@@ -235,6 +240,7 @@ def _carries(plan: Plan, scan_cse: list, rest: list, out_exprs: list, loads: lis
         walk(e)
     if not found:
         return None, scan_cse, rest, out_exprs, loads, table
+    scan_cse0, rest0, out_exprs0, table0 = scan_cse, rest, out_exprs, table
     names = {e: sympy.Symbol(f"_sh{k}") for k, e in enumerate(found)}
     sub = lambda e: e.xreplace(names)  # noqa: E731
     scan_cse = [(n, [(v, sub(x)) for v, x in assigns], sub(a), sub(b))
@@ -265,18 +271,47 @@ def _carries(plan: Plan, scan_cse: list, rest: list, out_exprs: list, loads: lis
             needed.add(g.index)
     pre = {x.name for e in found for x in e.free_symbols}  # what the carried values read
     pre |= {g.index for g in plan.gathers if g.var in pre}
+    if time_major and not _worth_carrying(found, gathers, pre - needed):
+        return None, scan_cse0, rest0, out_exprs0, loads, table0
     kept = [line for line in loads if line.split(" = ", 1)[0] not in pre - needed]
     # before the row's loop: the carries as the first step reads them (its clamped neighbour,
     # itself), from loads of that step
     first_t = "T - 1" if plan.ir.reverse else "0"
-    printer, spec = NumbaPrinter, plan.ir.name
-    init = ([f"_t = {first_t}  # the row's first step", *time_lines({SHIFT_OF[off]})]
-            + [line for line in loads if line.split(" = ", 1)[0] in pre]
-            + [f"{names[e]}__c = {print_expr(printer, e, table, spec)}" for e in found])
-    later = [f"{names[e]} = {names[e]}__c" for e in found]
-    end = [f"{names[e]}__c = {print_expr(printer, back[e], table, spec)}" for e in found]
-    return (NS(later=later, end=end, init=init), scan_cse, rest, out_exprs,
-            kept + extra, table)
+    printer = NumbaVectorPrinter if time_major else NumbaPrinter
+    spec = plan.ir.name
+    head = [f"_t = {first_t}  # the row's first step", *time_lines({SHIFT_OF[off]})]
+    init_loads = [line for line in loads if line.split(" = ", 1)[0] in pre]
+    at_j = "[_j]" if time_major else ""
+    init_sets = [f"{names[e]}__c{at_j} = {print_expr(printer, e, table, spec)}" for e in found]
+    later = [f"{names[e]} = {names[e]}__c{at_j}" for e in found]
+    end = [f"{names[e]}__c{at_j} = {print_expr(printer, back[e], table, spec)}" for e in found]
+    carried = NS(later=later, end=end, names=[str(names[e]) for e in found])
+    if time_major:  # the step's own lines give the time indices and views (per_step)
+        if plan.sums or plan.gathers:
+            init_loads.insert(0, "_r2 = _r2_0 + _j")
+        carried.init, carried.init_loads, carried.init_sets = head[:1], init_loads, init_sets
+    else:
+        carried.init = head + init_loads + init_sets
+    return carried, scan_cse, rest, out_exprs, kept + extra, table
+
+
+SELECTS = (Where, Indicator, sympy.Piecewise)  # functions the printers write as selects
+
+
+def _worth_carrying(found: list, gathers: dict, removed: set) -> bool:
+    """Whether a time-major step's carries pay: there each is an array of the tile's rows, a
+    load and a store a step, against a vectorised recomputation. They do where a carried value
+    holds a gather, a division or a function call (Retrace's gather and division: time-major
+    1.15x-1.25x faster; V-trace's adjoint's exp: 1.3x-1.5x), or where they take more
+    neighbour loads out of the step than they add arrays (discounted returns' adjoint:
+    max(terminateds, truncateds) at t - 1 for two flag loads, 1.3x); not where they add arrays
+    (masked GAE's adjoint: three carries for one flag load, 0.84x-0.98x). bench/CPU.md."""
+    def costly(e) -> bool:
+        return (any(x.name in gathers for x in e.free_symbols)
+                or any(isinstance(a, sympy.Function) and not isinstance(a, SELECTS)
+                       for a in sympy.preorder_traversal(e))  # a call; a where is a select
+                or any(a.is_Pow and a.exp.is_negative for a in sympy.preorder_traversal(e)))
+    return any(costly(e) for e in found) or len(removed) > len(found)
 
 
 # Functions of a step's inputs alone that the row kernels compute for the whole row first, in
