@@ -302,10 +302,11 @@ def _worth_carrying(found: list, gathers: dict, removed: set) -> bool:
     """Whether a time-major step's carries pay: there each is an array of the tile's rows, a
     load and a store a step, against a vectorised recomputation. They do where a carried value
     holds a gather, a division or a function call (Retrace's gather and division: time-major
-    1.15x-1.25x faster; V-trace's adjoint's exp: 1.3x-1.5x), or where they take more
+    1.11x-1.25x faster; V-trace's adjoint's exp: 1.27x-1.59x), or where they take more
     neighbour loads out of the step than they add arrays (discounted returns' adjoint:
-    max(terminateds, truncateds) at t - 1 for two flag loads, 1.3x); not where they add arrays
-    (masked GAE's adjoint: three carries for one flag load, 0.84x-0.98x). bench/CPU.md."""
+    max(terminateds, truncateds) at t - 1 for two flag loads, 1.33x-1.41x); not where they add
+    arrays (masked GAE's adjoint: three carries for one flag load, 0.84x-0.98x).
+    bench/results/cpu-2026-12-02-g-tm-carries-ab.txt."""
     def costly(e) -> bool:
         return (any(x.name in gathers for x in e.free_symbols)
                 or any(isinstance(a, sympy.Function) and not isinstance(a, SELECTS)
