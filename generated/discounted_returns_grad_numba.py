@@ -66,7 +66,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, terminateds__a, truncated
             st__G__next = _F(_nk.at(st__G__a, _r1, _r2, _tn))
             terminateds = _F(_nk.at(terminateds__a, _r1, _r2, _t))
             truncateds = _F(_nk.at(truncateds__a, _r1, _r2, _t))
-            _sh0 = _sh0__c  # the step before computed it (render_numba._carries)
+            _sh0 = _sh0__c  # the step before computed it (scangen.compiler.numba_carries)
             _c0 = (_F(1.0) if is_last != 0 else (terminateds if (terminateds >= truncateds) else truncateds))
             g__G = gy__returns + ((_F(0.0) if is_first != 0 else gamma__prev*(_F(1.0) - (_F(1.0) if is_last__prev != 0 else _sh0)))) * g__G
             _c1 = _c0*g__G*(_F(1.0) - terminateds)
@@ -98,7 +98,7 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, rewards__a, terminateds__a, truncat
     _ts_d__gamma = 1 if STORE_d__gamma else 0
     _n_tiles = (R2 + _TB - 1) // _TB
     g__G__c = _np.empty(_TB, _F)
-    _sh0__c = _np.empty(_TB, _F)  # a row's carried value (render_numba._carries)
+    _sh0__c = _np.empty(_TB, _F)  # a row's carried value (scangen.compiler.numba_carries)
     for _tile in range(_lo, _hi):
         _r1 = _tile // _n_tiles
         _r2_0 = (_tile - _r1 * _n_tiles) * _TB
@@ -153,7 +153,7 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, rewards__a, terminateds__a, truncat
                 st__G__next = _F(_nk.at1(_v_st__G__next, _j))
                 terminateds = _F(_nk.at1(_v_terminateds, _j))
                 truncateds = _F(_nk.at1(_v_truncateds, _j))
-                _sh0 = _sh0__c[_j]  # the step before computed it (render_numba._carries)
+                _sh0 = _sh0__c[_j]  # the step before computed it (scangen.compiler.numba_carries)
                 _c0 = _nk.where((is_last != 0), _F(1.0), _nk.where((terminateds >= truncateds), terminateds, truncateds))
                 g__G = gy__returns + (_nk.where((is_first != 0), _F(0.0), gamma__prev*(_F(1.0) - _nk.where((is_last__prev != 0), _F(1.0), _sh0)))) * g__G
                 _c1 = _c0*g__G*(_F(1.0) - terminateds)

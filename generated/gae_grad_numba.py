@@ -80,8 +80,8 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, values__a, terminateds__a
             terminateds = _F(_nk.at(terminateds__a, _r1, _r2, _t))
             truncateds = _F(_nk.at(truncateds__a, _r1, _r2, _t))
             values__next = _F(_nk.at(values__a, _r1, _r2, _tn))
-            _sh0 = _sh0__c  # the step before computed it (render_numba._carries)
-            _sh1 = _sh1__c  # the step before computed it (render_numba._carries)
+            _sh0 = _sh0__c  # the step before computed it (scangen.compiler.numba_carries)
+            _sh1 = _sh1__c  # the step before computed it (scangen.compiler.numba_carries)
             _c0 = _sh0
             _c1 = (_F(1.0) if is_last != 0 else _F(0.0))
             _c2 = (terminateds if (terminateds >= truncateds) else truncateds)

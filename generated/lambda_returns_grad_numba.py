@@ -71,7 +71,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, next_values__a, terminate
             st__G__next = _F(_nk.at(st__G__a, _r1, _r2, _tn))
             terminateds = _F(_nk.at(terminateds__a, _r1, _r2, _t))
             truncateds = _F(_nk.at(truncateds__a, _r1, _r2, _t))
-            _sh0 = _sh0__c  # the step before computed it (render_numba._carries)
+            _sh0 = _sh0__c  # the step before computed it (scangen.compiler.numba_carries)
             _c0 = _hf_bootstrap_values*(_F(1.0) if is_last != 0 else truncateds)
             _c1 = _F(1.0) - terminateds
             _c2 = _F(-1.0) + (_F(1.0) if is_last != 0 else (terminateds if (terminateds >= truncateds) else truncateds))
@@ -118,7 +118,7 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, rewards__a, next_values__a, termina
     _ts_d__lambda_ = 1 if STORE_d__lambda_ else 0
     _n_tiles = (R2 + _TB - 1) // _TB
     g__G__c = _np.empty(_TB, _F)
-    _sh0__c = _np.empty(_TB, _F)  # a row's carried value (render_numba._carries)
+    _sh0__c = _np.empty(_TB, _F)  # a row's carried value (scangen.compiler.numba_carries)
     for _tile in range(_lo, _hi):
         _r1 = _tile // _n_tiles
         _r2_0 = (_tile - _r1 * _n_tiles) * _TB
@@ -186,7 +186,7 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, rewards__a, next_values__a, termina
                 st__G__next = _F(_nk.at1(_v_st__G__next, _j))
                 terminateds = _F(_nk.at1(_v_terminateds, _j))
                 truncateds = _F(_nk.at1(_v_truncateds, _j))
-                _sh0 = _sh0__c[_j]  # the step before computed it (render_numba._carries)
+                _sh0 = _sh0__c[_j]  # the step before computed it (scangen.compiler.numba_carries)
                 _c0 = _hf_bootstrap_values*_nk.where((is_last != 0), _F(1.0), truncateds)
                 _c1 = _F(1.0) - terminateds
                 _c2 = _F(-1.0) + _nk.where((is_last != 0), _F(1.0), _nk.where((terminateds >= truncateds), terminateds, truncateds))

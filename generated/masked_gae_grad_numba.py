@@ -70,9 +70,9 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, token_level_rewards__a, values__a, re
             response_mask = _F(_nk.at(response_mask__a, _r1, _r2, _t))
             st__A__next = _F(_nk.at(st__A__a, _r1, _r2, _tn))
             st__nv__next = _F(_nk.at(st__nv__a, _r1, _r2, _tn))
-            _sh0 = _sh0__c  # the step before computed it (render_numba._carries)
-            _sh1 = _sh1__c  # the step before computed it (render_numba._carries)
-            _sh2 = _sh2__c  # the step before computed it (render_numba._carries)
+            _sh0 = _sh0__c  # the step before computed it (scangen.compiler.numba_carries)
+            _sh1 = _sh1__c  # the step before computed it (scangen.compiler.numba_carries)
+            _sh2 = _sh2__c  # the step before computed it (scangen.compiler.numba_carries)
             _c0 = _sh0
             g__A = gy__advantages + gy__returns + ((_F(0.0) if is_first != 0 else _F(1.0) + _sh1 + _c0*lambda___prev)) * g__A
             _c1 = g__A*response_mask

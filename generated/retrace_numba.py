@@ -68,7 +68,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, action_probs_target__a, action_probs_
             _gather1 = _F(_nk.gather(action_probs_target__a, _r1, _r2, _t, K, actions))
             c_bar = _F(_nk.at(c_bar__a, _r1, _r2, _t))
             lambda_ = _F(_nk.at(lambda___a, _r1, _r2, _t))
-            _sh0 = _sh0__c  # the step before computed it (render_numba._carries)
+            _sh0 = _sh0__c  # the step before computed it (scangen.compiler.numba_carries)
             _sum0 = _F(0.0)
             for _k in range(K):
                 next_action_probs_target__k = _F(_nk.atk(next_action_probs_target__a, _r1, _r2, _t, _k))
@@ -102,7 +102,7 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, action_probs_target__a, action_prob
     _ts_st__A = 1 if STORE_st__A else 0
     _n_tiles = (R2 + _TB - 1) // _TB
     A__c = _np.empty(_TB, _F)
-    _sh0__c = _np.empty(_TB, _F)  # a row's carried value (render_numba._carries)
+    _sh0__c = _np.empty(_TB, _F)  # a row's carried value (scangen.compiler.numba_carries)
     for _tile in range(_lo, _hi):
         _r1 = _tile // _n_tiles
         _r2_0 = (_tile - _r1 * _n_tiles) * _TB
@@ -176,7 +176,7 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, action_probs_target__a, action_prob
                 _gather1 = _F(_nk.gather(action_probs_target__a, _r1, _t, _r2, K, actions))
                 c_bar = _F(_nk.at1(_v_c_bar, _j))
                 lambda_ = _F(_nk.at1(_v_lambda_, _j))
-                _sh0 = _sh0__c[_j]  # the step before computed it (render_numba._carries)
+                _sh0 = _sh0__c[_j]  # the step before computed it (scangen.compiler.numba_carries)
                 _sum0 = _F(0.0)
                 for _k in range(K):
                     next_action_probs_target__k = _F(_nk.atk(next_action_probs_target__a, _r1, _t, _r2, _k))

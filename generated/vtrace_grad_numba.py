@@ -115,9 +115,9 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, log_pi_target__a, log_pi_behavior__a,
             values__next = _F(_nk.at(values__a, _r1, _r2, _tn))
             _c3 = _nk.at1(_hb__c3, _t)
             _c6 = _nk.at1(_hb__c6, _t)
-            _sh0 = _sh0__c  # the step before computed it (render_numba._carries)
-            _sh1 = _sh1__c  # the step before computed it (render_numba._carries)
-            _sh2 = _sh2__c  # the step before computed it (render_numba._carries)
+            _sh0 = _sh0__c  # the step before computed it (scangen.compiler.numba_carries)
+            _sh1 = _sh1__c  # the step before computed it (scangen.compiler.numba_carries)
+            _sh2 = _sh2__c  # the step before computed it (scangen.compiler.numba_carries)
             _c0 = _sh0
             _c1 = (_F(0.0) if is_last__prev != 0 else _F(1.0))*(_F(0.0) if (_F(1.0) if is_last__prev != 0 else _c0) != 0 else _F(1.0))
             _c2 = _c1*lambda___prev
@@ -219,10 +219,10 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, log_pi_target__a, log_pi_behavior__
     _ts_d__pg_rho_bar = 1 if STORE_d__pg_rho_bar else 0
     _n_tiles = (R2 + _TB - 1) // _TB
     g__A__c = _np.empty(_TB, _F)
-    _sh0__c = _np.empty(_TB, _F)  # a row's carried value (render_numba._carries)
-    _sh1__c = _np.empty(_TB, _F)  # a row's carried value (render_numba._carries)
-    _sh2__c = _np.empty(_TB, _F)  # a row's carried value (render_numba._carries)
-    _sh3__c = _np.empty(_TB, _F)  # a row's carried value (render_numba._carries)
+    _sh0__c = _np.empty(_TB, _F)  # a row's carried value (scangen.compiler.numba_carries)
+    _sh1__c = _np.empty(_TB, _F)  # a row's carried value (scangen.compiler.numba_carries)
+    _sh2__c = _np.empty(_TB, _F)  # a row's carried value (scangen.compiler.numba_carries)
+    _sh3__c = _np.empty(_TB, _F)  # a row's carried value (scangen.compiler.numba_carries)
     for _tile in range(_lo, _hi):
         _r1 = _tile // _n_tiles
         _r2_0 = (_tile - _r1 * _n_tiles) * _TB
@@ -353,10 +353,10 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, log_pi_target__a, log_pi_behavior__
                 truncateds = _F(_nk.at1(_v_truncateds, _j))
                 values = _F(_nk.at1(_v_values, _j))
                 values__next = _F(_nk.at1(_v_values__next, _j))
-                _sh0 = _sh0__c[_j]  # the step before computed it (render_numba._carries)
-                _sh1 = _sh1__c[_j]  # the step before computed it (render_numba._carries)
-                _sh2 = _sh2__c[_j]  # the step before computed it (render_numba._carries)
-                _sh3 = _sh3__c[_j]  # the step before computed it (render_numba._carries)
+                _sh0 = _sh0__c[_j]  # the step before computed it (scangen.compiler.numba_carries)
+                _sh1 = _sh1__c[_j]  # the step before computed it (scangen.compiler.numba_carries)
+                _sh2 = _sh2__c[_j]  # the step before computed it (scangen.compiler.numba_carries)
+                _sh3 = _sh3__c[_j]  # the step before computed it (scangen.compiler.numba_carries)
                 _c0 = _sh0
                 _c1 = _nk.where((is_last__prev != 0), _F(0.0), _F(1.0))*_nk.where((_nk.where((is_last__prev != 0), _F(1.0), _c0) != 0), _F(0.0), _F(1.0))
                 _c2 = _c1*lambda___prev
