@@ -109,18 +109,8 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, rewards__a, terminateds__a, truncat
         _t = 0  # the row's first step
         _tp = max(_t - 1, 0)
         _tn = min(_t + 1, T - 1)
-        _v_bootstrap_values = _nk.row(bootstrap_values__a, _r1, _t, _r2_0, _n)
-        _v_gamma = _nk.row(gamma__a, _r1, _t, _r2_0, _n)
-        _v_gamma__prev = _nk.row(gamma__a, _r1, _tp, _r2_0, _n)
-        _v_gy__returns = _nk.row(gy__returns__a, _r1, _t, _r2_0, _n)
-        _v_st__G__next = _nk.row(st__G__a, _r1, _tn, _r2_0, _n)
-        _v_terminateds = _nk.row(terminateds__a, _r1, _t, _r2_0, _n)
         _v_terminateds__prev = _nk.row(terminateds__a, _r1, _tp, _r2_0, _n)
-        _v_truncateds = _nk.row(truncateds__a, _r1, _t, _r2_0, _n)
         _v_truncateds__prev = _nk.row(truncateds__a, _r1, _tp, _r2_0, _n)
-        _w_d__rewards = _nk.row(d__rewards__a, _r1, _t * _ts_d__rewards, _r2_0, _n)
-        _w_d__bootstrap_values = _nk.row(d__bootstrap_values__a, _r1, _t * _ts_d__bootstrap_values, _r2_0, _n)
-        _w_d__gamma = _nk.row(d__gamma__a, _r1, _t * _ts_d__gamma, _r2_0, _n)
         for _j in range(_n):
             terminateds__prev = _F(_nk.at1(_v_terminateds__prev, _j))
             truncateds__prev = _F(_nk.at1(_v_truncateds__prev, _j))

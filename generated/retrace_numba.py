@@ -112,24 +112,10 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, action_probs_target__a, action_prob
             A__c[_j] = A
         _t = T - 1  # the row's first step
         _tn = min(_t + 1, T - 1)
-        _v_action_probs_behavior = _nk.row(action_probs_behavior__a, _r1, _t, _r2_0, _n)
         _v_action_probs_behavior__next = _nk.row(action_probs_behavior__a, _r1, _tn, _r2_0, _n)
-        _v_actions = _nk.row(actions__a, _r1, _t, _r2_0, _n)
         _v_actions__next = _nk.row(actions__a, _r1, _tn, _r2_0, _n)
         _v_c_bar__next = _nk.row(c_bar__a, _r1, _tn, _r2_0, _n)
-        _v_gamma = _nk.row(gamma__a, _r1, _t, _r2_0, _n)
         _v_lambda___next = _nk.row(lambda___a, _r1, _tn, _r2_0, _n)
-        _v_q_values = _nk.row(q_values__a, _r1, _t, _r2_0, _n)
-        _v_q_values__next = _nk.row(q_values__a, _r1, _tn, _r2_0, _n)
-        _v_rewards = _nk.row(rewards__a, _r1, _t, _r2_0, _n)
-        _v_rho_bar = _nk.row(rho_bar__a, _r1, _t, _r2_0, _n)
-        _v_terminateds = _nk.row(terminateds__a, _r1, _t, _r2_0, _n)
-        _v_truncateds = _nk.row(truncateds__a, _r1, _t, _r2_0, _n)
-        _v_c_bar = _nk.row(c_bar__a, _r1, _t, _r2_0, _n)
-        _v_lambda_ = _nk.row(lambda___a, _r1, _t, _r2_0, _n)
-        _w_targets = _nk.row(targets__a, _r1, _t * _ts_targets, _r2_0, _n)
-        _w_advantages = _nk.row(advantages__a, _r1, _t * _ts_advantages, _r2_0, _n)
-        _w_st__A = _nk.row(st__A__a, _r1, _t * _ts_st__A, _r2_0, _n)
         for _j in range(_n):
             _r2 = _r2_0 + _j
             action_probs_behavior__next = _F(_nk.at1(_v_action_probs_behavior__next, _j))

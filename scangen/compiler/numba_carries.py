@@ -120,7 +120,7 @@ def carries(plan: Plan, scan_cse: list, rest: list, out_exprs: list, loads: list
     later = [f"{names[e]} = {names[e]}__c{at_j}" for e in found]
     end = [f"{names[e]}__c{at_j} = {print_expr(printer, back[e], table, spec)}" for e in found]
     carried = NS(later=later, end=end, names=[str(names[e]) for e in found])
-    if time_major:  # the step's own lines give the time indices and views (per_step)
+    if time_major:  # render_numba adds the first step's time indices and the views it reads
         if plan.sums or plan.gathers:
             init_loads.insert(0, "_r2 = _r2_0 + _j")
         carried.init, carried.init_loads, carried.init_sets = head[:1], init_loads, init_sets

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 from types import SimpleNamespace as NS
 
 import sympy
@@ -179,6 +180,9 @@ def _step(plan: Plan, table: dict, cse: tuple, time_major: bool) -> NS:
     # time-major: the time indices and the row views are the step's, outside the loop over rows;
     # r2, the row's index, only where a [.., K] view needs it
     per_step = times + [f"{v} = {e}" for v, e in views.items()] if time_major else []
+    if time_major and carried:  # the first step's time indices and the views its carries read
+        words = set(re.findall(r"\w+", " ".join(carried.init_loads + carried.init_sets)))
+        carried.init += times + [f"{v} = {e}" for v, e in views.items() if v in words]
     if time_major and (plan.sums or plan.gathers):
         loads.insert(0, "_r2 = _r2_0 + _j")
     return NS(hoist=hoist, row_loads=row_loads, saved=saved, times=[] if time_major else times,
