@@ -24,6 +24,12 @@ pytestmark = pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed")
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _time_major(inputs: dict) -> dict:
+    """``inputs`` stored time-major: ``[T, N]`` and ``[T, N, K]`` copies (pass ``time_dim=0``)."""
+    return {k: v.transpose(0, 1).contiguous() if torch.is_tensor(v) and v.dim() >= 2 else v
+            for k, v in inputs.items()}
+
+
 def test_auto_picks_numba_for_cpu_tensors():
     assert runtime.select_backend("f", None, torch.device("cpu")) == "numba"
     assert runtime.select_backend("f", "torch", torch.device("cpu")) == "torch"
@@ -319,8 +325,7 @@ def test_a_second_process_loads_cached_kernels_without_numbas_full_refresh(layou
     computes what this process computes."""
     kw = make_inputs("compute_vtrace", 6, 40, seed=3, dtype=torch.float32)
     if layout == "time-major":
-        kw = {k: v.transpose(0, 1).contiguous() if torch.is_tensor(v) and v.dim() >= 2 else v
-              for k, v in kw.items()}
+        kw = _time_major(kw)
         kw["time_dim"] = 0
     want = scangen.compute_vtrace(**kw, backend="numba")  # compiled, or loaded, and cached
     torch.save((kw, want), tmp_path / "call.pt")
@@ -420,8 +425,7 @@ def test_no_array_a_kernel_writes_shares_memory_with_another_argument(name, layo
     inputs = make_inputs(name, 6, 9, seed=4, dtype=torch.float64)
     kw = {}
     if layout == "time-major":  # [T, N] and [T, N, K] storage, time_dim=0
-        inputs = {k: v.transpose(0, 1).contiguous() if torch.is_tensor(v) and v.dim() >= 2
-                  else v for k, v in inputs.items()}
+        inputs = _time_major(inputs)
         kw = {"time_dim": 0}
     floats = [k for k, v in inputs.items() if torch.is_tensor(v) and v.is_floating_point()
               and v.dim() == 2]
@@ -442,8 +446,7 @@ def test_gradcheck_time_major(name):
     whose rows carry the neighbour step's values as the row kernels do): float64 gradcheck of
     `[T, N]` inputs with `time_dim=0`."""
     inputs = make_inputs(name, 5, 6, seed=13, dtype=torch.float64)
-    inputs = {k: v.transpose(0, 1).contiguous() if torch.is_tensor(v) and v.dim() >= 2 else v
-              for k, v in inputs.items()}
+    inputs = _time_major(inputs)
     names = [k for k, v in inputs.items() if torch.is_tensor(v) and v.is_floating_point()]
     fn = getattr(scangen, name)
 
