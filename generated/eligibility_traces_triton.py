@@ -520,6 +520,351 @@ def _eligibility_traces_lookback_kernel(
                 tl.store(_ws_clear + _w * _n_words + tl.arange(0, BLOCK_N), -1)
 
 
+@triton.jit
+def _eligibility_traces_block_kernel(
+    gradients__ptr,
+    dones__ptr,
+    seed_values__ptr,
+    gamma,
+    gamma__ptr,
+    lambda_,
+    lambda___ptr,
+    traces__optr,
+    st__z__optr,
+    gradients__s1,
+    gradients__s2,
+    gradients__st,
+    dones__s1,
+    dones__s2,
+    dones__st,
+    seed_values__s1,
+    seed_values__s2,
+    seed_values__st,
+    gamma__s1,
+    gamma__s2,
+    gamma__st,
+    lambda___s1,
+    lambda___s2,
+    lambda___st,
+    traces__os1,
+    traces__os2,
+    traces__ost,
+    st__z__os1,
+    st__z__os2,
+    st__z__ost,
+    R1, R2, T, K,
+    HAS_seed_values: tl.constexpr,
+    gamma__TENSOR: tl.constexpr,
+    lambda___TENSOR: tl.constexpr,
+    STORE_traces: tl.constexpr,
+    STORE_st__z: tl.constexpr,
+    EVEN: tl.constexpr,
+    SHIFT_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # Time-major buffers with many rows (the "block" family, runtime.config): no scan across
+    # threads. A program owns BLOCK_N adjacent rows, one a thread, and walks them through time
+    # (forward) 16 steps at a time: first the loads of the block's steps, each a
+    # [BLOCK_N] vector of adjacent rows, all issued before the first is used, then the steps one
+    # by one, the states in registers. A load a step waited one memory latency a step
+    # (bench/dev/tm_block_probe.py: GAE 16384x1024 time-major 500 us, 100 us in blocks of 16).
+    tl.static_assert(BLOCK_T == 16)  # the steps this kernel's text unrolls
+    _rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    _row_ok = _rows < R1 * R2
+    _r1 = (_rows // R2).to(tl.int64)
+    _r2 = (_rows % R2).to(tl.int64)
+    gradients__row = _r1 * gradients__s1 + _r2 * gradients__s2  # [BN] int64 row offsets
+    dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
+    seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+    traces__orow = _r1 * traces__os1 + _r2 * traces__os2  # [BN] int64 row offsets
+    st__z__orow = _r1 * st__z__os1 + _r2 * st__z__os2  # [BN] int64 row offsets
+    if HAS_seed_values:
+        seed_values = tl.load(seed_values__ptr + seed_values__row, mask=_row_ok, other=0).to(ACC)
+    else:
+        seed_values = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
+    _zero = tl.zeros([BLOCK_N], dtype=ACC)
+    _tv = _rows * 0  # a step index as a [BN] vector, for the masks
+    z = _zero + seed_values
+    _n_blocks = tl.cdiv(T, BLOCK_T)
+    for _c in range(0, _n_blocks):
+        _tb = _c * BLOCK_T  # the block's first step
+        _t0 = _tb + 0
+        _ok0 = _row_ok & (_tv + _t0 < T)
+        _0_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t0 - 1, 0)).to(tl.int64) * dones__st, mask=_ok0, other=1).to(ACC)
+        _0_gamma__t = tl.load(gamma__ptr + gamma__row + (_t0).to(tl.int64) * gamma__st, mask=_ok0, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _0_gradients = tl.load(gradients__ptr + gradients__row + (_t0).to(tl.int64) * gradients__st, mask=_ok0, other=1).to(ACC)
+        _0_lambda___t = tl.load(lambda___ptr + lambda___row + (_t0).to(tl.int64) * lambda___st, mask=_ok0, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _t1 = _tb + 1
+        _ok1 = _row_ok & (_tv + _t1 < T)
+        _1_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t1 - 1, 0)).to(tl.int64) * dones__st, mask=_ok1, other=1).to(ACC)
+        _1_gamma__t = tl.load(gamma__ptr + gamma__row + (_t1).to(tl.int64) * gamma__st, mask=_ok1, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _1_gradients = tl.load(gradients__ptr + gradients__row + (_t1).to(tl.int64) * gradients__st, mask=_ok1, other=1).to(ACC)
+        _1_lambda___t = tl.load(lambda___ptr + lambda___row + (_t1).to(tl.int64) * lambda___st, mask=_ok1, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _t2 = _tb + 2
+        _ok2 = _row_ok & (_tv + _t2 < T)
+        _2_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t2 - 1, 0)).to(tl.int64) * dones__st, mask=_ok2, other=1).to(ACC)
+        _2_gamma__t = tl.load(gamma__ptr + gamma__row + (_t2).to(tl.int64) * gamma__st, mask=_ok2, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _2_gradients = tl.load(gradients__ptr + gradients__row + (_t2).to(tl.int64) * gradients__st, mask=_ok2, other=1).to(ACC)
+        _2_lambda___t = tl.load(lambda___ptr + lambda___row + (_t2).to(tl.int64) * lambda___st, mask=_ok2, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _t3 = _tb + 3
+        _ok3 = _row_ok & (_tv + _t3 < T)
+        _3_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t3 - 1, 0)).to(tl.int64) * dones__st, mask=_ok3, other=1).to(ACC)
+        _3_gamma__t = tl.load(gamma__ptr + gamma__row + (_t3).to(tl.int64) * gamma__st, mask=_ok3, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _3_gradients = tl.load(gradients__ptr + gradients__row + (_t3).to(tl.int64) * gradients__st, mask=_ok3, other=1).to(ACC)
+        _3_lambda___t = tl.load(lambda___ptr + lambda___row + (_t3).to(tl.int64) * lambda___st, mask=_ok3, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _t4 = _tb + 4
+        _ok4 = _row_ok & (_tv + _t4 < T)
+        _4_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t4 - 1, 0)).to(tl.int64) * dones__st, mask=_ok4, other=1).to(ACC)
+        _4_gamma__t = tl.load(gamma__ptr + gamma__row + (_t4).to(tl.int64) * gamma__st, mask=_ok4, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _4_gradients = tl.load(gradients__ptr + gradients__row + (_t4).to(tl.int64) * gradients__st, mask=_ok4, other=1).to(ACC)
+        _4_lambda___t = tl.load(lambda___ptr + lambda___row + (_t4).to(tl.int64) * lambda___st, mask=_ok4, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _t5 = _tb + 5
+        _ok5 = _row_ok & (_tv + _t5 < T)
+        _5_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t5 - 1, 0)).to(tl.int64) * dones__st, mask=_ok5, other=1).to(ACC)
+        _5_gamma__t = tl.load(gamma__ptr + gamma__row + (_t5).to(tl.int64) * gamma__st, mask=_ok5, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _5_gradients = tl.load(gradients__ptr + gradients__row + (_t5).to(tl.int64) * gradients__st, mask=_ok5, other=1).to(ACC)
+        _5_lambda___t = tl.load(lambda___ptr + lambda___row + (_t5).to(tl.int64) * lambda___st, mask=_ok5, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _t6 = _tb + 6
+        _ok6 = _row_ok & (_tv + _t6 < T)
+        _6_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t6 - 1, 0)).to(tl.int64) * dones__st, mask=_ok6, other=1).to(ACC)
+        _6_gamma__t = tl.load(gamma__ptr + gamma__row + (_t6).to(tl.int64) * gamma__st, mask=_ok6, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _6_gradients = tl.load(gradients__ptr + gradients__row + (_t6).to(tl.int64) * gradients__st, mask=_ok6, other=1).to(ACC)
+        _6_lambda___t = tl.load(lambda___ptr + lambda___row + (_t6).to(tl.int64) * lambda___st, mask=_ok6, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _t7 = _tb + 7
+        _ok7 = _row_ok & (_tv + _t7 < T)
+        _7_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t7 - 1, 0)).to(tl.int64) * dones__st, mask=_ok7, other=1).to(ACC)
+        _7_gamma__t = tl.load(gamma__ptr + gamma__row + (_t7).to(tl.int64) * gamma__st, mask=_ok7, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _7_gradients = tl.load(gradients__ptr + gradients__row + (_t7).to(tl.int64) * gradients__st, mask=_ok7, other=1).to(ACC)
+        _7_lambda___t = tl.load(lambda___ptr + lambda___row + (_t7).to(tl.int64) * lambda___st, mask=_ok7, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _t8 = _tb + 8
+        _ok8 = _row_ok & (_tv + _t8 < T)
+        _8_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t8 - 1, 0)).to(tl.int64) * dones__st, mask=_ok8, other=1).to(ACC)
+        _8_gamma__t = tl.load(gamma__ptr + gamma__row + (_t8).to(tl.int64) * gamma__st, mask=_ok8, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _8_gradients = tl.load(gradients__ptr + gradients__row + (_t8).to(tl.int64) * gradients__st, mask=_ok8, other=1).to(ACC)
+        _8_lambda___t = tl.load(lambda___ptr + lambda___row + (_t8).to(tl.int64) * lambda___st, mask=_ok8, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _t9 = _tb + 9
+        _ok9 = _row_ok & (_tv + _t9 < T)
+        _9_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t9 - 1, 0)).to(tl.int64) * dones__st, mask=_ok9, other=1).to(ACC)
+        _9_gamma__t = tl.load(gamma__ptr + gamma__row + (_t9).to(tl.int64) * gamma__st, mask=_ok9, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _9_gradients = tl.load(gradients__ptr + gradients__row + (_t9).to(tl.int64) * gradients__st, mask=_ok9, other=1).to(ACC)
+        _9_lambda___t = tl.load(lambda___ptr + lambda___row + (_t9).to(tl.int64) * lambda___st, mask=_ok9, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _t10 = _tb + 10
+        _ok10 = _row_ok & (_tv + _t10 < T)
+        _10_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t10 - 1, 0)).to(tl.int64) * dones__st, mask=_ok10, other=1).to(ACC)
+        _10_gamma__t = tl.load(gamma__ptr + gamma__row + (_t10).to(tl.int64) * gamma__st, mask=_ok10, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _10_gradients = tl.load(gradients__ptr + gradients__row + (_t10).to(tl.int64) * gradients__st, mask=_ok10, other=1).to(ACC)
+        _10_lambda___t = tl.load(lambda___ptr + lambda___row + (_t10).to(tl.int64) * lambda___st, mask=_ok10, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _t11 = _tb + 11
+        _ok11 = _row_ok & (_tv + _t11 < T)
+        _11_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t11 - 1, 0)).to(tl.int64) * dones__st, mask=_ok11, other=1).to(ACC)
+        _11_gamma__t = tl.load(gamma__ptr + gamma__row + (_t11).to(tl.int64) * gamma__st, mask=_ok11, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _11_gradients = tl.load(gradients__ptr + gradients__row + (_t11).to(tl.int64) * gradients__st, mask=_ok11, other=1).to(ACC)
+        _11_lambda___t = tl.load(lambda___ptr + lambda___row + (_t11).to(tl.int64) * lambda___st, mask=_ok11, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _t12 = _tb + 12
+        _ok12 = _row_ok & (_tv + _t12 < T)
+        _12_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t12 - 1, 0)).to(tl.int64) * dones__st, mask=_ok12, other=1).to(ACC)
+        _12_gamma__t = tl.load(gamma__ptr + gamma__row + (_t12).to(tl.int64) * gamma__st, mask=_ok12, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _12_gradients = tl.load(gradients__ptr + gradients__row + (_t12).to(tl.int64) * gradients__st, mask=_ok12, other=1).to(ACC)
+        _12_lambda___t = tl.load(lambda___ptr + lambda___row + (_t12).to(tl.int64) * lambda___st, mask=_ok12, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _t13 = _tb + 13
+        _ok13 = _row_ok & (_tv + _t13 < T)
+        _13_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t13 - 1, 0)).to(tl.int64) * dones__st, mask=_ok13, other=1).to(ACC)
+        _13_gamma__t = tl.load(gamma__ptr + gamma__row + (_t13).to(tl.int64) * gamma__st, mask=_ok13, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _13_gradients = tl.load(gradients__ptr + gradients__row + (_t13).to(tl.int64) * gradients__st, mask=_ok13, other=1).to(ACC)
+        _13_lambda___t = tl.load(lambda___ptr + lambda___row + (_t13).to(tl.int64) * lambda___st, mask=_ok13, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _t14 = _tb + 14
+        _ok14 = _row_ok & (_tv + _t14 < T)
+        _14_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t14 - 1, 0)).to(tl.int64) * dones__st, mask=_ok14, other=1).to(ACC)
+        _14_gamma__t = tl.load(gamma__ptr + gamma__row + (_t14).to(tl.int64) * gamma__st, mask=_ok14, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _14_gradients = tl.load(gradients__ptr + gradients__row + (_t14).to(tl.int64) * gradients__st, mask=_ok14, other=1).to(ACC)
+        _14_lambda___t = tl.load(lambda___ptr + lambda___row + (_t14).to(tl.int64) * lambda___st, mask=_ok14, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _t15 = _tb + 15
+        _ok15 = _row_ok & (_tv + _t15 < T)
+        _15_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t15 - 1, 0)).to(tl.int64) * dones__st, mask=_ok15, other=1).to(ACC)
+        _15_gamma__t = tl.load(gamma__ptr + gamma__row + (_t15).to(tl.int64) * gamma__st, mask=_ok15, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _15_gradients = tl.load(gradients__ptr + gradients__row + (_t15).to(tl.int64) * gradients__st, mask=_ok15, other=1).to(ACC)
+        _15_lambda___t = tl.load(lambda___ptr + lambda___row + (_t15).to(tl.int64) * lambda___st, mask=_ok15, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        # step _t0
+        dones__prev = _0_dones__prev
+        gamma__t = _0_gamma__t
+        gradients = _0_gradients
+        lambda___t = _0_lambda___t
+        is_first = tl.where(_t0 == 0, 1.0, 0.0).to(ACC)
+        z = tl.where(_ok0, _zero + (gradients) + (_zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev)))) * z, z)
+        if STORE_traces:
+            tl.store(traces__optr + traces__orow + _t0.to(tl.int64) * traces__ost, (_zero + (z)).to(traces__optr.dtype.element_ty), mask=_ok0)
+        if STORE_st__z:
+            tl.store(st__z__optr + st__z__orow + _t0.to(tl.int64) * st__z__ost, (_zero + (z)).to(st__z__optr.dtype.element_ty), mask=_ok0)
+        # step _t1
+        dones__prev = _1_dones__prev
+        gamma__t = _1_gamma__t
+        gradients = _1_gradients
+        lambda___t = _1_lambda___t
+        is_first = tl.where(_t1 == 0, 1.0, 0.0).to(ACC)
+        z = tl.where(_ok1, _zero + (gradients) + (_zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev)))) * z, z)
+        if STORE_traces:
+            tl.store(traces__optr + traces__orow + _t1.to(tl.int64) * traces__ost, (_zero + (z)).to(traces__optr.dtype.element_ty), mask=_ok1)
+        if STORE_st__z:
+            tl.store(st__z__optr + st__z__orow + _t1.to(tl.int64) * st__z__ost, (_zero + (z)).to(st__z__optr.dtype.element_ty), mask=_ok1)
+        # step _t2
+        dones__prev = _2_dones__prev
+        gamma__t = _2_gamma__t
+        gradients = _2_gradients
+        lambda___t = _2_lambda___t
+        is_first = tl.where(_t2 == 0, 1.0, 0.0).to(ACC)
+        z = tl.where(_ok2, _zero + (gradients) + (_zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev)))) * z, z)
+        if STORE_traces:
+            tl.store(traces__optr + traces__orow + _t2.to(tl.int64) * traces__ost, (_zero + (z)).to(traces__optr.dtype.element_ty), mask=_ok2)
+        if STORE_st__z:
+            tl.store(st__z__optr + st__z__orow + _t2.to(tl.int64) * st__z__ost, (_zero + (z)).to(st__z__optr.dtype.element_ty), mask=_ok2)
+        # step _t3
+        dones__prev = _3_dones__prev
+        gamma__t = _3_gamma__t
+        gradients = _3_gradients
+        lambda___t = _3_lambda___t
+        is_first = tl.where(_t3 == 0, 1.0, 0.0).to(ACC)
+        z = tl.where(_ok3, _zero + (gradients) + (_zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev)))) * z, z)
+        if STORE_traces:
+            tl.store(traces__optr + traces__orow + _t3.to(tl.int64) * traces__ost, (_zero + (z)).to(traces__optr.dtype.element_ty), mask=_ok3)
+        if STORE_st__z:
+            tl.store(st__z__optr + st__z__orow + _t3.to(tl.int64) * st__z__ost, (_zero + (z)).to(st__z__optr.dtype.element_ty), mask=_ok3)
+        # step _t4
+        dones__prev = _4_dones__prev
+        gamma__t = _4_gamma__t
+        gradients = _4_gradients
+        lambda___t = _4_lambda___t
+        is_first = tl.where(_t4 == 0, 1.0, 0.0).to(ACC)
+        z = tl.where(_ok4, _zero + (gradients) + (_zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev)))) * z, z)
+        if STORE_traces:
+            tl.store(traces__optr + traces__orow + _t4.to(tl.int64) * traces__ost, (_zero + (z)).to(traces__optr.dtype.element_ty), mask=_ok4)
+        if STORE_st__z:
+            tl.store(st__z__optr + st__z__orow + _t4.to(tl.int64) * st__z__ost, (_zero + (z)).to(st__z__optr.dtype.element_ty), mask=_ok4)
+        # step _t5
+        dones__prev = _5_dones__prev
+        gamma__t = _5_gamma__t
+        gradients = _5_gradients
+        lambda___t = _5_lambda___t
+        is_first = tl.where(_t5 == 0, 1.0, 0.0).to(ACC)
+        z = tl.where(_ok5, _zero + (gradients) + (_zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev)))) * z, z)
+        if STORE_traces:
+            tl.store(traces__optr + traces__orow + _t5.to(tl.int64) * traces__ost, (_zero + (z)).to(traces__optr.dtype.element_ty), mask=_ok5)
+        if STORE_st__z:
+            tl.store(st__z__optr + st__z__orow + _t5.to(tl.int64) * st__z__ost, (_zero + (z)).to(st__z__optr.dtype.element_ty), mask=_ok5)
+        # step _t6
+        dones__prev = _6_dones__prev
+        gamma__t = _6_gamma__t
+        gradients = _6_gradients
+        lambda___t = _6_lambda___t
+        is_first = tl.where(_t6 == 0, 1.0, 0.0).to(ACC)
+        z = tl.where(_ok6, _zero + (gradients) + (_zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev)))) * z, z)
+        if STORE_traces:
+            tl.store(traces__optr + traces__orow + _t6.to(tl.int64) * traces__ost, (_zero + (z)).to(traces__optr.dtype.element_ty), mask=_ok6)
+        if STORE_st__z:
+            tl.store(st__z__optr + st__z__orow + _t6.to(tl.int64) * st__z__ost, (_zero + (z)).to(st__z__optr.dtype.element_ty), mask=_ok6)
+        # step _t7
+        dones__prev = _7_dones__prev
+        gamma__t = _7_gamma__t
+        gradients = _7_gradients
+        lambda___t = _7_lambda___t
+        is_first = tl.where(_t7 == 0, 1.0, 0.0).to(ACC)
+        z = tl.where(_ok7, _zero + (gradients) + (_zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev)))) * z, z)
+        if STORE_traces:
+            tl.store(traces__optr + traces__orow + _t7.to(tl.int64) * traces__ost, (_zero + (z)).to(traces__optr.dtype.element_ty), mask=_ok7)
+        if STORE_st__z:
+            tl.store(st__z__optr + st__z__orow + _t7.to(tl.int64) * st__z__ost, (_zero + (z)).to(st__z__optr.dtype.element_ty), mask=_ok7)
+        # step _t8
+        dones__prev = _8_dones__prev
+        gamma__t = _8_gamma__t
+        gradients = _8_gradients
+        lambda___t = _8_lambda___t
+        is_first = tl.where(_t8 == 0, 1.0, 0.0).to(ACC)
+        z = tl.where(_ok8, _zero + (gradients) + (_zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev)))) * z, z)
+        if STORE_traces:
+            tl.store(traces__optr + traces__orow + _t8.to(tl.int64) * traces__ost, (_zero + (z)).to(traces__optr.dtype.element_ty), mask=_ok8)
+        if STORE_st__z:
+            tl.store(st__z__optr + st__z__orow + _t8.to(tl.int64) * st__z__ost, (_zero + (z)).to(st__z__optr.dtype.element_ty), mask=_ok8)
+        # step _t9
+        dones__prev = _9_dones__prev
+        gamma__t = _9_gamma__t
+        gradients = _9_gradients
+        lambda___t = _9_lambda___t
+        is_first = tl.where(_t9 == 0, 1.0, 0.0).to(ACC)
+        z = tl.where(_ok9, _zero + (gradients) + (_zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev)))) * z, z)
+        if STORE_traces:
+            tl.store(traces__optr + traces__orow + _t9.to(tl.int64) * traces__ost, (_zero + (z)).to(traces__optr.dtype.element_ty), mask=_ok9)
+        if STORE_st__z:
+            tl.store(st__z__optr + st__z__orow + _t9.to(tl.int64) * st__z__ost, (_zero + (z)).to(st__z__optr.dtype.element_ty), mask=_ok9)
+        # step _t10
+        dones__prev = _10_dones__prev
+        gamma__t = _10_gamma__t
+        gradients = _10_gradients
+        lambda___t = _10_lambda___t
+        is_first = tl.where(_t10 == 0, 1.0, 0.0).to(ACC)
+        z = tl.where(_ok10, _zero + (gradients) + (_zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev)))) * z, z)
+        if STORE_traces:
+            tl.store(traces__optr + traces__orow + _t10.to(tl.int64) * traces__ost, (_zero + (z)).to(traces__optr.dtype.element_ty), mask=_ok10)
+        if STORE_st__z:
+            tl.store(st__z__optr + st__z__orow + _t10.to(tl.int64) * st__z__ost, (_zero + (z)).to(st__z__optr.dtype.element_ty), mask=_ok10)
+        # step _t11
+        dones__prev = _11_dones__prev
+        gamma__t = _11_gamma__t
+        gradients = _11_gradients
+        lambda___t = _11_lambda___t
+        is_first = tl.where(_t11 == 0, 1.0, 0.0).to(ACC)
+        z = tl.where(_ok11, _zero + (gradients) + (_zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev)))) * z, z)
+        if STORE_traces:
+            tl.store(traces__optr + traces__orow + _t11.to(tl.int64) * traces__ost, (_zero + (z)).to(traces__optr.dtype.element_ty), mask=_ok11)
+        if STORE_st__z:
+            tl.store(st__z__optr + st__z__orow + _t11.to(tl.int64) * st__z__ost, (_zero + (z)).to(st__z__optr.dtype.element_ty), mask=_ok11)
+        # step _t12
+        dones__prev = _12_dones__prev
+        gamma__t = _12_gamma__t
+        gradients = _12_gradients
+        lambda___t = _12_lambda___t
+        is_first = tl.where(_t12 == 0, 1.0, 0.0).to(ACC)
+        z = tl.where(_ok12, _zero + (gradients) + (_zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev)))) * z, z)
+        if STORE_traces:
+            tl.store(traces__optr + traces__orow + _t12.to(tl.int64) * traces__ost, (_zero + (z)).to(traces__optr.dtype.element_ty), mask=_ok12)
+        if STORE_st__z:
+            tl.store(st__z__optr + st__z__orow + _t12.to(tl.int64) * st__z__ost, (_zero + (z)).to(st__z__optr.dtype.element_ty), mask=_ok12)
+        # step _t13
+        dones__prev = _13_dones__prev
+        gamma__t = _13_gamma__t
+        gradients = _13_gradients
+        lambda___t = _13_lambda___t
+        is_first = tl.where(_t13 == 0, 1.0, 0.0).to(ACC)
+        z = tl.where(_ok13, _zero + (gradients) + (_zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev)))) * z, z)
+        if STORE_traces:
+            tl.store(traces__optr + traces__orow + _t13.to(tl.int64) * traces__ost, (_zero + (z)).to(traces__optr.dtype.element_ty), mask=_ok13)
+        if STORE_st__z:
+            tl.store(st__z__optr + st__z__orow + _t13.to(tl.int64) * st__z__ost, (_zero + (z)).to(st__z__optr.dtype.element_ty), mask=_ok13)
+        # step _t14
+        dones__prev = _14_dones__prev
+        gamma__t = _14_gamma__t
+        gradients = _14_gradients
+        lambda___t = _14_lambda___t
+        is_first = tl.where(_t14 == 0, 1.0, 0.0).to(ACC)
+        z = tl.where(_ok14, _zero + (gradients) + (_zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev)))) * z, z)
+        if STORE_traces:
+            tl.store(traces__optr + traces__orow + _t14.to(tl.int64) * traces__ost, (_zero + (z)).to(traces__optr.dtype.element_ty), mask=_ok14)
+        if STORE_st__z:
+            tl.store(st__z__optr + st__z__orow + _t14.to(tl.int64) * st__z__ost, (_zero + (z)).to(st__z__optr.dtype.element_ty), mask=_ok14)
+        # step _t15
+        dones__prev = _15_dones__prev
+        gamma__t = _15_gamma__t
+        gradients = _15_gradients
+        lambda___t = _15_lambda___t
+        is_first = tl.where(_t15 == 0, 1.0, 0.0).to(ACC)
+        z = tl.where(_ok15, _zero + (gradients) + (_zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev)))) * z, z)
+        if STORE_traces:
+            tl.store(traces__optr + traces__orow + _t15.to(tl.int64) * traces__ost, (_zero + (z)).to(traces__optr.dtype.element_ty), mask=_ok15)
+        if STORE_st__z:
+            tl.store(st__z__optr + st__z__orow + _t15.to(tl.int64) * st__z__ost, (_zero + (z)).to(st__z__optr.dtype.element_ty), mask=_ok15)
+
+
 
 
 @triton.jit
@@ -576,11 +921,31 @@ def _eligibility_traces_lookback_lean(
     )
 
 
+@triton.jit
+def _eligibility_traces_block_lean(
+    gradients__ptr, dones__ptr, seed_values__ptr, gamma, lambda_, traces__optr, st__z__optr, _s1,
+    _s2, _st, _n1, _n2, R1, R2, T, K, HAS_seed_values: tl.constexpr, STORE_traces: tl.constexpr,
+    STORE_st__z: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _eligibility_traces_block_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _eligibility_traces_block_kernel(
+        gradients__ptr, dones__ptr, seed_values__ptr, gamma, gamma, lambda_, lambda_, traces__optr,
+        st__z__optr, _s1, _s2, _st, _s1, _s2, _st, _n1, _n2, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st,
+        _s1, _s2, _st, R1, R2, T, K, HAS_seed_values, False, False, STORE_traces, STORE_st__z, EVEN,
+        SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
 KERNELS = _abi.TritonKernels(
     stream=_eligibility_traces_chunked_kernel,
     persist=_eligibility_traces_persist_kernel,
     lookback=_eligibility_traces_lookback_kernel,
+    block=_eligibility_traces_block_kernel,
     lean_stream=_eligibility_traces_chunked_lean,
     lean_persist=_eligibility_traces_persist_lean,
     lean_lookback=_eligibility_traces_lookback_lean,
+    lean_block=_eligibility_traces_block_lean,
 )

@@ -477,6 +477,344 @@ def _episodic_prefix_sum_lookback_kernel(
                 tl.store(_ws_clear + _w * _n_words + tl.arange(0, BLOCK_N), -1)
 
 
+@triton.jit
+def _episodic_prefix_sum_block_kernel(
+    inputs__ptr,
+    dones__ptr,
+    seed_values__ptr,
+    boundary,
+    boundary__ptr,
+    sums__optr,
+    st__C__optr,
+    inputs__s1,
+    inputs__s2,
+    inputs__st,
+    dones__s1,
+    dones__s2,
+    dones__st,
+    seed_values__s1,
+    seed_values__s2,
+    seed_values__st,
+    boundary__s1,
+    boundary__s2,
+    boundary__st,
+    sums__os1,
+    sums__os2,
+    sums__ost,
+    st__C__os1,
+    st__C__os2,
+    st__C__ost,
+    R1, R2, T, K,
+    HAS_seed_values: tl.constexpr,
+    boundary__TENSOR: tl.constexpr,
+    STORE_sums: tl.constexpr,
+    STORE_st__C: tl.constexpr,
+    EVEN: tl.constexpr,
+    SHIFT_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # Time-major buffers with many rows (the "block" family, runtime.config): no scan across
+    # threads. A program owns BLOCK_N adjacent rows, one a thread, and walks them through time
+    # (forward) 16 steps at a time: first the loads of the block's steps, each a
+    # [BLOCK_N] vector of adjacent rows, all issued before the first is used, then the steps one
+    # by one, the states in registers. A load a step waited one memory latency a step
+    # (bench/dev/tm_block_probe.py: GAE 16384x1024 time-major 500 us, 100 us in blocks of 16).
+    tl.static_assert(BLOCK_T == 16)  # the steps this kernel's text unrolls
+    _rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    _row_ok = _rows < R1 * R2
+    _r1 = (_rows // R2).to(tl.int64)
+    _r2 = (_rows % R2).to(tl.int64)
+    inputs__row = _r1 * inputs__s1 + _r2 * inputs__s2  # [BN] int64 row offsets
+    dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
+    seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
+    boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2  # [BN] int64 row offsets
+    sums__orow = _r1 * sums__os1 + _r2 * sums__os2  # [BN] int64 row offsets
+    st__C__orow = _r1 * st__C__os1 + _r2 * st__C__os2  # [BN] int64 row offsets
+    if HAS_seed_values:
+        seed_values = tl.load(seed_values__ptr + seed_values__row, mask=_row_ok, other=0).to(ACC)
+    else:
+        seed_values = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
+    _zero = tl.zeros([BLOCK_N], dtype=ACC)
+    _tv = _rows * 0  # a step index as a [BN] vector, for the masks
+    C = _zero + seed_values
+    _n_blocks = tl.cdiv(T, BLOCK_T)
+    for _c in range(0, _n_blocks):
+        _tb = _c * BLOCK_T  # the block's first step
+        _t0 = _tb + 0
+        _ok0 = _row_ok & (_tv + _t0 < T)
+        _0_boundary__t = tl.load(boundary__ptr + boundary__row + (_t0).to(tl.int64) * boundary__st, mask=_ok0, other=1).to(ACC) if boundary__TENSOR else _zero + boundary
+        _0_dones = tl.load(dones__ptr + dones__row + (_t0).to(tl.int64) * dones__st, mask=_ok0, other=1).to(ACC)
+        _0_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t0 - 1, 0)).to(tl.int64) * dones__st, mask=_ok0, other=1).to(ACC)
+        _0_inputs = tl.load(inputs__ptr + inputs__row + (_t0).to(tl.int64) * inputs__st, mask=_ok0, other=1).to(ACC)
+        _t1 = _tb + 1
+        _ok1 = _row_ok & (_tv + _t1 < T)
+        _1_boundary__t = tl.load(boundary__ptr + boundary__row + (_t1).to(tl.int64) * boundary__st, mask=_ok1, other=1).to(ACC) if boundary__TENSOR else _zero + boundary
+        _1_dones = tl.load(dones__ptr + dones__row + (_t1).to(tl.int64) * dones__st, mask=_ok1, other=1).to(ACC)
+        _1_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t1 - 1, 0)).to(tl.int64) * dones__st, mask=_ok1, other=1).to(ACC)
+        _1_inputs = tl.load(inputs__ptr + inputs__row + (_t1).to(tl.int64) * inputs__st, mask=_ok1, other=1).to(ACC)
+        _t2 = _tb + 2
+        _ok2 = _row_ok & (_tv + _t2 < T)
+        _2_boundary__t = tl.load(boundary__ptr + boundary__row + (_t2).to(tl.int64) * boundary__st, mask=_ok2, other=1).to(ACC) if boundary__TENSOR else _zero + boundary
+        _2_dones = tl.load(dones__ptr + dones__row + (_t2).to(tl.int64) * dones__st, mask=_ok2, other=1).to(ACC)
+        _2_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t2 - 1, 0)).to(tl.int64) * dones__st, mask=_ok2, other=1).to(ACC)
+        _2_inputs = tl.load(inputs__ptr + inputs__row + (_t2).to(tl.int64) * inputs__st, mask=_ok2, other=1).to(ACC)
+        _t3 = _tb + 3
+        _ok3 = _row_ok & (_tv + _t3 < T)
+        _3_boundary__t = tl.load(boundary__ptr + boundary__row + (_t3).to(tl.int64) * boundary__st, mask=_ok3, other=1).to(ACC) if boundary__TENSOR else _zero + boundary
+        _3_dones = tl.load(dones__ptr + dones__row + (_t3).to(tl.int64) * dones__st, mask=_ok3, other=1).to(ACC)
+        _3_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t3 - 1, 0)).to(tl.int64) * dones__st, mask=_ok3, other=1).to(ACC)
+        _3_inputs = tl.load(inputs__ptr + inputs__row + (_t3).to(tl.int64) * inputs__st, mask=_ok3, other=1).to(ACC)
+        _t4 = _tb + 4
+        _ok4 = _row_ok & (_tv + _t4 < T)
+        _4_boundary__t = tl.load(boundary__ptr + boundary__row + (_t4).to(tl.int64) * boundary__st, mask=_ok4, other=1).to(ACC) if boundary__TENSOR else _zero + boundary
+        _4_dones = tl.load(dones__ptr + dones__row + (_t4).to(tl.int64) * dones__st, mask=_ok4, other=1).to(ACC)
+        _4_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t4 - 1, 0)).to(tl.int64) * dones__st, mask=_ok4, other=1).to(ACC)
+        _4_inputs = tl.load(inputs__ptr + inputs__row + (_t4).to(tl.int64) * inputs__st, mask=_ok4, other=1).to(ACC)
+        _t5 = _tb + 5
+        _ok5 = _row_ok & (_tv + _t5 < T)
+        _5_boundary__t = tl.load(boundary__ptr + boundary__row + (_t5).to(tl.int64) * boundary__st, mask=_ok5, other=1).to(ACC) if boundary__TENSOR else _zero + boundary
+        _5_dones = tl.load(dones__ptr + dones__row + (_t5).to(tl.int64) * dones__st, mask=_ok5, other=1).to(ACC)
+        _5_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t5 - 1, 0)).to(tl.int64) * dones__st, mask=_ok5, other=1).to(ACC)
+        _5_inputs = tl.load(inputs__ptr + inputs__row + (_t5).to(tl.int64) * inputs__st, mask=_ok5, other=1).to(ACC)
+        _t6 = _tb + 6
+        _ok6 = _row_ok & (_tv + _t6 < T)
+        _6_boundary__t = tl.load(boundary__ptr + boundary__row + (_t6).to(tl.int64) * boundary__st, mask=_ok6, other=1).to(ACC) if boundary__TENSOR else _zero + boundary
+        _6_dones = tl.load(dones__ptr + dones__row + (_t6).to(tl.int64) * dones__st, mask=_ok6, other=1).to(ACC)
+        _6_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t6 - 1, 0)).to(tl.int64) * dones__st, mask=_ok6, other=1).to(ACC)
+        _6_inputs = tl.load(inputs__ptr + inputs__row + (_t6).to(tl.int64) * inputs__st, mask=_ok6, other=1).to(ACC)
+        _t7 = _tb + 7
+        _ok7 = _row_ok & (_tv + _t7 < T)
+        _7_boundary__t = tl.load(boundary__ptr + boundary__row + (_t7).to(tl.int64) * boundary__st, mask=_ok7, other=1).to(ACC) if boundary__TENSOR else _zero + boundary
+        _7_dones = tl.load(dones__ptr + dones__row + (_t7).to(tl.int64) * dones__st, mask=_ok7, other=1).to(ACC)
+        _7_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t7 - 1, 0)).to(tl.int64) * dones__st, mask=_ok7, other=1).to(ACC)
+        _7_inputs = tl.load(inputs__ptr + inputs__row + (_t7).to(tl.int64) * inputs__st, mask=_ok7, other=1).to(ACC)
+        _t8 = _tb + 8
+        _ok8 = _row_ok & (_tv + _t8 < T)
+        _8_boundary__t = tl.load(boundary__ptr + boundary__row + (_t8).to(tl.int64) * boundary__st, mask=_ok8, other=1).to(ACC) if boundary__TENSOR else _zero + boundary
+        _8_dones = tl.load(dones__ptr + dones__row + (_t8).to(tl.int64) * dones__st, mask=_ok8, other=1).to(ACC)
+        _8_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t8 - 1, 0)).to(tl.int64) * dones__st, mask=_ok8, other=1).to(ACC)
+        _8_inputs = tl.load(inputs__ptr + inputs__row + (_t8).to(tl.int64) * inputs__st, mask=_ok8, other=1).to(ACC)
+        _t9 = _tb + 9
+        _ok9 = _row_ok & (_tv + _t9 < T)
+        _9_boundary__t = tl.load(boundary__ptr + boundary__row + (_t9).to(tl.int64) * boundary__st, mask=_ok9, other=1).to(ACC) if boundary__TENSOR else _zero + boundary
+        _9_dones = tl.load(dones__ptr + dones__row + (_t9).to(tl.int64) * dones__st, mask=_ok9, other=1).to(ACC)
+        _9_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t9 - 1, 0)).to(tl.int64) * dones__st, mask=_ok9, other=1).to(ACC)
+        _9_inputs = tl.load(inputs__ptr + inputs__row + (_t9).to(tl.int64) * inputs__st, mask=_ok9, other=1).to(ACC)
+        _t10 = _tb + 10
+        _ok10 = _row_ok & (_tv + _t10 < T)
+        _10_boundary__t = tl.load(boundary__ptr + boundary__row + (_t10).to(tl.int64) * boundary__st, mask=_ok10, other=1).to(ACC) if boundary__TENSOR else _zero + boundary
+        _10_dones = tl.load(dones__ptr + dones__row + (_t10).to(tl.int64) * dones__st, mask=_ok10, other=1).to(ACC)
+        _10_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t10 - 1, 0)).to(tl.int64) * dones__st, mask=_ok10, other=1).to(ACC)
+        _10_inputs = tl.load(inputs__ptr + inputs__row + (_t10).to(tl.int64) * inputs__st, mask=_ok10, other=1).to(ACC)
+        _t11 = _tb + 11
+        _ok11 = _row_ok & (_tv + _t11 < T)
+        _11_boundary__t = tl.load(boundary__ptr + boundary__row + (_t11).to(tl.int64) * boundary__st, mask=_ok11, other=1).to(ACC) if boundary__TENSOR else _zero + boundary
+        _11_dones = tl.load(dones__ptr + dones__row + (_t11).to(tl.int64) * dones__st, mask=_ok11, other=1).to(ACC)
+        _11_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t11 - 1, 0)).to(tl.int64) * dones__st, mask=_ok11, other=1).to(ACC)
+        _11_inputs = tl.load(inputs__ptr + inputs__row + (_t11).to(tl.int64) * inputs__st, mask=_ok11, other=1).to(ACC)
+        _t12 = _tb + 12
+        _ok12 = _row_ok & (_tv + _t12 < T)
+        _12_boundary__t = tl.load(boundary__ptr + boundary__row + (_t12).to(tl.int64) * boundary__st, mask=_ok12, other=1).to(ACC) if boundary__TENSOR else _zero + boundary
+        _12_dones = tl.load(dones__ptr + dones__row + (_t12).to(tl.int64) * dones__st, mask=_ok12, other=1).to(ACC)
+        _12_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t12 - 1, 0)).to(tl.int64) * dones__st, mask=_ok12, other=1).to(ACC)
+        _12_inputs = tl.load(inputs__ptr + inputs__row + (_t12).to(tl.int64) * inputs__st, mask=_ok12, other=1).to(ACC)
+        _t13 = _tb + 13
+        _ok13 = _row_ok & (_tv + _t13 < T)
+        _13_boundary__t = tl.load(boundary__ptr + boundary__row + (_t13).to(tl.int64) * boundary__st, mask=_ok13, other=1).to(ACC) if boundary__TENSOR else _zero + boundary
+        _13_dones = tl.load(dones__ptr + dones__row + (_t13).to(tl.int64) * dones__st, mask=_ok13, other=1).to(ACC)
+        _13_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t13 - 1, 0)).to(tl.int64) * dones__st, mask=_ok13, other=1).to(ACC)
+        _13_inputs = tl.load(inputs__ptr + inputs__row + (_t13).to(tl.int64) * inputs__st, mask=_ok13, other=1).to(ACC)
+        _t14 = _tb + 14
+        _ok14 = _row_ok & (_tv + _t14 < T)
+        _14_boundary__t = tl.load(boundary__ptr + boundary__row + (_t14).to(tl.int64) * boundary__st, mask=_ok14, other=1).to(ACC) if boundary__TENSOR else _zero + boundary
+        _14_dones = tl.load(dones__ptr + dones__row + (_t14).to(tl.int64) * dones__st, mask=_ok14, other=1).to(ACC)
+        _14_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t14 - 1, 0)).to(tl.int64) * dones__st, mask=_ok14, other=1).to(ACC)
+        _14_inputs = tl.load(inputs__ptr + inputs__row + (_t14).to(tl.int64) * inputs__st, mask=_ok14, other=1).to(ACC)
+        _t15 = _tb + 15
+        _ok15 = _row_ok & (_tv + _t15 < T)
+        _15_boundary__t = tl.load(boundary__ptr + boundary__row + (_t15).to(tl.int64) * boundary__st, mask=_ok15, other=1).to(ACC) if boundary__TENSOR else _zero + boundary
+        _15_dones = tl.load(dones__ptr + dones__row + (_t15).to(tl.int64) * dones__st, mask=_ok15, other=1).to(ACC)
+        _15_dones__prev = tl.load(dones__ptr + dones__row + (tl.maximum(_t15 - 1, 0)).to(tl.int64) * dones__st, mask=_ok15, other=1).to(ACC)
+        _15_inputs = tl.load(inputs__ptr + inputs__row + (_t15).to(tl.int64) * inputs__st, mask=_ok15, other=1).to(ACC)
+        # step _t0
+        boundary__t = _0_boundary__t
+        dones = _0_dones
+        dones__prev = _0_dones__prev
+        inputs = _0_inputs
+        is_first = tl.where(_t0 == 0, 1.0, 0.0).to(ACC)
+        C = tl.where(_ok0, _zero + (inputs) + (_zero + (1.0 - tl.where((boundary__t != 0), dones, tl.where((is_first != 0), 0.0, dones__prev)))) * C, C)
+        if STORE_sums:
+            tl.store(sums__optr + sums__orow + _t0.to(tl.int64) * sums__ost, (_zero + (C)).to(sums__optr.dtype.element_ty), mask=_ok0)
+        if STORE_st__C:
+            tl.store(st__C__optr + st__C__orow + _t0.to(tl.int64) * st__C__ost, (_zero + (C)).to(st__C__optr.dtype.element_ty), mask=_ok0)
+        # step _t1
+        boundary__t = _1_boundary__t
+        dones = _1_dones
+        dones__prev = _1_dones__prev
+        inputs = _1_inputs
+        is_first = tl.where(_t1 == 0, 1.0, 0.0).to(ACC)
+        C = tl.where(_ok1, _zero + (inputs) + (_zero + (1.0 - tl.where((boundary__t != 0), dones, tl.where((is_first != 0), 0.0, dones__prev)))) * C, C)
+        if STORE_sums:
+            tl.store(sums__optr + sums__orow + _t1.to(tl.int64) * sums__ost, (_zero + (C)).to(sums__optr.dtype.element_ty), mask=_ok1)
+        if STORE_st__C:
+            tl.store(st__C__optr + st__C__orow + _t1.to(tl.int64) * st__C__ost, (_zero + (C)).to(st__C__optr.dtype.element_ty), mask=_ok1)
+        # step _t2
+        boundary__t = _2_boundary__t
+        dones = _2_dones
+        dones__prev = _2_dones__prev
+        inputs = _2_inputs
+        is_first = tl.where(_t2 == 0, 1.0, 0.0).to(ACC)
+        C = tl.where(_ok2, _zero + (inputs) + (_zero + (1.0 - tl.where((boundary__t != 0), dones, tl.where((is_first != 0), 0.0, dones__prev)))) * C, C)
+        if STORE_sums:
+            tl.store(sums__optr + sums__orow + _t2.to(tl.int64) * sums__ost, (_zero + (C)).to(sums__optr.dtype.element_ty), mask=_ok2)
+        if STORE_st__C:
+            tl.store(st__C__optr + st__C__orow + _t2.to(tl.int64) * st__C__ost, (_zero + (C)).to(st__C__optr.dtype.element_ty), mask=_ok2)
+        # step _t3
+        boundary__t = _3_boundary__t
+        dones = _3_dones
+        dones__prev = _3_dones__prev
+        inputs = _3_inputs
+        is_first = tl.where(_t3 == 0, 1.0, 0.0).to(ACC)
+        C = tl.where(_ok3, _zero + (inputs) + (_zero + (1.0 - tl.where((boundary__t != 0), dones, tl.where((is_first != 0), 0.0, dones__prev)))) * C, C)
+        if STORE_sums:
+            tl.store(sums__optr + sums__orow + _t3.to(tl.int64) * sums__ost, (_zero + (C)).to(sums__optr.dtype.element_ty), mask=_ok3)
+        if STORE_st__C:
+            tl.store(st__C__optr + st__C__orow + _t3.to(tl.int64) * st__C__ost, (_zero + (C)).to(st__C__optr.dtype.element_ty), mask=_ok3)
+        # step _t4
+        boundary__t = _4_boundary__t
+        dones = _4_dones
+        dones__prev = _4_dones__prev
+        inputs = _4_inputs
+        is_first = tl.where(_t4 == 0, 1.0, 0.0).to(ACC)
+        C = tl.where(_ok4, _zero + (inputs) + (_zero + (1.0 - tl.where((boundary__t != 0), dones, tl.where((is_first != 0), 0.0, dones__prev)))) * C, C)
+        if STORE_sums:
+            tl.store(sums__optr + sums__orow + _t4.to(tl.int64) * sums__ost, (_zero + (C)).to(sums__optr.dtype.element_ty), mask=_ok4)
+        if STORE_st__C:
+            tl.store(st__C__optr + st__C__orow + _t4.to(tl.int64) * st__C__ost, (_zero + (C)).to(st__C__optr.dtype.element_ty), mask=_ok4)
+        # step _t5
+        boundary__t = _5_boundary__t
+        dones = _5_dones
+        dones__prev = _5_dones__prev
+        inputs = _5_inputs
+        is_first = tl.where(_t5 == 0, 1.0, 0.0).to(ACC)
+        C = tl.where(_ok5, _zero + (inputs) + (_zero + (1.0 - tl.where((boundary__t != 0), dones, tl.where((is_first != 0), 0.0, dones__prev)))) * C, C)
+        if STORE_sums:
+            tl.store(sums__optr + sums__orow + _t5.to(tl.int64) * sums__ost, (_zero + (C)).to(sums__optr.dtype.element_ty), mask=_ok5)
+        if STORE_st__C:
+            tl.store(st__C__optr + st__C__orow + _t5.to(tl.int64) * st__C__ost, (_zero + (C)).to(st__C__optr.dtype.element_ty), mask=_ok5)
+        # step _t6
+        boundary__t = _6_boundary__t
+        dones = _6_dones
+        dones__prev = _6_dones__prev
+        inputs = _6_inputs
+        is_first = tl.where(_t6 == 0, 1.0, 0.0).to(ACC)
+        C = tl.where(_ok6, _zero + (inputs) + (_zero + (1.0 - tl.where((boundary__t != 0), dones, tl.where((is_first != 0), 0.0, dones__prev)))) * C, C)
+        if STORE_sums:
+            tl.store(sums__optr + sums__orow + _t6.to(tl.int64) * sums__ost, (_zero + (C)).to(sums__optr.dtype.element_ty), mask=_ok6)
+        if STORE_st__C:
+            tl.store(st__C__optr + st__C__orow + _t6.to(tl.int64) * st__C__ost, (_zero + (C)).to(st__C__optr.dtype.element_ty), mask=_ok6)
+        # step _t7
+        boundary__t = _7_boundary__t
+        dones = _7_dones
+        dones__prev = _7_dones__prev
+        inputs = _7_inputs
+        is_first = tl.where(_t7 == 0, 1.0, 0.0).to(ACC)
+        C = tl.where(_ok7, _zero + (inputs) + (_zero + (1.0 - tl.where((boundary__t != 0), dones, tl.where((is_first != 0), 0.0, dones__prev)))) * C, C)
+        if STORE_sums:
+            tl.store(sums__optr + sums__orow + _t7.to(tl.int64) * sums__ost, (_zero + (C)).to(sums__optr.dtype.element_ty), mask=_ok7)
+        if STORE_st__C:
+            tl.store(st__C__optr + st__C__orow + _t7.to(tl.int64) * st__C__ost, (_zero + (C)).to(st__C__optr.dtype.element_ty), mask=_ok7)
+        # step _t8
+        boundary__t = _8_boundary__t
+        dones = _8_dones
+        dones__prev = _8_dones__prev
+        inputs = _8_inputs
+        is_first = tl.where(_t8 == 0, 1.0, 0.0).to(ACC)
+        C = tl.where(_ok8, _zero + (inputs) + (_zero + (1.0 - tl.where((boundary__t != 0), dones, tl.where((is_first != 0), 0.0, dones__prev)))) * C, C)
+        if STORE_sums:
+            tl.store(sums__optr + sums__orow + _t8.to(tl.int64) * sums__ost, (_zero + (C)).to(sums__optr.dtype.element_ty), mask=_ok8)
+        if STORE_st__C:
+            tl.store(st__C__optr + st__C__orow + _t8.to(tl.int64) * st__C__ost, (_zero + (C)).to(st__C__optr.dtype.element_ty), mask=_ok8)
+        # step _t9
+        boundary__t = _9_boundary__t
+        dones = _9_dones
+        dones__prev = _9_dones__prev
+        inputs = _9_inputs
+        is_first = tl.where(_t9 == 0, 1.0, 0.0).to(ACC)
+        C = tl.where(_ok9, _zero + (inputs) + (_zero + (1.0 - tl.where((boundary__t != 0), dones, tl.where((is_first != 0), 0.0, dones__prev)))) * C, C)
+        if STORE_sums:
+            tl.store(sums__optr + sums__orow + _t9.to(tl.int64) * sums__ost, (_zero + (C)).to(sums__optr.dtype.element_ty), mask=_ok9)
+        if STORE_st__C:
+            tl.store(st__C__optr + st__C__orow + _t9.to(tl.int64) * st__C__ost, (_zero + (C)).to(st__C__optr.dtype.element_ty), mask=_ok9)
+        # step _t10
+        boundary__t = _10_boundary__t
+        dones = _10_dones
+        dones__prev = _10_dones__prev
+        inputs = _10_inputs
+        is_first = tl.where(_t10 == 0, 1.0, 0.0).to(ACC)
+        C = tl.where(_ok10, _zero + (inputs) + (_zero + (1.0 - tl.where((boundary__t != 0), dones, tl.where((is_first != 0), 0.0, dones__prev)))) * C, C)
+        if STORE_sums:
+            tl.store(sums__optr + sums__orow + _t10.to(tl.int64) * sums__ost, (_zero + (C)).to(sums__optr.dtype.element_ty), mask=_ok10)
+        if STORE_st__C:
+            tl.store(st__C__optr + st__C__orow + _t10.to(tl.int64) * st__C__ost, (_zero + (C)).to(st__C__optr.dtype.element_ty), mask=_ok10)
+        # step _t11
+        boundary__t = _11_boundary__t
+        dones = _11_dones
+        dones__prev = _11_dones__prev
+        inputs = _11_inputs
+        is_first = tl.where(_t11 == 0, 1.0, 0.0).to(ACC)
+        C = tl.where(_ok11, _zero + (inputs) + (_zero + (1.0 - tl.where((boundary__t != 0), dones, tl.where((is_first != 0), 0.0, dones__prev)))) * C, C)
+        if STORE_sums:
+            tl.store(sums__optr + sums__orow + _t11.to(tl.int64) * sums__ost, (_zero + (C)).to(sums__optr.dtype.element_ty), mask=_ok11)
+        if STORE_st__C:
+            tl.store(st__C__optr + st__C__orow + _t11.to(tl.int64) * st__C__ost, (_zero + (C)).to(st__C__optr.dtype.element_ty), mask=_ok11)
+        # step _t12
+        boundary__t = _12_boundary__t
+        dones = _12_dones
+        dones__prev = _12_dones__prev
+        inputs = _12_inputs
+        is_first = tl.where(_t12 == 0, 1.0, 0.0).to(ACC)
+        C = tl.where(_ok12, _zero + (inputs) + (_zero + (1.0 - tl.where((boundary__t != 0), dones, tl.where((is_first != 0), 0.0, dones__prev)))) * C, C)
+        if STORE_sums:
+            tl.store(sums__optr + sums__orow + _t12.to(tl.int64) * sums__ost, (_zero + (C)).to(sums__optr.dtype.element_ty), mask=_ok12)
+        if STORE_st__C:
+            tl.store(st__C__optr + st__C__orow + _t12.to(tl.int64) * st__C__ost, (_zero + (C)).to(st__C__optr.dtype.element_ty), mask=_ok12)
+        # step _t13
+        boundary__t = _13_boundary__t
+        dones = _13_dones
+        dones__prev = _13_dones__prev
+        inputs = _13_inputs
+        is_first = tl.where(_t13 == 0, 1.0, 0.0).to(ACC)
+        C = tl.where(_ok13, _zero + (inputs) + (_zero + (1.0 - tl.where((boundary__t != 0), dones, tl.where((is_first != 0), 0.0, dones__prev)))) * C, C)
+        if STORE_sums:
+            tl.store(sums__optr + sums__orow + _t13.to(tl.int64) * sums__ost, (_zero + (C)).to(sums__optr.dtype.element_ty), mask=_ok13)
+        if STORE_st__C:
+            tl.store(st__C__optr + st__C__orow + _t13.to(tl.int64) * st__C__ost, (_zero + (C)).to(st__C__optr.dtype.element_ty), mask=_ok13)
+        # step _t14
+        boundary__t = _14_boundary__t
+        dones = _14_dones
+        dones__prev = _14_dones__prev
+        inputs = _14_inputs
+        is_first = tl.where(_t14 == 0, 1.0, 0.0).to(ACC)
+        C = tl.where(_ok14, _zero + (inputs) + (_zero + (1.0 - tl.where((boundary__t != 0), dones, tl.where((is_first != 0), 0.0, dones__prev)))) * C, C)
+        if STORE_sums:
+            tl.store(sums__optr + sums__orow + _t14.to(tl.int64) * sums__ost, (_zero + (C)).to(sums__optr.dtype.element_ty), mask=_ok14)
+        if STORE_st__C:
+            tl.store(st__C__optr + st__C__orow + _t14.to(tl.int64) * st__C__ost, (_zero + (C)).to(st__C__optr.dtype.element_ty), mask=_ok14)
+        # step _t15
+        boundary__t = _15_boundary__t
+        dones = _15_dones
+        dones__prev = _15_dones__prev
+        inputs = _15_inputs
+        is_first = tl.where(_t15 == 0, 1.0, 0.0).to(ACC)
+        C = tl.where(_ok15, _zero + (inputs) + (_zero + (1.0 - tl.where((boundary__t != 0), dones, tl.where((is_first != 0), 0.0, dones__prev)))) * C, C)
+        if STORE_sums:
+            tl.store(sums__optr + sums__orow + _t15.to(tl.int64) * sums__ost, (_zero + (C)).to(sums__optr.dtype.element_ty), mask=_ok15)
+        if STORE_st__C:
+            tl.store(st__C__optr + st__C__orow + _t15.to(tl.int64) * st__C__ost, (_zero + (C)).to(st__C__optr.dtype.element_ty), mask=_ok15)
+
+
 
 
 @triton.jit
@@ -533,11 +871,31 @@ def _episodic_prefix_sum_lookback_lean(
     )
 
 
+@triton.jit
+def _episodic_prefix_sum_block_lean(
+    inputs__ptr, dones__ptr, seed_values__ptr, boundary, sums__optr, st__C__optr, _s1, _s2, _st,
+    _n1, _n2, R1, R2, T, K, HAS_seed_values: tl.constexpr, STORE_sums: tl.constexpr,
+    STORE_st__C: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _episodic_prefix_sum_block_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _episodic_prefix_sum_block_kernel(
+        inputs__ptr, dones__ptr, seed_values__ptr, boundary, boundary, sums__optr, st__C__optr, _s1,
+        _s2, _st, _s1, _s2, _st, _n1, _n2, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K,
+        HAS_seed_values, False, STORE_sums, STORE_st__C, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K,
+        ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
 KERNELS = _abi.TritonKernels(
     stream=_episodic_prefix_sum_chunked_kernel,
     persist=_episodic_prefix_sum_persist_kernel,
     lookback=_episodic_prefix_sum_lookback_kernel,
+    block=_episodic_prefix_sum_block_kernel,
     lean_stream=_episodic_prefix_sum_chunked_lean,
     lean_persist=_episodic_prefix_sum_persist_lean,
     lean_lookback=_episodic_prefix_sum_lookback_lean,
+    lean_block=_episodic_prefix_sum_block_lean,
 )

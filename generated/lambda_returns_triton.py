@@ -566,6 +566,471 @@ def _lambda_returns_lookback_kernel(
                 tl.store(_ws_clear + _w * _n_words + tl.arange(0, BLOCK_N), -1)
 
 
+@triton.jit
+def _lambda_returns_block_kernel(
+    rewards__ptr,
+    next_values__ptr,
+    terminateds__ptr,
+    truncateds__ptr,
+    bootstrap_values__ptr,
+    gamma,
+    gamma__ptr,
+    lambda_,
+    lambda___ptr,
+    returns__optr,
+    st__G__optr,
+    rewards__s1,
+    rewards__s2,
+    rewards__st,
+    next_values__s1,
+    next_values__s2,
+    next_values__st,
+    terminateds__s1,
+    terminateds__s2,
+    terminateds__st,
+    truncateds__s1,
+    truncateds__s2,
+    truncateds__st,
+    bootstrap_values__s1,
+    bootstrap_values__s2,
+    bootstrap_values__st,
+    gamma__s1,
+    gamma__s2,
+    gamma__st,
+    lambda___s1,
+    lambda___s2,
+    lambda___st,
+    returns__os1,
+    returns__os2,
+    returns__ost,
+    st__G__os1,
+    st__G__os2,
+    st__G__ost,
+    R1, R2, T, K,
+    HAS_truncateds: tl.constexpr,
+    HAS_bootstrap_values: tl.constexpr,
+    gamma__TENSOR: tl.constexpr,
+    lambda___TENSOR: tl.constexpr,
+    STORE_returns: tl.constexpr,
+    STORE_st__G: tl.constexpr,
+    EVEN: tl.constexpr,
+    SHIFT_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # Time-major buffers with many rows (the "block" family, runtime.config): no scan across
+    # threads. A program owns BLOCK_N adjacent rows, one a thread, and walks them through time
+    # (reverse) 16 steps at a time: first the loads of the block's steps, each a
+    # [BLOCK_N] vector of adjacent rows, all issued before the first is used, then the steps one
+    # by one, the states in registers. A load a step waited one memory latency a step
+    # (bench/dev/tm_block_probe.py: GAE 16384x1024 time-major 500 us, 100 us in blocks of 16).
+    tl.static_assert(BLOCK_T == 16)  # the steps this kernel's text unrolls
+    _rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    _row_ok = _rows < R1 * R2
+    _r1 = (_rows // R2).to(tl.int64)
+    _r2 = (_rows % R2).to(tl.int64)
+    rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
+    next_values__row = _r1 * next_values__s1 + _r2 * next_values__s2  # [BN] int64 row offsets
+    terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
+    truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
+    bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+    returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
+    st__G__orow = _r1 * st__G__os1 + _r2 * st__G__os2  # [BN] int64 row offsets
+
+    _zero = tl.zeros([BLOCK_N], dtype=ACC)
+    _tv = _rows * 0  # a step index as a [BN] vector, for the masks
+    G = _zero + 0.0
+    _n_blocks = tl.cdiv(T, BLOCK_T)
+    for _c in range(0, _n_blocks):
+        _tb = (_n_blocks - 1 - _c) * BLOCK_T  # the block's first step
+        _t0 = _tb + 0
+        _ok0 = _row_ok & (_tv + _t0 < T)
+        _0_bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row + (_t0).to(tl.int64) * bootstrap_values__st, mask=_ok0, other=1).to(ACC) if HAS_bootstrap_values else _zero + 0.0
+        _0_gamma__t = tl.load(gamma__ptr + gamma__row + (_t0).to(tl.int64) * gamma__st, mask=_ok0, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _0_lambda___t = tl.load(lambda___ptr + lambda___row + (_t0).to(tl.int64) * lambda___st, mask=_ok0, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _0_next_values = tl.load(next_values__ptr + next_values__row + (_t0).to(tl.int64) * next_values__st, mask=_ok0, other=1).to(ACC)
+        _0_rewards = tl.load(rewards__ptr + rewards__row + (_t0).to(tl.int64) * rewards__st, mask=_ok0, other=1).to(ACC)
+        _0_terminateds = tl.load(terminateds__ptr + terminateds__row + (_t0).to(tl.int64) * terminateds__st, mask=_ok0, other=1).to(ACC)
+        _0_truncateds = tl.load(truncateds__ptr + truncateds__row + (_t0).to(tl.int64) * truncateds__st, mask=_ok0, other=1).to(ACC) if HAS_truncateds else _zero + 0.0
+        _t1 = _tb + 1
+        _ok1 = _row_ok & (_tv + _t1 < T)
+        _1_bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row + (_t1).to(tl.int64) * bootstrap_values__st, mask=_ok1, other=1).to(ACC) if HAS_bootstrap_values else _zero + 0.0
+        _1_gamma__t = tl.load(gamma__ptr + gamma__row + (_t1).to(tl.int64) * gamma__st, mask=_ok1, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _1_lambda___t = tl.load(lambda___ptr + lambda___row + (_t1).to(tl.int64) * lambda___st, mask=_ok1, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _1_next_values = tl.load(next_values__ptr + next_values__row + (_t1).to(tl.int64) * next_values__st, mask=_ok1, other=1).to(ACC)
+        _1_rewards = tl.load(rewards__ptr + rewards__row + (_t1).to(tl.int64) * rewards__st, mask=_ok1, other=1).to(ACC)
+        _1_terminateds = tl.load(terminateds__ptr + terminateds__row + (_t1).to(tl.int64) * terminateds__st, mask=_ok1, other=1).to(ACC)
+        _1_truncateds = tl.load(truncateds__ptr + truncateds__row + (_t1).to(tl.int64) * truncateds__st, mask=_ok1, other=1).to(ACC) if HAS_truncateds else _zero + 0.0
+        _t2 = _tb + 2
+        _ok2 = _row_ok & (_tv + _t2 < T)
+        _2_bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row + (_t2).to(tl.int64) * bootstrap_values__st, mask=_ok2, other=1).to(ACC) if HAS_bootstrap_values else _zero + 0.0
+        _2_gamma__t = tl.load(gamma__ptr + gamma__row + (_t2).to(tl.int64) * gamma__st, mask=_ok2, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _2_lambda___t = tl.load(lambda___ptr + lambda___row + (_t2).to(tl.int64) * lambda___st, mask=_ok2, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _2_next_values = tl.load(next_values__ptr + next_values__row + (_t2).to(tl.int64) * next_values__st, mask=_ok2, other=1).to(ACC)
+        _2_rewards = tl.load(rewards__ptr + rewards__row + (_t2).to(tl.int64) * rewards__st, mask=_ok2, other=1).to(ACC)
+        _2_terminateds = tl.load(terminateds__ptr + terminateds__row + (_t2).to(tl.int64) * terminateds__st, mask=_ok2, other=1).to(ACC)
+        _2_truncateds = tl.load(truncateds__ptr + truncateds__row + (_t2).to(tl.int64) * truncateds__st, mask=_ok2, other=1).to(ACC) if HAS_truncateds else _zero + 0.0
+        _t3 = _tb + 3
+        _ok3 = _row_ok & (_tv + _t3 < T)
+        _3_bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row + (_t3).to(tl.int64) * bootstrap_values__st, mask=_ok3, other=1).to(ACC) if HAS_bootstrap_values else _zero + 0.0
+        _3_gamma__t = tl.load(gamma__ptr + gamma__row + (_t3).to(tl.int64) * gamma__st, mask=_ok3, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _3_lambda___t = tl.load(lambda___ptr + lambda___row + (_t3).to(tl.int64) * lambda___st, mask=_ok3, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _3_next_values = tl.load(next_values__ptr + next_values__row + (_t3).to(tl.int64) * next_values__st, mask=_ok3, other=1).to(ACC)
+        _3_rewards = tl.load(rewards__ptr + rewards__row + (_t3).to(tl.int64) * rewards__st, mask=_ok3, other=1).to(ACC)
+        _3_terminateds = tl.load(terminateds__ptr + terminateds__row + (_t3).to(tl.int64) * terminateds__st, mask=_ok3, other=1).to(ACC)
+        _3_truncateds = tl.load(truncateds__ptr + truncateds__row + (_t3).to(tl.int64) * truncateds__st, mask=_ok3, other=1).to(ACC) if HAS_truncateds else _zero + 0.0
+        _t4 = _tb + 4
+        _ok4 = _row_ok & (_tv + _t4 < T)
+        _4_bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row + (_t4).to(tl.int64) * bootstrap_values__st, mask=_ok4, other=1).to(ACC) if HAS_bootstrap_values else _zero + 0.0
+        _4_gamma__t = tl.load(gamma__ptr + gamma__row + (_t4).to(tl.int64) * gamma__st, mask=_ok4, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _4_lambda___t = tl.load(lambda___ptr + lambda___row + (_t4).to(tl.int64) * lambda___st, mask=_ok4, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _4_next_values = tl.load(next_values__ptr + next_values__row + (_t4).to(tl.int64) * next_values__st, mask=_ok4, other=1).to(ACC)
+        _4_rewards = tl.load(rewards__ptr + rewards__row + (_t4).to(tl.int64) * rewards__st, mask=_ok4, other=1).to(ACC)
+        _4_terminateds = tl.load(terminateds__ptr + terminateds__row + (_t4).to(tl.int64) * terminateds__st, mask=_ok4, other=1).to(ACC)
+        _4_truncateds = tl.load(truncateds__ptr + truncateds__row + (_t4).to(tl.int64) * truncateds__st, mask=_ok4, other=1).to(ACC) if HAS_truncateds else _zero + 0.0
+        _t5 = _tb + 5
+        _ok5 = _row_ok & (_tv + _t5 < T)
+        _5_bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row + (_t5).to(tl.int64) * bootstrap_values__st, mask=_ok5, other=1).to(ACC) if HAS_bootstrap_values else _zero + 0.0
+        _5_gamma__t = tl.load(gamma__ptr + gamma__row + (_t5).to(tl.int64) * gamma__st, mask=_ok5, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _5_lambda___t = tl.load(lambda___ptr + lambda___row + (_t5).to(tl.int64) * lambda___st, mask=_ok5, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _5_next_values = tl.load(next_values__ptr + next_values__row + (_t5).to(tl.int64) * next_values__st, mask=_ok5, other=1).to(ACC)
+        _5_rewards = tl.load(rewards__ptr + rewards__row + (_t5).to(tl.int64) * rewards__st, mask=_ok5, other=1).to(ACC)
+        _5_terminateds = tl.load(terminateds__ptr + terminateds__row + (_t5).to(tl.int64) * terminateds__st, mask=_ok5, other=1).to(ACC)
+        _5_truncateds = tl.load(truncateds__ptr + truncateds__row + (_t5).to(tl.int64) * truncateds__st, mask=_ok5, other=1).to(ACC) if HAS_truncateds else _zero + 0.0
+        _t6 = _tb + 6
+        _ok6 = _row_ok & (_tv + _t6 < T)
+        _6_bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row + (_t6).to(tl.int64) * bootstrap_values__st, mask=_ok6, other=1).to(ACC) if HAS_bootstrap_values else _zero + 0.0
+        _6_gamma__t = tl.load(gamma__ptr + gamma__row + (_t6).to(tl.int64) * gamma__st, mask=_ok6, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _6_lambda___t = tl.load(lambda___ptr + lambda___row + (_t6).to(tl.int64) * lambda___st, mask=_ok6, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _6_next_values = tl.load(next_values__ptr + next_values__row + (_t6).to(tl.int64) * next_values__st, mask=_ok6, other=1).to(ACC)
+        _6_rewards = tl.load(rewards__ptr + rewards__row + (_t6).to(tl.int64) * rewards__st, mask=_ok6, other=1).to(ACC)
+        _6_terminateds = tl.load(terminateds__ptr + terminateds__row + (_t6).to(tl.int64) * terminateds__st, mask=_ok6, other=1).to(ACC)
+        _6_truncateds = tl.load(truncateds__ptr + truncateds__row + (_t6).to(tl.int64) * truncateds__st, mask=_ok6, other=1).to(ACC) if HAS_truncateds else _zero + 0.0
+        _t7 = _tb + 7
+        _ok7 = _row_ok & (_tv + _t7 < T)
+        _7_bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row + (_t7).to(tl.int64) * bootstrap_values__st, mask=_ok7, other=1).to(ACC) if HAS_bootstrap_values else _zero + 0.0
+        _7_gamma__t = tl.load(gamma__ptr + gamma__row + (_t7).to(tl.int64) * gamma__st, mask=_ok7, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _7_lambda___t = tl.load(lambda___ptr + lambda___row + (_t7).to(tl.int64) * lambda___st, mask=_ok7, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _7_next_values = tl.load(next_values__ptr + next_values__row + (_t7).to(tl.int64) * next_values__st, mask=_ok7, other=1).to(ACC)
+        _7_rewards = tl.load(rewards__ptr + rewards__row + (_t7).to(tl.int64) * rewards__st, mask=_ok7, other=1).to(ACC)
+        _7_terminateds = tl.load(terminateds__ptr + terminateds__row + (_t7).to(tl.int64) * terminateds__st, mask=_ok7, other=1).to(ACC)
+        _7_truncateds = tl.load(truncateds__ptr + truncateds__row + (_t7).to(tl.int64) * truncateds__st, mask=_ok7, other=1).to(ACC) if HAS_truncateds else _zero + 0.0
+        _t8 = _tb + 8
+        _ok8 = _row_ok & (_tv + _t8 < T)
+        _8_bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row + (_t8).to(tl.int64) * bootstrap_values__st, mask=_ok8, other=1).to(ACC) if HAS_bootstrap_values else _zero + 0.0
+        _8_gamma__t = tl.load(gamma__ptr + gamma__row + (_t8).to(tl.int64) * gamma__st, mask=_ok8, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _8_lambda___t = tl.load(lambda___ptr + lambda___row + (_t8).to(tl.int64) * lambda___st, mask=_ok8, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _8_next_values = tl.load(next_values__ptr + next_values__row + (_t8).to(tl.int64) * next_values__st, mask=_ok8, other=1).to(ACC)
+        _8_rewards = tl.load(rewards__ptr + rewards__row + (_t8).to(tl.int64) * rewards__st, mask=_ok8, other=1).to(ACC)
+        _8_terminateds = tl.load(terminateds__ptr + terminateds__row + (_t8).to(tl.int64) * terminateds__st, mask=_ok8, other=1).to(ACC)
+        _8_truncateds = tl.load(truncateds__ptr + truncateds__row + (_t8).to(tl.int64) * truncateds__st, mask=_ok8, other=1).to(ACC) if HAS_truncateds else _zero + 0.0
+        _t9 = _tb + 9
+        _ok9 = _row_ok & (_tv + _t9 < T)
+        _9_bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row + (_t9).to(tl.int64) * bootstrap_values__st, mask=_ok9, other=1).to(ACC) if HAS_bootstrap_values else _zero + 0.0
+        _9_gamma__t = tl.load(gamma__ptr + gamma__row + (_t9).to(tl.int64) * gamma__st, mask=_ok9, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _9_lambda___t = tl.load(lambda___ptr + lambda___row + (_t9).to(tl.int64) * lambda___st, mask=_ok9, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _9_next_values = tl.load(next_values__ptr + next_values__row + (_t9).to(tl.int64) * next_values__st, mask=_ok9, other=1).to(ACC)
+        _9_rewards = tl.load(rewards__ptr + rewards__row + (_t9).to(tl.int64) * rewards__st, mask=_ok9, other=1).to(ACC)
+        _9_terminateds = tl.load(terminateds__ptr + terminateds__row + (_t9).to(tl.int64) * terminateds__st, mask=_ok9, other=1).to(ACC)
+        _9_truncateds = tl.load(truncateds__ptr + truncateds__row + (_t9).to(tl.int64) * truncateds__st, mask=_ok9, other=1).to(ACC) if HAS_truncateds else _zero + 0.0
+        _t10 = _tb + 10
+        _ok10 = _row_ok & (_tv + _t10 < T)
+        _10_bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row + (_t10).to(tl.int64) * bootstrap_values__st, mask=_ok10, other=1).to(ACC) if HAS_bootstrap_values else _zero + 0.0
+        _10_gamma__t = tl.load(gamma__ptr + gamma__row + (_t10).to(tl.int64) * gamma__st, mask=_ok10, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _10_lambda___t = tl.load(lambda___ptr + lambda___row + (_t10).to(tl.int64) * lambda___st, mask=_ok10, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _10_next_values = tl.load(next_values__ptr + next_values__row + (_t10).to(tl.int64) * next_values__st, mask=_ok10, other=1).to(ACC)
+        _10_rewards = tl.load(rewards__ptr + rewards__row + (_t10).to(tl.int64) * rewards__st, mask=_ok10, other=1).to(ACC)
+        _10_terminateds = tl.load(terminateds__ptr + terminateds__row + (_t10).to(tl.int64) * terminateds__st, mask=_ok10, other=1).to(ACC)
+        _10_truncateds = tl.load(truncateds__ptr + truncateds__row + (_t10).to(tl.int64) * truncateds__st, mask=_ok10, other=1).to(ACC) if HAS_truncateds else _zero + 0.0
+        _t11 = _tb + 11
+        _ok11 = _row_ok & (_tv + _t11 < T)
+        _11_bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row + (_t11).to(tl.int64) * bootstrap_values__st, mask=_ok11, other=1).to(ACC) if HAS_bootstrap_values else _zero + 0.0
+        _11_gamma__t = tl.load(gamma__ptr + gamma__row + (_t11).to(tl.int64) * gamma__st, mask=_ok11, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _11_lambda___t = tl.load(lambda___ptr + lambda___row + (_t11).to(tl.int64) * lambda___st, mask=_ok11, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _11_next_values = tl.load(next_values__ptr + next_values__row + (_t11).to(tl.int64) * next_values__st, mask=_ok11, other=1).to(ACC)
+        _11_rewards = tl.load(rewards__ptr + rewards__row + (_t11).to(tl.int64) * rewards__st, mask=_ok11, other=1).to(ACC)
+        _11_terminateds = tl.load(terminateds__ptr + terminateds__row + (_t11).to(tl.int64) * terminateds__st, mask=_ok11, other=1).to(ACC)
+        _11_truncateds = tl.load(truncateds__ptr + truncateds__row + (_t11).to(tl.int64) * truncateds__st, mask=_ok11, other=1).to(ACC) if HAS_truncateds else _zero + 0.0
+        _t12 = _tb + 12
+        _ok12 = _row_ok & (_tv + _t12 < T)
+        _12_bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row + (_t12).to(tl.int64) * bootstrap_values__st, mask=_ok12, other=1).to(ACC) if HAS_bootstrap_values else _zero + 0.0
+        _12_gamma__t = tl.load(gamma__ptr + gamma__row + (_t12).to(tl.int64) * gamma__st, mask=_ok12, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _12_lambda___t = tl.load(lambda___ptr + lambda___row + (_t12).to(tl.int64) * lambda___st, mask=_ok12, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _12_next_values = tl.load(next_values__ptr + next_values__row + (_t12).to(tl.int64) * next_values__st, mask=_ok12, other=1).to(ACC)
+        _12_rewards = tl.load(rewards__ptr + rewards__row + (_t12).to(tl.int64) * rewards__st, mask=_ok12, other=1).to(ACC)
+        _12_terminateds = tl.load(terminateds__ptr + terminateds__row + (_t12).to(tl.int64) * terminateds__st, mask=_ok12, other=1).to(ACC)
+        _12_truncateds = tl.load(truncateds__ptr + truncateds__row + (_t12).to(tl.int64) * truncateds__st, mask=_ok12, other=1).to(ACC) if HAS_truncateds else _zero + 0.0
+        _t13 = _tb + 13
+        _ok13 = _row_ok & (_tv + _t13 < T)
+        _13_bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row + (_t13).to(tl.int64) * bootstrap_values__st, mask=_ok13, other=1).to(ACC) if HAS_bootstrap_values else _zero + 0.0
+        _13_gamma__t = tl.load(gamma__ptr + gamma__row + (_t13).to(tl.int64) * gamma__st, mask=_ok13, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _13_lambda___t = tl.load(lambda___ptr + lambda___row + (_t13).to(tl.int64) * lambda___st, mask=_ok13, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _13_next_values = tl.load(next_values__ptr + next_values__row + (_t13).to(tl.int64) * next_values__st, mask=_ok13, other=1).to(ACC)
+        _13_rewards = tl.load(rewards__ptr + rewards__row + (_t13).to(tl.int64) * rewards__st, mask=_ok13, other=1).to(ACC)
+        _13_terminateds = tl.load(terminateds__ptr + terminateds__row + (_t13).to(tl.int64) * terminateds__st, mask=_ok13, other=1).to(ACC)
+        _13_truncateds = tl.load(truncateds__ptr + truncateds__row + (_t13).to(tl.int64) * truncateds__st, mask=_ok13, other=1).to(ACC) if HAS_truncateds else _zero + 0.0
+        _t14 = _tb + 14
+        _ok14 = _row_ok & (_tv + _t14 < T)
+        _14_bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row + (_t14).to(tl.int64) * bootstrap_values__st, mask=_ok14, other=1).to(ACC) if HAS_bootstrap_values else _zero + 0.0
+        _14_gamma__t = tl.load(gamma__ptr + gamma__row + (_t14).to(tl.int64) * gamma__st, mask=_ok14, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _14_lambda___t = tl.load(lambda___ptr + lambda___row + (_t14).to(tl.int64) * lambda___st, mask=_ok14, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _14_next_values = tl.load(next_values__ptr + next_values__row + (_t14).to(tl.int64) * next_values__st, mask=_ok14, other=1).to(ACC)
+        _14_rewards = tl.load(rewards__ptr + rewards__row + (_t14).to(tl.int64) * rewards__st, mask=_ok14, other=1).to(ACC)
+        _14_terminateds = tl.load(terminateds__ptr + terminateds__row + (_t14).to(tl.int64) * terminateds__st, mask=_ok14, other=1).to(ACC)
+        _14_truncateds = tl.load(truncateds__ptr + truncateds__row + (_t14).to(tl.int64) * truncateds__st, mask=_ok14, other=1).to(ACC) if HAS_truncateds else _zero + 0.0
+        _t15 = _tb + 15
+        _ok15 = _row_ok & (_tv + _t15 < T)
+        _15_bootstrap_values = tl.load(bootstrap_values__ptr + bootstrap_values__row + (_t15).to(tl.int64) * bootstrap_values__st, mask=_ok15, other=1).to(ACC) if HAS_bootstrap_values else _zero + 0.0
+        _15_gamma__t = tl.load(gamma__ptr + gamma__row + (_t15).to(tl.int64) * gamma__st, mask=_ok15, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _15_lambda___t = tl.load(lambda___ptr + lambda___row + (_t15).to(tl.int64) * lambda___st, mask=_ok15, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _15_next_values = tl.load(next_values__ptr + next_values__row + (_t15).to(tl.int64) * next_values__st, mask=_ok15, other=1).to(ACC)
+        _15_rewards = tl.load(rewards__ptr + rewards__row + (_t15).to(tl.int64) * rewards__st, mask=_ok15, other=1).to(ACC)
+        _15_terminateds = tl.load(terminateds__ptr + terminateds__row + (_t15).to(tl.int64) * terminateds__st, mask=_ok15, other=1).to(ACC)
+        _15_truncateds = tl.load(truncateds__ptr + truncateds__row + (_t15).to(tl.int64) * truncateds__st, mask=_ok15, other=1).to(ACC) if HAS_truncateds else _zero + 0.0
+        # step _t15
+        bootstrap_values = _15_bootstrap_values
+        gamma__t = _15_gamma__t
+        lambda___t = _15_lambda___t
+        next_values = _15_next_values
+        rewards = _15_rewards
+        terminateds = _15_terminateds
+        truncateds = _15_truncateds
+        is_last = tl.where(_t15 == T - 1, 1.0, 0.0).to(ACC)
+        _e1 = lambda___t*(1.0 - tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)))
+        G = tl.where(_ok15, _zero + (rewards + gamma__t*(1.0 - _e1)*(1.0 - terminateds)*tl.where((HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values)) + (_zero + (_e1*gamma__t)) * G, G)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t15.to(tl.int64) * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok15)
+        if STORE_st__G:
+            tl.store(st__G__optr + st__G__orow + _t15.to(tl.int64) * st__G__ost, (_zero + (G)).to(st__G__optr.dtype.element_ty), mask=_ok15)
+        # step _t14
+        bootstrap_values = _14_bootstrap_values
+        gamma__t = _14_gamma__t
+        lambda___t = _14_lambda___t
+        next_values = _14_next_values
+        rewards = _14_rewards
+        terminateds = _14_terminateds
+        truncateds = _14_truncateds
+        is_last = tl.where(_t14 == T - 1, 1.0, 0.0).to(ACC)
+        _e1 = lambda___t*(1.0 - tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)))
+        G = tl.where(_ok14, _zero + (rewards + gamma__t*(1.0 - _e1)*(1.0 - terminateds)*tl.where((HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values)) + (_zero + (_e1*gamma__t)) * G, G)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t14.to(tl.int64) * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok14)
+        if STORE_st__G:
+            tl.store(st__G__optr + st__G__orow + _t14.to(tl.int64) * st__G__ost, (_zero + (G)).to(st__G__optr.dtype.element_ty), mask=_ok14)
+        # step _t13
+        bootstrap_values = _13_bootstrap_values
+        gamma__t = _13_gamma__t
+        lambda___t = _13_lambda___t
+        next_values = _13_next_values
+        rewards = _13_rewards
+        terminateds = _13_terminateds
+        truncateds = _13_truncateds
+        is_last = tl.where(_t13 == T - 1, 1.0, 0.0).to(ACC)
+        _e1 = lambda___t*(1.0 - tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)))
+        G = tl.where(_ok13, _zero + (rewards + gamma__t*(1.0 - _e1)*(1.0 - terminateds)*tl.where((HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values)) + (_zero + (_e1*gamma__t)) * G, G)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t13.to(tl.int64) * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok13)
+        if STORE_st__G:
+            tl.store(st__G__optr + st__G__orow + _t13.to(tl.int64) * st__G__ost, (_zero + (G)).to(st__G__optr.dtype.element_ty), mask=_ok13)
+        # step _t12
+        bootstrap_values = _12_bootstrap_values
+        gamma__t = _12_gamma__t
+        lambda___t = _12_lambda___t
+        next_values = _12_next_values
+        rewards = _12_rewards
+        terminateds = _12_terminateds
+        truncateds = _12_truncateds
+        is_last = tl.where(_t12 == T - 1, 1.0, 0.0).to(ACC)
+        _e1 = lambda___t*(1.0 - tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)))
+        G = tl.where(_ok12, _zero + (rewards + gamma__t*(1.0 - _e1)*(1.0 - terminateds)*tl.where((HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values)) + (_zero + (_e1*gamma__t)) * G, G)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t12.to(tl.int64) * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok12)
+        if STORE_st__G:
+            tl.store(st__G__optr + st__G__orow + _t12.to(tl.int64) * st__G__ost, (_zero + (G)).to(st__G__optr.dtype.element_ty), mask=_ok12)
+        # step _t11
+        bootstrap_values = _11_bootstrap_values
+        gamma__t = _11_gamma__t
+        lambda___t = _11_lambda___t
+        next_values = _11_next_values
+        rewards = _11_rewards
+        terminateds = _11_terminateds
+        truncateds = _11_truncateds
+        is_last = tl.where(_t11 == T - 1, 1.0, 0.0).to(ACC)
+        _e1 = lambda___t*(1.0 - tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)))
+        G = tl.where(_ok11, _zero + (rewards + gamma__t*(1.0 - _e1)*(1.0 - terminateds)*tl.where((HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values)) + (_zero + (_e1*gamma__t)) * G, G)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t11.to(tl.int64) * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok11)
+        if STORE_st__G:
+            tl.store(st__G__optr + st__G__orow + _t11.to(tl.int64) * st__G__ost, (_zero + (G)).to(st__G__optr.dtype.element_ty), mask=_ok11)
+        # step _t10
+        bootstrap_values = _10_bootstrap_values
+        gamma__t = _10_gamma__t
+        lambda___t = _10_lambda___t
+        next_values = _10_next_values
+        rewards = _10_rewards
+        terminateds = _10_terminateds
+        truncateds = _10_truncateds
+        is_last = tl.where(_t10 == T - 1, 1.0, 0.0).to(ACC)
+        _e1 = lambda___t*(1.0 - tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)))
+        G = tl.where(_ok10, _zero + (rewards + gamma__t*(1.0 - _e1)*(1.0 - terminateds)*tl.where((HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values)) + (_zero + (_e1*gamma__t)) * G, G)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t10.to(tl.int64) * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok10)
+        if STORE_st__G:
+            tl.store(st__G__optr + st__G__orow + _t10.to(tl.int64) * st__G__ost, (_zero + (G)).to(st__G__optr.dtype.element_ty), mask=_ok10)
+        # step _t9
+        bootstrap_values = _9_bootstrap_values
+        gamma__t = _9_gamma__t
+        lambda___t = _9_lambda___t
+        next_values = _9_next_values
+        rewards = _9_rewards
+        terminateds = _9_terminateds
+        truncateds = _9_truncateds
+        is_last = tl.where(_t9 == T - 1, 1.0, 0.0).to(ACC)
+        _e1 = lambda___t*(1.0 - tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)))
+        G = tl.where(_ok9, _zero + (rewards + gamma__t*(1.0 - _e1)*(1.0 - terminateds)*tl.where((HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values)) + (_zero + (_e1*gamma__t)) * G, G)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t9.to(tl.int64) * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok9)
+        if STORE_st__G:
+            tl.store(st__G__optr + st__G__orow + _t9.to(tl.int64) * st__G__ost, (_zero + (G)).to(st__G__optr.dtype.element_ty), mask=_ok9)
+        # step _t8
+        bootstrap_values = _8_bootstrap_values
+        gamma__t = _8_gamma__t
+        lambda___t = _8_lambda___t
+        next_values = _8_next_values
+        rewards = _8_rewards
+        terminateds = _8_terminateds
+        truncateds = _8_truncateds
+        is_last = tl.where(_t8 == T - 1, 1.0, 0.0).to(ACC)
+        _e1 = lambda___t*(1.0 - tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)))
+        G = tl.where(_ok8, _zero + (rewards + gamma__t*(1.0 - _e1)*(1.0 - terminateds)*tl.where((HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values)) + (_zero + (_e1*gamma__t)) * G, G)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t8.to(tl.int64) * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok8)
+        if STORE_st__G:
+            tl.store(st__G__optr + st__G__orow + _t8.to(tl.int64) * st__G__ost, (_zero + (G)).to(st__G__optr.dtype.element_ty), mask=_ok8)
+        # step _t7
+        bootstrap_values = _7_bootstrap_values
+        gamma__t = _7_gamma__t
+        lambda___t = _7_lambda___t
+        next_values = _7_next_values
+        rewards = _7_rewards
+        terminateds = _7_terminateds
+        truncateds = _7_truncateds
+        is_last = tl.where(_t7 == T - 1, 1.0, 0.0).to(ACC)
+        _e1 = lambda___t*(1.0 - tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)))
+        G = tl.where(_ok7, _zero + (rewards + gamma__t*(1.0 - _e1)*(1.0 - terminateds)*tl.where((HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values)) + (_zero + (_e1*gamma__t)) * G, G)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t7.to(tl.int64) * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok7)
+        if STORE_st__G:
+            tl.store(st__G__optr + st__G__orow + _t7.to(tl.int64) * st__G__ost, (_zero + (G)).to(st__G__optr.dtype.element_ty), mask=_ok7)
+        # step _t6
+        bootstrap_values = _6_bootstrap_values
+        gamma__t = _6_gamma__t
+        lambda___t = _6_lambda___t
+        next_values = _6_next_values
+        rewards = _6_rewards
+        terminateds = _6_terminateds
+        truncateds = _6_truncateds
+        is_last = tl.where(_t6 == T - 1, 1.0, 0.0).to(ACC)
+        _e1 = lambda___t*(1.0 - tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)))
+        G = tl.where(_ok6, _zero + (rewards + gamma__t*(1.0 - _e1)*(1.0 - terminateds)*tl.where((HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values)) + (_zero + (_e1*gamma__t)) * G, G)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t6.to(tl.int64) * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok6)
+        if STORE_st__G:
+            tl.store(st__G__optr + st__G__orow + _t6.to(tl.int64) * st__G__ost, (_zero + (G)).to(st__G__optr.dtype.element_ty), mask=_ok6)
+        # step _t5
+        bootstrap_values = _5_bootstrap_values
+        gamma__t = _5_gamma__t
+        lambda___t = _5_lambda___t
+        next_values = _5_next_values
+        rewards = _5_rewards
+        terminateds = _5_terminateds
+        truncateds = _5_truncateds
+        is_last = tl.where(_t5 == T - 1, 1.0, 0.0).to(ACC)
+        _e1 = lambda___t*(1.0 - tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)))
+        G = tl.where(_ok5, _zero + (rewards + gamma__t*(1.0 - _e1)*(1.0 - terminateds)*tl.where((HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values)) + (_zero + (_e1*gamma__t)) * G, G)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t5.to(tl.int64) * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok5)
+        if STORE_st__G:
+            tl.store(st__G__optr + st__G__orow + _t5.to(tl.int64) * st__G__ost, (_zero + (G)).to(st__G__optr.dtype.element_ty), mask=_ok5)
+        # step _t4
+        bootstrap_values = _4_bootstrap_values
+        gamma__t = _4_gamma__t
+        lambda___t = _4_lambda___t
+        next_values = _4_next_values
+        rewards = _4_rewards
+        terminateds = _4_terminateds
+        truncateds = _4_truncateds
+        is_last = tl.where(_t4 == T - 1, 1.0, 0.0).to(ACC)
+        _e1 = lambda___t*(1.0 - tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)))
+        G = tl.where(_ok4, _zero + (rewards + gamma__t*(1.0 - _e1)*(1.0 - terminateds)*tl.where((HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values)) + (_zero + (_e1*gamma__t)) * G, G)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t4.to(tl.int64) * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok4)
+        if STORE_st__G:
+            tl.store(st__G__optr + st__G__orow + _t4.to(tl.int64) * st__G__ost, (_zero + (G)).to(st__G__optr.dtype.element_ty), mask=_ok4)
+        # step _t3
+        bootstrap_values = _3_bootstrap_values
+        gamma__t = _3_gamma__t
+        lambda___t = _3_lambda___t
+        next_values = _3_next_values
+        rewards = _3_rewards
+        terminateds = _3_terminateds
+        truncateds = _3_truncateds
+        is_last = tl.where(_t3 == T - 1, 1.0, 0.0).to(ACC)
+        _e1 = lambda___t*(1.0 - tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)))
+        G = tl.where(_ok3, _zero + (rewards + gamma__t*(1.0 - _e1)*(1.0 - terminateds)*tl.where((HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values)) + (_zero + (_e1*gamma__t)) * G, G)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t3.to(tl.int64) * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok3)
+        if STORE_st__G:
+            tl.store(st__G__optr + st__G__orow + _t3.to(tl.int64) * st__G__ost, (_zero + (G)).to(st__G__optr.dtype.element_ty), mask=_ok3)
+        # step _t2
+        bootstrap_values = _2_bootstrap_values
+        gamma__t = _2_gamma__t
+        lambda___t = _2_lambda___t
+        next_values = _2_next_values
+        rewards = _2_rewards
+        terminateds = _2_terminateds
+        truncateds = _2_truncateds
+        is_last = tl.where(_t2 == T - 1, 1.0, 0.0).to(ACC)
+        _e1 = lambda___t*(1.0 - tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)))
+        G = tl.where(_ok2, _zero + (rewards + gamma__t*(1.0 - _e1)*(1.0 - terminateds)*tl.where((HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values)) + (_zero + (_e1*gamma__t)) * G, G)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t2.to(tl.int64) * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok2)
+        if STORE_st__G:
+            tl.store(st__G__optr + st__G__orow + _t2.to(tl.int64) * st__G__ost, (_zero + (G)).to(st__G__optr.dtype.element_ty), mask=_ok2)
+        # step _t1
+        bootstrap_values = _1_bootstrap_values
+        gamma__t = _1_gamma__t
+        lambda___t = _1_lambda___t
+        next_values = _1_next_values
+        rewards = _1_rewards
+        terminateds = _1_terminateds
+        truncateds = _1_truncateds
+        is_last = tl.where(_t1 == T - 1, 1.0, 0.0).to(ACC)
+        _e1 = lambda___t*(1.0 - tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)))
+        G = tl.where(_ok1, _zero + (rewards + gamma__t*(1.0 - _e1)*(1.0 - terminateds)*tl.where((HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values)) + (_zero + (_e1*gamma__t)) * G, G)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t1.to(tl.int64) * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok1)
+        if STORE_st__G:
+            tl.store(st__G__optr + st__G__orow + _t1.to(tl.int64) * st__G__ost, (_zero + (G)).to(st__G__optr.dtype.element_ty), mask=_ok1)
+        # step _t0
+        bootstrap_values = _0_bootstrap_values
+        gamma__t = _0_gamma__t
+        lambda___t = _0_lambda___t
+        next_values = _0_next_values
+        rewards = _0_rewards
+        terminateds = _0_terminateds
+        truncateds = _0_truncateds
+        is_last = tl.where(_t0 == T - 1, 1.0, 0.0).to(ACC)
+        _e1 = lambda___t*(1.0 - tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)))
+        G = tl.where(_ok0, _zero + (rewards + gamma__t*(1.0 - _e1)*(1.0 - terminateds)*tl.where((HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values)) + (_zero + (_e1*gamma__t)) * G, G)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t0.to(tl.int64) * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok0)
+        if STORE_st__G:
+            tl.store(st__G__optr + st__G__orow + _t0.to(tl.int64) * st__G__ost, (_zero + (G)).to(st__G__optr.dtype.element_ty), mask=_ok0)
+
+
 
 
 @triton.jit
@@ -628,11 +1093,33 @@ def _lambda_returns_lookback_lean(
     )
 
 
+@triton.jit
+def _lambda_returns_block_lean(
+    rewards__ptr, next_values__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr, gamma,
+    lambda_, returns__optr, st__G__optr, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds: tl.constexpr,
+    HAS_bootstrap_values: tl.constexpr, STORE_returns: tl.constexpr, STORE_st__G: tl.constexpr,
+    EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
+    LB_PID: tl.constexpr,
+):
+    # _lambda_returns_block_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _lambda_returns_block_kernel(
+        rewards__ptr, next_values__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr,
+        gamma, gamma, lambda_, lambda_, returns__optr, st__G__optr, _s1, _s2, _st, _s1, _s2, _st,
+        _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st,
+        R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values, False, False, STORE_returns,
+        STORE_st__G, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
 KERNELS = _abi.TritonKernels(
     stream=_lambda_returns_chunked_kernel,
     persist=_lambda_returns_persist_kernel,
     lookback=_lambda_returns_lookback_kernel,
+    block=_lambda_returns_block_kernel,
     lean_stream=_lambda_returns_chunked_lean,
     lean_persist=_lambda_returns_persist_lean,
     lean_lookback=_lambda_returns_lookback_lean,
+    lean_block=_lambda_returns_block_lean,
 )

@@ -571,6 +571,488 @@ def _masked_gae_lookback_kernel(
                 tl.store(_ws_clear + _w * _n_words + tl.arange(0, BLOCK_N), -1)
 
 
+@triton.jit
+def _masked_gae_block_kernel(
+    token_level_rewards__ptr,
+    values__ptr,
+    response_mask__ptr,
+    gamma,
+    gamma__ptr,
+    lambda_,
+    lambda___ptr,
+    advantages__optr,
+    returns__optr,
+    st__nv__optr,
+    st__A__optr,
+    token_level_rewards__s1,
+    token_level_rewards__s2,
+    token_level_rewards__st,
+    values__s1,
+    values__s2,
+    values__st,
+    response_mask__s1,
+    response_mask__s2,
+    response_mask__st,
+    gamma__s1,
+    gamma__s2,
+    gamma__st,
+    lambda___s1,
+    lambda___s2,
+    lambda___st,
+    advantages__os1,
+    advantages__os2,
+    advantages__ost,
+    returns__os1,
+    returns__os2,
+    returns__ost,
+    st__nv__os1,
+    st__nv__os2,
+    st__nv__ost,
+    st__A__os1,
+    st__A__os2,
+    st__A__ost,
+    R1, R2, T, K,
+    gamma__TENSOR: tl.constexpr,
+    lambda___TENSOR: tl.constexpr,
+    STORE_advantages: tl.constexpr,
+    STORE_returns: tl.constexpr,
+    STORE_st__nv: tl.constexpr,
+    STORE_st__A: tl.constexpr,
+    EVEN: tl.constexpr,
+    SHIFT_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # Time-major buffers with many rows (the "block" family, runtime.config): no scan across
+    # threads. A program owns BLOCK_N adjacent rows, one a thread, and walks them through time
+    # (reverse) 16 steps at a time: first the loads of the block's steps, each a
+    # [BLOCK_N] vector of adjacent rows, all issued before the first is used, then the steps one
+    # by one, the states in registers. A load a step waited one memory latency a step
+    # (bench/dev/tm_block_probe.py: GAE 16384x1024 time-major 500 us, 100 us in blocks of 16).
+    tl.static_assert(BLOCK_T == 16)  # the steps this kernel's text unrolls
+    _rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    _row_ok = _rows < R1 * R2
+    _r1 = (_rows // R2).to(tl.int64)
+    _r2 = (_rows % R2).to(tl.int64)
+    token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2  # [BN] int64 row offsets
+    values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
+    response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2  # [BN] int64 row offsets
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+    advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
+    returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
+    st__nv__orow = _r1 * st__nv__os1 + _r2 * st__nv__os2  # [BN] int64 row offsets
+    st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
+
+    _zero = tl.zeros([BLOCK_N], dtype=ACC)
+    _tv = _rows * 0  # a step index as a [BN] vector, for the masks
+    nv = _zero + 0.0
+    A = _zero + 0.0
+    _n_blocks = tl.cdiv(T, BLOCK_T)
+    for _c in range(0, _n_blocks):
+        _tb = (_n_blocks - 1 - _c) * BLOCK_T  # the block's first step
+        _t0 = _tb + 0
+        _ok0 = _row_ok & (_tv + _t0 < T)
+        _0_gamma__t = tl.load(gamma__ptr + gamma__row + (_t0).to(tl.int64) * gamma__st, mask=_ok0, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _0_lambda___t = tl.load(lambda___ptr + lambda___row + (_t0).to(tl.int64) * lambda___st, mask=_ok0, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _0_response_mask = tl.load(response_mask__ptr + response_mask__row + (_t0).to(tl.int64) * response_mask__st, mask=_ok0, other=1).to(ACC)
+        _0_token_level_rewards = tl.load(token_level_rewards__ptr + token_level_rewards__row + (_t0).to(tl.int64) * token_level_rewards__st, mask=_ok0, other=1).to(ACC)
+        _0_values = tl.load(values__ptr + values__row + (_t0).to(tl.int64) * values__st, mask=_ok0, other=1).to(ACC)
+        _t1 = _tb + 1
+        _ok1 = _row_ok & (_tv + _t1 < T)
+        _1_gamma__t = tl.load(gamma__ptr + gamma__row + (_t1).to(tl.int64) * gamma__st, mask=_ok1, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _1_lambda___t = tl.load(lambda___ptr + lambda___row + (_t1).to(tl.int64) * lambda___st, mask=_ok1, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _1_response_mask = tl.load(response_mask__ptr + response_mask__row + (_t1).to(tl.int64) * response_mask__st, mask=_ok1, other=1).to(ACC)
+        _1_token_level_rewards = tl.load(token_level_rewards__ptr + token_level_rewards__row + (_t1).to(tl.int64) * token_level_rewards__st, mask=_ok1, other=1).to(ACC)
+        _1_values = tl.load(values__ptr + values__row + (_t1).to(tl.int64) * values__st, mask=_ok1, other=1).to(ACC)
+        _t2 = _tb + 2
+        _ok2 = _row_ok & (_tv + _t2 < T)
+        _2_gamma__t = tl.load(gamma__ptr + gamma__row + (_t2).to(tl.int64) * gamma__st, mask=_ok2, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _2_lambda___t = tl.load(lambda___ptr + lambda___row + (_t2).to(tl.int64) * lambda___st, mask=_ok2, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _2_response_mask = tl.load(response_mask__ptr + response_mask__row + (_t2).to(tl.int64) * response_mask__st, mask=_ok2, other=1).to(ACC)
+        _2_token_level_rewards = tl.load(token_level_rewards__ptr + token_level_rewards__row + (_t2).to(tl.int64) * token_level_rewards__st, mask=_ok2, other=1).to(ACC)
+        _2_values = tl.load(values__ptr + values__row + (_t2).to(tl.int64) * values__st, mask=_ok2, other=1).to(ACC)
+        _t3 = _tb + 3
+        _ok3 = _row_ok & (_tv + _t3 < T)
+        _3_gamma__t = tl.load(gamma__ptr + gamma__row + (_t3).to(tl.int64) * gamma__st, mask=_ok3, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _3_lambda___t = tl.load(lambda___ptr + lambda___row + (_t3).to(tl.int64) * lambda___st, mask=_ok3, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _3_response_mask = tl.load(response_mask__ptr + response_mask__row + (_t3).to(tl.int64) * response_mask__st, mask=_ok3, other=1).to(ACC)
+        _3_token_level_rewards = tl.load(token_level_rewards__ptr + token_level_rewards__row + (_t3).to(tl.int64) * token_level_rewards__st, mask=_ok3, other=1).to(ACC)
+        _3_values = tl.load(values__ptr + values__row + (_t3).to(tl.int64) * values__st, mask=_ok3, other=1).to(ACC)
+        _t4 = _tb + 4
+        _ok4 = _row_ok & (_tv + _t4 < T)
+        _4_gamma__t = tl.load(gamma__ptr + gamma__row + (_t4).to(tl.int64) * gamma__st, mask=_ok4, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _4_lambda___t = tl.load(lambda___ptr + lambda___row + (_t4).to(tl.int64) * lambda___st, mask=_ok4, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _4_response_mask = tl.load(response_mask__ptr + response_mask__row + (_t4).to(tl.int64) * response_mask__st, mask=_ok4, other=1).to(ACC)
+        _4_token_level_rewards = tl.load(token_level_rewards__ptr + token_level_rewards__row + (_t4).to(tl.int64) * token_level_rewards__st, mask=_ok4, other=1).to(ACC)
+        _4_values = tl.load(values__ptr + values__row + (_t4).to(tl.int64) * values__st, mask=_ok4, other=1).to(ACC)
+        _t5 = _tb + 5
+        _ok5 = _row_ok & (_tv + _t5 < T)
+        _5_gamma__t = tl.load(gamma__ptr + gamma__row + (_t5).to(tl.int64) * gamma__st, mask=_ok5, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _5_lambda___t = tl.load(lambda___ptr + lambda___row + (_t5).to(tl.int64) * lambda___st, mask=_ok5, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _5_response_mask = tl.load(response_mask__ptr + response_mask__row + (_t5).to(tl.int64) * response_mask__st, mask=_ok5, other=1).to(ACC)
+        _5_token_level_rewards = tl.load(token_level_rewards__ptr + token_level_rewards__row + (_t5).to(tl.int64) * token_level_rewards__st, mask=_ok5, other=1).to(ACC)
+        _5_values = tl.load(values__ptr + values__row + (_t5).to(tl.int64) * values__st, mask=_ok5, other=1).to(ACC)
+        _t6 = _tb + 6
+        _ok6 = _row_ok & (_tv + _t6 < T)
+        _6_gamma__t = tl.load(gamma__ptr + gamma__row + (_t6).to(tl.int64) * gamma__st, mask=_ok6, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _6_lambda___t = tl.load(lambda___ptr + lambda___row + (_t6).to(tl.int64) * lambda___st, mask=_ok6, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _6_response_mask = tl.load(response_mask__ptr + response_mask__row + (_t6).to(tl.int64) * response_mask__st, mask=_ok6, other=1).to(ACC)
+        _6_token_level_rewards = tl.load(token_level_rewards__ptr + token_level_rewards__row + (_t6).to(tl.int64) * token_level_rewards__st, mask=_ok6, other=1).to(ACC)
+        _6_values = tl.load(values__ptr + values__row + (_t6).to(tl.int64) * values__st, mask=_ok6, other=1).to(ACC)
+        _t7 = _tb + 7
+        _ok7 = _row_ok & (_tv + _t7 < T)
+        _7_gamma__t = tl.load(gamma__ptr + gamma__row + (_t7).to(tl.int64) * gamma__st, mask=_ok7, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _7_lambda___t = tl.load(lambda___ptr + lambda___row + (_t7).to(tl.int64) * lambda___st, mask=_ok7, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _7_response_mask = tl.load(response_mask__ptr + response_mask__row + (_t7).to(tl.int64) * response_mask__st, mask=_ok7, other=1).to(ACC)
+        _7_token_level_rewards = tl.load(token_level_rewards__ptr + token_level_rewards__row + (_t7).to(tl.int64) * token_level_rewards__st, mask=_ok7, other=1).to(ACC)
+        _7_values = tl.load(values__ptr + values__row + (_t7).to(tl.int64) * values__st, mask=_ok7, other=1).to(ACC)
+        _t8 = _tb + 8
+        _ok8 = _row_ok & (_tv + _t8 < T)
+        _8_gamma__t = tl.load(gamma__ptr + gamma__row + (_t8).to(tl.int64) * gamma__st, mask=_ok8, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _8_lambda___t = tl.load(lambda___ptr + lambda___row + (_t8).to(tl.int64) * lambda___st, mask=_ok8, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _8_response_mask = tl.load(response_mask__ptr + response_mask__row + (_t8).to(tl.int64) * response_mask__st, mask=_ok8, other=1).to(ACC)
+        _8_token_level_rewards = tl.load(token_level_rewards__ptr + token_level_rewards__row + (_t8).to(tl.int64) * token_level_rewards__st, mask=_ok8, other=1).to(ACC)
+        _8_values = tl.load(values__ptr + values__row + (_t8).to(tl.int64) * values__st, mask=_ok8, other=1).to(ACC)
+        _t9 = _tb + 9
+        _ok9 = _row_ok & (_tv + _t9 < T)
+        _9_gamma__t = tl.load(gamma__ptr + gamma__row + (_t9).to(tl.int64) * gamma__st, mask=_ok9, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _9_lambda___t = tl.load(lambda___ptr + lambda___row + (_t9).to(tl.int64) * lambda___st, mask=_ok9, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _9_response_mask = tl.load(response_mask__ptr + response_mask__row + (_t9).to(tl.int64) * response_mask__st, mask=_ok9, other=1).to(ACC)
+        _9_token_level_rewards = tl.load(token_level_rewards__ptr + token_level_rewards__row + (_t9).to(tl.int64) * token_level_rewards__st, mask=_ok9, other=1).to(ACC)
+        _9_values = tl.load(values__ptr + values__row + (_t9).to(tl.int64) * values__st, mask=_ok9, other=1).to(ACC)
+        _t10 = _tb + 10
+        _ok10 = _row_ok & (_tv + _t10 < T)
+        _10_gamma__t = tl.load(gamma__ptr + gamma__row + (_t10).to(tl.int64) * gamma__st, mask=_ok10, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _10_lambda___t = tl.load(lambda___ptr + lambda___row + (_t10).to(tl.int64) * lambda___st, mask=_ok10, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _10_response_mask = tl.load(response_mask__ptr + response_mask__row + (_t10).to(tl.int64) * response_mask__st, mask=_ok10, other=1).to(ACC)
+        _10_token_level_rewards = tl.load(token_level_rewards__ptr + token_level_rewards__row + (_t10).to(tl.int64) * token_level_rewards__st, mask=_ok10, other=1).to(ACC)
+        _10_values = tl.load(values__ptr + values__row + (_t10).to(tl.int64) * values__st, mask=_ok10, other=1).to(ACC)
+        _t11 = _tb + 11
+        _ok11 = _row_ok & (_tv + _t11 < T)
+        _11_gamma__t = tl.load(gamma__ptr + gamma__row + (_t11).to(tl.int64) * gamma__st, mask=_ok11, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _11_lambda___t = tl.load(lambda___ptr + lambda___row + (_t11).to(tl.int64) * lambda___st, mask=_ok11, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _11_response_mask = tl.load(response_mask__ptr + response_mask__row + (_t11).to(tl.int64) * response_mask__st, mask=_ok11, other=1).to(ACC)
+        _11_token_level_rewards = tl.load(token_level_rewards__ptr + token_level_rewards__row + (_t11).to(tl.int64) * token_level_rewards__st, mask=_ok11, other=1).to(ACC)
+        _11_values = tl.load(values__ptr + values__row + (_t11).to(tl.int64) * values__st, mask=_ok11, other=1).to(ACC)
+        _t12 = _tb + 12
+        _ok12 = _row_ok & (_tv + _t12 < T)
+        _12_gamma__t = tl.load(gamma__ptr + gamma__row + (_t12).to(tl.int64) * gamma__st, mask=_ok12, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _12_lambda___t = tl.load(lambda___ptr + lambda___row + (_t12).to(tl.int64) * lambda___st, mask=_ok12, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _12_response_mask = tl.load(response_mask__ptr + response_mask__row + (_t12).to(tl.int64) * response_mask__st, mask=_ok12, other=1).to(ACC)
+        _12_token_level_rewards = tl.load(token_level_rewards__ptr + token_level_rewards__row + (_t12).to(tl.int64) * token_level_rewards__st, mask=_ok12, other=1).to(ACC)
+        _12_values = tl.load(values__ptr + values__row + (_t12).to(tl.int64) * values__st, mask=_ok12, other=1).to(ACC)
+        _t13 = _tb + 13
+        _ok13 = _row_ok & (_tv + _t13 < T)
+        _13_gamma__t = tl.load(gamma__ptr + gamma__row + (_t13).to(tl.int64) * gamma__st, mask=_ok13, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _13_lambda___t = tl.load(lambda___ptr + lambda___row + (_t13).to(tl.int64) * lambda___st, mask=_ok13, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _13_response_mask = tl.load(response_mask__ptr + response_mask__row + (_t13).to(tl.int64) * response_mask__st, mask=_ok13, other=1).to(ACC)
+        _13_token_level_rewards = tl.load(token_level_rewards__ptr + token_level_rewards__row + (_t13).to(tl.int64) * token_level_rewards__st, mask=_ok13, other=1).to(ACC)
+        _13_values = tl.load(values__ptr + values__row + (_t13).to(tl.int64) * values__st, mask=_ok13, other=1).to(ACC)
+        _t14 = _tb + 14
+        _ok14 = _row_ok & (_tv + _t14 < T)
+        _14_gamma__t = tl.load(gamma__ptr + gamma__row + (_t14).to(tl.int64) * gamma__st, mask=_ok14, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _14_lambda___t = tl.load(lambda___ptr + lambda___row + (_t14).to(tl.int64) * lambda___st, mask=_ok14, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _14_response_mask = tl.load(response_mask__ptr + response_mask__row + (_t14).to(tl.int64) * response_mask__st, mask=_ok14, other=1).to(ACC)
+        _14_token_level_rewards = tl.load(token_level_rewards__ptr + token_level_rewards__row + (_t14).to(tl.int64) * token_level_rewards__st, mask=_ok14, other=1).to(ACC)
+        _14_values = tl.load(values__ptr + values__row + (_t14).to(tl.int64) * values__st, mask=_ok14, other=1).to(ACC)
+        _t15 = _tb + 15
+        _ok15 = _row_ok & (_tv + _t15 < T)
+        _15_gamma__t = tl.load(gamma__ptr + gamma__row + (_t15).to(tl.int64) * gamma__st, mask=_ok15, other=1).to(ACC) if gamma__TENSOR else _zero + gamma
+        _15_lambda___t = tl.load(lambda___ptr + lambda___row + (_t15).to(tl.int64) * lambda___st, mask=_ok15, other=1).to(ACC) if lambda___TENSOR else _zero + lambda_
+        _15_response_mask = tl.load(response_mask__ptr + response_mask__row + (_t15).to(tl.int64) * response_mask__st, mask=_ok15, other=1).to(ACC)
+        _15_token_level_rewards = tl.load(token_level_rewards__ptr + token_level_rewards__row + (_t15).to(tl.int64) * token_level_rewards__st, mask=_ok15, other=1).to(ACC)
+        _15_values = tl.load(values__ptr + values__row + (_t15).to(tl.int64) * values__st, mask=_ok15, other=1).to(ACC)
+        # step _t15
+        gamma__t = _15_gamma__t
+        lambda___t = _15_lambda___t
+        response_mask = _15_response_mask
+        token_level_rewards = _15_token_level_rewards
+        values = _15_values
+        is_last = tl.where(_t15 == T - 1, 1.0, 0.0).to(ACC)
+        nv__next = nv
+        nv = tl.where(_ok15, _zero + (response_mask*values) + (_zero + (1.0 - response_mask)) * nv, nv)
+        A = tl.where(_ok15, _zero + (response_mask*(token_level_rewards - values + gamma__t*tl.where((is_last != 0), 0.0, nv__next))) + (_zero + (1.0 - response_mask + gamma__t*lambda___t*response_mask)) * A, A)
+        if STORE_advantages:
+            tl.store(advantages__optr + advantages__orow + _t15.to(tl.int64) * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok15)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t15.to(tl.int64) * returns__ost, (_zero + (A + values)).to(returns__optr.dtype.element_ty), mask=_ok15)
+        if STORE_st__nv:
+            tl.store(st__nv__optr + st__nv__orow + _t15.to(tl.int64) * st__nv__ost, (_zero + (nv)).to(st__nv__optr.dtype.element_ty), mask=_ok15)
+        if STORE_st__A:
+            tl.store(st__A__optr + st__A__orow + _t15.to(tl.int64) * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok15)
+        # step _t14
+        gamma__t = _14_gamma__t
+        lambda___t = _14_lambda___t
+        response_mask = _14_response_mask
+        token_level_rewards = _14_token_level_rewards
+        values = _14_values
+        is_last = tl.where(_t14 == T - 1, 1.0, 0.0).to(ACC)
+        nv__next = nv
+        nv = tl.where(_ok14, _zero + (response_mask*values) + (_zero + (1.0 - response_mask)) * nv, nv)
+        A = tl.where(_ok14, _zero + (response_mask*(token_level_rewards - values + gamma__t*tl.where((is_last != 0), 0.0, nv__next))) + (_zero + (1.0 - response_mask + gamma__t*lambda___t*response_mask)) * A, A)
+        if STORE_advantages:
+            tl.store(advantages__optr + advantages__orow + _t14.to(tl.int64) * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok14)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t14.to(tl.int64) * returns__ost, (_zero + (A + values)).to(returns__optr.dtype.element_ty), mask=_ok14)
+        if STORE_st__nv:
+            tl.store(st__nv__optr + st__nv__orow + _t14.to(tl.int64) * st__nv__ost, (_zero + (nv)).to(st__nv__optr.dtype.element_ty), mask=_ok14)
+        if STORE_st__A:
+            tl.store(st__A__optr + st__A__orow + _t14.to(tl.int64) * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok14)
+        # step _t13
+        gamma__t = _13_gamma__t
+        lambda___t = _13_lambda___t
+        response_mask = _13_response_mask
+        token_level_rewards = _13_token_level_rewards
+        values = _13_values
+        is_last = tl.where(_t13 == T - 1, 1.0, 0.0).to(ACC)
+        nv__next = nv
+        nv = tl.where(_ok13, _zero + (response_mask*values) + (_zero + (1.0 - response_mask)) * nv, nv)
+        A = tl.where(_ok13, _zero + (response_mask*(token_level_rewards - values + gamma__t*tl.where((is_last != 0), 0.0, nv__next))) + (_zero + (1.0 - response_mask + gamma__t*lambda___t*response_mask)) * A, A)
+        if STORE_advantages:
+            tl.store(advantages__optr + advantages__orow + _t13.to(tl.int64) * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok13)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t13.to(tl.int64) * returns__ost, (_zero + (A + values)).to(returns__optr.dtype.element_ty), mask=_ok13)
+        if STORE_st__nv:
+            tl.store(st__nv__optr + st__nv__orow + _t13.to(tl.int64) * st__nv__ost, (_zero + (nv)).to(st__nv__optr.dtype.element_ty), mask=_ok13)
+        if STORE_st__A:
+            tl.store(st__A__optr + st__A__orow + _t13.to(tl.int64) * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok13)
+        # step _t12
+        gamma__t = _12_gamma__t
+        lambda___t = _12_lambda___t
+        response_mask = _12_response_mask
+        token_level_rewards = _12_token_level_rewards
+        values = _12_values
+        is_last = tl.where(_t12 == T - 1, 1.0, 0.0).to(ACC)
+        nv__next = nv
+        nv = tl.where(_ok12, _zero + (response_mask*values) + (_zero + (1.0 - response_mask)) * nv, nv)
+        A = tl.where(_ok12, _zero + (response_mask*(token_level_rewards - values + gamma__t*tl.where((is_last != 0), 0.0, nv__next))) + (_zero + (1.0 - response_mask + gamma__t*lambda___t*response_mask)) * A, A)
+        if STORE_advantages:
+            tl.store(advantages__optr + advantages__orow + _t12.to(tl.int64) * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok12)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t12.to(tl.int64) * returns__ost, (_zero + (A + values)).to(returns__optr.dtype.element_ty), mask=_ok12)
+        if STORE_st__nv:
+            tl.store(st__nv__optr + st__nv__orow + _t12.to(tl.int64) * st__nv__ost, (_zero + (nv)).to(st__nv__optr.dtype.element_ty), mask=_ok12)
+        if STORE_st__A:
+            tl.store(st__A__optr + st__A__orow + _t12.to(tl.int64) * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok12)
+        # step _t11
+        gamma__t = _11_gamma__t
+        lambda___t = _11_lambda___t
+        response_mask = _11_response_mask
+        token_level_rewards = _11_token_level_rewards
+        values = _11_values
+        is_last = tl.where(_t11 == T - 1, 1.0, 0.0).to(ACC)
+        nv__next = nv
+        nv = tl.where(_ok11, _zero + (response_mask*values) + (_zero + (1.0 - response_mask)) * nv, nv)
+        A = tl.where(_ok11, _zero + (response_mask*(token_level_rewards - values + gamma__t*tl.where((is_last != 0), 0.0, nv__next))) + (_zero + (1.0 - response_mask + gamma__t*lambda___t*response_mask)) * A, A)
+        if STORE_advantages:
+            tl.store(advantages__optr + advantages__orow + _t11.to(tl.int64) * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok11)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t11.to(tl.int64) * returns__ost, (_zero + (A + values)).to(returns__optr.dtype.element_ty), mask=_ok11)
+        if STORE_st__nv:
+            tl.store(st__nv__optr + st__nv__orow + _t11.to(tl.int64) * st__nv__ost, (_zero + (nv)).to(st__nv__optr.dtype.element_ty), mask=_ok11)
+        if STORE_st__A:
+            tl.store(st__A__optr + st__A__orow + _t11.to(tl.int64) * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok11)
+        # step _t10
+        gamma__t = _10_gamma__t
+        lambda___t = _10_lambda___t
+        response_mask = _10_response_mask
+        token_level_rewards = _10_token_level_rewards
+        values = _10_values
+        is_last = tl.where(_t10 == T - 1, 1.0, 0.0).to(ACC)
+        nv__next = nv
+        nv = tl.where(_ok10, _zero + (response_mask*values) + (_zero + (1.0 - response_mask)) * nv, nv)
+        A = tl.where(_ok10, _zero + (response_mask*(token_level_rewards - values + gamma__t*tl.where((is_last != 0), 0.0, nv__next))) + (_zero + (1.0 - response_mask + gamma__t*lambda___t*response_mask)) * A, A)
+        if STORE_advantages:
+            tl.store(advantages__optr + advantages__orow + _t10.to(tl.int64) * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok10)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t10.to(tl.int64) * returns__ost, (_zero + (A + values)).to(returns__optr.dtype.element_ty), mask=_ok10)
+        if STORE_st__nv:
+            tl.store(st__nv__optr + st__nv__orow + _t10.to(tl.int64) * st__nv__ost, (_zero + (nv)).to(st__nv__optr.dtype.element_ty), mask=_ok10)
+        if STORE_st__A:
+            tl.store(st__A__optr + st__A__orow + _t10.to(tl.int64) * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok10)
+        # step _t9
+        gamma__t = _9_gamma__t
+        lambda___t = _9_lambda___t
+        response_mask = _9_response_mask
+        token_level_rewards = _9_token_level_rewards
+        values = _9_values
+        is_last = tl.where(_t9 == T - 1, 1.0, 0.0).to(ACC)
+        nv__next = nv
+        nv = tl.where(_ok9, _zero + (response_mask*values) + (_zero + (1.0 - response_mask)) * nv, nv)
+        A = tl.where(_ok9, _zero + (response_mask*(token_level_rewards - values + gamma__t*tl.where((is_last != 0), 0.0, nv__next))) + (_zero + (1.0 - response_mask + gamma__t*lambda___t*response_mask)) * A, A)
+        if STORE_advantages:
+            tl.store(advantages__optr + advantages__orow + _t9.to(tl.int64) * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok9)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t9.to(tl.int64) * returns__ost, (_zero + (A + values)).to(returns__optr.dtype.element_ty), mask=_ok9)
+        if STORE_st__nv:
+            tl.store(st__nv__optr + st__nv__orow + _t9.to(tl.int64) * st__nv__ost, (_zero + (nv)).to(st__nv__optr.dtype.element_ty), mask=_ok9)
+        if STORE_st__A:
+            tl.store(st__A__optr + st__A__orow + _t9.to(tl.int64) * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok9)
+        # step _t8
+        gamma__t = _8_gamma__t
+        lambda___t = _8_lambda___t
+        response_mask = _8_response_mask
+        token_level_rewards = _8_token_level_rewards
+        values = _8_values
+        is_last = tl.where(_t8 == T - 1, 1.0, 0.0).to(ACC)
+        nv__next = nv
+        nv = tl.where(_ok8, _zero + (response_mask*values) + (_zero + (1.0 - response_mask)) * nv, nv)
+        A = tl.where(_ok8, _zero + (response_mask*(token_level_rewards - values + gamma__t*tl.where((is_last != 0), 0.0, nv__next))) + (_zero + (1.0 - response_mask + gamma__t*lambda___t*response_mask)) * A, A)
+        if STORE_advantages:
+            tl.store(advantages__optr + advantages__orow + _t8.to(tl.int64) * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok8)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t8.to(tl.int64) * returns__ost, (_zero + (A + values)).to(returns__optr.dtype.element_ty), mask=_ok8)
+        if STORE_st__nv:
+            tl.store(st__nv__optr + st__nv__orow + _t8.to(tl.int64) * st__nv__ost, (_zero + (nv)).to(st__nv__optr.dtype.element_ty), mask=_ok8)
+        if STORE_st__A:
+            tl.store(st__A__optr + st__A__orow + _t8.to(tl.int64) * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok8)
+        # step _t7
+        gamma__t = _7_gamma__t
+        lambda___t = _7_lambda___t
+        response_mask = _7_response_mask
+        token_level_rewards = _7_token_level_rewards
+        values = _7_values
+        is_last = tl.where(_t7 == T - 1, 1.0, 0.0).to(ACC)
+        nv__next = nv
+        nv = tl.where(_ok7, _zero + (response_mask*values) + (_zero + (1.0 - response_mask)) * nv, nv)
+        A = tl.where(_ok7, _zero + (response_mask*(token_level_rewards - values + gamma__t*tl.where((is_last != 0), 0.0, nv__next))) + (_zero + (1.0 - response_mask + gamma__t*lambda___t*response_mask)) * A, A)
+        if STORE_advantages:
+            tl.store(advantages__optr + advantages__orow + _t7.to(tl.int64) * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok7)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t7.to(tl.int64) * returns__ost, (_zero + (A + values)).to(returns__optr.dtype.element_ty), mask=_ok7)
+        if STORE_st__nv:
+            tl.store(st__nv__optr + st__nv__orow + _t7.to(tl.int64) * st__nv__ost, (_zero + (nv)).to(st__nv__optr.dtype.element_ty), mask=_ok7)
+        if STORE_st__A:
+            tl.store(st__A__optr + st__A__orow + _t7.to(tl.int64) * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok7)
+        # step _t6
+        gamma__t = _6_gamma__t
+        lambda___t = _6_lambda___t
+        response_mask = _6_response_mask
+        token_level_rewards = _6_token_level_rewards
+        values = _6_values
+        is_last = tl.where(_t6 == T - 1, 1.0, 0.0).to(ACC)
+        nv__next = nv
+        nv = tl.where(_ok6, _zero + (response_mask*values) + (_zero + (1.0 - response_mask)) * nv, nv)
+        A = tl.where(_ok6, _zero + (response_mask*(token_level_rewards - values + gamma__t*tl.where((is_last != 0), 0.0, nv__next))) + (_zero + (1.0 - response_mask + gamma__t*lambda___t*response_mask)) * A, A)
+        if STORE_advantages:
+            tl.store(advantages__optr + advantages__orow + _t6.to(tl.int64) * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok6)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t6.to(tl.int64) * returns__ost, (_zero + (A + values)).to(returns__optr.dtype.element_ty), mask=_ok6)
+        if STORE_st__nv:
+            tl.store(st__nv__optr + st__nv__orow + _t6.to(tl.int64) * st__nv__ost, (_zero + (nv)).to(st__nv__optr.dtype.element_ty), mask=_ok6)
+        if STORE_st__A:
+            tl.store(st__A__optr + st__A__orow + _t6.to(tl.int64) * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok6)
+        # step _t5
+        gamma__t = _5_gamma__t
+        lambda___t = _5_lambda___t
+        response_mask = _5_response_mask
+        token_level_rewards = _5_token_level_rewards
+        values = _5_values
+        is_last = tl.where(_t5 == T - 1, 1.0, 0.0).to(ACC)
+        nv__next = nv
+        nv = tl.where(_ok5, _zero + (response_mask*values) + (_zero + (1.0 - response_mask)) * nv, nv)
+        A = tl.where(_ok5, _zero + (response_mask*(token_level_rewards - values + gamma__t*tl.where((is_last != 0), 0.0, nv__next))) + (_zero + (1.0 - response_mask + gamma__t*lambda___t*response_mask)) * A, A)
+        if STORE_advantages:
+            tl.store(advantages__optr + advantages__orow + _t5.to(tl.int64) * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok5)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t5.to(tl.int64) * returns__ost, (_zero + (A + values)).to(returns__optr.dtype.element_ty), mask=_ok5)
+        if STORE_st__nv:
+            tl.store(st__nv__optr + st__nv__orow + _t5.to(tl.int64) * st__nv__ost, (_zero + (nv)).to(st__nv__optr.dtype.element_ty), mask=_ok5)
+        if STORE_st__A:
+            tl.store(st__A__optr + st__A__orow + _t5.to(tl.int64) * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok5)
+        # step _t4
+        gamma__t = _4_gamma__t
+        lambda___t = _4_lambda___t
+        response_mask = _4_response_mask
+        token_level_rewards = _4_token_level_rewards
+        values = _4_values
+        is_last = tl.where(_t4 == T - 1, 1.0, 0.0).to(ACC)
+        nv__next = nv
+        nv = tl.where(_ok4, _zero + (response_mask*values) + (_zero + (1.0 - response_mask)) * nv, nv)
+        A = tl.where(_ok4, _zero + (response_mask*(token_level_rewards - values + gamma__t*tl.where((is_last != 0), 0.0, nv__next))) + (_zero + (1.0 - response_mask + gamma__t*lambda___t*response_mask)) * A, A)
+        if STORE_advantages:
+            tl.store(advantages__optr + advantages__orow + _t4.to(tl.int64) * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok4)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t4.to(tl.int64) * returns__ost, (_zero + (A + values)).to(returns__optr.dtype.element_ty), mask=_ok4)
+        if STORE_st__nv:
+            tl.store(st__nv__optr + st__nv__orow + _t4.to(tl.int64) * st__nv__ost, (_zero + (nv)).to(st__nv__optr.dtype.element_ty), mask=_ok4)
+        if STORE_st__A:
+            tl.store(st__A__optr + st__A__orow + _t4.to(tl.int64) * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok4)
+        # step _t3
+        gamma__t = _3_gamma__t
+        lambda___t = _3_lambda___t
+        response_mask = _3_response_mask
+        token_level_rewards = _3_token_level_rewards
+        values = _3_values
+        is_last = tl.where(_t3 == T - 1, 1.0, 0.0).to(ACC)
+        nv__next = nv
+        nv = tl.where(_ok3, _zero + (response_mask*values) + (_zero + (1.0 - response_mask)) * nv, nv)
+        A = tl.where(_ok3, _zero + (response_mask*(token_level_rewards - values + gamma__t*tl.where((is_last != 0), 0.0, nv__next))) + (_zero + (1.0 - response_mask + gamma__t*lambda___t*response_mask)) * A, A)
+        if STORE_advantages:
+            tl.store(advantages__optr + advantages__orow + _t3.to(tl.int64) * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok3)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t3.to(tl.int64) * returns__ost, (_zero + (A + values)).to(returns__optr.dtype.element_ty), mask=_ok3)
+        if STORE_st__nv:
+            tl.store(st__nv__optr + st__nv__orow + _t3.to(tl.int64) * st__nv__ost, (_zero + (nv)).to(st__nv__optr.dtype.element_ty), mask=_ok3)
+        if STORE_st__A:
+            tl.store(st__A__optr + st__A__orow + _t3.to(tl.int64) * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok3)
+        # step _t2
+        gamma__t = _2_gamma__t
+        lambda___t = _2_lambda___t
+        response_mask = _2_response_mask
+        token_level_rewards = _2_token_level_rewards
+        values = _2_values
+        is_last = tl.where(_t2 == T - 1, 1.0, 0.0).to(ACC)
+        nv__next = nv
+        nv = tl.where(_ok2, _zero + (response_mask*values) + (_zero + (1.0 - response_mask)) * nv, nv)
+        A = tl.where(_ok2, _zero + (response_mask*(token_level_rewards - values + gamma__t*tl.where((is_last != 0), 0.0, nv__next))) + (_zero + (1.0 - response_mask + gamma__t*lambda___t*response_mask)) * A, A)
+        if STORE_advantages:
+            tl.store(advantages__optr + advantages__orow + _t2.to(tl.int64) * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok2)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t2.to(tl.int64) * returns__ost, (_zero + (A + values)).to(returns__optr.dtype.element_ty), mask=_ok2)
+        if STORE_st__nv:
+            tl.store(st__nv__optr + st__nv__orow + _t2.to(tl.int64) * st__nv__ost, (_zero + (nv)).to(st__nv__optr.dtype.element_ty), mask=_ok2)
+        if STORE_st__A:
+            tl.store(st__A__optr + st__A__orow + _t2.to(tl.int64) * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok2)
+        # step _t1
+        gamma__t = _1_gamma__t
+        lambda___t = _1_lambda___t
+        response_mask = _1_response_mask
+        token_level_rewards = _1_token_level_rewards
+        values = _1_values
+        is_last = tl.where(_t1 == T - 1, 1.0, 0.0).to(ACC)
+        nv__next = nv
+        nv = tl.where(_ok1, _zero + (response_mask*values) + (_zero + (1.0 - response_mask)) * nv, nv)
+        A = tl.where(_ok1, _zero + (response_mask*(token_level_rewards - values + gamma__t*tl.where((is_last != 0), 0.0, nv__next))) + (_zero + (1.0 - response_mask + gamma__t*lambda___t*response_mask)) * A, A)
+        if STORE_advantages:
+            tl.store(advantages__optr + advantages__orow + _t1.to(tl.int64) * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok1)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t1.to(tl.int64) * returns__ost, (_zero + (A + values)).to(returns__optr.dtype.element_ty), mask=_ok1)
+        if STORE_st__nv:
+            tl.store(st__nv__optr + st__nv__orow + _t1.to(tl.int64) * st__nv__ost, (_zero + (nv)).to(st__nv__optr.dtype.element_ty), mask=_ok1)
+        if STORE_st__A:
+            tl.store(st__A__optr + st__A__orow + _t1.to(tl.int64) * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok1)
+        # step _t0
+        gamma__t = _0_gamma__t
+        lambda___t = _0_lambda___t
+        response_mask = _0_response_mask
+        token_level_rewards = _0_token_level_rewards
+        values = _0_values
+        is_last = tl.where(_t0 == T - 1, 1.0, 0.0).to(ACC)
+        nv__next = nv
+        nv = tl.where(_ok0, _zero + (response_mask*values) + (_zero + (1.0 - response_mask)) * nv, nv)
+        A = tl.where(_ok0, _zero + (response_mask*(token_level_rewards - values + gamma__t*tl.where((is_last != 0), 0.0, nv__next))) + (_zero + (1.0 - response_mask + gamma__t*lambda___t*response_mask)) * A, A)
+        if STORE_advantages:
+            tl.store(advantages__optr + advantages__orow + _t0.to(tl.int64) * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok0)
+        if STORE_returns:
+            tl.store(returns__optr + returns__orow + _t0.to(tl.int64) * returns__ost, (_zero + (A + values)).to(returns__optr.dtype.element_ty), mask=_ok0)
+        if STORE_st__nv:
+            tl.store(st__nv__optr + st__nv__orow + _t0.to(tl.int64) * st__nv__ost, (_zero + (nv)).to(st__nv__optr.dtype.element_ty), mask=_ok0)
+        if STORE_st__A:
+            tl.store(st__A__optr + st__A__orow + _t0.to(tl.int64) * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok0)
+
+
 
 
 @triton.jit
@@ -633,11 +1115,33 @@ def _masked_gae_lookback_lean(
     )
 
 
+@triton.jit
+def _masked_gae_block_lean(
+    token_level_rewards__ptr, values__ptr, response_mask__ptr, gamma, lambda_, advantages__optr,
+    returns__optr, st__nv__optr, st__A__optr, _s1, _s2, _st, R1, R2, T, K,
+    STORE_advantages: tl.constexpr, STORE_returns: tl.constexpr, STORE_st__nv: tl.constexpr,
+    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+):
+    # _masked_gae_block_kernel for a call whose tensors of one shape share one stride set and whose
+    # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
+    _masked_gae_block_kernel(
+        token_level_rewards__ptr, values__ptr, response_mask__ptr, gamma, gamma, lambda_, lambda_,
+        advantages__optr, returns__optr, st__nv__optr, st__A__optr, _s1, _s2, _st, _s1, _s2, _st,
+        _s1, _s2, _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st,
+        R1, R2, T, K, False, False, STORE_advantages, STORE_returns, STORE_st__nv, STORE_st__A,
+        EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+    )
+
+
 KERNELS = _abi.TritonKernels(
     stream=_masked_gae_chunked_kernel,
     persist=_masked_gae_persist_kernel,
     lookback=_masked_gae_lookback_kernel,
+    block=_masked_gae_block_kernel,
     lean_stream=_masked_gae_chunked_lean,
     lean_persist=_masked_gae_persist_lean,
     lean_lookback=_masked_gae_lookback_lean,
+    lean_block=_masked_gae_block_lean,
 )
