@@ -47,7 +47,6 @@ OP = _abi.OpInfo(
         lb_words=3,
         k_dense=False,
         shift_g=True,
-        block_steps=16,
     ),
     torch_impl=_torch_impl,
 )

@@ -117,25 +117,18 @@ class Kernels(NamedTuple):
     k_dense: bool    # the kernels take the K_DENSE constexpr (specs that sum over K)
     shift_g: bool    # the kernels take the SHIFT_G constexpr
     grouped: bool = False  # the kernels take the GROUPED constexpr (the chunk's step order)
-    block_steps: int = 0   # steps the block kernel unrolls (its BLOCK_T); 0: it has none
 
 
 class TritonKernels(NamedTuple):
     """The ``KERNELS`` of a ``<module>_triton`` companion: one ``@triton.jit`` kernel per family
-    (``persist`` and ``block`` are None where the module was rendered without them), and each
-    family's lean entry kernel (:func:`lean_args`), taken where a call's layout allows."""
+    (``persist`` is None where the module was rendered without it), and each family's lean
+    entry kernel (:func:`lean_args`), taken where a call's layout allows."""
     stream: Callable
     persist: Callable | None
     lookback: Callable
     lean_stream: Callable
     lean_persist: Callable | None
     lean_lookback: Callable
-    block: Callable | None = None
-    lean_block: Callable | None = None
-
-    def of(self, family: str, lean: bool) -> Callable | None:
-        """The kernel of ``family`` ("stream", "persist", "lookback", "block"), lean or full."""
-        return getattr(self, f"lean_{family}" if lean else family)
 
 
 class OpInfo(NamedTuple):

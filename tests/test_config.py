@@ -9,16 +9,15 @@ import torch
 from scangen.runtime import config
 
 
-def _choose(N, T, *, time_major=False, K=1, family=None, streams=3, lb_words=3,
-            block_steps=16):
+def _choose(N, T, *, time_major=False, K=1, family=None, streams=3, lb_words=3):
     """The config of a call moving ``streams`` [N, T] tensors: one output, the rest inputs
     (one more input of shape [N], which does not count); ``lb_words``: the op's look-back words
-    a row (3 a scan, 7 a joint pair); ``block_steps``: its block kernel's (0: it has none)."""
+    a row (3 a scan, 7 a joint pair)."""
     strides = {f"x{i}": (1, 0, N) if time_major else (T, 0, 1) for i in range(streams - 1)}
     strides["last"] = (1, 0, 0)
     c = NS(R1=N, R2=1, T=T, K=K, device=torch.device("cuda", 0), strides=strides,
            tensors=dict.fromkeys(strides), outs={"out": None},
-           op=NS(kernels=NS(lb_words=lb_words, block_steps=block_steps)))
+           op=NS(kernels=NS(lb_words=lb_words)))
     with mock.patch.object(config, "_sm_count", lambda index: 132), \
             mock.patch.dict(config.ENV, {"SCANGEN_FAMILY": family}):
         return config.choose_config(c)
@@ -206,8 +205,7 @@ def test_no_persist_with_a_trailing_axis_or_time_major():
     assert _choose(16384, 1024, K=8, streams=9).family == "stream"
     assert _choose(256, 8192, K=8).family == "lookback"   # Retrace's few rows, as before
     assert _choose(256, 8192, time_major=True).family == "lookback"
-    assert _choose(16384, 1024, time_major=True, streams=9).family == "block"
-    assert _choose(16384, 1024, time_major=True, streams=9, block_steps=0).family == "stream"
+    assert _choose(16384, 1024, time_major=True, streams=9).family == "stream"
 
 
 def test_trailing_axis_counts_in_the_tile():
@@ -225,7 +223,7 @@ def test_trailing_axis_counts_in_the_tile():
     (3, 40, (4, 64, 4)),
 ])
 def test_time_major_row_tiles(N, T, expected):
-    cfg = _choose(N, T, time_major=True, block_steps=0)  # (many rows: the block kernel, below)
+    cfg = _choose(N, T, time_major=True)
     assert (cfg.block_n, cfg.block_t, cfg.num_warps) == expected
     assert cfg.family == "stream"
 
@@ -254,27 +252,6 @@ def test_time_major_stream_where_tiles_are_many_or_rows_short(N, T, kw):
     assert _choose(N, T, time_major=True, **kw).family == "stream"
 
 
-@pytest.mark.parametrize("N,T", [(16384, 1024), (16384, 64), (32768, 16), (65536, 32),
-                                 (15840, 1), (16384, 3)])
-def test_time_major_many_rows_take_the_block_kernel(N, T):
-    """BLOCK_ROWS_PER_SM = 120 rows a SM (15840 on 132 SMs) or more: 32 rows a program on one
-    warp, one stage, chunks of the module's block steps."""
-    cfg = _choose(N, T, time_major=True, streams=5)
-    assert cfg == config.Config(32, 16, 1, 1, "block", num_stages=1)
-    assert _choose(N, T, time_major=True, block_steps=8).block_t == 8
-
-
-@pytest.mark.parametrize("N,T,kw", [
-    (15839, 1024, {"time_major": True}),                     # fewer rows a SM
-    (8192, 1024, {"time_major": True}),
-    (16384, 1024, {}),                                       # rows layout
-    (16384, 1024, {"time_major": True, "K": 8}),             # a trailing axis
-    (16384, 1024, {"time_major": True, "block_steps": 0}),   # a module without the kernel
-])
-def test_block_kernel_only_for_time_major_many_rows(N, T, kw):
-    assert _choose(N, T, **kw).family != "block"
-
-
 def test_time_major_with_a_trailing_axis_keeps_wide_row_tiles():
     cfg = _choose(16384, 1024, time_major=True, K=8)
     assert cfg.block_n >= 16 and cfg.block_n * cfg.block_t * cfg.block_k <= config.TILE
@@ -284,7 +261,5 @@ def test_forced_family():
     assert _choose(16384, 1024, family="lookback").family == "lookback"
     assert _choose(16384, 64, family="persist").family == "persist"
     assert _choose(64, 65536, family="stream").family == "stream"
-    assert _choose(64, 65536, family="block").family == "block"  # any layout, when forced
-    assert _choose(64, 65536, family="block", block_steps=0).family == "stream"
     with pytest.raises(ValueError, match="SCANGEN_FAMILY must be"):
         _choose(16384, 1024, family="bogus")

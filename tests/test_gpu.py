@@ -94,14 +94,12 @@ def test_low_precision_on_gpu(dtype):
 
 @pytest.mark.parametrize("family,shape,time_major", [
     ("stream", (1024, 256), False), ("persist", (300, 2048), False),
-    ("lookback", (4, 8192), False), ("lookback", (72, 8192), True),
-    ("block", (16384, 64), True)])
+    ("lookback", (4, 8192), False), ("lookback", (72, 8192), True)])
 def test_cuda_graph_capture_and_replay(family, shape, time_major, monkeypatch):
     """Each kernel family captured in a CUDA graph and replayed twice on new inputs (the
     look-back's workspace: the plan's spare, filled outside the graph, or one filled inside
     it), then called eagerly again on both streams (the look-back's kept workspaces);
-    time-major buffers take the look-back over tiles of rows (runtime.config TM_LB_ROWS), and
-    the block kernel where rows are many (runtime.config BLOCK_ROWS_PER_SM)."""
+    time-major buffers take the look-back over tiles of rows (runtime.config TM_LB_ROWS)."""
     monkeypatch.setenv("SCANGEN_FAMILY", family)
     runtime.reload_env()
     try:

@@ -42,7 +42,7 @@ def _op(name):
 
 def _lean(name):
     ks = abi.triton_kernels(_op(name))
-    return {ks.lean_stream, ks.lean_persist, ks.lean_lookback, ks.lean_block} - {None}
+    return {ks.lean_stream, ks.lean_persist, ks.lean_lookback} - {None}
 
 
 def test_a_call_of_the_common_layout_launches_the_lean_kernel(launched):

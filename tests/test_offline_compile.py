@@ -40,12 +40,6 @@ CASES = {  # name: (family, block_n, block_t, num_warps, fp64 and absent inputs 
     # the look-back over tiles of rows (time-major buffers: runtime.config TM_LB_ROWS)
     "lookback-rows": ("lookback", 16, 64, 4, False, ""),
     "lookback-rows-fp64-general": ("lookback", 16, 64, 4, True, ""),
-    # the block kernel (time-major buffers of many rows: runtime.config BLOCK_ROWS) and its
-    # lean entry; "none" for the modules rendered without one (specs that sum over K, and
-    # the backward modules: compiler.render)
-    "block": ("block", 32, 16, 1, False, ""),
-    "block-fp64-general": ("block", 32, 16, 1, True, ""),
-    "block-lean": ("block", 32, 16, 1, False, "lean"),
 }
 # Kernels that take the GROUPED step order (runtime.config.grouped_order: Retrace) compile in
 # the reversed order too, each family and the lean entries
@@ -71,9 +65,6 @@ for name in modules:
     k = 8 if any(i.shape == "NTK" for i in module.OP.inputs) else 1
     for case, (family, bn, bt, nw, general, lb) in cases.items():
         if case.endswith("grouped") and not module.OP.kernels.grouped:
-            continue
-        if family == "block" and not module.OP.kernels.block_steps:
-            out[name + "/" + case] = "none"
             continue
         try:
             c = compile_offline(module, family, block_n=bn, block_t=max(16, bt // k), block_k=k,
@@ -111,10 +102,6 @@ def results():
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("name", MODULES)
 def test_kernel_compiles_for_sm90(results, name, case):
-    op = importlib.import_module(f"scangen.generated.{name}").OP
-    if case.startswith("block") and not op.kernels.block_steps:  # no block kernel: Retrace,
-        assert results[f"{name}/{case}"] == "none"                 # the backward modules
-        return
     assert results[f"{name}/{case}"] == "ok", results[f"{name}/{case}"]
 
 

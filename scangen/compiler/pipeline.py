@@ -51,7 +51,7 @@ def generate_modules(spec_or_path, source: str | None = None,
     if backward is not None:
         try:
             grad = plan(backward)
-            grad_files = {**render(grad, f"{source} (adjoint)", options, block=False),
+            grad_files = {**render(grad, f"{source} (adjoint)", options),
                           NUMBA_SUFFIX: render_numba(grad, f"{source} (adjoint)",
                                                      grouped=False)}
         except SpecError:  # a derivative the printers cannot write: no _grad files; autograd

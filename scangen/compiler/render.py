@@ -44,10 +44,6 @@ class _Symbols:
             return f"{sym}__t"
         return sym
 
-    def triton_row(self, sym):
-        """A symbol in the block kernel, whose values are [BLOCK_N] vectors of one step."""
-        return f"{sym}__t" if self.base(sym) in self.params else sym
-
     def triton_k(self, sym):
         b = self.base(sym)
         if self.role.get(b) == "NTK":
@@ -93,60 +89,11 @@ def _tile_load(ld) -> NS:
     return NS(var=ld.sym, t=TVAR[ld.shift], **common)
 
 
-# The block kernel's time index of a load at each shift, ``%t`` standing for the step's own
-# (clamped to the row, as the chunked kernels' shifted loads are).
-BLOCK_TIME = {"": "%t", "next": "tl.minimum(%t + 1, T - 1)", "prev": "tl.maximum(%t - 1, 0)",
-              "next2": "tl.minimum(%t + 2, T - 1)", "prev2": "tl.maximum(%t - 2, 0)"}
-
-
-def _block_context(plan: Plan, sy: _Symbols, steps: int) -> NS | None:
-    """The block kernel's pieces (``templates/triton_chunked.py.j2``), where the plan has one
-    (:data:`scangen.compiler.tiling.BLOCK_STEPS`; none for plans that sum or gather over a
-    trailing axis): each symbol's load at a step, the position flags, and each scan's update
-    and the outputs printed over [BLOCK_N] vectors, as a step of a row at a time."""
-    if not steps:
-        return None
-    ir = plan.ir
-    table = sy.table(sy.triton_row)
-    pr = functools.partial(print_expr, TritonPrinter, symbols=table, spec_name=ir.name)
-    kinds = {i.name: i for i in ir.inputs}
-    loads, positions = [], []
-    for sym in sorted(plan.symbols):
-        b, shift = split_sym(sym)
-        i = kinds.get(b)
-        if i is not None and i.shape == "NT":
-            loads.append(NS(var=sym, ptr=f"{b}__ptr", base=f"{b}__row", st=f"{b}__st",
-                            t=BLOCK_TIME[shift], flag=abi.has_flag(b) if i.optional else "",
-                            absent=repr(i.default), cast="" if i.kind == "index" else ".to(ACC)"))
-        elif b in sy.params:
-            loads.append(NS(var=f"{sym}__t", ptr=f"{b}__ptr", base=f"{b}__row", st=f"{b}__st",
-                            t=BLOCK_TIME[shift], flag=abi.tensor_flag(b), absent=b,
-                            cast=".to(ACC)"))
-        elif b in ("is_first", "is_last"):
-            off = abi.OFFSETS[shift]
-            at = "%t" if not off else f"%t {'+' if off > 0 else '-'} {abs(off)}"
-            positions.append(NS(var=sym, cond=f"{at} == {'0' if b == 'is_first' else 'T - 1'}"))
-    scans = []
-    for s in plan.scans:
-        res = dict(s.block.results)
-        scans.append(NS(name=s.name, init=print_expr(TritonPrinter, s.init, {}, ir.name),
-                        assigns=_assigns(s.block, TritonPrinter, table, ir.name),
-                        alpha=pr(res["alpha"]), beta=pr(res["beta"]), shifted=s.shifted,
-                        shift_var=f"{s.name}__{'next' if ir.reverse else 'prev'}"))
-    outputs = [NS(name=o, flag=abi.store_flag(o), ptr=f"{o}__optr", base=f"{o}__orow",
-                  st=f"{o}__ost", code=pr(e)) for o, e in plan.outputs.results]
-    return NS(steps=steps, loads=loads, positions=positions, scans=scans,
-              out_assigns=_assigns(plan.outputs, TritonPrinter, table, ir.name),
-              outputs=outputs, order=list(reversed(range(steps))) if ir.reverse else
-              list(range(steps)),
-              first_step=("(_n_blocks - 1 - _c) * BLOCK_T" if ir.reverse else "_c * BLOCK_T"))
-
-
-def _triton_context(plan: Plan, sy: _Symbols, options: Options, block: bool = True) -> NS:
+def _triton_context(plan: Plan, sy: _Symbols, options: Options) -> NS:
     """The Triton kernels' template context: :func:`~scangen.compiler.tiling.plan_triton`'s
     decisions, printed."""
     ir = plan.ir
-    tp = plan_triton(plan, options, block)
+    tp = plan_triton(plan, options)
     rev = ir.reverse
     # the chunk column's step, relative to the chunk
     tcol = "_tcol" if tp.grouped or tp.grouped_choice else "_cols"
@@ -228,8 +175,7 @@ def _triton_context(plan: Plan, sy: _Symbols, options: Options, block: bool = Tr
                          else "0" if rev else "BLOCK_T - 1"),
               edge_col="BLOCK_T - 1" if rev else "0",
               k_dense=tp.k_dense, shift_g=tp.shift_g, helpers=shared_helpers(),
-              lean=_lean_kernels(ir, tp), block=_block_context(plan, sy, tp.block_steps),
-              block_kernel=f"_{ir.name}_block_kernel")
+              lean=_lean_kernels(ir, tp))
 
 
 def _lean_kernels(ir, tp) -> list[NS]:
@@ -239,8 +185,6 @@ def _lean_kernels(ir, tp) -> list[NS]:
     families = [("stream", "chunked", False), ("lookback", "lookback", True)]
     if tp.persist:
         families.insert(1, ("persist", "persist", False))
-    if tp.block_steps:
-        families.append(("block", "block", False))
     out = []
     for family, kind, ws in families:
         args = dict(inputs=ir.inputs, params=ir.params, outputs=[o.name for o in ir.outputs],
@@ -360,20 +304,17 @@ def _docstring(ir: IR) -> str:
     return "\n    ".join(line.rstrip() for line in lines)
 
 
-def render(plan: Plan, source: str, options: Options | None = None,
-           block: bool = True) -> dict[str, str]:
+def render(plan: Plan, source: str, options: Options | None = None) -> dict[str, str]:
     """The forward (or backward) op of ``plan`` as ``{suffix: module source}``: ``""`` the op
     module (the vectorised torch implementation, its :class:`~scangen.abi.OpInfo` and the public
     function), :data:`~scangen.abi.TRITON_SUFFIX` its Triton kernels, a companion module so that
-    the op imports Triton only when it launches a kernel. ``block=False``: no block kernel (the
-    backward modules: their long steps, unrolled, would cost ptxas tens of seconds on a first
-    call, V-trace's 37 s, for calls rarer than the forward's)."""
+    the op imports Triton only when it launches a kernel."""
     ir = plan.ir
     sy = _Symbols(ir, plan)
     title = (ir.doc.strip().splitlines() or [ir.name])[0]
     common = dict(version=__version__, source=comment(source), title=pylit(title),
                   function=ir.function, module=ir.name,
-                  k=_triton_context(plan, sy, Options.of(options), block))
+                  k=_triton_context(plan, sy, Options.of(options)))
     return {"": render_template(TEMPLATE, t=_torch_context(plan, sy), api=_api_context(ir),
                                 **common),
             abi.TRITON_SUFFIX: _drop_unused_helpers(render_template(TRITON_TEMPLATE, **common))}

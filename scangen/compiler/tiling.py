@@ -18,12 +18,6 @@ from .options import Options
 from .plan import Plan
 
 TIME_SHIFTS = ("", "next", "prev", "next2", "prev2")
-# The block kernel (plans without a trailing axis): a thread walks its own row in time, the
-# loads of BLOCK_STEPS steps issued together before the first of them is used, so that a
-# thread has that many loads a tensor in flight. On the H200 (bench/dev/tm_block_probe.py, GAE
-# over time-major 16384 x 1024): a load a step 500 us, 8 steps 119-131, 16 steps 100, 32 steps
-# 93.6 (3 loads a step; more loads a step hold more registers a step), 64 steps 107.6.
-BLOCK_STEPS = 16
 
 
 @dataclass(frozen=True)
@@ -79,7 +73,6 @@ class TritonPlan:
     args: tuple[abi.Arg, ...]         # the stream and persist kernels' (lookback: + _ws)
     k_dense: bool
     shift_g: bool
-    block_steps: int                  # steps the block kernel unrolls; 0: no block kernel
 
     @property
     def split_loads(self) -> bool:
@@ -90,9 +83,7 @@ class TritonPlan:
         return any(g.joint for g in self.groups)
 
 
-def plan_triton(plan: Plan, options: Options, block: bool = True) -> TritonPlan:
-    """``block``: whether the module gets a block kernel (where the plan has no ``sum`` or
-    ``gather``: :data:`BLOCK_STEPS`)."""
+def plan_triton(plan: Plan, options: Options) -> TritonPlan:
     ir = plan.ir
     either = (ir.reverse and options.scan_order == "grouped"
               and "gather" not in (options.shift, options.input_shift))
@@ -119,9 +110,7 @@ def plan_triton(plan: Plan, options: Options, block: bool = True) -> TritonPlan:
                       groups=groups, lb_words=words, shifts=frozenset(shifts),
                       gather_next="next" in gathers, gather_prev="prev" in gathers,
                       persist=options.input_shift != "gather", shifted_state=shifted_state,
-                      args=args, k_dense=k_dense, shift_g=shift_g,
-                      block_steps=BLOCK_STEPS if block and not (plan.sums or plan.gathers)
-                      else 0)
+                      args=args, k_dense=k_dense, shift_g=shift_g)
 
 
 def _loads(plan: Plan, options: Options):

@@ -13,10 +13,7 @@ Time-major buffers (rows adjacent in memory) get wide row tiles and short chunks
 each step's loads are coalesced across rows. The numbers behind the constants come from
 bench/dev/sweep.py and the probes beside it (bench/NOTES.md, "Decisions"); docs/runtime.md
 states the rule.
-Time-major buffers with many rows (BLOCK_ROWS_PER_SM a SM or more) take the "block" kernel
-instead: a thread per row, walking it through time, the loads of a block of steps issued
-together (specs without a trailing axis).
-``SCANGEN_FAMILY=stream|persist|lookback|block`` forces a family (for tests and measurements).
+``SCANGEN_FAMILY=stream|persist|lookback`` forces a family (for tests and measurements).
 """
 from __future__ import annotations
 
@@ -67,7 +64,7 @@ class Config(NamedTuple):
     block_t: int
     block_k: int
     num_warps: int
-    family: str = "stream"   # "stream" | "persist" | "lookback" | "block"
+    family: str = "stream"   # "stream" | "persist" | "lookback"
     num_stages: int = 3      # software-pipelining depth of the chunk loop (Triton's default)
 
 
@@ -115,19 +112,7 @@ LOOKBACK_LONG_PROGRAMS_PER_SM = 2
 LOOKBACK_K_TILE = 1024   # elements (K included) per program when K > 1
 PERSIST_TILE = 512       # tile of persist calls chosen for the tensors they move (one row)
 LOOKBACK_MANY_TENSORS = 8  # look-back calls moving this many [N, T] tensors: shorter chunks
-FAMILIES = ("stream", "persist", "lookback", "block")
-# Time-major buffers of at least BLOCK_ROWS_PER_SM rows a SM (16384 rows on the H200's 132 SMs),
-# no trailing axis: the block kernel (scangen.compiler.tiling.BLOCK_STEPS), BLOCK_ROWS rows a
-# program on one warp, one row a thread. Measured on the H200 against the time-major tiles,
-# GAE, graph replays (bench/results/h200-2026-12-03-c-tm-block-map.txt, the probe's kernel):
-# 16384x1024 100.9 against 116.2 us (rows layout 73.2), 16384x128 12.3 against 15.0, 32768x64
-# 10.2 against 12.3, 65536x32 9.8 against 12.0; at 8192 rows it wins at 1024 steps (81.7
-# against 93.9) and loses at 256 (19.1 against 16.9); at 4096 rows and fewer the grid is too
-# small (4096x128: 9.1 against 7.0, 1024x1024: 60 against 13).
-BLOCK_ROWS_PER_SM = 120
-BLOCK_ROWS = 32
-# Whether the rule takes the block family (a switch for measurements: bench/dev/block_ab.py)
-BLOCK = True
+FAMILIES = ("stream", "persist", "lookback")
 # Time-major buffers ([T, N]) take the look-back over tiles of adjacent rows (loads
 # coalesced across rows, a carry per row) where the stream grid would have fewer than
 # TM_LOOKBACK_PROGRAMS_PER_SM tiles of TM_ROWS rows per SM and rows of TM_LOOKBACK_MIN_T steps
@@ -165,7 +150,6 @@ def _streams(c) -> int:
 def _gpu_family(c, rows: int, kk: int, cfg: Config, time_major: bool) -> str:
     """The family of a call on a GPU (``cfg``: the stream tile for its shape and layout).
 
-    - Time-major buffers of many rows (BLOCK_ROWS_PER_SM a SM), no trailing axis: "block".
     - Time-major buffers: "lookback" over tiles of rows where the stream grid is small
       (TM_LOOKBACK_PROGRAMS_PER_SM) and rows long (TM_LOOKBACK_MIN_T), else "stream".
     - Fewer rows than SMs, and rows of two look-back chunks or more: "lookback".
@@ -178,9 +162,6 @@ def _gpu_family(c, rows: int, kk: int, cfg: Config, time_major: bool) -> str:
     H200 measurements behind it: bench/NOTES.md (fourth and ninth rounds)."""
     sms = _sm_count(c.device.index or 0)
     long_rows = c.T >= LOOKBACK_MIN_T
-    if (BLOCK and time_major and kk == 1 and c.op.kernels.block_steps
-            and rows >= BLOCK_ROWS_PER_SM * sms):
-        return "block"
     if time_major:
         few = -(-rows // TM_ROWS) < TM_LOOKBACK_PROGRAMS_PER_SM * sms
         return "lookback" if few and c.T >= TM_LOOKBACK_MIN_T else "stream"
@@ -218,11 +199,6 @@ def choose_config(c) -> Config:
                   else "stream")
     if family == "lookback":
         return _lookback_config(c, rows, block_k, kk, time_major)
-    if family == "block":
-        if c.op.kernels.block_steps:
-            return Config(BLOCK_ROWS, c.op.kernels.block_steps, block_k, 1, "block",
-                          num_stages=1)
-        family = "stream"  # a module without a block kernel (a spec that sums over K)
     if (family == "persist" and _streams(c) >= PERSIST_TENSORS and c.device.type == "cuda"
             and rows >= 2 * _sm_count(c.device.index or 0)):
         # persist for the tensors it moves (not for few rows): one row, PERSIST_TILE steps

@@ -1,6 +1,6 @@
 """Environment switches, read once at import so that a call pays no environment lookups.
 
-``SCANGEN_BACKEND`` (auto | triton | numba | torch), ``SCANGEN_FAMILY`` (stream | persist | lookback | block) and
+``SCANGEN_BACKEND`` (auto | triton | numba | torch), ``SCANGEN_FAMILY`` (stream | persist | lookback) and
 ``TRITON_INTERPRET``. Call :func:`reload_env` after changing them in a running process.
 """
 import os

@@ -33,12 +33,14 @@ def run(c) -> None:
     params = tuple(c.params.values()) if lp.lean else param_ptrs(c, dummy)
     ptrs = (*(t.get(i.name, dummy) for i in op.inputs), *params,
             *(outs.get(o, dummy) for o in op.outputs))
+    stream, persist, lookback = ks[3:] if lp.lean else ks[:3]  # (scangen.abi.TritonKernels)
     if cfg.family == "lookback":
         ws = workspace.lookback_workspace(c, cfg, op.kernels.lb_words)
-        launch(c, ks.of("lookback", lp.lean), lp.grid, (*ptrs, ws, *lp.ints), lp.meta, cfg)
-    else:  # a family the module lacks (persist, block) falls back to stream
-        kernel = ks.of(cfg.family, lp.lean) or ks.of("stream", lp.lean)
-        launch(c, kernel, lp.grid, (*ptrs, *lp.ints), lp.meta, cfg)
+        launch(c, lookback, lp.grid, (*ptrs, ws, *lp.ints), lp.meta, cfg)
+    elif cfg.family == "persist" and persist is not None:
+        launch(c, persist, lp.grid, (*ptrs, *lp.ints), lp.meta, cfg)
+    else:
+        launch(c, stream, lp.grid, (*ptrs, *lp.ints), lp.meta, cfg)
 
 
 # Whether plans whose call qualifies launch the lean entry kernels (a switch for measurements
