@@ -34,11 +34,22 @@ import torch
 import triton
 
 import scangen
-from scangen import testing
-from scangen.benchmark.inputs import apply_no_trunc
+from tm_seq_probe import inputs  # the same calls as tm_seq_probe: GAE without truncations
 
 OUTS = ["advantages", "returns"]
 WINDOW = 16  # the segment kernel's look-back window (predecessors read per round)
+
+
+def load_lines(D: int, prefix: str, base: str, mask: str, ind: str) -> list[str]:
+    """The loads of D steps (rewards, values, terminateds at ``base + j * N``), all issued
+    before the first is used: ``{prefix}r{j}``, ``{prefix}v{j}``, ``{prefix}d{j}``."""
+    out = []
+    for j in range(D):
+        o = f"{base} + {j} * N" if j else base
+        out += [f"{ind}{prefix}r{j} = tl.load(r_ptr + {o}, mask={mask}, other=0.0)",
+                f"{ind}{prefix}v{j} = tl.load(v_ptr + {o}, mask={mask}, other=0.0)",
+                f"{ind}{prefix}d{j} = tl.load(d_ptr + {o}, mask={mask}, other=0)"]
+    return out
 
 
 def kernel_source(D: int, buffers: int) -> str:
@@ -51,15 +62,6 @@ def kernel_source(D: int, buffers: int) -> str:
          "    A = tl.zeros([BLOCK_N], dtype=tl.float32)",
          "    vn = tl.load(lv_ptr + rows, mask=m, other=0.0).to(tl.float32)  # the value after T-1",
          f"    nb = T // {D}"]
-
-    def loads(prefix, base, mask, ind):
-        out = []
-        for j in range(D):
-            o = f"{base} + {j} * N" if j else base
-            out += [f"{ind}{prefix}r{j} = tl.load(r_ptr + {o}, mask={mask}, other=0.0)",
-                    f"{ind}{prefix}v{j} = tl.load(v_ptr + {o}, mask={mask}, other=0.0)",
-                    f"{ind}{prefix}d{j} = tl.load(d_ptr + {o}, mask={mask}, other=0)"]
-        return out
 
     def steps(prefix, base, ind):
         out = []
@@ -76,15 +78,15 @@ def kernel_source(D: int, buffers: int) -> str:
     if buffers == 1:
         L += ["    for kb in range(0, nb):",
               f"        base = (T - {D} * (kb + 1)).to(tl.int64) * N + rows"]
-        L += loads("", "base", "m", "        ")
+        L += load_lines(D, "", "base", "m", "        ")
         L += steps("", "base", "        ")
     else:
         L += [f"    base = (T - {D}).to(tl.int64) * N + rows"]
-        L += loads("c", "base", "m", "    ")
+        L += load_lines(D, "c", "base", "m", "    ")
         L += ["    for kb in range(0, nb):",
               f"        nbase = base - {D} * N",
               "        nm = m & (nbase >= 0)  # none past the first step"]
-        L += loads("n", "nbase", "nm", "        ")
+        L += load_lines(D, "n", "nbase", "nm", "        ")
         L += steps("c", "base", "        ")
         for j in range(D):
             L += [f"        cr{j} = nr{j}", f"        cv{j} = nv{j}", f"        cd{j} = nd{j}"]
@@ -114,11 +116,7 @@ def seg_source(D: int) -> str:
          "    segs = rows * 0 + seg",
          f"    vn = tl.load(v_ptr + base + {D} * N, mask=m & (segs < S - 1), other=0.0).to(tl.float32)",
          "    vn += tl.load(lv_ptr + rows, mask=m & (segs == S - 1), other=0.0).to(tl.float32)"]
-    for j in range(D):
-        o = f"base + {j} * N" if j else "base"
-        L += [f"    r{j} = tl.load(r_ptr + {o}, mask=m, other=0.0)",
-              f"    v{j} = tl.load(v_ptr + {o}, mask=m, other=0.0)",
-              f"    d{j} = tl.load(d_ptr + {o}, mask=m, other=0)"]
+    L += load_lines(D, "", "base", "m", "    ")
     L += ["    A = tl.zeros([BLOCK_N], dtype=tl.float32)", "    P = A + 1.0"]
     for j in reversed(range(D)):
         L += [f"    nd = 1.0 - d{j}.to(tl.float32)",
@@ -170,14 +168,6 @@ def block_call(kw_tm, gamma, lam, D, buffers, block_n, warps):
         r, kw_tm["values"], kw_tm["terminateds"], kw_tm["last_value"], adv, ret, N, T, gamma,
         lam, BLOCK_N=block_n, num_warps=warps, num_stages=1)
     return adv, ret
-
-
-def inputs(N, T, seed, device):
-    kw = apply_no_trunc("compute_gae", testing.make_inputs("gae", N, T, seed=seed,
-                                                           dtype=torch.float32))
-    kw = {k: v.to(device) for k, v in kw.items()}
-    tm = {k: (v.t().contiguous() if v.dim() == 2 else v) for k, v in kw.items()}  # [T, N]
-    return kw, tm
 
 
 def ints(s):
