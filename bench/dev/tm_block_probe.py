@@ -34,7 +34,8 @@ import torch
 import triton
 
 import scangen
-from tm_seq_probe import inputs  # the same calls as tm_seq_probe: GAE without truncations
+# the same calls, floors and baselines as tm_seq_probe: GAE without truncations
+from tm_seq_probe import baseline, gpu_floors, graph_us, inputs
 
 OUTS = ["advantages", "returns"]
 WINDOW = 16  # the segment kernel's look-back window (predecessors read per round)
@@ -55,7 +56,7 @@ def load_lines(D: int, prefix: str, base: str, mask: str, ind: str) -> list[str]
 def kernel_source(D: int, buffers: int) -> str:
     """The text of a block kernel: ``D`` steps unrolled, reverse in time, T a multiple of D."""
     L = ["import triton", "import triton.language as tl", "", "", "@triton.jit",
-         f"def gae_tm_block(r_ptr, v_ptr, d_ptr, lv_ptr, adv_ptr, ret_ptr, N, T, gamma, lam,",
+         "def gae_tm_block(r_ptr, v_ptr, d_ptr, lv_ptr, adv_ptr, ret_ptr, N, T, gamma, lam,",
          "                 BLOCK_N: tl.constexpr):",
          "    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)",
          "    m = rows < N",
@@ -195,14 +196,8 @@ def main() -> None:
         lines.append(s)
 
     if device == "cuda":
-        a = torch.empty(2**29, device="cuda")
-        b = torch.empty_like(a)
-        from triton.testing import do_bench, do_bench_cudagraph
-        bw = 2 * a.numel() * 4 / do_bench(lambda: b.copy_(a), warmup=25, rep=100) / 1e6
-        del a, b
-        l2 = torch.cuda.get_device_properties(0).L2_cache_size
-        say(f"# tm_block_probe: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
-            f"triton {triton.__version__}; copy {bw:,.0f} GB/s; graph replays over rotated sets")
+        bw, l2, header = gpu_floors("tm_block_probe")
+        say(header)
     t_start = time.time()
     grid = [c for c in itertools.product(ints(args.steps), ints(args.buffers),
                                          ints(args.block_n), ints(args.warps))
@@ -223,23 +218,9 @@ def main() -> None:
         say(f"{shape}: check {'ok' if not bad else bad} ({len(cands)} candidates)")
         if device != "cuda" or args.check_only:
             continue
-        bytes_ = N * T * (4 + 4 + 1 + 4 + 4) + N * 4
-        floor_us = bytes_ / bw / 1e3
-        n_sets = max(1, min(16, -(-3 * l2 // bytes_)))
-        sets = [inputs(N, T, k, device) for k in range(n_sets)]
+        floor_us, sets, rows_us, tmsg_us, line = baseline(N, T, bw, l2, gamma, lam, device)
         tm_sets = itertools.cycle([s[1] for s in sets])
-        row_sets = itertools.cycle([s[0] for s in sets])
-
-        def graph_us(fn):
-            return 1e3 * do_bench_cudagraph(fn, rep=20, return_mode="median")
-
-        rows_us = graph_us(lambda: scangen.compute_gae(**next(row_sets), gamma=gamma, lambda_=lam,
-                                                       outputs=OUTS))
-        tmsg_us = graph_us(lambda: scangen.compute_gae(**next(tm_sets), gamma=gamma,
-                                                       lambda_=lam, time_dim=0, outputs=OUTS))
-        say(f"{shape}: floor {floor_us:.1f} us; scangen rows {rows_us:.1f} us "
-            f"({100 * floor_us / rows_us:.0f}%); scangen time-major {tmsg_us:.1f} us "
-            f"({tmsg_us / rows_us:.2f}x rows)")
+        say(line)
         res = []
         for D, nbuf, bn, w in cands:
             us = graph_us(lambda: block_call(next(tm_sets), gamma, lam, D, nbuf, bn, w))

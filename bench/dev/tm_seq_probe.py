@@ -71,6 +71,43 @@ def inputs(N, T, seed, device):
     return kw, tm
 
 
+def gpu_floors(probe: str):
+    """(copy bandwidth in bytes a microsecond, L2 bytes, the results header line) of this GPU."""
+    from triton.testing import do_bench
+    a = torch.empty(2**29, device="cuda")
+    b = torch.empty_like(a)
+    bw = 2 * a.numel() * 4 / do_bench(lambda: b.copy_(a), warmup=25, rep=100) / 1e6
+    del a, b
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    return bw, l2, (f"# {probe}: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+                    f"triton {triton.__version__}; copy {bw:,.0f} GB/s; graph replays over "
+                    "rotated sets")
+
+
+def graph_us(fn):
+    from triton.testing import do_bench_cudagraph
+    return 1e3 * do_bench_cudagraph(fn, rep=20, return_mode="median")
+
+
+def baseline(N, T, bw, l2, gamma, lam, device):
+    """The floor, the rotated input sets (3x the L2 or more) and scangen's own GAE time on
+    them, rows and time-major: (floor_us, sets, rows_us, time-major us, the line to print)."""
+    bytes_ = N * T * (4 + 4 + 1 + 4 + 4) + N * 4
+    floor_us = bytes_ / bw / 1e3
+    n_sets = max(1, min(16, -(-3 * l2 // bytes_)))
+    sets = [inputs(N, T, k, device) for k in range(n_sets)]
+    row_sets = itertools.cycle([s[0] for s in sets])
+    tm_sets = itertools.cycle([s[1] for s in sets])
+    rows_us = graph_us(lambda: scangen.compute_gae(**next(row_sets), gamma=gamma, lambda_=lam,
+                                                   outputs=OUTS))
+    tm_us = graph_us(lambda: scangen.compute_gae(**next(tm_sets), gamma=gamma, lambda_=lam,
+                                                 time_dim=0, outputs=OUTS))
+    line = (f"{N}x{T}: floor {floor_us:.1f} us; scangen rows {rows_us:.1f} us "
+            f"({100 * floor_us / rows_us:.0f}%); scangen time-major {tm_us:.1f} us "
+            f"({tm_us / rows_us:.2f}x rows)")
+    return floor_us, sets, rows_us, tm_us, line
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="16384x1024,4096x128,1024x1024,32768x16,16384x64,"
@@ -90,14 +127,8 @@ def main() -> None:
         lines.append(s)
 
     if device == "cuda":
-        a = torch.empty(2**29, device="cuda")
-        b = torch.empty_like(a)
-        from triton.testing import do_bench, do_bench_cudagraph
-        bw = 2 * a.numel() * 4 / do_bench(lambda: b.copy_(a), warmup=25, rep=100) / 1e6
-        del a, b
-        l2 = torch.cuda.get_device_properties(0).L2_cache_size
-        say(f"# tm_seq_probe: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
-            f"triton {triton.__version__}; copy {bw:,.0f} GB/s; graph replays over rotated sets")
+        bw, l2, header = gpu_floors("tm_seq_probe")
+        say(header)
     t_start = time.time()
     for shape in args.shapes.split(","):
         N, T = map(int, shape.split("x"))
@@ -117,24 +148,9 @@ def main() -> None:
         say(f"{shape}: check {'ok' if not bad else bad}")
         if device != "cuda" or args.check_only:
             continue
-        bytes_ = N * T * (4 + 4 + 1 + 4 + 4) + N * 4
-        floor_us = bytes_ / bw / 1e3
-        n_sets = max(1, min(16, -(-3 * l2 // bytes_)))
-        sets = [inputs(N, T, k, device) for k in range(n_sets)]
+        floor_us, sets, rows_us, tmsg_us, line = baseline(N, T, bw, l2, gamma, lam, device)
         tm_sets = itertools.cycle([s[1] for s in sets])
-        row_sets = itertools.cycle([s[0] for s in sets])
-        tmd_sets = itertools.cycle([s[1] for s in sets])  # the same [T, N] sets, for scangen
-
-        def graph_us(fn):
-            return 1e3 * do_bench_cudagraph(fn, rep=20, return_mode="median")
-
-        rows_us = graph_us(lambda: scangen.compute_gae(**next(row_sets), gamma=gamma, lambda_=lam,
-                                                       outputs=OUTS))
-        tmsg_us = graph_us(lambda: scangen.compute_gae(**next(tmd_sets), gamma=gamma,
-                                                       lambda_=lam, time_dim=0, outputs=OUTS))
-        say(f"{shape}: floor {floor_us:.1f} us; scangen rows {rows_us:.1f} us "
-            f"({100 * floor_us / rows_us:.0f}%); scangen time-major {tmsg_us:.1f} us "
-            f"({tmsg_us / rows_us:.2f}x rows)")
+        say(line)
         res = []
         for bn, w, s in itertools.product(*(list(map(int, x.split(","))) for x in
                                             (args.block_n, args.warps, args.stages))):
