@@ -55,7 +55,9 @@ p.add_argument("--graph-calls", type=int, default=20)
 p.add_argument("--ref-rows", type=int, default=32, help="rows checked against float64")
 p.add_argument("--ref-window", type=int, default=2048, help="steps checked against float64")
 p.add_argument("--sg-configs", default="", help="device time of scangen with forced launch configs too, "
-               "e.g. 1x1024w8s1,1x1024w4s1:persist (BLOCK_N x BLOCK_T, warps, stages[:family]): graph only")
+               "e.g. 1x1024w8s1,1x1024w4s1:persist (BLOCK_N x BLOCK_T, warps, stages[:family]) or default "
+               "(the dispatch rule), each with optional /FLAG=0|1 switches of scangen.runtime.launch "
+               "(default/ONE_CHUNK_ON=0, default/LEAN=0): graph only")
 ARGS = p.parse_args()
 if ARGS.device == "cpu":
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
@@ -337,13 +339,24 @@ def run_cell(name, N, T):
 
 
 def parse_config(text):
-    """'1x1024w8s1[:family]' -> (block_n, block_t, warps, stages, family)."""
+    """'1x1024w8s1[:family][/FLAG=v...]' -> ((block_n, block_t, warps, stages, family) or None for
+    'default' (the dispatch rule), {FLAG: int}): FLAG a switch of scangen.runtime.launch
+    (LEAN, ONE_CHUNK_ON), set while the config's calls are captured."""
     import re
-    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)(?::(\w+))?", text.strip())
+    head, *flags = text.strip().split("/")
+    switches = {}
+    for f in flags:
+        name, _, v = f.partition("=")
+        if not hasattr(scangen.runtime.launch, name) or not v.isdigit():
+            raise SystemExit(f"--sg-configs: expected FLAG=0|1 (a switch of scangen.runtime.launch), got {f!r}")
+        switches[name] = int(v)
+    if head == "default":
+        return None, switches
+    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)(?::(\w+))?", head)
     if not m:
-        raise SystemExit(f"--sg-configs: expected BNxBTwWsS[:family], got {text!r}")
+        raise SystemExit(f"--sg-configs: expected BNxBTwWsS[:family] or default, got {text!r}")
     bn, bt, w, st = (int(v) for v in m.groups()[:4])
-    return bn, bt, w, st, m.group(5) or "stream"
+    return (bn, bt, w, st, m.group(5) or "stream"), switches
 
 
 def forced_configs(row, sg_thunks, sg_outs, fns, graphs, notes):
@@ -352,13 +365,17 @@ def forced_configs(row, sg_thunks, sg_outs, fns, graphs, notes):
     from scangen.runtime import config as sg_config
     extra = {}
     for i, text in enumerate(c for c in ARGS.sg_configs.split(",") if c):
-        bn, bt, w, st, fam = parse_config(text)
+        cfg, switches = parse_config(text)
 
-        def rule(c, bn=bn, bt=bt, w=w, st=st, fam=fam):
+        def rule(c, cfg=cfg):
+            bn, bt, w, st, fam = cfg
             bk = min(sg_config._pow2(c.K), sg_config.MAX_BLOCK_K)
             return sg_config.Config(bn, bt, bk, w, fam, st)
+        saved = {k: getattr(scangen.runtime.launch, k) for k in switches}
         try:
-            with sg_config.override(rule):
+            for k, v in switches.items():
+                setattr(scangen.runtime.launch, k, bool(v))
+            with (sg_config.override(rule) if cfg else sg_config.fresh_plans()):
                 graph, last = capture(sg_thunks)
                 keep = list(scangen.runtime.PLANS.values())  # their look-back workspaces live on
             graph.replay()  # a captured graph's outputs are written by its replays
@@ -369,6 +386,9 @@ def forced_configs(row, sg_thunks, sg_outs, fns, graphs, notes):
             extra[f"cfg{i}"] = (text, graph, keep)
         except Exception as exc:  # noqa: BLE001
             notes.append(f"config {text}: {timing.short_error(exc, 80)}")
+        finally:
+            for k, v in saved.items():
+                setattr(scangen.runtime.launch, k, v)
     if not extra:
         return
     gfns = {s + "_graph": g[0].replay for s, g in graphs.items()}

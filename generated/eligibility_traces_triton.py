@@ -57,6 +57,7 @@ def _eligibility_traces_chunked_kernel(
     STORE_traces: tl.constexpr,
     STORE_st__z: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -83,7 +84,9 @@ def _eligibility_traces_chunked_kernel(
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     for _c in range(0, _n_chunks):
         _chunk = _c
@@ -177,6 +180,7 @@ def _eligibility_traces_persist_kernel(
     STORE_traces: tl.constexpr,
     STORE_st__z: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -191,7 +195,9 @@ def _eligibility_traces_persist_kernel(
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
     _n_items = tl.cdiv(tl.cdiv(R1 * R2, BLOCK_N) - _pid, _P) * _n_chunks
     z__carry = tl.zeros([BLOCK_N], dtype=ACC)
     _tile = _pid + ((0) // _n_chunks) * _P  # the item's row tile
@@ -381,6 +387,7 @@ def _eligibility_traces_lookback_kernel(
     STORE_traces: tl.constexpr,
     STORE_st__z: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -447,7 +454,9 @@ def _eligibility_traces_lookback_kernel(
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     _chunk = _step
     # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
@@ -526,9 +535,9 @@ def _eligibility_traces_lookback_kernel(
 def _eligibility_traces_chunked_lean(
     gradients__ptr, dones__ptr, seed_values__ptr, gamma, lambda_, traces__optr, st__z__optr, _s1,
     _s2, _st, _n1, _n2, R1, R2, T, K, HAS_seed_values: tl.constexpr, STORE_traces: tl.constexpr,
-    STORE_st__z: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
-    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    STORE_st__z: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _eligibility_traces_chunked_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -536,7 +545,7 @@ def _eligibility_traces_chunked_lean(
         gradients__ptr, dones__ptr, seed_values__ptr, gamma, gamma, lambda_, lambda_, traces__optr,
         st__z__optr, _s1, _s2, _st, _s1, _s2, _st, _n1, _n2, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st,
         _s1, _s2, _st, R1, R2, T, K, HAS_seed_values, False, False, STORE_traces, STORE_st__z, EVEN,
-        SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
     )
 
 
@@ -544,9 +553,9 @@ def _eligibility_traces_chunked_lean(
 def _eligibility_traces_persist_lean(
     gradients__ptr, dones__ptr, seed_values__ptr, gamma, lambda_, traces__optr, st__z__optr, _s1,
     _s2, _st, _n1, _n2, R1, R2, T, K, HAS_seed_values: tl.constexpr, STORE_traces: tl.constexpr,
-    STORE_st__z: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
-    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    STORE_st__z: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _eligibility_traces_persist_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -554,7 +563,7 @@ def _eligibility_traces_persist_lean(
         gradients__ptr, dones__ptr, seed_values__ptr, gamma, gamma, lambda_, lambda_, traces__optr,
         st__z__optr, _s1, _s2, _st, _s1, _s2, _st, _n1, _n2, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st,
         _s1, _s2, _st, R1, R2, T, K, HAS_seed_values, False, False, STORE_traces, STORE_st__z, EVEN,
-        SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
     )
 
 
@@ -563,8 +572,9 @@ def _eligibility_traces_lookback_lean(
     gradients__ptr, dones__ptr, seed_values__ptr, gamma, lambda_, traces__optr, st__z__optr, _ws,
     _s1, _s2, _st, _n1, _n2, R1, R2, T, K, HAS_seed_values: tl.constexpr,
     STORE_traces: tl.constexpr, STORE_st__z: tl.constexpr, EVEN: tl.constexpr,
-    SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
-    ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
+    LB_PID: tl.constexpr,
 ):
     # _eligibility_traces_lookback_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -572,7 +582,7 @@ def _eligibility_traces_lookback_lean(
         gradients__ptr, dones__ptr, seed_values__ptr, gamma, gamma, lambda_, lambda_, traces__optr,
         st__z__optr, _ws, _s1, _s2, _st, _s1, _s2, _st, _n1, _n2, 0, 0, 0, 0, 0, 0, 0, _s1, _s2,
         _st, _s1, _s2, _st, R1, R2, T, K, HAS_seed_values, False, False, STORE_traces, STORE_st__z,
-        EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
     )
 
 

@@ -67,6 +67,7 @@ def _episodic_prefix_sum_grad_chunked_kernel(
     STORE_d__seed_values: tl.constexpr,
     STORE_d__boundary: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -98,7 +99,9 @@ def _episodic_prefix_sum_grad_chunked_kernel(
     _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
     _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     for _c in range(0, _n_chunks):
         _chunk = _n_chunks - 1 - _c
@@ -221,6 +224,7 @@ def _episodic_prefix_sum_grad_persist_kernel(
     STORE_d__seed_values: tl.constexpr,
     STORE_d__boundary: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -241,7 +245,9 @@ def _episodic_prefix_sum_grad_persist_kernel(
     _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
     _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
     _n_items = tl.cdiv(tl.cdiv(R1 * R2, BLOCK_N) - _pid, _P) * _n_chunks
     g__C__carry = tl.zeros([BLOCK_N], dtype=ACC)
     _tile = _pid + ((0) // _n_chunks) * _P  # the item's row tile
@@ -478,6 +484,7 @@ def _episodic_prefix_sum_grad_lookback_kernel(
     STORE_d__seed_values: tl.constexpr,
     STORE_d__boundary: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -549,7 +556,9 @@ def _episodic_prefix_sum_grad_lookback_kernel(
     _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
     _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     _chunk = _n_chunks - 1 - _step
     # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
@@ -651,8 +660,9 @@ def _episodic_prefix_sum_grad_chunked_lean(
     d__seed_values__optr, d__boundary__optr, _s1, _s2, _st, _n1, _n2, R1, R2, T, K,
     HAS_seed_values: tl.constexpr, HAS_gy__sums: tl.constexpr, STORE_d__inputs: tl.constexpr,
     STORE_d__seed_values: tl.constexpr, STORE_d__boundary: tl.constexpr, EVEN: tl.constexpr,
-    SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
-    ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
+    LB_PID: tl.constexpr,
 ):
     # _episodic_prefix_sum_grad_chunked_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -661,8 +671,8 @@ def _episodic_prefix_sum_grad_chunked_lean(
         d__inputs__optr, d__seed_values__optr, d__boundary__optr, _s1, _s2, _st, _s1, _s2, _st, _n1,
         _n2, 0, _s1, _s2, _st, _s1, _s2, _st, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st,
         R1, R2, T, K, HAS_seed_values, HAS_gy__sums, False, STORE_d__inputs, STORE_d__seed_values,
-        STORE_d__boundary, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN,
-        LB_PID,
+        STORE_d__boundary, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW,
+        LB_SPIN, LB_PID,
     )
 
 
@@ -672,8 +682,9 @@ def _episodic_prefix_sum_grad_persist_lean(
     d__seed_values__optr, d__boundary__optr, _s1, _s2, _st, _n1, _n2, R1, R2, T, K,
     HAS_seed_values: tl.constexpr, HAS_gy__sums: tl.constexpr, STORE_d__inputs: tl.constexpr,
     STORE_d__seed_values: tl.constexpr, STORE_d__boundary: tl.constexpr, EVEN: tl.constexpr,
-    SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
-    ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
+    LB_PID: tl.constexpr,
 ):
     # _episodic_prefix_sum_grad_persist_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -682,8 +693,8 @@ def _episodic_prefix_sum_grad_persist_lean(
         d__inputs__optr, d__seed_values__optr, d__boundary__optr, _s1, _s2, _st, _s1, _s2, _st, _n1,
         _n2, 0, _s1, _s2, _st, _s1, _s2, _st, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st,
         R1, R2, T, K, HAS_seed_values, HAS_gy__sums, False, STORE_d__inputs, STORE_d__seed_values,
-        STORE_d__boundary, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN,
-        LB_PID,
+        STORE_d__boundary, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW,
+        LB_SPIN, LB_PID,
     )
 
 
@@ -693,8 +704,9 @@ def _episodic_prefix_sum_grad_lookback_lean(
     d__seed_values__optr, d__boundary__optr, _ws, _s1, _s2, _st, _n1, _n2, R1, R2, T, K,
     HAS_seed_values: tl.constexpr, HAS_gy__sums: tl.constexpr, STORE_d__inputs: tl.constexpr,
     STORE_d__seed_values: tl.constexpr, STORE_d__boundary: tl.constexpr, EVEN: tl.constexpr,
-    SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
-    ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
+    LB_PID: tl.constexpr,
 ):
     # _episodic_prefix_sum_grad_lookback_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -703,8 +715,8 @@ def _episodic_prefix_sum_grad_lookback_lean(
         d__inputs__optr, d__seed_values__optr, d__boundary__optr, _ws, _s1, _s2, _st, _s1, _s2, _st,
         _n1, _n2, 0, _s1, _s2, _st, _s1, _s2, _st, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2,
         _st, R1, R2, T, K, HAS_seed_values, HAS_gy__sums, False, STORE_d__inputs,
-        STORE_d__seed_values, STORE_d__boundary, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC,
-        LB_WINDOW, LB_SPIN, LB_PID,
+        STORE_d__seed_values, STORE_d__boundary, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T,
+        BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
     )
 
 

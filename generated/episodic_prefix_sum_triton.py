@@ -51,6 +51,7 @@ def _episodic_prefix_sum_chunked_kernel(
     STORE_sums: tl.constexpr,
     STORE_st__C: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -76,7 +77,9 @@ def _episodic_prefix_sum_chunked_kernel(
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     for _c in range(0, _n_chunks):
         _chunk = _c
@@ -159,6 +162,7 @@ def _episodic_prefix_sum_persist_kernel(
     STORE_sums: tl.constexpr,
     STORE_st__C: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -173,7 +177,9 @@ def _episodic_prefix_sum_persist_kernel(
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
     _n_items = tl.cdiv(tl.cdiv(R1 * R2, BLOCK_N) - _pid, _P) * _n_chunks
     C__carry = tl.zeros([BLOCK_N], dtype=ACC)
     _tile = _pid + ((0) // _n_chunks) * _P  # the item's row tile
@@ -344,6 +350,7 @@ def _episodic_prefix_sum_lookback_kernel(
     STORE_sums: tl.constexpr,
     STORE_st__C: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -409,7 +416,9 @@ def _episodic_prefix_sum_lookback_kernel(
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     _chunk = _step
     # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
@@ -483,17 +492,17 @@ def _episodic_prefix_sum_lookback_kernel(
 def _episodic_prefix_sum_chunked_lean(
     inputs__ptr, dones__ptr, seed_values__ptr, boundary, sums__optr, st__C__optr, _s1, _s2, _st,
     _n1, _n2, R1, R2, T, K, HAS_seed_values: tl.constexpr, STORE_sums: tl.constexpr,
-    STORE_st__C: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
-    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    STORE_st__C: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _episodic_prefix_sum_chunked_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
     _episodic_prefix_sum_chunked_kernel(
         inputs__ptr, dones__ptr, seed_values__ptr, boundary, boundary, sums__optr, st__C__optr, _s1,
         _s2, _st, _s1, _s2, _st, _n1, _n2, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K,
-        HAS_seed_values, False, STORE_sums, STORE_st__C, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K,
-        ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        HAS_seed_values, False, STORE_sums, STORE_st__C, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T,
+        BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
     )
 
 
@@ -501,17 +510,17 @@ def _episodic_prefix_sum_chunked_lean(
 def _episodic_prefix_sum_persist_lean(
     inputs__ptr, dones__ptr, seed_values__ptr, boundary, sums__optr, st__C__optr, _s1, _s2, _st,
     _n1, _n2, R1, R2, T, K, HAS_seed_values: tl.constexpr, STORE_sums: tl.constexpr,
-    STORE_st__C: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
-    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    STORE_st__C: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _episodic_prefix_sum_persist_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
     _episodic_prefix_sum_persist_kernel(
         inputs__ptr, dones__ptr, seed_values__ptr, boundary, boundary, sums__optr, st__C__optr, _s1,
         _s2, _st, _s1, _s2, _st, _n1, _n2, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K,
-        HAS_seed_values, False, STORE_sums, STORE_st__C, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K,
-        ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        HAS_seed_values, False, STORE_sums, STORE_st__C, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T,
+        BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
     )
 
 
@@ -519,17 +528,17 @@ def _episodic_prefix_sum_persist_lean(
 def _episodic_prefix_sum_lookback_lean(
     inputs__ptr, dones__ptr, seed_values__ptr, boundary, sums__optr, st__C__optr, _ws, _s1, _s2,
     _st, _n1, _n2, R1, R2, T, K, HAS_seed_values: tl.constexpr, STORE_sums: tl.constexpr,
-    STORE_st__C: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
-    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    STORE_st__C: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _episodic_prefix_sum_lookback_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
     _episodic_prefix_sum_lookback_kernel(
         inputs__ptr, dones__ptr, seed_values__ptr, boundary, boundary, sums__optr, st__C__optr, _ws,
         _s1, _s2, _st, _s1, _s2, _st, _n1, _n2, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T,
-        K, HAS_seed_values, False, STORE_sums, STORE_st__C, EVEN, SHIFT_G, BLOCK_N, BLOCK_T,
-        BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        K, HAS_seed_values, False, STORE_sums, STORE_st__C, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N,
+        BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
     )
 
 

@@ -106,6 +106,7 @@ def _gae_grad_chunked_kernel(
     STORE_d__gamma: tl.constexpr,
     STORE_d__lambda_: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -142,7 +143,9 @@ def _gae_grad_chunked_kernel(
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     for _c in range(0, _n_chunks):
         _chunk = _c
@@ -371,6 +374,7 @@ def _gae_grad_persist_kernel(
     STORE_d__gamma: tl.constexpr,
     STORE_d__lambda_: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -385,7 +389,9 @@ def _gae_grad_persist_kernel(
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
     _n_items = tl.cdiv(tl.cdiv(R1 * R2, BLOCK_N) - _pid, _P) * _n_chunks
     g__A__carry = tl.zeros([BLOCK_N], dtype=ACC)
     _tile = _pid + ((0) // _n_chunks) * _P  # the item's row tile
@@ -802,6 +808,7 @@ def _gae_grad_lookback_kernel(
     STORE_d__gamma: tl.constexpr,
     STORE_d__lambda_: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -878,7 +885,9 @@ def _gae_grad_lookback_kernel(
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     _chunk = _step
     # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
@@ -1051,9 +1060,9 @@ def _gae_grad_chunked_lean(
     HAS_gy__advantages: tl.constexpr, HAS_gy__returns: tl.constexpr, STORE_d__rewards: tl.constexpr,
     STORE_d__values: tl.constexpr, STORE_d__bootstrap_values: tl.constexpr,
     STORE_d__last_value: tl.constexpr, STORE_d__gamma: tl.constexpr, STORE_d__lambda_: tl.constexpr,
-    EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
-    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
-    LB_PID: tl.constexpr,
+    EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _gae_grad_chunked_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -1066,8 +1075,8 @@ def _gae_grad_chunked_lean(
         0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st,
         R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values, HAS_last_value, HAS_gy__advantages,
         HAS_gy__returns, False, False, STORE_d__rewards, STORE_d__values, STORE_d__bootstrap_values,
-        STORE_d__last_value, STORE_d__gamma, STORE_d__lambda_, EVEN, SHIFT_G, BLOCK_N, BLOCK_T,
-        BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        STORE_d__last_value, STORE_d__gamma, STORE_d__lambda_, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N,
+        BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
     )
 
 
@@ -1081,9 +1090,9 @@ def _gae_grad_persist_lean(
     HAS_gy__advantages: tl.constexpr, HAS_gy__returns: tl.constexpr, STORE_d__rewards: tl.constexpr,
     STORE_d__values: tl.constexpr, STORE_d__bootstrap_values: tl.constexpr,
     STORE_d__last_value: tl.constexpr, STORE_d__gamma: tl.constexpr, STORE_d__lambda_: tl.constexpr,
-    EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
-    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
-    LB_PID: tl.constexpr,
+    EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _gae_grad_persist_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -1096,8 +1105,8 @@ def _gae_grad_persist_lean(
         0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st,
         R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values, HAS_last_value, HAS_gy__advantages,
         HAS_gy__returns, False, False, STORE_d__rewards, STORE_d__values, STORE_d__bootstrap_values,
-        STORE_d__last_value, STORE_d__gamma, STORE_d__lambda_, EVEN, SHIFT_G, BLOCK_N, BLOCK_T,
-        BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        STORE_d__last_value, STORE_d__gamma, STORE_d__lambda_, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N,
+        BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
     )
 
 
@@ -1111,9 +1120,9 @@ def _gae_grad_lookback_lean(
     HAS_gy__advantages: tl.constexpr, HAS_gy__returns: tl.constexpr, STORE_d__rewards: tl.constexpr,
     STORE_d__values: tl.constexpr, STORE_d__bootstrap_values: tl.constexpr,
     STORE_d__last_value: tl.constexpr, STORE_d__gamma: tl.constexpr, STORE_d__lambda_: tl.constexpr,
-    EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
-    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
-    LB_PID: tl.constexpr,
+    EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _gae_grad_lookback_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -1127,7 +1136,7 @@ def _gae_grad_lookback_lean(
         _s2, _st, R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values, HAS_last_value,
         HAS_gy__advantages, HAS_gy__returns, False, False, STORE_d__rewards, STORE_d__values,
         STORE_d__bootstrap_values, STORE_d__last_value, STORE_d__gamma, STORE_d__lambda_, EVEN,
-        SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
     )
 
 

@@ -77,6 +77,7 @@ def _gae_chunked_kernel(
     STORE_returns: tl.constexpr,
     STORE_st__A: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -113,7 +114,9 @@ def _gae_chunked_kernel(
     _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
     _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     for _c in range(0, _n_chunks):
         _chunk = _n_chunks - 1 - _c
@@ -244,6 +247,7 @@ def _gae_persist_kernel(
     STORE_returns: tl.constexpr,
     STORE_st__A: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -264,7 +268,9 @@ def _gae_persist_kernel(
     _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
     _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
     _n_items = tl.cdiv(tl.cdiv(R1 * R2, BLOCK_N) - _pid, _P) * _n_chunks
     A__carry = tl.zeros([BLOCK_N], dtype=ACC)
     _tile = _pid + ((0) // _n_chunks) * _P  # the item's row tile
@@ -515,6 +521,7 @@ def _gae_lookback_kernel(
     STORE_returns: tl.constexpr,
     STORE_st__A: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -591,7 +598,9 @@ def _gae_lookback_kernel(
     _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
     _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     _chunk = _n_chunks - 1 - _step
     # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
@@ -690,9 +699,9 @@ def _gae_chunked_lean(
     last_value__ptr, gamma, lambda_, advantages__optr, returns__optr, st__A__optr, _s1, _s2, _st,
     _n1, _n2, R1, R2, T, K, HAS_truncateds: tl.constexpr, HAS_bootstrap_values: tl.constexpr,
     HAS_last_value: tl.constexpr, STORE_advantages: tl.constexpr, STORE_returns: tl.constexpr,
-    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
-    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _gae_chunked_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -702,8 +711,8 @@ def _gae_chunked_lean(
         st__A__optr, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _n1,
         _n2, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K,
         HAS_truncateds, HAS_bootstrap_values, HAS_last_value, False, False, STORE_advantages,
-        STORE_returns, STORE_st__A, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW,
-        LB_SPIN, LB_PID,
+        STORE_returns, STORE_st__A, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC,
+        LB_WINDOW, LB_SPIN, LB_PID,
     )
 
 
@@ -713,9 +722,9 @@ def _gae_persist_lean(
     last_value__ptr, gamma, lambda_, advantages__optr, returns__optr, st__A__optr, _s1, _s2, _st,
     _n1, _n2, R1, R2, T, K, HAS_truncateds: tl.constexpr, HAS_bootstrap_values: tl.constexpr,
     HAS_last_value: tl.constexpr, STORE_advantages: tl.constexpr, STORE_returns: tl.constexpr,
-    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
-    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _gae_persist_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -725,8 +734,8 @@ def _gae_persist_lean(
         st__A__optr, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _n1,
         _n2, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K,
         HAS_truncateds, HAS_bootstrap_values, HAS_last_value, False, False, STORE_advantages,
-        STORE_returns, STORE_st__A, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW,
-        LB_SPIN, LB_PID,
+        STORE_returns, STORE_st__A, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC,
+        LB_WINDOW, LB_SPIN, LB_PID,
     )
 
 
@@ -736,9 +745,9 @@ def _gae_lookback_lean(
     last_value__ptr, gamma, lambda_, advantages__optr, returns__optr, st__A__optr, _ws, _s1, _s2,
     _st, _n1, _n2, R1, R2, T, K, HAS_truncateds: tl.constexpr, HAS_bootstrap_values: tl.constexpr,
     HAS_last_value: tl.constexpr, STORE_advantages: tl.constexpr, STORE_returns: tl.constexpr,
-    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
-    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _gae_lookback_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -748,8 +757,8 @@ def _gae_lookback_lean(
         st__A__optr, _ws, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st,
         _n1, _n2, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K,
         HAS_truncateds, HAS_bootstrap_values, HAS_last_value, False, False, STORE_advantages,
-        STORE_returns, STORE_st__A, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW,
-        LB_SPIN, LB_PID,
+        STORE_returns, STORE_st__A, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC,
+        LB_WINDOW, LB_SPIN, LB_PID,
     )
 
 

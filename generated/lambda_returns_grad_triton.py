@@ -91,6 +91,7 @@ def _lambda_returns_grad_chunked_kernel(
     STORE_d__gamma: tl.constexpr,
     STORE_d__lambda_: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -121,7 +122,9 @@ def _lambda_returns_grad_chunked_kernel(
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     for _c in range(0, _n_chunks):
         _chunk = _c
@@ -318,6 +321,7 @@ def _lambda_returns_grad_persist_kernel(
     STORE_d__gamma: tl.constexpr,
     STORE_d__lambda_: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -332,7 +336,9 @@ def _lambda_returns_grad_persist_kernel(
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
     _n_items = tl.cdiv(tl.cdiv(R1 * R2, BLOCK_N) - _pid, _P) * _n_chunks
     g__G__carry = tl.zeros([BLOCK_N], dtype=ACC)
     _tile = _pid + ((0) // _n_chunks) * _P  # the item's row tile
@@ -692,6 +698,7 @@ def _lambda_returns_grad_lookback_kernel(
     STORE_d__gamma: tl.constexpr,
     STORE_d__lambda_: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -762,7 +769,9 @@ def _lambda_returns_grad_lookback_kernel(
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     _chunk = _step
     # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
@@ -915,9 +924,9 @@ def _lambda_returns_grad_chunked_lean(
     HAS_truncateds: tl.constexpr, HAS_bootstrap_values: tl.constexpr, HAS_gy__returns: tl.constexpr,
     STORE_d__rewards: tl.constexpr, STORE_d__next_values: tl.constexpr,
     STORE_d__bootstrap_values: tl.constexpr, STORE_d__gamma: tl.constexpr,
-    STORE_d__lambda_: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    STORE_d__lambda_: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr,
+    SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
+    ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _lambda_returns_grad_chunked_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -929,7 +938,8 @@ def _lambda_returns_grad_chunked_lean(
         _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2,
         _st, R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values, HAS_gy__returns, False, False,
         STORE_d__rewards, STORE_d__next_values, STORE_d__bootstrap_values, STORE_d__gamma,
-        STORE_d__lambda_, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        STORE_d__lambda_, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW,
+        LB_SPIN, LB_PID,
     )
 
 
@@ -941,9 +951,9 @@ def _lambda_returns_grad_persist_lean(
     HAS_truncateds: tl.constexpr, HAS_bootstrap_values: tl.constexpr, HAS_gy__returns: tl.constexpr,
     STORE_d__rewards: tl.constexpr, STORE_d__next_values: tl.constexpr,
     STORE_d__bootstrap_values: tl.constexpr, STORE_d__gamma: tl.constexpr,
-    STORE_d__lambda_: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    STORE_d__lambda_: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr,
+    SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
+    ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _lambda_returns_grad_persist_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -955,7 +965,8 @@ def _lambda_returns_grad_persist_lean(
         _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2,
         _st, R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values, HAS_gy__returns, False, False,
         STORE_d__rewards, STORE_d__next_values, STORE_d__bootstrap_values, STORE_d__gamma,
-        STORE_d__lambda_, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        STORE_d__lambda_, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW,
+        LB_SPIN, LB_PID,
     )
 
 
@@ -967,9 +978,9 @@ def _lambda_returns_grad_lookback_lean(
     HAS_truncateds: tl.constexpr, HAS_bootstrap_values: tl.constexpr, HAS_gy__returns: tl.constexpr,
     STORE_d__rewards: tl.constexpr, STORE_d__next_values: tl.constexpr,
     STORE_d__bootstrap_values: tl.constexpr, STORE_d__gamma: tl.constexpr,
-    STORE_d__lambda_: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    STORE_d__lambda_: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr,
+    SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
+    ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _lambda_returns_grad_lookback_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -981,7 +992,8 @@ def _lambda_returns_grad_lookback_lean(
         _s2, _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1,
         _s2, _st, R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values, HAS_gy__returns, False, False,
         STORE_d__rewards, STORE_d__next_values, STORE_d__bootstrap_values, STORE_d__gamma,
-        STORE_d__lambda_, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        STORE_d__lambda_, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW,
+        LB_SPIN, LB_PID,
     )
 
 

@@ -66,6 +66,7 @@ def _lambda_returns_chunked_kernel(
     STORE_returns: tl.constexpr,
     STORE_st__G: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -95,7 +96,9 @@ def _lambda_returns_chunked_kernel(
     # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
     # recurrence without the lane reversal of a reverse associative_scan.
     _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     for _c in range(0, _n_chunks):
         _chunk = _n_chunks - 1 - _c
@@ -200,6 +203,7 @@ def _lambda_returns_persist_kernel(
     STORE_returns: tl.constexpr,
     STORE_st__G: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -218,7 +222,9 @@ def _lambda_returns_persist_kernel(
     # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
     # recurrence without the lane reversal of a reverse associative_scan.
     _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
     _n_items = tl.cdiv(tl.cdiv(R1 * R2, BLOCK_N) - _pid, _P) * _n_chunks
     G__carry = tl.zeros([BLOCK_N], dtype=ACC)
     _tile = _pid + ((0) // _n_chunks) * _P  # the item's row tile
@@ -422,6 +428,7 @@ def _lambda_returns_lookback_kernel(
     STORE_returns: tl.constexpr,
     STORE_st__G: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -491,7 +498,9 @@ def _lambda_returns_lookback_kernel(
     # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
     # recurrence without the lane reversal of a reverse associative_scan.
     _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     _chunk = _n_chunks - 1 - _step
     # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
@@ -573,9 +582,9 @@ def _lambda_returns_chunked_lean(
     rewards__ptr, next_values__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr, gamma,
     lambda_, returns__optr, st__G__optr, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds: tl.constexpr,
     HAS_bootstrap_values: tl.constexpr, STORE_returns: tl.constexpr, STORE_st__G: tl.constexpr,
-    EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
-    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
-    LB_PID: tl.constexpr,
+    EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _lambda_returns_chunked_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -584,7 +593,8 @@ def _lambda_returns_chunked_lean(
         gamma, gamma, lambda_, lambda_, returns__optr, st__G__optr, _s1, _s2, _st, _s1, _s2, _st,
         _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st,
         R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values, False, False, STORE_returns,
-        STORE_st__G, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        STORE_st__G, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN,
+        LB_PID,
     )
 
 
@@ -593,9 +603,9 @@ def _lambda_returns_persist_lean(
     rewards__ptr, next_values__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr, gamma,
     lambda_, returns__optr, st__G__optr, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds: tl.constexpr,
     HAS_bootstrap_values: tl.constexpr, STORE_returns: tl.constexpr, STORE_st__G: tl.constexpr,
-    EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
-    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
-    LB_PID: tl.constexpr,
+    EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _lambda_returns_persist_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -604,7 +614,8 @@ def _lambda_returns_persist_lean(
         gamma, gamma, lambda_, lambda_, returns__optr, st__G__optr, _s1, _s2, _st, _s1, _s2, _st,
         _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st,
         R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values, False, False, STORE_returns,
-        STORE_st__G, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        STORE_st__G, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN,
+        LB_PID,
     )
 
 
@@ -613,9 +624,9 @@ def _lambda_returns_lookback_lean(
     rewards__ptr, next_values__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr, gamma,
     lambda_, returns__optr, st__G__optr, _ws, _s1, _s2, _st, R1, R2, T, K,
     HAS_truncateds: tl.constexpr, HAS_bootstrap_values: tl.constexpr, STORE_returns: tl.constexpr,
-    STORE_st__G: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
-    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    STORE_st__G: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _lambda_returns_lookback_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -624,7 +635,8 @@ def _lambda_returns_lookback_lean(
         gamma, gamma, lambda_, lambda_, returns__optr, st__G__optr, _ws, _s1, _s2, _st, _s1, _s2,
         _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2,
         _st, R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values, False, False, STORE_returns,
-        STORE_st__G, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        STORE_st__G, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN,
+        LB_PID,
     )
 
 

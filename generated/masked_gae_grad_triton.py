@@ -86,6 +86,7 @@ def _masked_gae_grad_chunked_kernel(
     STORE_d__gamma: tl.constexpr,
     STORE_d__lambda_: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -116,7 +117,9 @@ def _masked_gae_grad_chunked_kernel(
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     for _c in range(0, _n_chunks):
         _chunk = _c
@@ -300,6 +303,7 @@ def _masked_gae_grad_persist_kernel(
     STORE_d__gamma: tl.constexpr,
     STORE_d__lambda_: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -314,7 +318,9 @@ def _masked_gae_grad_persist_kernel(
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
     _n_items = tl.cdiv(tl.cdiv(R1 * R2, BLOCK_N) - _pid, _P) * _n_chunks
     g__A__carry = tl.zeros([BLOCK_N], dtype=ACC)
     g__nv__carry = tl.zeros([BLOCK_N], dtype=ACC)
@@ -655,6 +661,7 @@ def _masked_gae_grad_lookback_kernel(
     STORE_d__gamma: tl.constexpr,
     STORE_d__lambda_: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -725,7 +732,9 @@ def _masked_gae_grad_lookback_kernel(
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     _chunk = _step
     # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
@@ -885,8 +894,9 @@ def _masked_gae_grad_chunked_lean(
     HAS_gy__advantages: tl.constexpr, HAS_gy__returns: tl.constexpr,
     STORE_d__token_level_rewards: tl.constexpr, STORE_d__values: tl.constexpr,
     STORE_d__gamma: tl.constexpr, STORE_d__lambda_: tl.constexpr, EVEN: tl.constexpr,
-    SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
-    ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
+    LB_PID: tl.constexpr,
 ):
     # _masked_gae_grad_chunked_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -897,8 +907,8 @@ def _masked_gae_grad_chunked_lean(
         _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2,
         _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2,
         T, K, HAS_gy__advantages, HAS_gy__returns, False, False, STORE_d__token_level_rewards,
-        STORE_d__values, STORE_d__gamma, STORE_d__lambda_, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K,
-        ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        STORE_d__values, STORE_d__gamma, STORE_d__lambda_, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N,
+        BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
     )
 
 
@@ -910,8 +920,9 @@ def _masked_gae_grad_persist_lean(
     HAS_gy__advantages: tl.constexpr, HAS_gy__returns: tl.constexpr,
     STORE_d__token_level_rewards: tl.constexpr, STORE_d__values: tl.constexpr,
     STORE_d__gamma: tl.constexpr, STORE_d__lambda_: tl.constexpr, EVEN: tl.constexpr,
-    SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
-    ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
+    LB_PID: tl.constexpr,
 ):
     # _masked_gae_grad_persist_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -922,8 +933,8 @@ def _masked_gae_grad_persist_lean(
         _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2,
         _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2,
         T, K, HAS_gy__advantages, HAS_gy__returns, False, False, STORE_d__token_level_rewards,
-        STORE_d__values, STORE_d__gamma, STORE_d__lambda_, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K,
-        ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        STORE_d__values, STORE_d__gamma, STORE_d__lambda_, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N,
+        BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
     )
 
 
@@ -935,8 +946,9 @@ def _masked_gae_grad_lookback_lean(
     HAS_gy__advantages: tl.constexpr, HAS_gy__returns: tl.constexpr,
     STORE_d__token_level_rewards: tl.constexpr, STORE_d__values: tl.constexpr,
     STORE_d__gamma: tl.constexpr, STORE_d__lambda_: tl.constexpr, EVEN: tl.constexpr,
-    SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
-    ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
+    LB_PID: tl.constexpr,
 ):
     # _masked_gae_grad_lookback_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -947,8 +959,8 @@ def _masked_gae_grad_lookback_lean(
         _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1,
         _s2, _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1,
         R2, T, K, HAS_gy__advantages, HAS_gy__returns, False, False, STORE_d__token_level_rewards,
-        STORE_d__values, STORE_d__gamma, STORE_d__lambda_, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K,
-        ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        STORE_d__values, STORE_d__gamma, STORE_d__lambda_, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N,
+        BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
     )
 
 

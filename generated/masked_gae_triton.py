@@ -66,6 +66,7 @@ def _masked_gae_chunked_kernel(
     STORE_st__nv: tl.constexpr,
     STORE_st__A: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -96,7 +97,9 @@ def _masked_gae_chunked_kernel(
     # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
     # recurrence without the lane reversal of a reverse associative_scan.
     _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     for _c in range(0, _n_chunks):
         _chunk = _n_chunks - 1 - _c
@@ -203,6 +206,7 @@ def _masked_gae_persist_kernel(
     STORE_st__nv: tl.constexpr,
     STORE_st__A: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -221,7 +225,9 @@ def _masked_gae_persist_kernel(
     # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
     # recurrence without the lane reversal of a reverse associative_scan.
     _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
     _n_items = tl.cdiv(tl.cdiv(R1 * R2, BLOCK_N) - _pid, _P) * _n_chunks
     nv__carry = tl.zeros([BLOCK_N], dtype=ACC)
     A__carry = tl.zeros([BLOCK_N], dtype=ACC)
@@ -419,6 +425,7 @@ def _masked_gae_lookback_kernel(
     STORE_st__nv: tl.constexpr,
     STORE_st__A: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -489,7 +496,9 @@ def _masked_gae_lookback_kernel(
     # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
     # recurrence without the lane reversal of a reverse associative_scan.
     _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     _chunk = _n_chunks - 1 - _step
     # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
@@ -578,9 +587,9 @@ def _masked_gae_chunked_lean(
     token_level_rewards__ptr, values__ptr, response_mask__ptr, gamma, lambda_, advantages__optr,
     returns__optr, st__nv__optr, st__A__optr, _s1, _s2, _st, R1, R2, T, K,
     STORE_advantages: tl.constexpr, STORE_returns: tl.constexpr, STORE_st__nv: tl.constexpr,
-    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
-    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _masked_gae_chunked_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -589,7 +598,7 @@ def _masked_gae_chunked_lean(
         advantages__optr, returns__optr, st__nv__optr, st__A__optr, _s1, _s2, _st, _s1, _s2, _st,
         _s1, _s2, _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st,
         R1, R2, T, K, False, False, STORE_advantages, STORE_returns, STORE_st__nv, STORE_st__A,
-        EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
     )
 
 
@@ -598,9 +607,9 @@ def _masked_gae_persist_lean(
     token_level_rewards__ptr, values__ptr, response_mask__ptr, gamma, lambda_, advantages__optr,
     returns__optr, st__nv__optr, st__A__optr, _s1, _s2, _st, R1, R2, T, K,
     STORE_advantages: tl.constexpr, STORE_returns: tl.constexpr, STORE_st__nv: tl.constexpr,
-    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
-    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _masked_gae_persist_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -609,7 +618,7 @@ def _masked_gae_persist_lean(
         advantages__optr, returns__optr, st__nv__optr, st__A__optr, _s1, _s2, _st, _s1, _s2, _st,
         _s1, _s2, _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st,
         R1, R2, T, K, False, False, STORE_advantages, STORE_returns, STORE_st__nv, STORE_st__A,
-        EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
     )
 
 
@@ -618,9 +627,9 @@ def _masked_gae_lookback_lean(
     token_level_rewards__ptr, values__ptr, response_mask__ptr, gamma, lambda_, advantages__optr,
     returns__optr, st__nv__optr, st__A__optr, _ws, _s1, _s2, _st, R1, R2, T, K,
     STORE_advantages: tl.constexpr, STORE_returns: tl.constexpr, STORE_st__nv: tl.constexpr,
-    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
-    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _masked_gae_lookback_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -629,7 +638,7 @@ def _masked_gae_lookback_lean(
         advantages__optr, returns__optr, st__nv__optr, st__A__optr, _ws, _s1, _s2, _st, _s1, _s2,
         _st, _s1, _s2, _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2,
         _st, R1, R2, T, K, False, False, STORE_advantages, STORE_returns, STORE_st__nv, STORE_st__A,
-        EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
     )
 
 

@@ -101,6 +101,7 @@ def _retrace_chunked_kernel(
     STORE_advantages: tl.constexpr,
     STORE_st__A: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     K_DENSE: tl.constexpr,
     SHIFT_G: tl.constexpr,
     GROUPED: tl.constexpr,
@@ -143,7 +144,9 @@ def _retrace_chunked_kernel(
         _carry_col = 0
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     for _c in range(0, _n_chunks):
         _chunk = _n_chunks - 1 - _c
@@ -353,6 +356,7 @@ def _retrace_persist_kernel(
     STORE_advantages: tl.constexpr,
     STORE_st__A: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     K_DENSE: tl.constexpr,
     SHIFT_G: tl.constexpr,
     GROUPED: tl.constexpr,
@@ -377,7 +381,9 @@ def _retrace_persist_kernel(
         _carry_col = 0
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
     _n_items = tl.cdiv(tl.cdiv(R1 * R2, BLOCK_N) - _pid, _P) * _n_chunks
     A__carry = tl.zeros([BLOCK_N], dtype=ACC)
     _tile = _pid + ((0) // _n_chunks) * _P  # the item's row tile
@@ -744,6 +750,7 @@ def _retrace_lookback_kernel(
     STORE_advantages: tl.constexpr,
     STORE_st__A: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     K_DENSE: tl.constexpr,
     SHIFT_G: tl.constexpr,
     GROUPED: tl.constexpr,
@@ -826,7 +833,9 @@ def _retrace_lookback_kernel(
         _carry_col = 0
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     _chunk = _n_chunks - 1 - _step
     # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
@@ -981,9 +990,9 @@ def _retrace_chunked_lean(
     gamma, lambda_, c_bar, rho_bar, targets__optr, advantages__optr, st__A__optr, _s1, _s2, _st,
     _k1, _k2, _kt, _kk, R1, R2, T, K, HAS_truncateds: tl.constexpr, STORE_targets: tl.constexpr,
     STORE_advantages: tl.constexpr, STORE_st__A: tl.constexpr, EVEN: tl.constexpr,
-    K_DENSE: tl.constexpr, SHIFT_G: tl.constexpr, GROUPED: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
-    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    ONE_CHUNK: tl.constexpr, K_DENSE: tl.constexpr, SHIFT_G: tl.constexpr, GROUPED: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _retrace_chunked_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -995,8 +1004,8 @@ def _retrace_chunked_lean(
         _s1, _s2, _st, _k1, _k2, _kt, _kk, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2,
         _st, _k1, _k2, _kt, _kk, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st,
         _s1, _s2, _st, R1, R2, T, K, HAS_truncateds, False, False, False, False, STORE_targets,
-        STORE_advantages, STORE_st__A, EVEN, K_DENSE, SHIFT_G, GROUPED, BLOCK_N, BLOCK_T, BLOCK_K,
-        ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        STORE_advantages, STORE_st__A, EVEN, ONE_CHUNK, K_DENSE, SHIFT_G, GROUPED, BLOCK_N, BLOCK_T,
+        BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
     )
 
 
@@ -1007,9 +1016,9 @@ def _retrace_persist_lean(
     gamma, lambda_, c_bar, rho_bar, targets__optr, advantages__optr, st__A__optr, _s1, _s2, _st,
     _k1, _k2, _kt, _kk, R1, R2, T, K, HAS_truncateds: tl.constexpr, STORE_targets: tl.constexpr,
     STORE_advantages: tl.constexpr, STORE_st__A: tl.constexpr, EVEN: tl.constexpr,
-    K_DENSE: tl.constexpr, SHIFT_G: tl.constexpr, GROUPED: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
-    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    ONE_CHUNK: tl.constexpr, K_DENSE: tl.constexpr, SHIFT_G: tl.constexpr, GROUPED: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _retrace_persist_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -1021,8 +1030,8 @@ def _retrace_persist_lean(
         _s1, _s2, _st, _k1, _k2, _kt, _kk, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2,
         _st, _k1, _k2, _kt, _kk, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st,
         _s1, _s2, _st, R1, R2, T, K, HAS_truncateds, False, False, False, False, STORE_targets,
-        STORE_advantages, STORE_st__A, EVEN, K_DENSE, SHIFT_G, GROUPED, BLOCK_N, BLOCK_T, BLOCK_K,
-        ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        STORE_advantages, STORE_st__A, EVEN, ONE_CHUNK, K_DENSE, SHIFT_G, GROUPED, BLOCK_N, BLOCK_T,
+        BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
     )
 
 
@@ -1033,9 +1042,9 @@ def _retrace_lookback_lean(
     gamma, lambda_, c_bar, rho_bar, targets__optr, advantages__optr, st__A__optr, _ws, _s1, _s2,
     _st, _k1, _k2, _kt, _kk, R1, R2, T, K, HAS_truncateds: tl.constexpr,
     STORE_targets: tl.constexpr, STORE_advantages: tl.constexpr, STORE_st__A: tl.constexpr,
-    EVEN: tl.constexpr, K_DENSE: tl.constexpr, SHIFT_G: tl.constexpr, GROUPED: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, K_DENSE: tl.constexpr, SHIFT_G: tl.constexpr,
+    GROUPED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
+    ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _retrace_lookback_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -1047,8 +1056,8 @@ def _retrace_lookback_lean(
         _st, _s1, _s2, _st, _k1, _k2, _kt, _kk, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1,
         _s2, _st, _k1, _k2, _kt, _kk, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2,
         _st, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds, False, False, False, False, STORE_targets,
-        STORE_advantages, STORE_st__A, EVEN, K_DENSE, SHIFT_G, GROUPED, BLOCK_N, BLOCK_T, BLOCK_K,
-        ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        STORE_advantages, STORE_st__A, EVEN, ONE_CHUNK, K_DENSE, SHIFT_G, GROUPED, BLOCK_N, BLOCK_T,
+        BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
     )
 
 

@@ -157,6 +157,7 @@ def _vtrace_grad_chunked_kernel(
     STORE_d__lambda_: tl.constexpr,
     STORE_d__pg_rho_bar: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -203,7 +204,9 @@ def _vtrace_grad_chunked_kernel(
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     for _c in range(0, _n_chunks):
         _chunk = _c
@@ -596,6 +599,7 @@ def _vtrace_grad_persist_kernel(
     STORE_d__lambda_: tl.constexpr,
     STORE_d__pg_rho_bar: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -610,7 +614,9 @@ def _vtrace_grad_persist_kernel(
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
     _n_items = tl.cdiv(tl.cdiv(R1 * R2, BLOCK_N) - _pid, _P) * _n_chunks
     g__A__carry = tl.zeros([BLOCK_N], dtype=ACC)
     _tile = _pid + ((0) // _n_chunks) * _P  # the item's row tile
@@ -1281,6 +1287,7 @@ def _vtrace_grad_lookback_kernel(
     STORE_d__lambda_: tl.constexpr,
     STORE_d__pg_rho_bar: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -1367,7 +1374,9 @@ def _vtrace_grad_lookback_kernel(
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     _chunk = _step
     # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
@@ -1657,9 +1666,9 @@ def _vtrace_grad_chunked_lean(
     STORE_d__rewards: tl.constexpr, STORE_d__bootstrap_values: tl.constexpr,
     STORE_d__last_value: tl.constexpr, STORE_d__gamma: tl.constexpr, STORE_d__rho_bar: tl.constexpr,
     STORE_d__c_bar: tl.constexpr, STORE_d__lambda_: tl.constexpr, STORE_d__pg_rho_bar: tl.constexpr,
-    EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
-    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
-    LB_PID: tl.constexpr,
+    EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _vtrace_grad_chunked_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -1678,8 +1687,8 @@ def _vtrace_grad_chunked_lean(
         HAS_gy__pg_advantages, False, False, False, False, False, STORE_d__log_pi_target,
         STORE_d__log_pi_behavior, STORE_d__values, STORE_d__rewards, STORE_d__bootstrap_values,
         STORE_d__last_value, STORE_d__gamma, STORE_d__rho_bar, STORE_d__c_bar, STORE_d__lambda_,
-        STORE_d__pg_rho_bar, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN,
-        LB_PID,
+        STORE_d__pg_rho_bar, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW,
+        LB_SPIN, LB_PID,
     )
 
 
@@ -1697,9 +1706,9 @@ def _vtrace_grad_persist_lean(
     STORE_d__rewards: tl.constexpr, STORE_d__bootstrap_values: tl.constexpr,
     STORE_d__last_value: tl.constexpr, STORE_d__gamma: tl.constexpr, STORE_d__rho_bar: tl.constexpr,
     STORE_d__c_bar: tl.constexpr, STORE_d__lambda_: tl.constexpr, STORE_d__pg_rho_bar: tl.constexpr,
-    EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
-    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
-    LB_PID: tl.constexpr,
+    EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _vtrace_grad_persist_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -1718,8 +1727,8 @@ def _vtrace_grad_persist_lean(
         HAS_gy__pg_advantages, False, False, False, False, False, STORE_d__log_pi_target,
         STORE_d__log_pi_behavior, STORE_d__values, STORE_d__rewards, STORE_d__bootstrap_values,
         STORE_d__last_value, STORE_d__gamma, STORE_d__rho_bar, STORE_d__c_bar, STORE_d__lambda_,
-        STORE_d__pg_rho_bar, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN,
-        LB_PID,
+        STORE_d__pg_rho_bar, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW,
+        LB_SPIN, LB_PID,
     )
 
 
@@ -1737,9 +1746,9 @@ def _vtrace_grad_lookback_lean(
     STORE_d__rewards: tl.constexpr, STORE_d__bootstrap_values: tl.constexpr,
     STORE_d__last_value: tl.constexpr, STORE_d__gamma: tl.constexpr, STORE_d__rho_bar: tl.constexpr,
     STORE_d__c_bar: tl.constexpr, STORE_d__lambda_: tl.constexpr, STORE_d__pg_rho_bar: tl.constexpr,
-    EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
-    BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
-    LB_PID: tl.constexpr,
+    EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _vtrace_grad_lookback_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -1758,8 +1767,8 @@ def _vtrace_grad_lookback_lean(
         HAS_gy__pg_advantages, False, False, False, False, False, STORE_d__log_pi_target,
         STORE_d__log_pi_behavior, STORE_d__values, STORE_d__rewards, STORE_d__bootstrap_values,
         STORE_d__last_value, STORE_d__gamma, STORE_d__rho_bar, STORE_d__c_bar, STORE_d__lambda_,
-        STORE_d__pg_rho_bar, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN,
-        LB_PID,
+        STORE_d__pg_rho_bar, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW,
+        LB_SPIN, LB_PID,
     )
 
 

@@ -103,6 +103,7 @@ def _vtrace_chunked_kernel(
     STORE_pg_advantages: tl.constexpr,
     STORE_st__A: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -144,7 +145,9 @@ def _vtrace_chunked_kernel(
     _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
     _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     for _c in range(0, _n_chunks):
         _chunk = _n_chunks - 1 - _c
@@ -327,6 +330,7 @@ def _vtrace_persist_kernel(
     STORE_pg_advantages: tl.constexpr,
     STORE_st__A: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -347,7 +351,9 @@ def _vtrace_persist_kernel(
     _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
     _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
     _n_items = tl.cdiv(tl.cdiv(R1 * R2, BLOCK_N) - _pid, _P) * _n_chunks
     A__carry = tl.zeros([BLOCK_N], dtype=ACC)
     _tile = _pid + ((0) // _n_chunks) * _P  # the item's row tile
@@ -684,6 +690,7 @@ def _vtrace_lookback_kernel(
     STORE_pg_advantages: tl.constexpr,
     STORE_st__A: tl.constexpr,
     EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
@@ -765,7 +772,9 @@ def _vtrace_lookback_kernel(
     _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
     _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
-    _n_chunks = tl.cdiv(T, BLOCK_T)
+    # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
+    # the carry between chunks fold away at compile time
+    _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     _chunk = _n_chunks - 1 - _step
     # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
@@ -892,9 +901,9 @@ def _vtrace_chunked_lean(
     pg_rho_bar, targets__optr, pg_advantages__optr, st__A__optr, _s1, _s2, _st, _n1, _n2, R1, R2, T,
     K, HAS_truncateds: tl.constexpr, HAS_bootstrap_values: tl.constexpr,
     HAS_last_value: tl.constexpr, STORE_targets: tl.constexpr, STORE_pg_advantages: tl.constexpr,
-    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
-    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _vtrace_chunked_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -906,7 +915,8 @@ def _vtrace_chunked_lean(
         _s2, _st, _s1, _s2, _st, _n1, _n2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, _s1, _s2,
         _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values,
         HAS_last_value, False, False, False, False, False, STORE_targets, STORE_pg_advantages,
-        STORE_st__A, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        STORE_st__A, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN,
+        LB_PID,
     )
 
 
@@ -917,9 +927,9 @@ def _vtrace_persist_lean(
     pg_rho_bar, targets__optr, pg_advantages__optr, st__A__optr, _s1, _s2, _st, _n1, _n2, R1, R2, T,
     K, HAS_truncateds: tl.constexpr, HAS_bootstrap_values: tl.constexpr,
     HAS_last_value: tl.constexpr, STORE_targets: tl.constexpr, STORE_pg_advantages: tl.constexpr,
-    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
-    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _vtrace_persist_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -931,7 +941,8 @@ def _vtrace_persist_lean(
         _s2, _st, _s1, _s2, _st, _n1, _n2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, _s1, _s2,
         _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values,
         HAS_last_value, False, False, False, False, False, STORE_targets, STORE_pg_advantages,
-        STORE_st__A, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        STORE_st__A, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN,
+        LB_PID,
     )
 
 
@@ -942,9 +953,9 @@ def _vtrace_lookback_lean(
     pg_rho_bar, targets__optr, pg_advantages__optr, st__A__optr, _ws, _s1, _s2, _st, _n1, _n2, R1,
     R2, T, K, HAS_truncateds: tl.constexpr, HAS_bootstrap_values: tl.constexpr,
     HAS_last_value: tl.constexpr, STORE_targets: tl.constexpr, STORE_pg_advantages: tl.constexpr,
-    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
-    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    STORE_st__A: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
 ):
     # _vtrace_lookback_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -956,7 +967,8 @@ def _vtrace_lookback_lean(
         _s1, _s2, _st, _s1, _s2, _st, _n1, _n2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, _s1,
         _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values,
         HAS_last_value, False, False, False, False, False, STORE_targets, STORE_pg_advantages,
-        STORE_st__A, EVEN, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        STORE_st__A, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN,
+        LB_PID,
     )
 
 

@@ -190,6 +190,7 @@ def kernel_args(inputs, params, outputs, *, workspace: bool, k_dense: bool,
         ptrs.append(Arg("_ws", "ptr", "workspace"))
     ints += [Arg(n, "int", "size") for n in ("R1", "R2", "T", "K")]
     cx.append(Arg("EVEN", "constexpr", "tile"))
+    cx.append(Arg("ONE_CHUNK", "constexpr", "tile"))
     if k_dense:
         cx.append(Arg("K_DENSE", "constexpr", "tile"))
     if shift_g:

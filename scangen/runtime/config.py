@@ -89,6 +89,20 @@ def override(rule):
             fn()
 
 
+@contextlib.contextmanager
+def fresh_plans():
+    """Within the block, calls make new plans under the dispatch rule (plans made before it are
+    not used, plans made in it are dropped when it ends): for A/B runs that flip a switch read
+    when a plan is built (``runtime.launch.LEAN``, ``ONE_CHUNK_ON``)."""
+    for fn in _ON_CHANGE:
+        fn()
+    try:
+        yield
+    finally:
+        for fn in _ON_CHANGE:
+            fn()
+
+
 def _pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 

@@ -228,7 +228,8 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
                     block_n: int = 1, block_t: int = 1024, block_k: int = 1, acc=None,
                     present: bool = True, contiguous: bool = True, time_major: bool = False,
                     even: bool | None = None, lb_window: int = 128, lb_spin: bool = False,
-                    lb_pid: bool = False, lean: bool = False, grouped: bool = False):
+                    lb_pid: bool = False, lean: bool = False, grouped: bool = False,
+                    fixed: dict | None = None, one_chunk: bool = False):
     """Compile one generated kernel to a cubin for ``sm_<arch>`` with no GPU (Triton's frontend,
     its NVIDIA passes and the bundled ptxas): catches what the interpreter lets through (types
     that change across branches or loop iterations) and gives the PTX for a resource report.
@@ -242,6 +243,8 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
     (runtime.config.lookback_window, lookback_spin and lookback_pid). ``lean``: the family's
     lean entry kernel (scangen.abi.lean_args), which calls the full one. ``grouped``: the
     GROUPED step order of kernels that take it (runtime.config.grouped_order; SHIFT_G is then 1).
+    ``one_chunk``: the ONE_CHUNK constexpr (runtime.launch.one_chunk: T <= BLOCK_T).
+    ``fixed``: integer arguments compiled as constants (``{"T": 1024}``), for what-if reports.
     """
     import triton
     import triton.language as tl
@@ -261,6 +264,7 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
     fp = "*fp64" if acc == tl.float64 else "*fp32"
     tile = dict(BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=block_k, ACC=acc,
                 EVEN=family != "persist" if even is None else even, LB_WINDOW=lb_window,
+                ONE_CHUNK=one_chunk,
                 LB_SPIN=lb_spin, LB_PID=lb_pid, GROUPED=grouped, **({"SHIFT_G": 1} if grouped else {}))
     sig, consts, attrs = {}, {}, {}
     for i, a in enumerate(args):
@@ -268,12 +272,18 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
         ntk = (a.role == "input" and n.endswith("__st") and inputs[a.of].shape == "NTK"
                or n == "_kt")
         dynamic = a.kind in ("ptr", "int")  # Triton's launcher specialises these on 16
+        if fixed and n in fixed:
+            sig[n], consts[(i,)] = "constexpr", fixed[n]
+            continue
         if time_major and (n.endswith("__s1") or n.endswith("__os1") or n == "R2"
                            or n in ("_s1", "_n1", "_k1")):
             sig[n], consts[(i,)] = "constexpr", 1  # one row dimension, adjacent rows
             continue
         if time_major and dynamic:
             attrs[(i,)] = [["tt.divisibility", 16]]
+        if contiguous and not time_major and n == "R2":  # [N, T] rows: no dims after time
+            sig[n], consts[(i,)] = "constexpr", 1
+            continue
         if contiguous and not time_major and (n.endswith("__st") or n.endswith("__ost")
                                               or n == "_st") and not ntk:
             sig[n], consts[(i,)] = "constexpr", 1  # unit time strides

@@ -1,0 +1,75 @@
+"""The ONE_CHUNK constexpr (scangen.runtime.launch.one_chunk): a launch whose rows each fit one
+chunk (T <= BLOCK_T) compiles its kernels without the chunk loop and the carry between chunks.
+
+It must be set exactly when T <= BLOCK_T, for every family that streams rows in chunks, and the
+kernels must compute the same bits with it on and off (it only removes code that a one-chunk
+row never runs). These run the Triton kernels (under TRITON_INTERPRET=1 without a GPU).
+"""
+import pytest
+import torch
+
+import scangen
+from scangen import abi
+from scangen.runtime import PLANS, config, launch
+from scangen.testing.helpers import make_inputs
+
+from conftest import DEVICE
+
+ALGOS = ["gae", "vtrace", "retrace", "lambda_returns", "discounted_returns",
+         "eligibility_traces", "episodic_prefix_sum", "masked_gae"]
+
+
+@pytest.fixture
+def metas(monkeypatch):
+    """The constexprs of every launch the test made, in order."""
+    seen = []
+    real = launch.launch
+
+    def spy(c, kernel, grid, args, meta, cfg):
+        seen.append(dict(meta))
+        return real(c, kernel, grid, args, meta, cfg)
+
+    monkeypatch.setattr(launch, "launch", spy)
+    PLANS.clear()
+    yield seen
+    PLANS.clear()
+
+
+def _op(name):
+    import importlib
+    return importlib.import_module(f"scangen.generated.{name}").OP
+
+
+def test_every_kernel_takes_one_chunk_after_even():
+    for name in ALGOS:
+        names = [a.name for a in abi.op_kernel_args(_op(name),
+                                                    workspace=False)]
+        assert names[names.index("EVEN") + 1] == "ONE_CHUNK", name
+
+
+@pytest.mark.parametrize("family", ["stream", "persist"])
+@pytest.mark.parametrize("T,block_t", [(16, 16), (13, 16), (16, 32), (40, 16), (33, 32)])
+@pytest.mark.parametrize("name", ALGOS)
+def test_one_chunk_is_set_when_a_row_fits_a_chunk_and_changes_no_bit(name, T, block_t, family,
+                                                                     metas, monkeypatch):
+    if name == "retrace" and family == "persist":
+        pytest.skip("Retrace (a trailing axis) has no persist kernel")
+    kw = make_inputs(name, 6, T, seed=T + block_t, device=DEVICE)
+    fn = getattr(scangen, f"compute_{name}")
+    op = _op(name)
+    asked = tuple(o for o in op.outputs if not o.startswith(abi.STATE_PREFIX))
+    kk = 8 if name == "retrace" else 1
+    outs = {}
+    for on in (True, False):
+        monkeypatch.setattr(launch, "ONE_CHUNK_ON", on)
+        with config.override(lambda c: config.Config(2, block_t, kk, 4, family)):
+            out = fn(**kw, outputs=asked, backend="triton")
+        outs[on] = out if isinstance(out, tuple) else (out,)
+        assert metas and all(m["ONE_CHUNK"] == (on and T <= block_t) for m in metas)
+        metas.clear()
+    for a, b in zip(outs[True], outs[False]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+    # and the answer is the torch path's
+    ref = fn(**kw, outputs=asked, backend="torch")
+    for a, b in zip(outs[True], ref if isinstance(ref, tuple) else (ref,)):
+        torch.testing.assert_close(a, b, equal_nan=True)
