@@ -48,6 +48,11 @@ p.add_argument("--algos", default=ALGOS)
 p.add_argument("--trunc", action="store_true", help="5%% truncations besides the 5%% terminations")
 p.add_argument("--sg-flags", default="bool", choices=("bool", "float32"), help="scangen's flag dtype")
 p.add_argument("--actions", type=int, default=8, help="Retrace's K")
+p.add_argument("--retrace-probs", default="separate", choices=("separate", "shared"),
+               help="scangen's Retrace policy inputs: separate [N, T, K] tensors (default), or shared: "
+               "action_probs_target = P[:, :-1] and next_action_probs_target = P[:, 1:] of one [N, T + 1, K] "
+               "buffer P (a rollout's policy over its T + 1 states), its rows constant in time so that "
+               "rl-triton's pi(.|s_t) weighting gives the same numbers and both sides stay checked")
 p.add_argument("--seed", type=int, default=0)
 p.add_argument("--rounds", type=int, default=3, help="samples per callable (host-timed: 2 more, of 10 ms)")
 p.add_argument("--rep-ms", type=float, default=20.0, help="do_bench's rep (its warmup: a quarter of it)")
@@ -170,6 +175,11 @@ def build(name, m):
         sg["last_value"] = rt["last_value"] = m["bootstrap_values"][:, -1].contiguous()
     elif name == "retrace":
         sg["next_action_probs_target"] = m["action_probs_target"].clone()
+        if ARGS.retrace_probs == "shared":  # one [N, T + 1, K] buffer, both views of it
+            T = m["action_probs_target"].shape[1]
+            P = m["action_probs_target"][:, :1].expand(-1, T + 1, -1).contiguous()
+            sg["action_probs_target"], sg["next_action_probs_target"] = P[:, :-1], P[:, 1:]
+            rt["action_probs_target"] = P[:, :-1].contiguous()
         excl = torch.zeros_like(term)
         excl[:, -1] = True
         if ARGS.trunc:
@@ -191,7 +201,11 @@ def build(name, m):
 
 
 def io_bytes(kw, outs, part):
-    full = timing.tensor_bytes([v for k, v in kw.items() if k not in part])
+    # views that are not contiguous (--retrace-probs shared) count their whole storage, once
+    views = {v.untyped_storage().data_ptr(): v.untyped_storage().nbytes() for k, v in kw.items()
+             if k not in part and torch.is_tensor(v) and not v.is_contiguous()}
+    full = sum(views.values()) + timing.tensor_bytes([v for k, v in kw.items() if k not in part and not (
+        torch.is_tensor(v) and not v.is_contiguous())])
     return full + sum(kw[k].shape[0] * kw[k].element_size() for k in part if k in kw) + timing.tensor_bytes(outs)
 
 
