@@ -1,0 +1,113 @@
+"""Time-major against rows on CUDA, one process: for each built-in and shape, the same inputs
+stored ``[N, T]`` (rows) and ``[T, N]`` (time-major, ``time_dim=0``), each call captured 20 times
+in one CUDA graph over rotated input sets (3x the L2 or more), the two graphs replayed
+interleaved (issue 22's target: time-major at most 1.3x the rows device time). The time-major
+outputs are checked against the rows outputs first.
+
+    PYTHONPATH=. python3 bench/dev/layout_ab.py --out "$OUT" [--shapes 4096x128,...] [--algos gae,...]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+import scangen
+from scangen.benchmark.floors import cache_bytes
+from scangen.benchmark.inputs import tensor_bytes
+from scangen.benchmark.timing import device_interleaved
+from scangen.testing.helpers import make_inputs
+
+ALGOS = ("gae", "vtrace", "retrace", "lambda_returns", "discounted_returns",
+         "eligibility_traces", "episodic_prefix_sum", "masked_gae")
+SHAPES = "4096x128,128x1024,32768x16,16384x64,1024x1024,16384x1024,256x8192,64x65536"
+CALLS = 20
+
+
+def time_major(kw):
+    return {k: v.transpose(0, 1).contiguous() if torch.is_tensor(v) and v.dim() >= 2 else v
+            for k, v in kw.items()}
+
+
+def capture(thunks):
+    """CALLS calls, input sets rotated, in one CUDA graph (after two eager warm-up calls)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for th in thunks[:2]:
+            th()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(CALLS):
+            thunks[i % len(thunks)]()
+    return graph
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--shapes", default=SHAPES)
+    ap.add_argument("--algos", default=",".join(ALGOS))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rep-ms", type=float, default=20.0)
+    ap.add_argument("--tag", default="layout-ab")
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    l2 = cache_bytes(dev)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = dict(date=time.strftime("%Y-%m-%dT%H:%M:%S%z"), host=platform.node(),
+                gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+                triton=__import__("triton").__version__, argv=" ".join(__import__("sys").argv))
+    rows = []
+    for shape in args.shapes.split(","):
+        N, T = map(int, shape.split("x"))
+        for algo in args.algos.split(","):
+            fn = getattr(scangen, f"compute_{algo}")
+            base = make_inputs(algo, N, T, seed=0, device=dev, A=8)
+            set_bytes = tensor_bytes(base)
+            k = max(1, min(16, math.ceil(3 * l2 / set_bytes), int(8e9 // set_bytes)))
+            sets = [base] + [{a: v.clone() if torch.is_tensor(v) else v for a, v in base.items()}
+                             for _ in range(k - 1)]
+            tm_sets = [time_major(s) for s in sets]
+            r_out = fn(**sets[0])
+            t_out = fn(**tm_sets[0], time_dim=0)
+            a, b = (o if isinstance(o, tuple) else (o,) for o in (r_out, t_out))
+            diff = max(float((p - q.transpose(0, 1)).abs().max()) for p, q in zip(a, b))
+            g_rows = capture([lambda s=s: fn(**s) for s in sets])
+            g_tm = capture([lambda s=s: fn(**s, time_dim=0) for s in tm_sets])
+            t = device_interleaved({"rows": g_rows.replay, "tm": g_tm.replay}, rounds=args.rounds,
+                                   warmup_ms=args.rep_ms / 4, rep_ms=args.rep_ms)
+            r_us, t_us = (t[s].median_s * 1e6 / CALLS for s in ("rows", "tm"))
+            rows.append(dict(algo=algo, shape=shape, rows_us=r_us, tm_us=t_us, ratio=t_us / r_us,
+                             sets=k, max_abs_diff=diff))
+            print(f"{algo:20s} {shape:10s} rows {r_us:8.2f} us  time-major {t_us:8.2f} us  "
+                  f"{t_us / r_us:5.2f}x  diff {diff:.1e}", flush=True)
+            del sets, tm_sets, g_rows, g_tm
+            torch.cuda.empty_cache()
+        write(out, args.tag, meta, rows)
+
+
+def write(out, tag, meta, rows):
+    (out / f"{tag}.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
+    ok = sum(r["ratio"] <= 1.3 for r in rows)
+    lines = [f"# Time-major against rows ({meta['gpu']}, torch {meta['torch']}, Triton "
+             f"{meta['triton']}, {meta['date']})", "", f"`{meta['argv']}`", "",
+             f"Device time: one of {CALLS} calls captured in a CUDA graph over rotated input sets, "
+             "the two layouts' graphs replayed interleaved (do_bench medians). fp32. "
+             f"Within 1.3x: {ok} of {len(rows)}.", "",
+             "| algo | N x T | rows us | time-major us | time-major / rows | max diff |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r['algo']} | {r['shape']} | {r['rows_us']:.2f} | {r['tm_us']:.2f} | "
+              f"{r['ratio']:.2f} | {r['max_abs_diff']:.1e} |" for r in rows]
+    (out / f"{tag}.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
