@@ -100,10 +100,12 @@ def test_heavy_short_chunks(N, T, streams, expected):
 
 
 @pytest.mark.parametrize("N,T,streams,family", [
-    (16384, 1024, 6, "stream"),
-    (16384, 1024, 7, "persist"),   # PERSIST_TENSORS: long chunks that move many tensors
-    (1024, 1024, 9, "persist"),
-    (16384, 512, 9, "persist"),
+    (16384, 2048, 6, "stream"),
+    (16384, 2048, 7, "persist"),   # PERSIST_TENSORS: long chunks that move many tensors
+    (1024, 4096, 9, "persist"),
+    (16384, 1024, 7, "stream"),    # rows of one chunk stream (no chunk loop, nothing to prefetch)
+    (1024, 1024, 9, "stream"),
+    (16384, 512, 9, "stream"),
     (16384, 256, 9, "stream"),     # short chunks stay non-persistent
     (64, 65536, 9, "lookback"),
 ])

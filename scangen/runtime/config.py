@@ -31,7 +31,8 @@ SHORT_PROGRAMS_PER_SM = 8
 LONG_TILE = 1024     # ... once a chunk holds 512 elements or more: one row per program
 # Long chunks moving this many [N, T] tensors (inputs + outputs) persist, one row of PERSIST_TILE
 # steps a program: with that many loads a step, prefetching the next tile beats more resident
-# programs (V-trace without truncations, 7 tensors, gains 10% at 16384x1024; bench/NOTES.md).
+# programs (V-trace without truncations, 7 tensors, gained 10% at 16384x1024 before one-chunk rows
+# compiled without the chunk loop; rows of one chunk now stream: bench/NOTES.md).
 PERSIST_TENSORS = 7
 MAX_BLOCK_T = 1024   # longer chunks add scan depth without adding parallelism
 MAX_BLOCK_K = 16     # the trailing axis is streamed in slices of this width
@@ -169,8 +170,10 @@ def _gpu_family(c, rows: int, kk: int, cfg: Config, time_major: bool) -> str:
     - Fewer rows than SMs, and rows of two look-back chunks or more: "lookback".
     - "persist" where it overlaps loads with the scan better than more resident programs do:
       long chunks (512 elements or more) of a row-major call with no trailing axis to sum
-      over (those loads are not prefetched), and either fewer rows than two per SM with more
-      than one chunk each (each program streams one row) or PERSIST_TENSORS or more [N, T]
+      over (those loads are not prefetched), rows longer than one chunk (a one-chunk row has no
+      next tile to prefetch, and its stream kernel compiles without the chunk loop: V-trace
+      16384x1024 97.8 us against 104.5 persisting, bf16 58.1 against 83.0), and either fewer
+      rows than two per SM (each program streams one row) or PERSIST_TENSORS or more [N, T]
       tensors to move.
     - Otherwise fewer rows than two per SM, and long rows: "lookback"; the rest: "stream".
     H200 measurements behind it: bench/NOTES.md (fourth and ninth rounds)."""
@@ -182,7 +185,7 @@ def _gpu_family(c, rows: int, kk: int, cfg: Config, time_major: bool) -> str:
     if rows < sms and long_rows:
         return "lookback"
     if (kk == 1 and cfg.block_t >= 512 and not time_major
-            and (rows < 2 * sms and c.T > cfg.block_t or _streams(c) >= PERSIST_TENSORS)):
+            and c.T > cfg.block_t and (rows < 2 * sms or _streams(c) >= PERSIST_TENSORS)):
         return "persist"
     if rows < 2 * sms and long_rows:
         return "lookback"
