@@ -216,3 +216,38 @@ def test_grouped_scan_order_compiles_with_fewer_shuffles(grouped_results, name, 
     natural, grouped = grouped_results[f"{name}/{case}"]
     assert grouped >= 0 and natural >= 0, (natural, grouped)
     assert grouped < natural, (natural, grouped)
+
+
+ONE_CHUNK = r"""
+import json, sys
+from scangen.testing import compile_offline
+import scangen.generated.gae as gae
+import scangen.generated.eligibility_traces as traces
+out = {}
+for name, module in (("gae", gae), ("eligibility_traces", traces)):
+    for family in ("stream", "persist"):
+        counts = []
+        for one in (False, True):
+            c = compile_offline(module, family, block_n=1, block_t=1024, num_warps=8,
+                                present=False, lean=True, one_chunk=one)
+            ptx = c.asm["ptx"] if c.asm.get("cubin") else ""
+            counts.append([ptx.count("bar.sync"), ptx.count("shfl.sync"), len(ptx.splitlines())])
+        out[name + "/" + family] = counts
+print("RESULTS " + json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def one_chunk_results():
+    return _child(ONE_CHUNK, timeout=900)
+
+
+@pytest.mark.parametrize("family", ["stream", "persist"])
+@pytest.mark.parametrize("name", ["gae", "eligibility_traces"])
+def test_one_chunk_compiles_without_the_carry_between_chunks(one_chunk_results, name, family):
+    """ONE_CHUNK (runtime.launch.one_chunk: T <= BLOCK_T) compiles for sm_90, and a one-chunk
+    row's kernel has no carry extraction between chunks: fewer barriers and shuffles, shorter
+    PTX (bench/NOTES.md, fourteenth round)."""
+    off, on = one_chunk_results[f"{name}/{family}"]
+    assert on[2] > 0 and off[2] > 0, (off, on)
+    assert on[0] < off[0] and on[1] < off[1] and on[2] < off[2], (off, on)
