@@ -92,7 +92,7 @@ def _helpers(*names):
     return SimpleNamespace(**{n: next((getattr(m, n) for m in mods if hasattr(m, n)), None) for n in names})
 
 
-timing = _helpers("interleaved", "device_interleaved", "cycling", "short_error", "CopyFloor", "DeviceCopyFloor",
+timing = _helpers("interleaved", "device_interleaved", "cycling", "captured", "short_error", "CopyFloor", "DeviceCopyFloor",
                   "cache_bytes", "tensor_bytes", "error_ratio", "machine_meta", "write_csv", "empty_launch")
 CUDA = ARGS.device == "cuda"
 DEV = torch.device(ARGS.device)
@@ -254,16 +254,7 @@ def ref_check(name, sg_kw, outs, info, rows, W):
 
 def capture(thunks):
     """--graph-calls calls, input sets rotated (set 0 last), in one CUDA graph: (graph, set 0's outputs)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for th in thunks[:2]:
-            th()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph, n = torch.cuda.CUDAGraph(), ARGS.graph_calls
-    with torch.cuda.graph(graph):
-        for i in range(n):
-            last = thunks[(n - 1 - i) % len(thunks)]()
+    graph, last = timing.captured(thunks, ARGS.graph_calls)
     return graph, as_tuple(last)
 
 

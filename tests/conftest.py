@@ -28,6 +28,23 @@ def _poison_outputs(monkeypatch):
     monkeypatch.setattr(runtime.arguments, "POISON_OUTPUTS", True)
 
 
+@pytest.fixture
+def launch_log(monkeypatch):
+    """Every Triton launch the calls inside the test made, in order, as ``(kernel, constexprs)``;
+    the plan cache is cleared before and after, so each call plans (and launches) afresh."""
+    log = []
+    real = runtime.launch.launch
+
+    def spy(c, kernel, grid, args, meta, cfg):
+        log.append((kernel, dict(meta)))
+        return real(c, kernel, grid, args, meta, cfg)
+
+    monkeypatch.setattr(runtime.launch, "launch", spy)
+    runtime.PLANS.clear()
+    yield log
+    runtime.PLANS.clear()
+
+
 def pytest_collection_modifyitems(config, items):
     if ON_GPU:
         return

@@ -20,20 +20,9 @@ ALGOS = ["gae", "vtrace", "retrace", "lambda_returns", "discounted_returns",
          "eligibility_traces", "episodic_prefix_sum", "masked_gae"]
 
 
-@pytest.fixture
-def launched(monkeypatch):
-    """The kernels the calls made inside the test launched, in order."""
-    kernels = []
-    real = launch.launch
-
-    def spy(c, kernel, grid, args, meta, cfg):
-        kernels.append(kernel)
-        return real(c, kernel, grid, args, meta, cfg)
-
-    monkeypatch.setattr(launch, "launch", spy)
-    PLANS.clear()
-    yield kernels
-    PLANS.clear()
+def _kernels(launch_log):
+    """The kernels the calls made inside the test launched, in order (conftest.launch_log)."""
+    return [k for k, _ in launch_log]
 
 
 def _op(name):
@@ -45,19 +34,21 @@ def _lean(name):
     return {ks.lean_stream, ks.lean_persist, ks.lean_lookback} - {None}
 
 
-def test_a_call_of_the_common_layout_launches_the_lean_kernel(launched):
+def test_a_call_of_the_common_layout_launches_the_lean_kernel(launch_log):
     kw = make_inputs("gae", 6, 40, seed=0, device=DEVICE)
     scangen.compute_gae(**kw, backend="triton")
+    launched = _kernels(launch_log)
     assert launched and all(k in _lean("gae") for k in launched)
 
 
-def test_a_sliced_input_or_a_tensor_param_takes_the_full_kernel(launched):
+def test_a_sliced_input_or_a_tensor_param_takes_the_full_kernel(launch_log):
     kw = make_inputs("gae", 6, 40, seed=1, device=DEVICE)
     buffer = torch.randn(6, 41, device=DEVICE)  # values[:, :-1] of a [N, T + 1] buffer
     sliced = dict(kw, values=buffer[:, :-1])
     scangen.compute_gae(**sliced, backend="triton")
     per_row = dict(kw, gamma=torch.full((6, 1), 0.97, device=DEVICE))
     scangen.compute_gae(**per_row, backend="triton")
+    launched = _kernels(launch_log)
     assert len(launched) == 2 and not any(k in _lean("gae") for k in launched)
     # and the answers are the torch path's
     torch.testing.assert_close(scangen.compute_gae(**sliced, backend="triton"),
@@ -66,7 +57,7 @@ def test_a_sliced_input_or_a_tensor_param_takes_the_full_kernel(launched):
 
 @pytest.mark.parametrize("layout", ["rows", "time-major"])
 @pytest.mark.parametrize("name", ALGOS)
-def test_lean_and_full_kernels_give_the_same_bits(name, layout, monkeypatch, launched):
+def test_lean_and_full_kernels_give_the_same_bits(name, layout, monkeypatch, launch_log):
     kw = make_inputs(name, 5, 37, seed=2, device=DEVICE)
     extra = {}
     if layout == "time-major":
@@ -82,8 +73,9 @@ def test_lean_and_full_kernels_give_the_same_bits(name, layout, monkeypatch, lau
         asked = tuple(o for o in op.outputs if not o.startswith(abi.STATE_PREFIX))
         out = fn(**kw, outputs=asked, backend="triton", **extra)
         outs[lean] = out if isinstance(out, tuple) else (out,)
+        launched = _kernels(launch_log)
         assert launched and all((k in _lean(name)) == lean for k in launched)
-        launched.clear()
+        launch_log.clear()
     PLANS.clear()
     for a, b in zip(outs[True], outs[False]):
         torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)

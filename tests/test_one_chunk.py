@@ -10,29 +10,13 @@ import torch
 
 import scangen
 from scangen import abi
-from scangen.runtime import PLANS, config, launch
+from scangen.runtime import config, launch
 from scangen.testing.helpers import make_inputs
 
 from conftest import DEVICE
 
 ALGOS = ["gae", "vtrace", "retrace", "lambda_returns", "discounted_returns",
          "eligibility_traces", "episodic_prefix_sum", "masked_gae"]
-
-
-@pytest.fixture
-def metas(monkeypatch):
-    """The constexprs of every launch the test made, in order."""
-    seen = []
-    real = launch.launch
-
-    def spy(c, kernel, grid, args, meta, cfg):
-        seen.append(dict(meta))
-        return real(c, kernel, grid, args, meta, cfg)
-
-    monkeypatch.setattr(launch, "launch", spy)
-    PLANS.clear()
-    yield seen
-    PLANS.clear()
 
 
 def _op(name):
@@ -51,7 +35,7 @@ def test_every_kernel_takes_one_chunk_after_even():
 @pytest.mark.parametrize("T,block_t", [(16, 16), (13, 16), (16, 32), (40, 16), (33, 32)])
 @pytest.mark.parametrize("name", ALGOS)
 def test_one_chunk_is_set_when_a_row_fits_a_chunk_and_changes_no_bit(name, T, block_t, family,
-                                                                     metas, monkeypatch):
+                                                                     launch_log, monkeypatch):
     if name == "retrace" and family == "persist":
         pytest.skip("Retrace (a trailing axis) has no persist kernel")
     kw = make_inputs(name, 6, T, seed=T + block_t, device=DEVICE)
@@ -65,8 +49,8 @@ def test_one_chunk_is_set_when_a_row_fits_a_chunk_and_changes_no_bit(name, T, bl
         with config.override(lambda c: config.Config(2, block_t, kk, 4, family)):
             out = fn(**kw, outputs=asked, backend="triton")
         outs[on] = out if isinstance(out, tuple) else (out,)
-        assert metas and all(m["ONE_CHUNK"] == (on and T <= block_t) for m in metas)
-        metas.clear()
+        assert launch_log and all(m["ONE_CHUNK"] == (on and T <= block_t) for _, m in launch_log)
+        launch_log.clear()
     for a, b in zip(outs[True], outs[False]):
         torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
     # and the answer is the torch path's

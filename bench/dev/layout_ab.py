@@ -20,7 +20,7 @@ import torch
 import scangen
 from scangen.benchmark.floors import cache_bytes
 from scangen.benchmark.inputs import tensor_bytes
-from scangen.benchmark.timing import device_interleaved
+from scangen.benchmark.timing import captured, device_interleaved
 from scangen.testing.helpers import make_inputs
 
 ALGOS = ("gae", "vtrace", "retrace", "lambda_returns", "discounted_returns",
@@ -32,21 +32,6 @@ CALLS = 20
 def time_major(kw):
     return {k: v.transpose(0, 1).contiguous() if torch.is_tensor(v) and v.dim() >= 2 else v
             for k, v in kw.items()}
-
-
-def capture(thunks):
-    """CALLS calls, input sets rotated, in one CUDA graph (after two eager warm-up calls)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for th in thunks[:2]:
-            th()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(CALLS):
-            thunks[i % len(thunks)]()
-    return graph
 
 
 def main() -> None:
@@ -80,8 +65,8 @@ def main() -> None:
             t_out = fn(**tm_sets[0], time_dim=0)
             a, b = (o if isinstance(o, tuple) else (o,) for o in (r_out, t_out))
             diff = max(float((p - q.transpose(0, 1)).abs().max()) for p, q in zip(a, b))
-            g_rows = capture([lambda s=s: fn(**s) for s in sets])
-            g_tm = capture([lambda s=s: fn(**s, time_dim=0) for s in tm_sets])
+            g_rows, _ = captured([lambda s=s: fn(**s) for s in sets], CALLS)
+            g_tm, _ = captured([lambda s=s: fn(**s, time_dim=0) for s in tm_sets], CALLS)
             t = device_interleaved({"rows": g_rows.replay, "tm": g_tm.replay}, rounds=args.rounds,
                                    warmup_ms=args.rep_ms / 4, rep_ms=args.rep_ms)
             r_us, t_us = (t[s].median_s * 1e6 / CALLS for s in ("rows", "tm"))

@@ -191,6 +191,24 @@ def device_interleaved(fns: dict, rounds=5, warmup_ms=10.0, rep_ms=40.0, slow_s=
     return {k: Timing(statistics.median(s), min(s), max(s), 1, s) for k, s in samples.items()}
 
 
+def captured(thunks, calls=20):
+    """``calls`` calls captured in one CUDA graph, ``thunks`` (one call each, over rotated input
+    sets) taken in turn so that the last call is ``thunks[0]``'s, after two eager calls on a side
+    stream (compiles, plans, workspaces): ``(graph, the last call's result)``. The result's
+    tensors are written by the graph's replays."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for th in thunks[:2]:
+            th()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(calls):
+            last = thunks[(calls - 1 - i) % len(thunks)]()
+    return graph, last
+
+
 def wall_and_cpu(fn) -> tuple[float, float]:
     """``(wall seconds, the calling thread's CPU seconds)`` of one call of ``fn``. With one
     thread the CPU time is what the call costs even while other processes share the cores
