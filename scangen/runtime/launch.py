@@ -74,7 +74,8 @@ def _first_launch(c, cfg, lp, persist: bool) -> None:
     # reversed columns (GROUPED) hold one step a thread: the register shift's groups (SHIFT_G)
     # assume steps in order, so a grouped launch takes the plain shifted loads
     grouped = ks.grouped and config.grouped_order(c, cfg)
-    tile = dict(EVEN=even(c, cfg), ONE_CHUNK=one_chunk(c, cfg), K_DENSE=ks.k_dense and k_dense(c, cfg),
+    tile = dict(EVEN=even(c, cfg), ONE_CHUNK=one_chunk(c, cfg),
+                K_DENSE=ks.k_dense and k_dense(c, cfg),
                 SHIFT_G=shift_group(c, cfg) if ks.shift_g and not grouped else 1,
                 GROUPED=grouped,
                 BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k,
