@@ -28,14 +28,13 @@ import itertools
 import os
 import sys
 import tempfile
-import time
 
 import torch
 import triton
 
 import scangen
 # the same calls, floors and baselines as tm_seq_probe: GAE without truncations
-from tm_seq_probe import baseline, gpu_floors, graph_us, inputs
+from tm_seq_probe import Report, baseline, graph_us, inputs, mismatch
 
 OUTS = ["advantages", "returns"]
 WINDOW = 16  # the segment kernel's look-back window (predecessors read per round)
@@ -189,16 +188,7 @@ def main() -> None:
     args = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     gamma, lam = 0.99, 0.95
-    lines = []
-
-    def say(s):
-        print(s, flush=True)
-        lines.append(s)
-
-    if device == "cuda":
-        bw, l2, header = gpu_floors("tm_block_probe")
-        say(header)
-    t_start = time.time()
+    say = Report("tm_block_probe", device)
     grid = [c for c in itertools.product(ints(args.steps), ints(args.buffers),
                                          ints(args.block_n), ints(args.warps))
             if c[2] >= 32 * c[3] or device != "cuda"]
@@ -211,14 +201,14 @@ def main() -> None:
         for D, nbuf, bn, w in cands:
             if device != "cuda" and (bn, w) != (cands[0][2], cands[0][3]):
                 continue
-            adv, ret = block_call(tm, gamma, lam, D, nbuf, bn, w)
-            for got, exp in zip((adv.t(), ret.t()), want):
-                if not torch.allclose(got, exp, rtol=1e-4, atol=1e-4):
-                    bad.append((D, nbuf, bn, w, float((got - exp).abs().max())))
+            err = mismatch(block_call(tm, gamma, lam, D, nbuf, bn, w), want)
+            if err is not None:
+                bad.append((D, nbuf, bn, w, err))
         say(f"{shape}: check {'ok' if not bad else bad} ({len(cands)} candidates)")
         if device != "cuda" or args.check_only:
             continue
-        floor_us, sets, rows_us, tmsg_us, line = baseline(N, T, bw, l2, gamma, lam, device)
+        floor_us, sets, rows_us, tmsg_us, line = baseline(N, T, say.bw, say.l2, gamma, lam,
+                                                          device)
         tm_sets = itertools.cycle([s[1] for s in sets])
         say(line)
         res = []
@@ -244,10 +234,7 @@ def main() -> None:
             say(f"   best D={D} buffers={nbuf}: {us:.1f} us (bn={bn} w={w}){extra}")
         del sets
         torch.cuda.empty_cache()
-    say(f"# {time.time() - t_start:.0f} s")
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
+    say.close(args.out)
 
 
 if __name__ == "__main__":

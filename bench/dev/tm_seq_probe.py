@@ -89,6 +89,36 @@ def graph_us(fn):
     return 1e3 * do_bench_cudagraph(fn, rep=20, return_mode="median")
 
 
+class Report:
+    """The probe's result lines: printed as they come, written to ``out`` (if any) by
+    :meth:`close` after the elapsed time; ``header`` starts them on a GPU (:func:`gpu_floors`)."""
+
+    def __init__(self, probe: str, device: str):
+        self.lines, self.t_start = [], time.time()
+        self.bw = self.l2 = None
+        if device == "cuda":
+            self.bw, self.l2, header = gpu_floors(probe)
+            self(header)
+
+    def __call__(self, s: str) -> None:
+        print(s, flush=True)
+        self.lines.append(s)
+
+    def close(self, out) -> None:
+        self(f"# {time.time() - self.t_start:.0f} s")
+        if out:
+            with open(out, "w") as f:
+                f.write("\n".join(self.lines) + "\n")
+
+
+def mismatch(outs, want):
+    """The largest error of time-major ``(advantages, returns)`` against scangen's rows ``want``,
+    or None where every element is within 1e-4."""
+    errs = [float((got.t() - exp).abs().max()) for got, exp in zip(outs, want)
+            if not torch.allclose(got.t(), exp, rtol=1e-4, atol=1e-4)]
+    return max(errs) if errs else None
+
+
 def baseline(N, T, bw, l2, gamma, lam, device):
     """The floor, the rotated input sets (3x the L2 or more) and scangen's own GAE time on
     them, rows and time-major: (floor_us, sets, rows_us, time-major us, the line to print)."""
@@ -120,16 +150,7 @@ def main() -> None:
     args = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     gamma, lam = 0.99, 0.95
-    lines = []
-
-    def say(s):
-        print(s, flush=True)
-        lines.append(s)
-
-    if device == "cuda":
-        bw, l2, header = gpu_floors("tm_seq_probe")
-        say(header)
-    t_start = time.time()
+    say = Report("tm_seq_probe", device)
     for shape in args.shapes.split(","):
         N, T = map(int, shape.split("x"))
         kw, tm = inputs(N, T, 0, device)
@@ -139,16 +160,16 @@ def main() -> None:
                                             (args.block_n, args.warps, args.stages))):
             if bn < 32 * w and device == "cuda":
                 continue
-            adv, ret = seq_call(tm, gamma, lam, bn, w, s)
-            for got, exp in zip((adv.t(), ret.t()), want):
-                if not torch.allclose(got, exp, rtol=1e-4, atol=1e-4):
-                    bad.append((bn, w, s, float((got - exp).abs().max())))
+            err = mismatch(seq_call(tm, gamma, lam, bn, w, s), want)
+            if err is not None:
+                bad.append((bn, w, s, err))
             if device != "cuda":
                 break
         say(f"{shape}: check {'ok' if not bad else bad}")
         if device != "cuda" or args.check_only:
             continue
-        floor_us, sets, rows_us, tmsg_us, line = baseline(N, T, bw, l2, gamma, lam, device)
+        floor_us, sets, rows_us, tmsg_us, line = baseline(N, T, say.bw, say.l2, gamma, lam,
+                                                          device)
         tm_sets = itertools.cycle([s[1] for s in sets])
         say(line)
         res = []
@@ -164,10 +185,7 @@ def main() -> None:
                 f"{us / rows_us:.2f}x rows, {us / tmsg_us:.2f}x scangen time-major)")
         del sets
         torch.cuda.empty_cache()
-    say(f"# {time.time() - t_start:.0f} s")
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
+    say.close(args.out)
 
 
 if __name__ == "__main__":
