@@ -231,6 +231,7 @@ def main() -> None:
     ap.add_argument("--families", default="", help="keep only these candidate families, "
                     "e.g. lookback (the default configuration is measured regardless)")
     ap.add_argument("--time-budget", type=float, default=1e9)
+    ap.add_argument("--top", type=int, default=0, help="also print each case's N fastest configs")
     for key in TM_LB_SWEEP:
         ap.add_argument(f"--tm-lb-{key}", default=None,
                         help=f"time-major look-back candidates' {key} (default "
@@ -339,6 +340,12 @@ def main() -> None:
               f"bt={c['block_t']} w={c['num_warps']} s={c['num_stages']} "
               f"regs={best.get('regs')} "
               f"spills={best.get('spills')} errors={errs}")
+        for r in sorted(mine, key=lambda r: r["us"])[:args.top]:
+            c = r["config"] or base.get("config") or {}
+            print(f"    {r['us']:8.1f} us {r['pct_floor']:5.1f}% "
+                  f"{'(default) ' if r is base else ''}{c.get('family', '?')[:4]} "
+                  f"bn={c.get('block_n')} bt={c.get('block_t')} w={c.get('num_warps')} "
+                  f"s={c.get('num_stages')} regs={r.get('regs')}")
 
 
 if __name__ == "__main__":
