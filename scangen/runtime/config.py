@@ -58,6 +58,11 @@ K_WHOLE_ROW_WARP = 512   # ... a warp per this many elements
 # (V-trace) run one row a program on one warp, one stage: V-trace 4096x128 6.7 -> 5.6 us, 2048x256
 # 7.2 -> 5.9, as graph replays (h200-2026-12-02-a-configs.md); its 64- and 16-step chunks lose so.
 HEAVY_ROW_STEPS = (128, 256)
+# Joint pairs of scans (masked GAE: seven look-back words a row, a 2x2 map a step) in 2-byte
+# dtypes: long one-chunk rows take JOINT_NARROW_ROWS rows a program, one stage (the scan, not the
+# bytes, bounds them there: bf16 16384x1024 45.6 -> 42.5 us with 2 rows,
+# h200-2026-12-03-h-vtrace-masked-bf16-sweep.json; in fp32 2 rows lose, 70.3 against 68.8).
+JOINT_NARROW_ROWS = 2
 
 
 class Config(NamedTuple):
@@ -292,6 +297,9 @@ def _shape_config(c, rows: int, block_k: int, kk: int, time_major: bool) -> Conf
             block_n //= 2
     else:
         block_n = max(1, min(LONG_TILE // (block_t * kk), _pow2(rows)))
+        if (block_n == 1 and kk == 1 and c.op.kernels.lb_words > 3 and c.out_dtype.itemsize == 2
+                and c.T <= block_t and sms and -(-rows // JOINT_NARROW_ROWS) >= want):
+            return Config(JOINT_NARROW_ROWS, block_t, block_k, NUM_WARPS, "stream", num_stages=1)
     while block_n > 1 and -(-rows // block_n) < want:
         block_n //= 2
     if kk > 1 and block_n == 1 and rows < want and c.T > block_t:
