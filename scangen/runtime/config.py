@@ -153,6 +153,14 @@ TM_LB_WINDOW = 16
 # and the one-row look-back)
 TM_LB_K_ROWS = 8
 TM_LB_K_TILE = 2048
+# ... and where that grid has fewer than TM_LB_MIN_PROGRAMS_PER_SM programs per SM (128x1024: 32
+# programs of 32 x 128), rows are halved down to TM_LB_MIN_ROWS, then steps down to
+# TM_LB_MIN_STEPS: every op at 128x1024 took 8 x 64 best, 1.4x-2.2x faster (GAE 9.0 -> 5.4 us,
+# masked GAE 15.1 -> 6.9; results/h200-2026-12-03-j-tm-lb-small.txt); 1024x1024 (256 programs of
+# 32 x 128) measured its tile best and keeps it.
+TM_LB_MIN_PROGRAMS_PER_SM = 1
+TM_LB_MIN_ROWS = 8
+TM_LB_MIN_STEPS = 64
 
 
 def _forced_family() -> str | None:
@@ -239,6 +247,15 @@ def _lookback_config(c, rows: int, block_k: int, kk: int, time_major: bool = Fal
             tile = TM_LB_TILE // (2 if _streams(c) >= LOOKBACK_MANY_TENSORS else 1)
         block_n = min(tile_rows, _pow2(rows))
         block_t = max(16, min(tile // block_n, _pow2(c.T) // 2))
+        if kk == 1 and c.device.type == "cuda":
+            want = TM_LB_MIN_PROGRAMS_PER_SM * _sm_count(c.device.index or 0)
+            while -(-rows // block_n) * -(-c.T // block_t) < want:
+                if block_n > TM_LB_MIN_ROWS:
+                    block_n //= 2
+                elif block_t > TM_LB_MIN_STEPS:
+                    block_t //= 2
+                else:
+                    break
         return Config(block_n, block_t, block_k, NUM_WARPS, "lookback")
     if kk > 1:
         return Config(1, max(16, min(LOOKBACK_K_TILE // kk, _pow2(c.T))), block_k, NUM_WARPS,
