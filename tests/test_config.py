@@ -237,7 +237,11 @@ def test_time_major_row_tiles(N, T, expected):
     (64, 65536, {"lb_words": 7}, (8, 512, 1)),   # a joint pair of scans: 8 rows
     (1024, 1024, {"streams": 8}, (32, 64, 1)),   # 8 tensors moved: 2048-element tiles
     (1024, 1024, {"K": 8}, (8, 32, 8)),          # a trailing axis: 8 x 32 x 8
-    (64, 512, {"lb_words": 7}, (8, 256, 1)),     # at most half the padded row
+    (2048, 512, {"lb_words": 7}, (8, 256, 1)),   # at most half the padded row
+    # grids of fewer programs than SMs: rows halved down to 8, then steps down to 64
+    (128, 1024, {}, (8, 64, 1)),                 # 32 programs of 32 x 128 -> 256 of 8 x 64
+    (128, 1024, {"lb_words": 7}, (8, 64, 1)),
+    (64, 512, {"lb_words": 7}, (8, 64, 1)),      # 16 programs of 8 x 256 -> 64, no smaller
 ])
 def test_time_major_look_back_over_row_tiles(N, T, kw, expected):
     cfg = _choose(N, T, time_major=True, **kw)
