@@ -225,9 +225,22 @@ def test_trailing_axis_counts_in_the_tile():
     (3, 40, (4, 64, 4)),
 ])
 def test_time_major_row_tiles(N, T, expected):
-    cfg = _choose(N, T, time_major=True)
+    cfg = _choose(N, T, time_major=True, streams=5)
     assert (cfg.block_n, cfg.block_t, cfg.num_warps) == expected
     assert cfg.family == "stream"
+
+
+@pytest.mark.parametrize("N,T,expected", [
+    (16384, 1024, (32, 64, 4)),   # many programs, light calls: 32 rows x 64 steps
+    (16384, 64, (32, 64, 4)),     # ... one chunk
+    (32768, 16, (32, 16, 2)),     # 512 elements: 2 warps
+    (4096, 128, (16, 64, 4)),     # 256 tiles of 16 rows, < 4 per SM: the 1024-element tiles
+])
+def test_time_major_light_calls(N, T, expected):
+    cfg = _choose(N, T, time_major=True, streams=config.LIGHT_STREAMS)
+    assert (cfg.block_n, cfg.block_t, cfg.num_warps, cfg.family) == (*expected, "stream")
+    heavier = _choose(N, T, time_major=True, streams=config.LIGHT_STREAMS + 1)
+    assert (heavier.block_n, heavier.block_t) == ((16, 16) if N >= 16384 else (16, 64))
 
 
 @pytest.mark.parametrize("N,T,kw,expected", [

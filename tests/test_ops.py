@@ -264,6 +264,23 @@ def test_lookback_over_row_tiles_of_time_major_buffers(name, dtype, monkeypatch)
         runtime.PLANS.clear()
 
 
+@pytest.mark.parametrize("name", ["compute_eligibility_traces", "compute_episodic_prefix_sum"])
+@pytest.mark.parametrize("N,T,tile", [(70, 150, (32, 64, 4)), (40, 16, (32, 16, 2))])
+def test_time_major_tiles_of_light_calls(name, N, T, tile):
+    """The time-major tiles of calls moving at most three [N, T] tensors on a GPU with many row
+    tiles (runtime.config TM_LIGHT_ROWS x TM_LIGHT_STEPS), forced here: several chunks a row and
+    a last row tile partly past the rows."""
+    from scangen.runtime.config import Config, override
+    inputs = make_inputs(name, N, T, seed=N)
+    expected = _tuple(reference.REFERENCES[name](**inputs))
+    tm = {k: v.transpose(0, 1).contiguous() if torch.is_tensor(v) and v.dim() >= 2 else v
+          for k, v in inputs.items()}
+    with override(lambda c: Config(tile[0], tile[1], 1, tile[2], "stream")):
+        got = _run(name, tm, "triton", time_dim=0)
+    for g, e in zip(got, expected):
+        assert_close(g.transpose(0, 1), e, dtype=g.dtype, name=name)
+
+
 @pytest.mark.parametrize("name", ["compute_gae", "compute_masked_gae"])
 def test_lookback_with_its_first_wait(name, monkeypatch):
     """The look-back kernels with LB_SPIN on (runtime.config.lookback_spin: rows of many chunks wait on

@@ -40,6 +40,11 @@ TM_ROWS = 16         # time-major tiles (K = 1): rows per tile, halved down to T
 TM_MIN_ROWS = 4      # ... while the grid has fewer programs than SMs
 TM_MANY_PROGRAMS_PER_SM = 4  # from this many programs per SM: 16-step chunks on 2 warps
 TM_TILE = 1024       # ... else tiles of this many elements
+# ... calls moving at most LIGHT_STREAMS [N, T] tensors (eligibility traces, episodic sums) take
+# TM_LIGHT_ROWS x TM_LIGHT_STEPS tiles there instead: eligibility traces 16384x1024 99.4 -> 82.6
+# us, 16384x64 7.6 -> 6.1 (one chunk), 32768x16 3.4 -> 3.3 (results/h200-2026-12-03-k-tm-sweep.txt)
+TM_LIGHT_ROWS = 32
+TM_LIGHT_STEPS = 64
 MIN_ROWS_TIME_MAJOR = 16  # time-major with a trailing axis (K > 1): row-tile floor
 TIME_MAJOR_PROGRAMS_PER_SM = 2  # ... row tiles halved while the grid has fewer (8: slower)
 NUM_WARPS = 4        # measured best for every tile above (bench/NOTES.md, sweep of 2026-11-29)
@@ -291,6 +296,12 @@ def _shape_config(c, rows: int, block_k: int, kk: int, time_major: bool) -> Conf
         while block_n > TM_MIN_ROWS and -(-rows // block_n) < sms:
             block_n //= 2
         if -(-rows // block_n) >= TM_MANY_PROGRAMS_PER_SM * sms > 0:
+            if _streams(c) <= LIGHT_STREAMS:
+                # calls moving at most 3 [N, T] tensors: 32 rows x 64 steps (one chunk where
+                # T <= 64), 2 warps for 512 elements or fewer (bench/NOTES.md, fifteenth round)
+                block_t = max(16, min(TM_LIGHT_STEPS, _pow2(c.T)))
+                return Config(TM_LIGHT_ROWS, block_t, block_k,
+                              2 if TM_LIGHT_ROWS * block_t <= 512 else NUM_WARPS, "stream")
             return Config(block_n, 16, block_k, 2, "stream")
         block_t = max(16, min(_pow2(c.T), MAX_BLOCK_T, TM_TILE // block_n))
         return Config(block_n, block_t, block_k, NUM_WARPS, "stream")
