@@ -9,7 +9,8 @@ import torch
 from scangen.runtime import config
 
 
-def _choose(N, T, *, time_major=False, K=1, family=None, streams=3, lb_words=3):
+def _choose(N, T, *, time_major=False, K=1, family=None, streams=3, lb_words=3,
+            dtype=torch.float32):
     """The config of a call moving ``streams`` [N, T] tensors: one output, the rest inputs
     (one more input of shape [N], which does not count); ``lb_words``: the op's look-back words
     a row (3 a scan, 7 a joint pair)."""
@@ -17,7 +18,7 @@ def _choose(N, T, *, time_major=False, K=1, family=None, streams=3, lb_words=3):
     strides["last"] = (1, 0, 0)
     c = NS(R1=N, R2=1, T=T, K=K, device=torch.device("cuda", 0), strides=strides,
            tensors=dict.fromkeys(strides), outs={"out": None},
-           op=NS(kernels=NS(lb_words=lb_words)))
+           op=NS(kernels=NS(lb_words=lb_words)), out_dtype=dtype)
     with mock.patch.object(config, "_sm_count", lambda index: 132), \
             mock.patch.dict(config.ENV, {"SCANGEN_FAMILY": family}):
         return config.choose_config(c)
@@ -282,3 +283,18 @@ def test_forced_family():
     assert _choose(64, 65536, family="stream").family == "stream"
     with pytest.raises(ValueError, match="SCANGEN_FAMILY must be"):
         _choose(16384, 1024, family="bogus")
+
+
+@pytest.mark.parametrize("N,T,dtype,lb_words,expected", [
+    (16384, 1024, torch.bfloat16, 7, (2, 1024, 1)),  # a joint pair in bf16: two rows, one stage
+    (16384, 1024, torch.float16, 7, (2, 1024, 1)),
+    (1024, 1024, torch.bfloat16, 7, (2, 1024, 1)),   # 512 programs: still 2 per SM
+    (400, 1024, torch.bfloat16, 7, (1, 1024, 3)),    # 200 programs of two rows: too few
+    (16384, 2048, torch.bfloat16, 7, (1, 1024, 3)),  # rows of two chunks: not one chunk
+    (16384, 1024, torch.float32, 7, (1, 1024, 3)),   # fp32: one row
+    (16384, 1024, torch.bfloat16, 3, (1, 1024, 3)),  # a single scan: one row
+])
+def test_joint_pairs_in_two_byte_dtypes(N, T, dtype, lb_words, expected):
+    cfg = _choose(N, T, streams=5, lb_words=lb_words, dtype=dtype)
+    assert (cfg.block_n, cfg.block_t, cfg.num_stages) == expected
+    assert cfg.family == "stream" and cfg.num_warps == 4

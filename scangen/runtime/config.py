@@ -65,8 +65,8 @@ K_WHOLE_ROW_WARP = 512   # ... a warp per this many elements
 HEAVY_ROW_STEPS = (128, 256)
 # Joint pairs of scans (masked GAE: seven look-back words a row, a 2x2 map a step) in 2-byte
 # dtypes: long one-chunk rows take JOINT_NARROW_ROWS rows a program, one stage (the scan, not the
-# bytes, bounds them there: bf16 16384x1024 45.6 -> 42.5 us with 2 rows,
-# h200-2026-12-03-h-vtrace-masked-bf16-sweep.json; in fp32 2 rows lose, 70.3 against 68.8).
+# bytes, bounds them there: bf16 16384x1024 45.1 -> 42.9 us, h200-2026-12-03-j-masked-bf16.txt;
+# in fp32 two rows lose, 70.3 against 68.8 us, and so do the single scans in bf16).
 JOINT_NARROW_ROWS = 2
 
 
