@@ -134,7 +134,7 @@ def _retrace_chunked_kernel(
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-    # The launch picks the step order (GROUPED, runtime.config.grouped_order): the chunk's steps in
+    # The launch picks the step order (GROUPED, runtime.launch_params.grouped_order): the chunk's steps in
     # reverse, scanned forward (no lane reversal in the scan), or in order, scanned in reverse.
     if GROUPED:
         _tcol = (BLOCK_T - 1) - _cols
@@ -371,7 +371,7 @@ def _retrace_persist_kernel(
     _P = tl.num_programs(0)
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-    # The launch picks the step order (GROUPED, runtime.config.grouped_order): the chunk's steps in
+    # The launch picks the step order (GROUPED, runtime.launch_params.grouped_order): the chunk's steps in
     # reverse, scanned forward (no lane reversal in the scan), or in order, scanned in reverse.
     if GROUPED:
         _tcol = (BLOCK_T - 1) - _cols
@@ -823,7 +823,7 @@ def _retrace_lookback_kernel(
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-    # The launch picks the step order (GROUPED, runtime.config.grouped_order): the chunk's steps in
+    # The launch picks the step order (GROUPED, runtime.launch_params.grouped_order): the chunk's steps in
     # reverse, scanned forward (no lane reversal in the scan), or in order, scanned in reverse.
     if GROUPED:
         _tcol = (BLOCK_T - 1) - _cols

@@ -134,13 +134,13 @@ def test_lookback_chunk_for_calls_that_move_many_tensors(N, T, streams, chunk):
     (1, 1048576, 7, 512),    # 128 chunks of 8192 on 8 warps: one wide window
 ])
 def test_lookback_window(N, T, streams, window):
-    """The look-back's window (runtime.config.lookback_window) for the rule's look-back configs."""
+    """The look-back's window (runtime.launch_params.lookback_window) for the rule's look-back configs."""
     from scangen import runtime
     cfg = _choose(N, T, streams=streams)
-    assert runtime.config.lookback_window(NS(T=T), cfg) == window
+    assert runtime.launch_params.lookback_window(NS(T=T), cfg) == window
     # a joint look-back (7 words a predecessor) keeps the 128-wide window on 8 warps
-    joint = runtime.config.lookback_window(NS(T=T), cfg, 7)
-    assert joint == (runtime.config.LB_WINDOW if window == runtime.config.LB_WIDE_WINDOW else window)
+    joint = runtime.launch_params.lookback_window(NS(T=T), cfg, 7)
+    assert joint == (runtime.launch_params.LB_WINDOW if window == runtime.launch_params.LB_WIDE_WINDOW else window)
 
 
 @pytest.mark.parametrize("N,T", [(64, 65536), (8, 262144), (1, 1048576)])
@@ -150,7 +150,7 @@ def test_lookback_window_over_a_trailing_axis(N, T):
     from scangen import runtime
     cfg = _choose(N, T, K=8, streams=10)
     assert cfg.family == "lookback" and cfg.block_k == 8
-    assert runtime.config.lookback_window(NS(T=T), cfg) == runtime.config.LB_SMALL_WINDOW
+    assert runtime.launch_params.lookback_window(NS(T=T), cfg) == runtime.launch_params.LB_SMALL_WINDOW
 
 
 @pytest.mark.parametrize("T", [16, 1024, 65536, 1 << 20])
@@ -161,8 +161,8 @@ def test_lookback_constants_are_fixed_for_the_other_families(T):
     for family in ("stream", "persist"):
         cfg = _choose(4096, T, family=family)
         c = NS(T=T)
-        assert (runtime.config.lookback_window(c, cfg), runtime.config.lookback_spin(c, cfg),
-                runtime.config.lookback_pid(c, cfg)) == (runtime.config.LB_WINDOW, False, False)
+        assert (runtime.launch_params.lookback_window(c, cfg), runtime.launch_params.lookback_spin(c, cfg),
+                runtime.launch_params.lookback_pid(c, cfg)) == (runtime.launch_params.LB_WINDOW, False, False)
 
 
 @pytest.mark.parametrize("N,T,K,spin", [
@@ -172,12 +172,12 @@ def test_lookback_constants_are_fixed_for_the_other_families(T):
     (64, 65536, 1, False),
 ])
 def test_lookback_spin(N, T, K, spin):
-    """The look-back's first wait on its nearest predecessor (runtime.config.lookback_spin): only
+    """The look-back's first wait on its nearest predecessor (runtime.launch_params.lookback_spin): only
     for rows of more than 4096 chunks."""
     from scangen import runtime
     cfg = _choose(N, T, K=K)
     assert cfg.family == "lookback"
-    assert runtime.config.lookback_spin(NS(T=T), cfg) is spin
+    assert runtime.launch_params.lookback_spin(NS(T=T), cfg) is spin
 
 
 @pytest.mark.parametrize("N,T,K,pid", [
@@ -188,15 +188,15 @@ def test_lookback_spin(N, T, K, spin):
     (1, 1048576, 8, True),
 ])
 def test_lookback_pid(N, T, K, pid):
-    """The look-back takes chunks in the order of program ids (runtime.config.lookback_pid) where the
+    """The look-back takes chunks in the order of program ids (runtime.launch_params.lookback_pid) where the
     grid has 8 programs per SM or more, on a GPU only."""
     from scangen import runtime
     cfg = _choose(N, T, K=K)
     assert cfg.family == "lookback"
     with mock.patch.object(config, "_sm_count", lambda index: 132):
         on_gpu = NS(R1=N, R2=1, T=T, device=torch.device("cuda", 0))
-        assert runtime.config.lookback_pid(on_gpu, cfg) is pid
-        assert runtime.config.lookback_pid(NS(R1=N, R2=1, T=T, device=torch.device("cpu")), cfg) is False
+        assert runtime.launch_params.lookback_pid(on_gpu, cfg) is pid
+        assert runtime.launch_params.lookback_pid(NS(R1=N, R2=1, T=T, device=torch.device("cpu")), cfg) is False
 
 
 def test_persist_for_few_rows_keeps_long_chunks():

@@ -41,7 +41,7 @@ CASES = {  # name: (family, block_n, block_t, num_warps, fp64 and absent inputs 
     "lookback-rows": ("lookback", 16, 64, 4, False, ""),
     "lookback-rows-fp64-general": ("lookback", 16, 64, 4, True, ""),
 }
-# Kernels that take the GROUPED step order (runtime.config.grouped_order: Retrace) compile in
+# Kernels that take the GROUPED step order (runtime.launch_params.grouped_order: Retrace) compile in
 # the reversed order too, each family and the lean entries
 ORDER_CASES = {
     "stream-grouped": ("stream", 64, 32, 4, False, "grouped"),

@@ -283,10 +283,10 @@ def test_time_major_tiles_of_light_calls(name, N, T, tile):
 
 @pytest.mark.parametrize("name", ["compute_gae", "compute_masked_gae"])
 def test_lookback_with_its_first_wait(name, monkeypatch):
-    """The look-back kernels with LB_SPIN on (runtime.config.lookback_spin: rows of many chunks wait on
+    """The look-back kernels with LB_SPIN on (runtime.launch_params.lookback_spin: rows of many chunks wait on
     their nearest predecessor alone before reading whole windows), forced here on short rows."""
     monkeypatch.setenv("SCANGEN_FAMILY", "lookback")
-    monkeypatch.setattr(runtime.config, "LB_SPIN_CHUNKS", 1)
+    monkeypatch.setattr(runtime.launch_params, "LB_SPIN_CHUNKS", 1)
     runtime.reload_env()
     runtime.PLANS.clear()
     try:
@@ -302,11 +302,11 @@ def test_lookback_with_its_first_wait(name, monkeypatch):
 
 @pytest.mark.parametrize("name", ["compute_gae", "compute_masked_gae"])
 def test_lookback_in_program_id_order(name, monkeypatch):
-    """The look-back kernels with LB_PID on (runtime.config.lookback_pid: chunks in the order of
+    """The look-back kernels with LB_PID on (runtime.launch_params.lookback_pid: chunks in the order of
     program ids, the counter only for the workspace half), forced here for every call; three
     calls on one plan, so that its workspace halves alternate."""
     monkeypatch.setenv("SCANGEN_FAMILY", "lookback")
-    monkeypatch.setattr(runtime.config, "lookback_pid", lambda c, cfg: cfg.family == "lookback")
+    monkeypatch.setattr(runtime.launch_params, "lookback_pid", lambda c, cfg: cfg.family == "lookback")
     runtime.reload_env()
     runtime.PLANS.clear()
     try:
@@ -447,7 +447,7 @@ def test_lookback_composes_many_predecessors(inclusive_at, acc, window, spin):
     """The look-back of chunk 300: aggregates of chunks 0..299 are written and at most one
     inclusive state (the rest read as unwritten), so it composes across several windows (one
     window of 512) in one pass and must match the float64 composition; with or without its
-    first wait on the nearest predecessor alone (runtime.config.lookback_window, lookback_spin)."""
+    first wait on the nearest predecessor alone (runtime.launch_params.lookback_window, lookback_spin)."""
     step = 300
     g = torch.Generator().manual_seed(3)
     a = torch.randn(step + 1, generator=g, dtype=torch.float64)

@@ -17,7 +17,7 @@ from conftest import DEVICE
 from scangen import abi, runtime
 from scangen.compiler.options import Options
 from scangen.compiler.pipeline import generate, generate_modules
-from scangen.runtime import config
+from scangen.runtime import config, launch_params
 from scangen.testing import reference
 from scangen.compiler.store import spec_dir
 from scangen.testing import as_time_major, assert_close, compile_variant, make_inputs
@@ -99,7 +99,7 @@ def test_register_shift_groups(name, family, group):
 @pytest.mark.parametrize("family", ["stream", "persist", "lookback"])
 def test_retrace_in_either_step_order(family, group, grouped):
     """Retrace's kernels take their chunks' step order from the launch (the GROUPED constexpr,
-    runtime.config.grouped_order): the chunk's steps in reverse, scanned forward (the default),
+    runtime.launch_params.grouped_order): the chunk's steps in reverse, scanned forward (the default),
     or in order, scanned in reverse, give the reference's answer in every family, with 16-step
     chunks and T = 50 (four chunks a row, the last partial: the carry crosses chunks, through
     the look-back in that family); a grouped launch takes the plain shifted loads (SHIFT_G = 1)
@@ -115,7 +115,7 @@ def test_retrace_in_either_step_order(family, group, grouped):
     _check(scangen.compute_retrace, "retrace", 3, 7,
            f"GROUPED={grouped} {family} SHIFT_G={group}",
            config.override(lambda c: cfg),
-           mock.patch.object(config, "GROUPED_ORDER", grouped),
+           mock.patch.object(launch_params, "GROUPED_ORDER", grouped),
            mock.patch.object(runtime.launch, "shift_group", lambda c, cfg: group),
            mock.patch.object(runtime.launch, "launch", spy))
     want = (family, 16, True, 1) if grouped else (family, 16, False, group)

@@ -28,7 +28,7 @@ import rltriton as H
 import torch
 
 from scangen import runtime
-from scangen.runtime import config
+from scangen.runtime import launch_params
 
 
 def graph(thunks, calls=20):
@@ -59,10 +59,10 @@ for shape in args.shapes.split(","):
             for _ in range(8)]
     graphs = {}
     for order, grouped in (("natural", False), ("grouped", True)):
-        config.GROUPED_ORDER = grouped
+        launch_params.GROUPED_ORDER = grouped
         runtime.PLANS.clear()
         graphs[order] = graph([H.side_fn("sg", args.algo, sg) for sg, _, _ in sets])
-    config.GROUPED_ORDER = True
+    launch_params.GROUPED_ORDER = True
     runtime.PLANS.clear()
     graphs["rl-triton"] = graph([H.side_fn("rt", args.algo, rt) for _, rt, _ in sets])
     times = {k: [] for k in graphs}

@@ -6,7 +6,7 @@ parts of its look-back left out (H200.md's method: time variants, take differenc
 
 Variants of each module's look-back (string edits of generated/<algo>.py, loaded beside it; the
 look-back itself is scangen.kernels.common.lookback / lookback_joint, which a variant copies):
-  default  as generated (the window and wait runtime.config.lookback_window and lookback_spin pick)
+  default  as generated (the window and wait runtime.launch_params.lookback_window and lookback_spin pick)
   @<name>  another build of the module, from ab_base/<algo>_<name>.py at the checkout's root (an A/B
            against an earlier commit's modules: git show <rev>:generated/<algo>.py; ab_base/
            is git-ignored); a variant named twice is timed twice

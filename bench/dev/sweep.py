@@ -38,6 +38,7 @@ import scangen  # noqa: E402
 from scangen import runtime  # noqa: E402
 from scangen.benchmark.inputs import apply_no_trunc  # noqa: E402
 from scangen.runtime import config as sg_config  # noqa: E402
+from scangen.runtime import launch_params as sg_launch_params  # noqa: E402
 from scangen.runtime.config import Config  # noqa: E402
 from scangen.testing import (  # noqa: E402
     as_time_major, assert_close, compile_variant, make_inputs)
@@ -244,13 +245,13 @@ def main() -> None:
                         help=f"--tm-lanes candidates' {key} (default "
                              f"{','.join(map(str, TM_LANES_SWEEP[key]))})")
     ap.add_argument("--tm-window", type=int, default=None,
-                    help="runtime.config.TM_LB_WINDOW for this run (the row-tile look-back's window)")
+                    help="runtime.launch_params.TM_LB_WINDOW for this run (the row-tile look-back's window)")
     ap.add_argument("--sets", action="store_true",
                     help="cycle through copies of the inputs (up to 16, 3x the L2 in all), as "
                          "bench/rltriton.py does, so that calls read from memory, not L2")
     args = ap.parse_args()
     if args.tm_window:
-        sg_config.TM_LB_WINDOW = args.tm_window
+        sg_launch_params.TM_LB_WINDOW = args.tm_window
     for key in TM_LB_SWEEP:
         if getattr(args, f"tm_lb_{key}"):
             TM_LB_SWEEP[key] = tuple(int(x) for x in getattr(args, f"tm_lb_{key}").split(","))
@@ -320,7 +321,7 @@ def main() -> None:
         runtime.PLANS.clear()
         (args.out / f"sweep{'' if parts == 1 else part}.json").write_text(
             json.dumps(dict(bandwidth_gbs=bw, dtype=args.dtype, graph=args.graph, sets=args.sets,
-                            tm_lb_window=sg_config.TM_LB_WINDOW,
+                            tm_lb_window=sg_launch_params.TM_LB_WINDOW,
                             gpu=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows),
                        indent=1))
     if args.compile_only:

@@ -59,7 +59,7 @@ class ScanGroup:
 class TritonPlan:
     grouped: bool                     # reverse scans in grouped step order (scan_order)
     # [N, T, K] specs (one step a thread): the order is the launch's, the GROUPED constexpr
-    # (runtime.config.grouped_order): the chunk's steps in reverse, scanned forward, or natural
+    # (runtime.launch_params.grouped_order): the chunk's steps in reverse, scanned forward, or natural
     grouped_choice: bool
     row_loads: tuple[RowLoad, ...]
     loads: tuple[TileLoad, ...]

@@ -102,7 +102,7 @@ def lookback(ws_a, ws_b, ws_s, slot, step, agg_a, agg_b, init, WINDOW: tl.conste
     WINDOW predecessors at a time (their three words in one round trip to L2), nearest first, up
     to the nearest inclusive state; it reads again until every aggregate before that state is
     written, then composes them with one small scan, so a chain of P predecessors costs about
-    P / WINDOW round trips. WINDOW is chosen per call (scangen.runtime.config.lookback_window),
+    P / WINDOW round trips. WINDOW is chosen per call (scangen.runtime.launch_params.lookback_window),
     and so is SPIN (lookback_spin): whether to wait on the nearest predecessor's aggregate
     alone, one word at a time, before the first window, which keeps the many waiting programs
     of rows of thousands of chunks from reading whole windows."""

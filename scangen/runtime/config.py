@@ -12,7 +12,8 @@ the current one).
 Time-major buffers (rows adjacent in memory) get wide row tiles and short chunks instead, so
 each step's loads are coalesced across rows. The numbers behind the constants come from
 bench/dev/sweep.py and the probes beside it (bench/NOTES.md, "Decisions"); docs/runtime.md
-states the rule.
+states the rule. The launch parameters beyond the tile (the look-back's window, wait, order and
+grid, the persist grid, the step order) are chosen per call in :mod:`.launch_params`.
 ``SCANGEN_FAMILY=stream|persist|lookback`` forces a family (for tests and measurements).
 """
 from __future__ import annotations
@@ -123,6 +124,11 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+def sm_count(device) -> int:
+    """The multiprocessors of a CUDA ``device``."""
+    return _sm_count(device.index or 0)
+
+
 # The look-back family (T split across programs): chunks of 2048 steps on 4 warps, longer
 # where that would leave too few programs per SM (4096; then 8192 on 8 warps, 32 steps a thread
 # as 4096 on 4), shorter (1024) for calls that move LOOKBACK_MANY_TENSORS or more [N, T]
@@ -143,7 +149,7 @@ FAMILIES = ("stream", "persist", "lookback")
 # TM_LOOKBACK_PROGRAMS_PER_SM tiles of TM_ROWS rows per SM and rows of TM_LOOKBACK_MIN_T steps
 # or more: TM_LB_ROWS rows (TM_LB_JOINT_ROWS for a joint pair of scans, whose seven words a
 # row cost registers) and TM_LB_TILE elements a tile (half for calls moving
-# LOOKBACK_MANY_TENSORS [N, T] tensors or more); TM_LB_WINDOW predecessors x rows a round trip.
+# LOOKBACK_MANY_TENSORS [N, T] tensors or more); their window: launch_params.TM_LB_WINDOW.
 # Swept on the H200 (results/h200-2026-12-01-i-tm-sweep.txt, graph replays over rotated
 # inputs): longer chunks win (fewer look-back links a tile), 32 rows where registers allow.
 TM_LOOKBACK_PROGRAMS_PER_SM = 4
@@ -151,7 +157,6 @@ TM_LOOKBACK_MIN_T = 512
 TM_LB_ROWS = 32
 TM_LB_JOINT_ROWS = 8
 TM_LB_TILE = 4096
-TM_LB_WINDOW = 16
 # ... with a trailing axis (K > 1, Retrace): tiles of TM_LB_K_ROWS rows and TM_LB_K_TILE
 # elements (K included), 8 x 32 x 8 for Retrace (results/h200-2026-12-01-i-tm-retrace.txt:
 # 1024x1024 159 -> 66 us, 256x8192 220 -> 126, 64x65536 419 -> 272, against the stream tiles
@@ -354,94 +359,6 @@ def _shape_config(c, rows: int, block_k: int, kk: int, time_major: bool) -> Conf
           and _streams(c) >= PERSIST_TENSORS and sms):
         return Config(1, block_t, block_k, 1, "stream", num_stages=1)
     return Config(block_n, block_t, block_k, NUM_WARPS, "stream")
-
-
-# ------------------------------------------------ look-back and persist tuning (per call)
-
-PERSISTENT_PER_SM = 4  # programs per SM of the persist family's kernels
-
-
-def persistent_programs(c) -> int:
-    """Programs of a persist-family kernel: a few per SM on a GPU; three on the CPU, so that
-    the interpreter runs programs that stride over tiles."""
-    if c.device.type != "cuda":
-        return 3
-    return PERSISTENT_PER_SM * _sm_count(c.device.index or 0)
-
-
-# The look-back's window (predecessors read per round trip): small where a row has few chunks
-# (less to read and reduce), wide on 8 warps for look-backs of one scan (3 words a predecessor,
-# two words a thread), else 128; look-backs over a trailing axis (K > 1: thousands of short
-# chunks a row) read the small window. bench/NOTES.md has the sweeps behind each number.
-LB_SMALL_WINDOW = 32
-LB_WINDOW = 128
-LB_WIDE_WINDOW = 512
-LB_WIDE_WORDS = 3  # words a predecessor, at most, for the wide window
-
-
-def lookback_window(c, cfg, words: int = 3) -> int:
-    """Predecessors the look-back reads per round trip (the kernels' LB_WINDOW); ``words``: the
-    words it reads per predecessor (3 per scan, 7 per joint pair). A constexpr of every kernel:
-    fixed for the other families, which do not use it, so that a new T does not make Triton
-    compile them again."""
-    if cfg.family != "lookback":
-        return LB_WINDOW
-    if cfg.block_n > 1:  # a tile of rows reads WINDOW x BLOCK_N words a round trip
-        return TM_LB_WINDOW
-    if row_chunks(c, cfg) <= LB_SMALL_WINDOW or cfg.block_k > 1:
-        return LB_SMALL_WINDOW
-    return LB_WIDE_WINDOW if cfg.num_warps >= 8 and words <= LB_WIDE_WORDS else LB_WINDOW
-
-
-# Rows of more chunks than this wait on the nearest predecessor's aggregate, one word at a time,
-# before reading whole windows (the kernels' LB_SPIN): the many waiting programs of such rows
-# otherwise keep reading whole windows; rows of fewer chunks run faster without the wait.
-LB_SPIN_CHUNKS = 4096
-
-
-def lookback_spin(c, cfg) -> bool:
-    """Whether the look-back first waits on its nearest predecessor alone (LB_SPIN; False for
-    the other families, as in lookback_window)."""
-    return cfg.family == "lookback" and row_chunks(c, cfg) > LB_SPIN_CHUNKS
-
-
-# Look-back grids of at least this many programs per SM take each program's chunk from its id
-# (the kernels' LB_PID), not from a ticket of the atomic counter, whose round trip every load of
-# the program waits on. With every program resident at once (fewer per SM), tickets win: they
-# hand out chunks in the order programs actually start.
-LB_PID_PROGRAMS_PER_SM = 8
-
-
-def lookback_pid(c, cfg) -> bool:
-    """Whether look-back programs take their chunks in the order of their ids (LB_PID) rather
-    than from tickets; False for the other families and off the GPU (as in lookback_window)."""
-    if cfg.family != "lookback" or c.device.type != "cuda":
-        return False
-    return lookback_tickets(c, cfg) >= LB_PID_PROGRAMS_PER_SM * _sm_count(c.device.index or 0)
-
-
-# Kernels that take GROUPED (reverse specs with [N, T, K] inputs, one step a thread: Retrace)
-# run every chunk with its steps reversed in the columns and scan it forward, instead of a
-# reverse scan over the steps in order, whose lane reversal costs shuffles. Faster or the same
-# at every shape measured (bench/dev/order_ab.py, results/h200-2026-12-01-h-order-ab.txt, graph
-# replays): 32768x16 25.4 -> 21.7 us, 16384x64 44.2 -> 36.6, 128x1024 11.2 -> 10.6, 1.00x-1.03x
-# from 4096x128 to 16384x1024. False: the natural order everywhere (for A/B runs).
-GROUPED_ORDER = True
-
-
-def grouped_order(c, cfg) -> bool:
-    """Whether a kernel that takes GROUPED runs its chunks in reversed step order."""
-    return GROUPED_ORDER
-
-
-def lookback_tickets(c, cfg) -> int:
-    """The look-back kernel's grid: one program per ticket (row tile, chunk)."""
-    return -(-(c.R1 * c.R2) // cfg.block_n) * row_chunks(c, cfg)
-
-
-def row_chunks(c, cfg) -> int:
-    """Chunks of BLOCK_T steps in a row."""
-    return -(-c.T // cfg.block_t)
 
 
 def on_change(fn) -> None:

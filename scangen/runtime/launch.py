@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from .. import abi
-from . import config, workspace
+from . import config, launch_params, workspace
 from .backends import interpreting
 
 
@@ -73,14 +73,14 @@ def _first_launch(c, cfg, lp, persist: bool) -> None:
     lp.lean = shared is not None
     # reversed columns (GROUPED) hold one step a thread: the register shift's groups (SHIFT_G)
     # assume steps in order, so a grouped launch takes the plain shifted loads
-    grouped = ks.grouped and config.grouped_order(c, cfg)
+    grouped = ks.grouped and launch_params.grouped_order(c, cfg)
     tile = dict(EVEN=even(c, cfg), ONE_CHUNK=one_chunk(c, cfg),
                 K_DENSE=ks.k_dense and k_dense(c, cfg),
                 SHIFT_G=shift_group(c, cfg) if ks.shift_g and not grouped else 1,
                 GROUPED=grouped,
                 BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k,
-                ACC=_acc(c.acc), LB_WINDOW=config.lookback_window(c, cfg, ks.lb_words),
-                LB_SPIN=config.lookback_spin(c, cfg), LB_PID=config.lookback_pid(c, cfg))
+                ACC=_acc(c.acc), LB_WINDOW=launch_params.lookback_window(c, cfg, ks.lb_words),
+                LB_SPIN=launch_params.lookback_spin(c, cfg), LB_PID=launch_params.lookback_pid(c, cfg))
     strides = {"input": c.strides, "param": c.pstrides, "output": c.out_strides}
     ints, meta = [], {}
     for a in abi.op_kernel_args(c.op, workspace=False, lean=lp.lean):
@@ -103,9 +103,9 @@ def _first_launch(c, cfg, lp, persist: bool) -> None:
             meta[a.name] = c.is_tensor(a.of)
     tiles = -(-(c.R1 * c.R2) // cfg.block_n)  # row tiles
     if cfg.family == "lookback":  # one program per ticket (row, chunk)
-        grid = (config.lookback_tickets(c, cfg),)
+        grid = (launch_params.lookback_tickets(c, cfg),)
     elif cfg.family == "persist" and persist:
-        grid = (min(tiles, config.persistent_programs(c)),)
+        grid = (min(tiles, launch_params.persistent_programs(c)),)
     else:
         grid = (tiles,)
     lp.ints, lp.grid, lp.meta = tuple(ints), grid, meta

@@ -12,7 +12,7 @@ import functools
 
 import torch
 
-from .config import lookback_tickets
+from .launch_params import lookback_tickets
 
 
 def lookback_workspace(c, cfg, n_words: int):

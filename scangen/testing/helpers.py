@@ -240,9 +240,9 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
     specialises as it does for time-major ``[T, N]`` buffers with N a multiple of 16 instead:
     row strides and ``R2`` equal to 1 (one row dimension), time strides divisible by 16.
     ``lb_window``, ``lb_spin``, ``lb_pid``: the look-back's window, wait and order
-    (runtime.config.lookback_window, lookback_spin and lookback_pid). ``lean``: the family's
+    (runtime.launch_params.lookback_window, lookback_spin and lookback_pid). ``lean``: the family's
     lean entry kernel (scangen.abi.lean_args), which calls the full one. ``grouped``: the
-    GROUPED step order of kernels that take it (runtime.config.grouped_order; SHIFT_G is then 1).
+    GROUPED step order of kernels that take it (runtime.launch_params.grouped_order; SHIFT_G is then 1).
     ``one_chunk``: the ONE_CHUNK constexpr (runtime.launch.one_chunk: T <= BLOCK_T).
     ``fixed``: integer arguments compiled as constants (``{"T": 1024}``), for what-if reports.
     """
