@@ -415,7 +415,7 @@ def check_spec(cache_dir, d, inputs, params, launch, chain="sequential"):
                          name=f"{name} ({backend}, float64)\n{text}")
 
 
-@budget(40)
+@budget(30)
 @given(data=st.data())
 def test_random_affine_specs_agree(cache_dir, data):
     d = data.draw(affine_spec(), label="spec")
@@ -633,7 +633,7 @@ def _grads(fn, inputs, params, names, backend):
     return {k: (g if g is not None else torch.zeros_like(leaves[k])) for k, g in zip(leaves, got)}
 
 
-@budget(20)
+@budget(16)
 @given(data=st.data())
 def test_random_specs_generated_backward_matches_autograd(cache_dir, data):
     """The generated adjoint kernel (scangen.compiler.adjoint) against autograd through the generated
