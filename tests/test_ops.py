@@ -17,7 +17,7 @@ from scangen import runtime
 from scangen.generated.gae_triton import _lookback as _gae_lookback
 from scangen.generated.gae_triton import _lookback_rows as _gae_lookback_rows
 from scangen.generated.masked_gae_triton import _lookback_joint_rows as _joint_lookback_rows
-from scangen.testing import assert_close, make_inputs
+from scangen.testing import as_time_major, assert_close, make_inputs
 
 ALGOS = sorted(reference.REFERENCES)
 # The interpreter runs kernels in numpy: long rows stay on the GPU.
@@ -273,12 +273,10 @@ def test_time_major_tiles_of_light_calls(name, N, T, tile):
     from scangen.runtime.config import Config, override
     inputs = make_inputs(name, N, T, seed=N)
     expected = _tuple(reference.REFERENCES[name](**inputs))
-    tm = {k: v.transpose(0, 1).contiguous() if torch.is_tensor(v) and v.dim() >= 2 else v
-          for k, v in inputs.items()}
     with override(lambda c: Config(tile[0], tile[1], 1, tile[2], "stream")):
-        got = _run(name, tm, "triton", time_dim=0)
+        got = _run(name, as_time_major(inputs), "triton")
     for g, e in zip(got, expected):
-        assert_close(g.transpose(0, 1), e, dtype=g.dtype, name=name)
+        assert_close(g, e, dtype=g.dtype, name=name)
 
 
 @pytest.mark.parametrize("name", ["compute_gae", "compute_masked_gae"])
