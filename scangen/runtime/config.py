@@ -200,7 +200,7 @@ def _gpu_family(c, rows: int, kk: int, cfg: Config, time_major: bool) -> str:
       tensors to move.
     - Otherwise fewer rows than two per SM, and long rows: "lookback"; the rest: "stream".
     H200 measurements behind it: bench/NOTES.md (fourth and ninth rounds)."""
-    sms = _sm_count(c.device.index or 0)
+    sms = sm_count(c.device)
     long_rows = c.T >= LOOKBACK_MIN_T
     if time_major:
         few = -(-rows // TM_ROWS) < TM_LOOKBACK_PROGRAMS_PER_SM * sms
@@ -240,7 +240,7 @@ def choose_config(c) -> Config:
     if family == "lookback":
         return _lookback_config(c, rows, block_k, kk, time_major)
     if (family == "persist" and _streams(c) >= PERSIST_TENSORS and c.device.type == "cuda"
-            and rows >= 2 * _sm_count(c.device.index or 0)):
+            and rows >= 2 * sm_count(c.device)):
         # persist for the tensors it moves (not for few rows): one row, PERSIST_TILE steps
         return cfg._replace(block_n=1, block_t=PERSIST_TILE, family=family)
     return cfg._replace(family=family)
@@ -258,7 +258,7 @@ def _lookback_config(c, rows: int, block_k: int, kk: int, time_major: bool = Fal
         block_n = min(tile_rows, _pow2(rows))
         block_t = max(16, min(tile // block_n, _pow2(c.T) // 2))
         if kk == 1 and c.device.type == "cuda":
-            want = TM_LB_MIN_PROGRAMS_PER_SM * _sm_count(c.device.index or 0)
+            want = TM_LB_MIN_PROGRAMS_PER_SM * sm_count(c.device)
             while -(-rows // block_n) * -(-c.T // block_t) < want:
                 if block_n > TM_LB_MIN_ROWS:
                     block_n //= 2
@@ -271,7 +271,7 @@ def _lookback_config(c, rows: int, block_k: int, kk: int, time_major: bool = Fal
         return Config(1, max(16, min(LOOKBACK_K_TILE // kk, _pow2(c.T))), block_k, NUM_WARPS,
                       "lookback")
     block_t = LOOKBACK_BLOCK_T
-    sms = _sm_count(c.device.index or 0) if c.device.type == "cuda" else 0
+    sms = sm_count(c.device) if c.device.type == "cuda" else 0
     warps = LOOKBACK_WARPS
 
     def programs(chunk):
@@ -290,7 +290,7 @@ def _lookback_config(c, rows: int, block_k: int, kk: int, time_major: bool = Fal
 
 def _shape_config(c, rows: int, block_k: int, kk: int, time_major: bool) -> Config:
     """The tile of the stream families (stream and persist) for this shape and layout."""
-    sms = _sm_count(c.device.index or 0) if c.device.type == "cuda" else 0
+    sms = sm_count(c.device) if c.device.type == "cuda" else 0
     want = 2 * sms or 1
     if time_major and kk == 1:
         # Time-major buffers ([T, N], rows adjacent in memory): tiles of 16 rows (64 bytes of
