@@ -74,11 +74,14 @@ def _discounted_returns_grad_chunked_kernel(
     ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
     # carrying each row's scan state across chunks (forward in time).
     _rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
     _r2 = (_rows % R2).to(tl.int64)
@@ -257,7 +260,7 @@ def _discounted_returns_grad_persist_kernel(
     ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
     # through time in chunks of BLOCK_T steps (forward in time), one item (tile, chunk)
@@ -278,6 +281,9 @@ def _discounted_returns_grad_persist_kernel(
     _c = (0) % _n_chunks
     _chunk = _c
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
     _r2 = (_rows % R2).to(tl.int64)
@@ -345,6 +351,9 @@ def _discounted_returns_grad_persist_kernel(
         _c = (_i + 1) % _n_chunks
         _chunk = _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
         _r2 = (_rows % R2).to(tl.int64)
@@ -411,6 +420,9 @@ def _discounted_returns_grad_persist_kernel(
         _c = (_i) % _n_chunks
         _chunk = _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
         _r2 = (_rows % R2).to(tl.int64)
@@ -567,7 +579,7 @@ def _discounted_returns_grad_lookback_kernel(
     ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # Few rows, long T: the whole GPU works on every row. Each (row tile, chunk) is one ticket
     # (a tile: one row, or BLOCK_N adjacent rows of a time-major buffer; all tiles' first
@@ -612,6 +624,9 @@ def _discounted_returns_grad_lookback_kernel(
             else:
                 tl.store(_ws_clear + _w * _n_words + tl.arange(0, BLOCK_N), -1)
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
     _r2 = (_rows % R2).to(tl.int64)
@@ -764,7 +779,7 @@ def _discounted_returns_grad_chunked_lean(
     STORE_d__bootstrap_values: tl.constexpr, STORE_d__gamma: tl.constexpr, EVEN: tl.constexpr,
     ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
     BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
-    LB_PID: tl.constexpr,
+    LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # _discounted_returns_grad_chunked_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -775,7 +790,7 @@ def _discounted_returns_grad_chunked_lean(
         0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds,
         HAS_bootstrap_values, HAS_gy__returns, False, STORE_d__rewards, STORE_d__bootstrap_values,
         STORE_d__gamma, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW,
-        LB_SPIN, LB_PID,
+        LB_SPIN, LB_PID, LANES,
     )
 
 
@@ -788,7 +803,7 @@ def _discounted_returns_grad_persist_lean(
     STORE_d__bootstrap_values: tl.constexpr, STORE_d__gamma: tl.constexpr, EVEN: tl.constexpr,
     ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
     BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
-    LB_PID: tl.constexpr,
+    LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # _discounted_returns_grad_persist_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -799,7 +814,7 @@ def _discounted_returns_grad_persist_lean(
         0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds,
         HAS_bootstrap_values, HAS_gy__returns, False, STORE_d__rewards, STORE_d__bootstrap_values,
         STORE_d__gamma, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW,
-        LB_SPIN, LB_PID,
+        LB_SPIN, LB_PID, LANES,
     )
 
 
@@ -812,7 +827,7 @@ def _discounted_returns_grad_lookback_lean(
     STORE_d__bootstrap_values: tl.constexpr, STORE_d__gamma: tl.constexpr, EVEN: tl.constexpr,
     ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
     BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
-    LB_PID: tl.constexpr,
+    LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # _discounted_returns_grad_lookback_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -823,7 +838,7 @@ def _discounted_returns_grad_lookback_lean(
         _st, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds,
         HAS_bootstrap_values, HAS_gy__returns, False, STORE_d__rewards, STORE_d__bootstrap_values,
         STORE_d__gamma, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW,
-        LB_SPIN, LB_PID,
+        LB_SPIN, LB_PID, LANES,
     )
 
 

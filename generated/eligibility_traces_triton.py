@@ -60,11 +60,14 @@ def _eligibility_traces_chunked_kernel(
     ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
     # carrying each row's scan state across chunks (forward in time).
     _rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
     _r2 = (_rows % R2).to(tl.int64)
@@ -183,7 +186,7 @@ def _eligibility_traces_persist_kernel(
     ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
     # through time in chunks of BLOCK_T steps (forward in time), one item (tile, chunk)
@@ -204,6 +207,9 @@ def _eligibility_traces_persist_kernel(
     _c = (0) % _n_chunks
     _chunk = _c
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
     _r2 = (_rows % R2).to(tl.int64)
@@ -245,6 +251,9 @@ def _eligibility_traces_persist_kernel(
         _c = (_i + 1) % _n_chunks
         _chunk = _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
         _r2 = (_rows % R2).to(tl.int64)
@@ -285,6 +294,9 @@ def _eligibility_traces_persist_kernel(
         _c = (_i) % _n_chunks
         _chunk = _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
         _r2 = (_rows % R2).to(tl.int64)
@@ -390,7 +402,7 @@ def _eligibility_traces_lookback_kernel(
     ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # Few rows, long T: the whole GPU works on every row. Each (row tile, chunk) is one ticket
     # (a tile: one row, or BLOCK_N adjacent rows of a time-major buffer; all tiles' first
@@ -435,6 +447,9 @@ def _eligibility_traces_lookback_kernel(
             else:
                 tl.store(_ws_clear + _w * _n_words + tl.arange(0, BLOCK_N), -1)
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
     _r2 = (_rows % R2).to(tl.int64)
@@ -537,7 +552,7 @@ def _eligibility_traces_chunked_lean(
     _s2, _st, _n1, _n2, R1, R2, T, K, HAS_seed_values: tl.constexpr, STORE_traces: tl.constexpr,
     STORE_st__z: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # _eligibility_traces_chunked_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -545,7 +560,7 @@ def _eligibility_traces_chunked_lean(
         gradients__ptr, dones__ptr, seed_values__ptr, gamma, gamma, lambda_, lambda_, traces__optr,
         st__z__optr, _s1, _s2, _st, _s1, _s2, _st, _n1, _n2, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st,
         _s1, _s2, _st, R1, R2, T, K, HAS_seed_values, False, False, STORE_traces, STORE_st__z, EVEN,
-        ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES,
     )
 
 
@@ -555,7 +570,7 @@ def _eligibility_traces_persist_lean(
     _s2, _st, _n1, _n2, R1, R2, T, K, HAS_seed_values: tl.constexpr, STORE_traces: tl.constexpr,
     STORE_st__z: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # _eligibility_traces_persist_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -563,7 +578,7 @@ def _eligibility_traces_persist_lean(
         gradients__ptr, dones__ptr, seed_values__ptr, gamma, gamma, lambda_, lambda_, traces__optr,
         st__z__optr, _s1, _s2, _st, _s1, _s2, _st, _n1, _n2, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st,
         _s1, _s2, _st, R1, R2, T, K, HAS_seed_values, False, False, STORE_traces, STORE_st__z, EVEN,
-        ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES,
     )
 
 
@@ -574,7 +589,7 @@ def _eligibility_traces_lookback_lean(
     STORE_traces: tl.constexpr, STORE_st__z: tl.constexpr, EVEN: tl.constexpr,
     ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
     BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
-    LB_PID: tl.constexpr,
+    LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # _eligibility_traces_lookback_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -582,7 +597,7 @@ def _eligibility_traces_lookback_lean(
         gradients__ptr, dones__ptr, seed_values__ptr, gamma, gamma, lambda_, lambda_, traces__optr,
         st__z__optr, _ws, _s1, _s2, _st, _s1, _s2, _st, _n1, _n2, 0, 0, 0, 0, 0, 0, 0, _s1, _s2,
         _st, _s1, _s2, _st, R1, R2, T, K, HAS_seed_values, False, False, STORE_traces, STORE_st__z,
-        EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES,
     )
 
 

@@ -70,11 +70,14 @@ def _episodic_prefix_sum_grad_chunked_kernel(
     ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
     # carrying each row's scan state across chunks (reverse in time).
     _rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
     _r2 = (_rows % R2).to(tl.int64)
@@ -227,7 +230,7 @@ def _episodic_prefix_sum_grad_persist_kernel(
     ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
     # through time in chunks of BLOCK_T steps (reverse in time), one item (tile, chunk)
@@ -254,6 +257,9 @@ def _episodic_prefix_sum_grad_persist_kernel(
     _c = (0) % _n_chunks
     _chunk = _n_chunks - 1 - _c
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
     _r2 = (_rows % R2).to(tl.int64)
@@ -306,6 +312,9 @@ def _episodic_prefix_sum_grad_persist_kernel(
         _c = (_i + 1) % _n_chunks
         _chunk = _n_chunks - 1 - _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
         _r2 = (_rows % R2).to(tl.int64)
@@ -357,6 +366,9 @@ def _episodic_prefix_sum_grad_persist_kernel(
         _c = (_i) % _n_chunks
         _chunk = _n_chunks - 1 - _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
         _r2 = (_rows % R2).to(tl.int64)
@@ -487,7 +499,7 @@ def _episodic_prefix_sum_grad_lookback_kernel(
     ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # Few rows, long T: the whole GPU works on every row. Each (row tile, chunk) is one ticket
     # (a tile: one row, or BLOCK_N adjacent rows of a time-major buffer; all tiles' first
@@ -532,6 +544,9 @@ def _episodic_prefix_sum_grad_lookback_kernel(
             else:
                 tl.store(_ws_clear + _w * _n_words + tl.arange(0, BLOCK_N), -1)
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
     _r2 = (_rows % R2).to(tl.int64)
@@ -662,7 +677,7 @@ def _episodic_prefix_sum_grad_chunked_lean(
     STORE_d__seed_values: tl.constexpr, STORE_d__boundary: tl.constexpr, EVEN: tl.constexpr,
     ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
     BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
-    LB_PID: tl.constexpr,
+    LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # _episodic_prefix_sum_grad_chunked_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -672,7 +687,7 @@ def _episodic_prefix_sum_grad_chunked_lean(
         _n2, 0, _s1, _s2, _st, _s1, _s2, _st, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st,
         R1, R2, T, K, HAS_seed_values, HAS_gy__sums, False, STORE_d__inputs, STORE_d__seed_values,
         STORE_d__boundary, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW,
-        LB_SPIN, LB_PID,
+        LB_SPIN, LB_PID, LANES,
     )
 
 
@@ -684,7 +699,7 @@ def _episodic_prefix_sum_grad_persist_lean(
     STORE_d__seed_values: tl.constexpr, STORE_d__boundary: tl.constexpr, EVEN: tl.constexpr,
     ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
     BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
-    LB_PID: tl.constexpr,
+    LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # _episodic_prefix_sum_grad_persist_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -694,7 +709,7 @@ def _episodic_prefix_sum_grad_persist_lean(
         _n2, 0, _s1, _s2, _st, _s1, _s2, _st, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st,
         R1, R2, T, K, HAS_seed_values, HAS_gy__sums, False, STORE_d__inputs, STORE_d__seed_values,
         STORE_d__boundary, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW,
-        LB_SPIN, LB_PID,
+        LB_SPIN, LB_PID, LANES,
     )
 
 
@@ -706,7 +721,7 @@ def _episodic_prefix_sum_grad_lookback_lean(
     STORE_d__seed_values: tl.constexpr, STORE_d__boundary: tl.constexpr, EVEN: tl.constexpr,
     ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
     BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
-    LB_PID: tl.constexpr,
+    LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # _episodic_prefix_sum_grad_lookback_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -716,7 +731,7 @@ def _episodic_prefix_sum_grad_lookback_lean(
         _n1, _n2, 0, _s1, _s2, _st, _s1, _s2, _st, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2,
         _st, R1, R2, T, K, HAS_seed_values, HAS_gy__sums, False, STORE_d__inputs,
         STORE_d__seed_values, STORE_d__boundary, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T,
-        BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES,
     )
 
 

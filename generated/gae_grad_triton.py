@@ -109,11 +109,14 @@ def _gae_grad_chunked_kernel(
     ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
     # carrying each row's scan state across chunks (forward in time).
     _rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
     _r2 = (_rows % R2).to(tl.int64)
@@ -377,7 +380,7 @@ def _gae_grad_persist_kernel(
     ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
     # through time in chunks of BLOCK_T steps (forward in time), one item (tile, chunk)
@@ -398,6 +401,9 @@ def _gae_grad_persist_kernel(
     _c = (0) % _n_chunks
     _chunk = _c
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
     _r2 = (_rows % R2).to(tl.int64)
@@ -486,6 +492,9 @@ def _gae_grad_persist_kernel(
         _c = (_i + 1) % _n_chunks
         _chunk = _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
         _r2 = (_rows % R2).to(tl.int64)
@@ -573,6 +582,9 @@ def _gae_grad_persist_kernel(
         _c = (_i) % _n_chunks
         _chunk = _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
         _r2 = (_rows % R2).to(tl.int64)
@@ -811,7 +823,7 @@ def _gae_grad_lookback_kernel(
     ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # Few rows, long T: the whole GPU works on every row. Each (row tile, chunk) is one ticket
     # (a tile: one row, or BLOCK_N adjacent rows of a time-major buffer; all tiles' first
@@ -856,6 +868,9 @@ def _gae_grad_lookback_kernel(
             else:
                 tl.store(_ws_clear + _w * _n_words + tl.arange(0, BLOCK_N), -1)
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
     _r2 = (_rows % R2).to(tl.int64)
@@ -1062,7 +1077,7 @@ def _gae_grad_chunked_lean(
     STORE_d__last_value: tl.constexpr, STORE_d__gamma: tl.constexpr, STORE_d__lambda_: tl.constexpr,
     EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
-    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # _gae_grad_chunked_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -1076,7 +1091,7 @@ def _gae_grad_chunked_lean(
         R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values, HAS_last_value, HAS_gy__advantages,
         HAS_gy__returns, False, False, STORE_d__rewards, STORE_d__values, STORE_d__bootstrap_values,
         STORE_d__last_value, STORE_d__gamma, STORE_d__lambda_, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N,
-        BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES,
     )
 
 
@@ -1092,7 +1107,7 @@ def _gae_grad_persist_lean(
     STORE_d__last_value: tl.constexpr, STORE_d__gamma: tl.constexpr, STORE_d__lambda_: tl.constexpr,
     EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
-    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # _gae_grad_persist_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -1106,7 +1121,7 @@ def _gae_grad_persist_lean(
         R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values, HAS_last_value, HAS_gy__advantages,
         HAS_gy__returns, False, False, STORE_d__rewards, STORE_d__values, STORE_d__bootstrap_values,
         STORE_d__last_value, STORE_d__gamma, STORE_d__lambda_, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N,
-        BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES,
     )
 
 
@@ -1122,7 +1137,7 @@ def _gae_grad_lookback_lean(
     STORE_d__last_value: tl.constexpr, STORE_d__gamma: tl.constexpr, STORE_d__lambda_: tl.constexpr,
     EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr,
-    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # _gae_grad_lookback_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -1136,7 +1151,7 @@ def _gae_grad_lookback_lean(
         _s2, _st, R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values, HAS_last_value,
         HAS_gy__advantages, HAS_gy__returns, False, False, STORE_d__rewards, STORE_d__values,
         STORE_d__bootstrap_values, STORE_d__last_value, STORE_d__gamma, STORE_d__lambda_, EVEN,
-        ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES,
     )
 
 

@@ -69,11 +69,14 @@ def _masked_gae_chunked_kernel(
     ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
     # carrying each row's scan state across chunks (reverse in time).
     _rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
     _r2 = (_rows % R2).to(tl.int64)
@@ -209,7 +212,7 @@ def _masked_gae_persist_kernel(
     ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
     # through time in chunks of BLOCK_T steps (reverse in time), one item (tile, chunk)
@@ -235,6 +238,9 @@ def _masked_gae_persist_kernel(
     _c = (0) % _n_chunks
     _chunk = _n_chunks - 1 - _c
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
     _r2 = (_rows % R2).to(tl.int64)
@@ -270,6 +276,9 @@ def _masked_gae_persist_kernel(
         _c = (_i + 1) % _n_chunks
         _chunk = _n_chunks - 1 - _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
         _r2 = (_rows % R2).to(tl.int64)
@@ -304,6 +313,9 @@ def _masked_gae_persist_kernel(
         _c = (_i) % _n_chunks
         _chunk = _n_chunks - 1 - _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
         _r2 = (_rows % R2).to(tl.int64)
@@ -428,7 +440,7 @@ def _masked_gae_lookback_kernel(
     ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # Few rows, long T: the whole GPU works on every row. Each (row tile, chunk) is one ticket
     # (a tile: one row, or BLOCK_N adjacent rows of a time-major buffer; all tiles' first
@@ -473,6 +485,9 @@ def _masked_gae_lookback_kernel(
             else:
                 tl.store(_ws_clear + _w * _n_words + tl.arange(0, BLOCK_N), -1)
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
     _r2 = (_rows % R2).to(tl.int64)
@@ -589,7 +604,7 @@ def _masked_gae_chunked_lean(
     STORE_advantages: tl.constexpr, STORE_returns: tl.constexpr, STORE_st__nv: tl.constexpr,
     STORE_st__A: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # _masked_gae_chunked_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -598,7 +613,7 @@ def _masked_gae_chunked_lean(
         advantages__optr, returns__optr, st__nv__optr, st__A__optr, _s1, _s2, _st, _s1, _s2, _st,
         _s1, _s2, _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st,
         R1, R2, T, K, False, False, STORE_advantages, STORE_returns, STORE_st__nv, STORE_st__A,
-        EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES,
     )
 
 
@@ -609,7 +624,7 @@ def _masked_gae_persist_lean(
     STORE_advantages: tl.constexpr, STORE_returns: tl.constexpr, STORE_st__nv: tl.constexpr,
     STORE_st__A: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # _masked_gae_persist_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -618,7 +633,7 @@ def _masked_gae_persist_lean(
         advantages__optr, returns__optr, st__nv__optr, st__A__optr, _s1, _s2, _st, _s1, _s2, _st,
         _s1, _s2, _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st,
         R1, R2, T, K, False, False, STORE_advantages, STORE_returns, STORE_st__nv, STORE_st__A,
-        EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES,
     )
 
 
@@ -629,7 +644,7 @@ def _masked_gae_lookback_lean(
     STORE_advantages: tl.constexpr, STORE_returns: tl.constexpr, STORE_st__nv: tl.constexpr,
     STORE_st__A: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # _masked_gae_lookback_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -638,7 +653,7 @@ def _masked_gae_lookback_lean(
         advantages__optr, returns__optr, st__nv__optr, st__A__optr, _ws, _s1, _s2, _st, _s1, _s2,
         _st, _s1, _s2, _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2,
         _st, R1, R2, T, K, False, False, STORE_advantages, STORE_returns, STORE_st__nv, STORE_st__A,
-        EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES,
     )
 
 

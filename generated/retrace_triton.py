@@ -106,11 +106,14 @@ def _retrace_chunked_kernel(
     SHIFT_G: tl.constexpr,
     GROUPED: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
     # carrying each row's scan state across chunks (reverse in time).
     _rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
     _r2 = (_rows % R2).to(tl.int64)
@@ -361,7 +364,7 @@ def _retrace_persist_kernel(
     SHIFT_G: tl.constexpr,
     GROUPED: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
     # through time in chunks of BLOCK_T steps (reverse in time), one item (tile, chunk)
@@ -390,6 +393,9 @@ def _retrace_persist_kernel(
     _c = (0) % _n_chunks
     _chunk = _n_chunks - 1 - _c
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
     _r2 = (_rows % R2).to(tl.int64)
@@ -463,6 +469,9 @@ def _retrace_persist_kernel(
         _c = (_i + 1) % _n_chunks
         _chunk = _n_chunks - 1 - _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
         _r2 = (_rows % R2).to(tl.int64)
@@ -535,6 +544,9 @@ def _retrace_persist_kernel(
         _c = (_i) % _n_chunks
         _chunk = _n_chunks - 1 - _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
         _r2 = (_rows % R2).to(tl.int64)
@@ -755,7 +767,7 @@ def _retrace_lookback_kernel(
     SHIFT_G: tl.constexpr,
     GROUPED: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # Few rows, long T: the whole GPU works on every row. Each (row tile, chunk) is one ticket
     # (a tile: one row, or BLOCK_N adjacent rows of a time-major buffer; all tiles' first
@@ -800,6 +812,9 @@ def _retrace_lookback_kernel(
             else:
                 tl.store(_ws_clear + _w * _n_words + tl.arange(0, BLOCK_N), -1)
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
     _r2 = (_rows % R2).to(tl.int64)
@@ -992,7 +1007,7 @@ def _retrace_chunked_lean(
     STORE_advantages: tl.constexpr, STORE_st__A: tl.constexpr, EVEN: tl.constexpr,
     ONE_CHUNK: tl.constexpr, K_DENSE: tl.constexpr, SHIFT_G: tl.constexpr, GROUPED: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # _retrace_chunked_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -1005,7 +1020,7 @@ def _retrace_chunked_lean(
         _st, _k1, _k2, _kt, _kk, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st,
         _s1, _s2, _st, R1, R2, T, K, HAS_truncateds, False, False, False, False, STORE_targets,
         STORE_advantages, STORE_st__A, EVEN, ONE_CHUNK, K_DENSE, SHIFT_G, GROUPED, BLOCK_N, BLOCK_T,
-        BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES,
     )
 
 
@@ -1018,7 +1033,7 @@ def _retrace_persist_lean(
     STORE_advantages: tl.constexpr, STORE_st__A: tl.constexpr, EVEN: tl.constexpr,
     ONE_CHUNK: tl.constexpr, K_DENSE: tl.constexpr, SHIFT_G: tl.constexpr, GROUPED: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # _retrace_persist_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -1031,7 +1046,7 @@ def _retrace_persist_lean(
         _st, _k1, _k2, _kt, _kk, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st,
         _s1, _s2, _st, R1, R2, T, K, HAS_truncateds, False, False, False, False, STORE_targets,
         STORE_advantages, STORE_st__A, EVEN, ONE_CHUNK, K_DENSE, SHIFT_G, GROUPED, BLOCK_N, BLOCK_T,
-        BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES,
     )
 
 
@@ -1045,6 +1060,7 @@ def _retrace_lookback_lean(
     EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, K_DENSE: tl.constexpr, SHIFT_G: tl.constexpr,
     GROUPED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
     ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LANES: tl.constexpr,
 ):
     # _retrace_lookback_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -1057,7 +1073,7 @@ def _retrace_lookback_lean(
         _s2, _st, _k1, _k2, _kt, _kk, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2,
         _st, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds, False, False, False, False, STORE_targets,
         STORE_advantages, STORE_st__A, EVEN, ONE_CHUNK, K_DENSE, SHIFT_G, GROUPED, BLOCK_N, BLOCK_T,
-        BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID,
+        BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES,
     )
 
 

@@ -106,11 +106,14 @@ def _vtrace_chunked_kernel(
     ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
     # carrying each row's scan state across chunks (reverse in time).
     _rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
     _r2 = (_rows % R2).to(tl.int64)
@@ -333,7 +336,7 @@ def _vtrace_persist_kernel(
     ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
     # through time in chunks of BLOCK_T steps (reverse in time), one item (tile, chunk)
@@ -360,6 +363,9 @@ def _vtrace_persist_kernel(
     _c = (0) % _n_chunks
     _chunk = _n_chunks - 1 - _c
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
     _r2 = (_rows % R2).to(tl.int64)
@@ -423,6 +429,9 @@ def _vtrace_persist_kernel(
         _c = (_i + 1) % _n_chunks
         _chunk = _n_chunks - 1 - _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
         _r2 = (_rows % R2).to(tl.int64)
@@ -485,6 +494,9 @@ def _vtrace_persist_kernel(
         _c = (_i) % _n_chunks
         _chunk = _n_chunks - 1 - _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
         _r2 = (_rows % R2).to(tl.int64)
@@ -693,7 +705,7 @@ def _vtrace_lookback_kernel(
     ONE_CHUNK: tl.constexpr,
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # Few rows, long T: the whole GPU works on every row. Each (row tile, chunk) is one ticket
     # (a tile: one row, or BLOCK_N adjacent rows of a time-major buffer; all tiles' first
@@ -738,6 +750,9 @@ def _vtrace_lookback_kernel(
             else:
                 tl.store(_ws_clear + _w * _n_words + tl.arange(0, BLOCK_N), -1)
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
     _r2 = (_rows % R2).to(tl.int64)
@@ -903,7 +918,7 @@ def _vtrace_chunked_lean(
     HAS_last_value: tl.constexpr, STORE_targets: tl.constexpr, STORE_pg_advantages: tl.constexpr,
     STORE_st__A: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # _vtrace_chunked_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -916,7 +931,7 @@ def _vtrace_chunked_lean(
         _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values,
         HAS_last_value, False, False, False, False, False, STORE_targets, STORE_pg_advantages,
         STORE_st__A, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN,
-        LB_PID,
+        LB_PID, LANES,
     )
 
 
@@ -929,7 +944,7 @@ def _vtrace_persist_lean(
     HAS_last_value: tl.constexpr, STORE_targets: tl.constexpr, STORE_pg_advantages: tl.constexpr,
     STORE_st__A: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # _vtrace_persist_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -942,7 +957,7 @@ def _vtrace_persist_lean(
         _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values,
         HAS_last_value, False, False, False, False, False, STORE_targets, STORE_pg_advantages,
         STORE_st__A, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN,
-        LB_PID,
+        LB_PID, LANES,
     )
 
 
@@ -955,7 +970,7 @@ def _vtrace_lookback_lean(
     HAS_last_value: tl.constexpr, STORE_targets: tl.constexpr, STORE_pg_advantages: tl.constexpr,
     STORE_st__A: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
-    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
+    LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
 ):
     # _vtrace_lookback_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -968,7 +983,7 @@ def _vtrace_lookback_lean(
         _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values,
         HAS_last_value, False, False, False, False, False, STORE_targets, STORE_pg_advantages,
         STORE_st__A, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN,
-        LB_PID,
+        LB_PID, LANES,
     )
 
 

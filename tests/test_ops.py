@@ -279,6 +279,26 @@ def test_time_major_tiles_of_light_calls(name, N, T, tile):
         assert_close(g, e, dtype=g.dtype, name=name)
 
 
+@pytest.mark.parametrize("name", [n for n in reference.REFERENCES if n != "compute_retrace"])
+@pytest.mark.parametrize("family", ["stream", "lookback"])
+def test_time_major_tiles_a_row_a_lane(name, family):
+    """Time-major tiles of 32 rows a warp take LANES (runtime.launch.lanes: the rows' alignment
+    hidden from Triton so that each lane walks whole rows): several chunks a row and a last row
+    tile partly past the rows, in the stream and the look-back family."""
+    from scangen.runtime.config import Config, override
+    N, T = 40, 48
+    inputs = make_inputs(name, N, T, seed=T)
+    expected = _tuple(reference.REFERENCES[name](**inputs))
+    runtime.PLANS.clear()
+    with override(lambda c: Config(32, 16, 1, 1, family)):
+        got = _run(name, as_time_major(inputs), "triton")
+        (plan,) = runtime.PLANS.values()
+        assert plan.lp.meta["LANES"] is True
+    runtime.PLANS.clear()
+    for g, e in zip(got, expected):
+        assert_close(g, e, dtype=g.dtype, name=name)
+
+
 @pytest.mark.parametrize("name", ["compute_gae", "compute_masked_gae"])
 def test_lookback_with_its_first_wait(name, monkeypatch):
     """The look-back kernels with LB_SPIN on (runtime.launch_params.lookback_spin: rows of many chunks wait on

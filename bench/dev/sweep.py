@@ -85,18 +85,18 @@ def candidates(N: int, T: int, K: int, quick: bool = False, tiles=None) -> list[
 
 
 TM_LB_SWEEP = {"rows": (8, 16, 32, 64), "tiles": (512, 1024, 2048, 4096), "warps": (4,)}
-# --tm-lanes: time-major tiles whose rows fill a warp's lanes (4 fp32 a thread: 128 rows a warp, or
-# 32 or 64 rows a warp), so that Triton keeps a tile's steps in each thread's registers and the
-# scan along time needs no shuffles or shared memory; 1 or 2 warps.
-TM_LANES_SWEEP = {"rows": (32, 64, 128, 256), "steps": (4, 8, 16, 32, 64), "warps": (1, 2)}
+# --tm-lanes: time-major tiles of one or two rows a lane (runtime.launch.lanes, the LANES constexpr:
+# 32 to 64 rows a warp, each thread walking its rows' steps in registers, the scan along time with
+# no shuffles or barriers), 1, 2 or 4 warps, chunks of 16 to 64 steps.
+TM_LANES_SWEEP = {"rows": (32, 64, 128), "steps": (16, 32, 64), "warps": (1, 2, 4)}
 
 
 def time_major_lane_candidates(N: int, T: int) -> list[Config]:
-    """Stream and look-back tiles of TM_LANES_SWEEP (rows x steps on 1 or 2 warps)."""
+    """Stream and look-back tiles of TM_LANES_SWEEP (rows x steps, one or two rows a lane)."""
     out = []
     for nw in TM_LANES_SWEEP["warps"]:
         for bn in TM_LANES_SWEEP["rows"]:
-            if bn > max(32, sg_config._pow2(N)) or bn < 32 * nw:
+            if bn > max(32, sg_config._pow2(N)) or not 32 * nw <= bn <= 64 * nw:
                 continue
             for bt in TM_LANES_SWEEP["steps"]:
                 if bt > max(16, sg_config._pow2(T)) or bn * bt > 8192:
@@ -238,8 +238,8 @@ def main() -> None:
                         help=f"time-major look-back candidates' {key} (default "
                              f"{','.join(map(str, TM_LB_SWEEP[key]))})")
     ap.add_argument("--tm-lanes", action="store_true",
-                    help="time-major: sweep time_major_lane_candidates() instead (tiles whose rows "
-                         "fill the lanes of 1 or 2 warps)")
+                    help="time-major: sweep time_major_lane_candidates() instead (tiles of one or "
+                         "two rows a lane, runtime.launch.lanes)")
     for key in TM_LANES_SWEEP:
         ap.add_argument(f"--tm-lanes-{key}", default=None,
                         help=f"--tm-lanes candidates' {key} (default "

@@ -24,6 +24,8 @@ def combine(a_prev, b_prev, a_cur, b_cur):
 def flip_groups(x, BN: tl.constexpr, BT: tl.constexpr, G: tl.constexpr):
     # Reverses every group of G consecutive columns of a [BN, BT] tile. The groups are the
     # steps each thread holds (SHIFT_G), so this moves registers only, no data between threads.
+    if G == 1:  # nothing to reverse; the reshapes could still convert the tile's layout
+        return x
     return tl.reshape(tl.flip(tl.reshape(x, (BN, BT // G, G)), 2), (BN, BT))
 
 

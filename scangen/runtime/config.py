@@ -215,7 +215,7 @@ def _gpu_family(c, rows: int, kk: int, cfg: Config, time_major: bool) -> str:
     return "stream"
 
 
-def _rows_contiguous(c) -> bool:
+def rows_contiguous(c) -> bool:
     """True when the first [N, T] input has adjacent rows and strided time (time-major)."""
     for s1, s2, st, *_ in c.strides.values():
         if st not in (0, 1) and (s2 == 1 and c.R2 > 1 or s1 == 1 and c.R1 > 1):
@@ -231,7 +231,7 @@ def choose_config(c) -> Config:
     rows = c.R1 * c.R2
     block_k = min(_pow2(c.K), MAX_BLOCK_K)
     kk = block_k if c.K > 1 else 1
-    time_major = _rows_contiguous(c)
+    time_major = rows_contiguous(c)
     cfg = _shape_config(c, rows, block_k, kk, time_major)
     family = _forced_family()
     if family is None:

@@ -80,7 +80,8 @@ def _first_launch(c, cfg, lp, persist: bool) -> None:
                 GROUPED=grouped,
                 BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k,
                 ACC=_acc(c.acc), LB_WINDOW=launch_params.lookback_window(c, cfg, ks.lb_words),
-                LB_SPIN=launch_params.lookback_spin(c, cfg), LB_PID=launch_params.lookback_pid(c, cfg))
+                LB_SPIN=launch_params.lookback_spin(c, cfg), LB_PID=launch_params.lookback_pid(c, cfg),
+                LANES=lanes(c, cfg))
     strides = {"input": c.strides, "param": c.pstrides, "output": c.out_strides}
     ints, meta = [], {}
     for a in abi.op_kernel_args(c.op, workspace=False, lean=lp.lean):
@@ -216,6 +217,17 @@ def one_chunk(c, cfg) -> bool:
     this takes eligibility traces' stream kernel from 272 to 176 SASS instructions and from
     four barriers to one (bench/NOTES.md). ``ONE_CHUNK_ON = False`` turns it off for A/B runs."""
     return ONE_CHUNK_ON and c.T <= cfg.block_t
+
+
+def lanes(c, cfg) -> bool:
+    """Whether the tile takes a row a lane (``LANES``): time-major buffers (adjacent rows,
+    ``config.rows_contiguous``) without a trailing axis, in tiles of at least 32 rows a warp. The
+    kernels then hide the rows' alignment from Triton, whose coalescing gives each lane whole rows
+    (one element a step: each step still one 128-byte load a warp) in place of 16-byte vectors
+    across rows, so the scan along time runs in each thread's registers with no shuffles or
+    barriers (eligibility traces, 32 x 64 tiles, sm_90 PTX: 1331 instructions on one warp against
+    1323 on each of four warps with 256 shuffles and 19 barriers)."""
+    return cfg.block_k == 1 and cfg.block_n >= 32 * cfg.num_warps and config.rows_contiguous(c)
 
 
 def k_dense(c, cfg) -> bool:
