@@ -232,9 +232,9 @@ def test_time_major_row_tiles(N, T, expected):
 
 
 @pytest.mark.parametrize("N,T,expected", [
-    (16384, 1024, (32, 64, 4)),   # many programs, light calls: 32 rows x 64 steps
-    (16384, 64, (32, 64, 4)),     # ... one chunk
-    (32768, 16, (32, 16, 2)),     # 512 elements: 2 warps
+    (16384, 1024, (32, 32, 1)),   # many programs, light calls: a row a lane, 32 x 32 on a warp
+    (16384, 64, (32, 32, 1)),
+    (32768, 16, (32, 16, 1)),     # ... one chunk
     (4096, 128, (16, 64, 4)),     # 256 tiles of 16 rows, < 4 per SM: the 1024-element tiles
 ])
 def test_time_major_light_calls(N, T, expected):
@@ -242,6 +242,17 @@ def test_time_major_light_calls(N, T, expected):
     assert (cfg.block_n, cfg.block_t, cfg.num_warps, cfg.family) == (*expected, "stream")
     heavier = _choose(N, T, time_major=True, streams=config.LIGHT_STREAMS + 1)
     assert (heavier.block_n, heavier.block_t) == ((16, 16) if N >= 16384 else (16, 64))
+
+
+@pytest.mark.parametrize("N,T,expected", [
+    (16384, 1024, (32, 32, 1)),   # joint pairs of scans: a row a lane from 4096 rows
+    (4096, 128, (32, 32, 1)),
+    (32768, 16, (32, 16, 1)),
+    (2048, 128, (8, 128, 4)),     # fewer rows: the row tiles of the other calls
+])
+def test_time_major_joint_pairs_take_a_row_a_lane(N, T, expected):
+    cfg = _choose(N, T, time_major=True, streams=6, lb_words=7)
+    assert (cfg.block_n, cfg.block_t, cfg.num_warps, cfg.family) == (*expected, "stream")
 
 
 @pytest.mark.parametrize("N,T,kw,expected", [

@@ -267,9 +267,8 @@ def test_lookback_over_row_tiles_of_time_major_buffers(name, dtype, monkeypatch)
 @pytest.mark.parametrize("name", ["compute_eligibility_traces", "compute_episodic_prefix_sum"])
 @pytest.mark.parametrize("N,T,tile", [(70, 150, (32, 64, 4)), (40, 16, (32, 16, 2))])
 def test_time_major_tiles_of_light_calls(name, N, T, tile):
-    """The time-major tiles of calls moving at most three [N, T] tensors on a GPU with many row
-    tiles (runtime.config TM_LIGHT_ROWS x TM_LIGHT_STEPS), forced here: several chunks a row and
-    a last row tile partly past the rows."""
+    """Time-major tiles of 32 rows on 2 or 4 warps (vectors across rows, the scan across lanes:
+    LANES off), forced here: several chunks a row and a last row tile partly past the rows."""
     from scangen.runtime.config import Config, override
     inputs = make_inputs(name, N, T, seed=N)
     expected = _tuple(reference.REFERENCES[name](**inputs))
@@ -280,11 +279,11 @@ def test_time_major_tiles_of_light_calls(name, N, T, tile):
 
 
 @pytest.mark.parametrize("name", [n for n in reference.REFERENCES if n != "compute_retrace"])
-@pytest.mark.parametrize("family", ["stream", "lookback"])
+@pytest.mark.parametrize("family", ["stream", "persist", "lookback"])
 def test_time_major_tiles_a_row_a_lane(name, family):
     """Time-major tiles of 32 rows a warp take LANES (runtime.launch.lanes: the rows' alignment
     hidden from Triton so that each lane walks whole rows): several chunks a row and a last row
-    tile partly past the rows, in the stream and the look-back family."""
+    tile partly past the rows, in each family."""
     from scangen.runtime.config import Config, override
     N, T = 40, 48
     inputs = make_inputs(name, N, T, seed=T)

@@ -92,7 +92,8 @@ TM_LANES_SWEEP = {"rows": (32, 64, 128), "steps": (16, 32, 64), "warps": (1, 2, 
 
 
 def time_major_lane_candidates(N: int, T: int) -> list[Config]:
-    """Stream and look-back tiles of TM_LANES_SWEEP (rows x steps, one or two rows a lane)."""
+    """Stream, persist and look-back tiles of TM_LANES_SWEEP (rows x steps, one or two rows a
+    lane; --families keeps some)."""
     out = []
     for nw in TM_LANES_SWEEP["warps"]:
         for bn in TM_LANES_SWEEP["rows"]:
@@ -102,6 +103,7 @@ def time_major_lane_candidates(N: int, T: int) -> list[Config]:
                 if bt > max(16, sg_config._pow2(T)) or bn * bt > 8192:
                     continue
                 out.append(Config(bn, bt, 1, nw, "stream", 3))
+                out.append(Config(bn, bt, 1, nw, "persist", 3))  # next tile's loads first
                 if T >= 512 and bt >= 16 and bt <= sg_config._pow2(T) // 2:
                     out.append(Config(bn, bt, 1, nw, "lookback", 3))
     return out

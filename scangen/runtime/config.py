@@ -41,11 +41,18 @@ TM_ROWS = 16         # time-major tiles (K = 1): rows per tile, halved down to T
 TM_MIN_ROWS = 4      # ... while the grid has fewer programs than SMs
 TM_MANY_PROGRAMS_PER_SM = 4  # from this many programs per SM: 16-step chunks on 2 warps
 TM_TILE = 1024       # ... else tiles of this many elements
-# ... calls moving at most LIGHT_STREAMS [N, T] tensors (eligibility traces, episodic sums) take
-# TM_LIGHT_ROWS x TM_LIGHT_STEPS tiles there instead: eligibility traces 16384x1024 99.4 -> 82.6
-# us, 16384x64 7.6 -> 6.1 (one chunk), 32768x16 3.4 -> 3.3 (results/h200-2026-12-03-k-tm-sweep.txt)
-TM_LIGHT_ROWS = 32
-TM_LIGHT_STEPS = 64
+# ... calls moving at most LIGHT_STREAMS [N, T] tensors (eligibility traces, episodic sums) there,
+# and joint pairs of scans (masked GAE, whose 2x2 maps cost the most across lanes) from
+# TM_LANES_JOINT_MIN_ROWS rows, take tiles of a row a lane instead (runtime.launch.lanes:
+# TM_LANES_ROWS rows on one warp, chunks of TM_LANES_STEPS, the scan along time in each thread's
+# registers): masked GAE 16384x1024 152.9 -> 94.5 us, 16384x64 10.4 -> 6.5, 4096x128 8.3 -> 7.7;
+# eligibility traces 16384x1024 82.6 -> 67.0, 16384x64 6.2 -> 5.3, 32768x16 3.4 -> 2.6
+# (results/h200-2026-12-03-m-tm-lanes.txt; these replace the 32 x 64 tiles on 4 warps of the
+# fifteenth round). GAE and V-trace lose so (six or more loads a step a thread: 378 against 112
+# us), and so do light calls with fewer rows (4096x128: 6.9 against 5.5).
+TM_LANES_ROWS = 32
+TM_LANES_STEPS = 32
+TM_LANES_JOINT_MIN_ROWS = 4096
 MIN_ROWS_TIME_MAJOR = 16  # time-major with a trailing axis (K > 1): row-tile floor
 TIME_MAJOR_PROGRAMS_PER_SM = 2  # ... row tiles halved while the grid has fewer (8: slower)
 NUM_WARPS = 4        # measured best for every tile above (bench/NOTES.md, sweep of 2026-11-29)
@@ -296,17 +303,17 @@ def _shape_config(c, rows: int, block_k: int, kk: int, time_major: bool) -> Conf
         # Time-major buffers ([T, N], rows adjacent in memory): tiles of 16 rows (64 bytes of
         # fp32 per step, loads coalesced across rows), halved down to 4 while the grid has fewer
         # programs than SMs. Many programs (TM_MANY_PROGRAMS_PER_SM per SM): 16-step chunks on 2
-        # warps; fewer: tiles of TM_TILE elements on 4 warps (swept: bench/NOTES.md).
+        # warps; fewer: tiles of TM_TILE elements on 4 warps (swept: bench/NOTES.md) Light calls
+        # with many programs, and joint pairs, take a row a lane (TM_LANES_ROWS, above).
         block_n = min(TM_ROWS, _pow2(rows))
         while block_n > TM_MIN_ROWS and -(-rows // block_n) < sms:
             block_n //= 2
-        if -(-rows // block_n) >= TM_MANY_PROGRAMS_PER_SM * sms > 0:
-            if _streams(c) <= LIGHT_STREAMS:
-                # calls moving at most 3 [N, T] tensors: 32 rows x 64 steps (one chunk where
-                # T <= 64), 2 warps for 512 elements or fewer (bench/NOTES.md, fifteenth round)
-                block_t = max(16, min(TM_LIGHT_STEPS, _pow2(c.T)))
-                return Config(TM_LIGHT_ROWS, block_t, block_k,
-                              2 if TM_LIGHT_ROWS * block_t <= 512 else NUM_WARPS, "stream")
+        many = -(-rows // block_n) >= TM_MANY_PROGRAMS_PER_SM * sms > 0
+        if sms and (many and _streams(c) <= LIGHT_STREAMS
+                    or c.op.kernels.lb_words > 3 and rows >= TM_LANES_JOINT_MIN_ROWS):
+            return Config(TM_LANES_ROWS, max(16, min(TM_LANES_STEPS, _pow2(c.T))), block_k, 1,
+                          "stream")
+        if many:
             return Config(block_n, 16, block_k, 2, "stream")
         block_t = max(16, min(_pow2(c.T), MAX_BLOCK_T, TM_TILE // block_n))
         return Config(block_n, block_t, block_k, NUM_WARPS, "stream")
