@@ -86,7 +86,8 @@ def _eligibility_traces_grad_chunked_kernel(
     # carrying each row's scan state across chunks (reverse in time).
     _rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+        # registers; LANES == 2: the tile's loads volatile, all issued up front
         _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
@@ -140,9 +141,9 @@ def _eligibility_traces_grad_chunked_kernel(
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
+        dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1)
+            dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g - 1  # [BT / G] the step before each group
             dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
@@ -153,35 +154,35 @@ def _eligibility_traces_grad_chunked_kernel(
             _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
             dones__prev = tl.where((_tcol == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         if gamma__TENSOR:
-            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
             gamma__t = gamma__t__raw.to(ACC)
         else:
             gamma__t = _zero + gamma
         if gamma__TENSOR:
-            gamma__next__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_next[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__next__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_next[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
             gamma__next__t = gamma__next__t__raw.to(ACC)
         else:
             gamma__next__t = _zero + gamma
         if HAS_gy__traces:
-            gy__traces__raw = tl.load(gy__traces__ptr + gy__traces__row[:, None] + _t[None, :] * gy__traces__st, mask=_ok, other=1)
+            gy__traces__raw = tl.load(gy__traces__ptr + gy__traces__row[:, None] + _t[None, :] * gy__traces__st, mask=_ok, other=1, volatile=LANES == 2)
             gy__traces = gy__traces__raw.to(ACC)
         else:
             gy__traces = _zero + 0.0
         if lambda___TENSOR:
-            lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+            lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
             lambda___t = lambda___t__raw.to(ACC)
         else:
             lambda___t = _zero + lambda_
         if lambda___TENSOR:
-            lambda___next__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1)
+            lambda___next__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
             lambda___next__t = lambda___next__t__raw.to(ACC)
         else:
             lambda___next__t = _zero + lambda_
         # st__z with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        st__z__raw = tl.load(st__z__ptr + st__z__row[:, None] + _t[None, :] * st__z__st, mask=_ok, other=1)
+        st__z__raw = tl.load(st__z__ptr + st__z__row[:, None] + _t[None, :] * st__z__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            st__z__prev__raw = tl.load(st__z__ptr + st__z__row[:, None] + _t_prev[None, :] * st__z__st, mask=_ok, other=1)
+            st__z__prev__raw = tl.load(st__z__ptr + st__z__row[:, None] + _t_prev[None, :] * st__z__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g - 1  # [BT / G] the step before each group
             st__z__prev__raw = tl.load(st__z__ptr + st__z__row[:, None] + _te[None, :] * st__z__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
@@ -303,7 +304,8 @@ def _eligibility_traces_grad_persist_kernel(
     _chunk = _n_chunks - 1 - _c
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+        # registers; LANES == 2: the tile's loads volatile, all issued up front
         _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
@@ -336,27 +338,27 @@ def _eligibility_traces_grad_persist_kernel(
     is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
+    dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1)
+        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g - 1  # [BT / G] the step before each group
         dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
     if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
     if gamma__TENSOR:
-        gamma__next__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_next[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__next__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_next[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
     if HAS_gy__traces:
-        gy__traces__raw = tl.load(gy__traces__ptr + gy__traces__row[:, None] + _t[None, :] * gy__traces__st, mask=_ok, other=1)
+        gy__traces__raw = tl.load(gy__traces__ptr + gy__traces__row[:, None] + _t[None, :] * gy__traces__st, mask=_ok, other=1, volatile=LANES == 2)
     if lambda___TENSOR:
-        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
     if lambda___TENSOR:
-        lambda___next__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___next__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
     # st__z with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    st__z__raw = tl.load(st__z__ptr + st__z__row[:, None] + _t[None, :] * st__z__st, mask=_ok, other=1)
+    st__z__raw = tl.load(st__z__ptr + st__z__row[:, None] + _t[None, :] * st__z__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        st__z__prev__raw = tl.load(st__z__ptr + st__z__row[:, None] + _t_prev[None, :] * st__z__st, mask=_ok, other=1)
+        st__z__prev__raw = tl.load(st__z__ptr + st__z__row[:, None] + _t_prev[None, :] * st__z__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g - 1  # [BT / G] the step before each group
         st__z__prev__raw = tl.load(st__z__ptr + st__z__row[:, None] + _te[None, :] * st__z__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
@@ -367,7 +369,8 @@ def _eligibility_traces_grad_persist_kernel(
         _chunk = _n_chunks - 1 - _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
         if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+            # registers; LANES == 2: the tile's loads volatile, all issued up front
             _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
@@ -400,27 +403,27 @@ def _eligibility_traces_grad_persist_kernel(
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        dones__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
+        dones__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            dones__prev__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1)
+            dones__prev__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g - 1  # [BT / G] the step before each group
             dones__prev__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
         if gamma__TENSOR:
-            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
         if gamma__TENSOR:
-            gamma__next__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t_next[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__next__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t_next[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
         if HAS_gy__traces:
-            gy__traces__raw__nx = tl.load(gy__traces__ptr + gy__traces__row[:, None] + _t[None, :] * gy__traces__st, mask=_ok, other=1)
+            gy__traces__raw__nx = tl.load(gy__traces__ptr + gy__traces__row[:, None] + _t[None, :] * gy__traces__st, mask=_ok, other=1, volatile=LANES == 2)
         if lambda___TENSOR:
-            lambda___t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+            lambda___t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
         if lambda___TENSOR:
-            lambda___next__t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1)
+            lambda___next__t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
         # st__z with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        st__z__raw__nx = tl.load(st__z__ptr + st__z__row[:, None] + _t[None, :] * st__z__st, mask=_ok, other=1)
+        st__z__raw__nx = tl.load(st__z__ptr + st__z__row[:, None] + _t[None, :] * st__z__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            st__z__prev__raw__nx = tl.load(st__z__ptr + st__z__row[:, None] + _t_prev[None, :] * st__z__st, mask=_ok, other=1)
+            st__z__prev__raw__nx = tl.load(st__z__ptr + st__z__row[:, None] + _t_prev[None, :] * st__z__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g - 1  # [BT / G] the step before each group
             st__z__prev__raw__nx = tl.load(st__z__ptr + st__z__row[:, None] + _te[None, :] * st__z__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
@@ -430,7 +433,8 @@ def _eligibility_traces_grad_persist_kernel(
         _chunk = _n_chunks - 1 - _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
         if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+            # registers; LANES == 2: the tile's loads volatile, all issued up front
             _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
@@ -643,7 +647,8 @@ def _eligibility_traces_grad_lookback_kernel(
                 tl.store(_ws_clear + _w * _n_words + tl.arange(0, BLOCK_N), -1)
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+        # registers; LANES == 2: the tile's loads volatile, all issued up front
         _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
@@ -696,9 +701,9 @@ def _eligibility_traces_grad_lookback_kernel(
     is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
+    dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1)
+        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g - 1  # [BT / G] the step before each group
         dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
@@ -709,35 +714,35 @@ def _eligibility_traces_grad_lookback_kernel(
         _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
         dones__prev = tl.where((_tcol == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
         gamma__t = gamma__t__raw.to(ACC)
     else:
         gamma__t = _zero + gamma
     if gamma__TENSOR:
-        gamma__next__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_next[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__next__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_next[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
         gamma__next__t = gamma__next__t__raw.to(ACC)
     else:
         gamma__next__t = _zero + gamma
     if HAS_gy__traces:
-        gy__traces__raw = tl.load(gy__traces__ptr + gy__traces__row[:, None] + _t[None, :] * gy__traces__st, mask=_ok, other=1)
+        gy__traces__raw = tl.load(gy__traces__ptr + gy__traces__row[:, None] + _t[None, :] * gy__traces__st, mask=_ok, other=1, volatile=LANES == 2)
         gy__traces = gy__traces__raw.to(ACC)
     else:
         gy__traces = _zero + 0.0
     if lambda___TENSOR:
-        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
         lambda___t = lambda___t__raw.to(ACC)
     else:
         lambda___t = _zero + lambda_
     if lambda___TENSOR:
-        lambda___next__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___next__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
         lambda___next__t = lambda___next__t__raw.to(ACC)
     else:
         lambda___next__t = _zero + lambda_
     # st__z with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    st__z__raw = tl.load(st__z__ptr + st__z__row[:, None] + _t[None, :] * st__z__st, mask=_ok, other=1)
+    st__z__raw = tl.load(st__z__ptr + st__z__row[:, None] + _t[None, :] * st__z__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        st__z__prev__raw = tl.load(st__z__ptr + st__z__row[:, None] + _t_prev[None, :] * st__z__st, mask=_ok, other=1)
+        st__z__prev__raw = tl.load(st__z__ptr + st__z__row[:, None] + _t_prev[None, :] * st__z__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g - 1  # [BT / G] the step before each group
         st__z__prev__raw = tl.load(st__z__ptr + st__z__row[:, None] + _te[None, :] * st__z__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)

@@ -66,7 +66,8 @@ def _eligibility_traces_chunked_kernel(
     # carrying each row's scan state across chunks (forward in time).
     _rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+        # registers; LANES == 2: the tile's loads volatile, all issued up front
         _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
@@ -107,9 +108,9 @@ def _eligibility_traces_chunked_kernel(
         is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
+        dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1)
+            dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g - 1  # [BT / G] the step before each group
             dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
@@ -120,14 +121,14 @@ def _eligibility_traces_chunked_kernel(
             _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
             dones__prev = tl.where((_cols == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         if gamma__TENSOR:
-            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
             gamma__t = gamma__t__raw.to(ACC)
         else:
             gamma__t = _zero + gamma
-        gradients__raw = tl.load(gradients__ptr + gradients__row[:, None] + _t[None, :] * gradients__st, mask=_ok, other=1)
+        gradients__raw = tl.load(gradients__ptr + gradients__row[:, None] + _t[None, :] * gradients__st, mask=_ok, other=1, volatile=LANES == 2)
         gradients = gradients__raw.to(ACC)
         if lambda___TENSOR:
-            lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+            lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
             lambda___t = lambda___t__raw.to(ACC)
         else:
             lambda___t = _zero + lambda_
@@ -208,7 +209,8 @@ def _eligibility_traces_persist_kernel(
     _chunk = _c
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+        # registers; LANES == 2: the tile's loads volatile, all issued up front
         _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
@@ -234,17 +236,17 @@ def _eligibility_traces_persist_kernel(
     is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
     # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
+    dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1)
+        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g - 1  # [BT / G] the step before each group
         dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
     if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
-    gradients__raw = tl.load(gradients__ptr + gradients__row[:, None] + _t[None, :] * gradients__st, mask=_ok, other=1)
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
+    gradients__raw = tl.load(gradients__ptr + gradients__row[:, None] + _t[None, :] * gradients__st, mask=_ok, other=1, volatile=LANES == 2)
     if lambda___TENSOR:
-        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
     for _i in range(0, _n_items):
         # the next item's raw tiles (masked off past the program's last item)
         _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
@@ -252,7 +254,8 @@ def _eligibility_traces_persist_kernel(
         _chunk = _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
         if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+            # registers; LANES == 2: the tile's loads volatile, all issued up front
             _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
@@ -278,24 +281,25 @@ def _eligibility_traces_persist_kernel(
         is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        dones__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
+        dones__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            dones__prev__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1)
+            dones__prev__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g - 1  # [BT / G] the step before each group
             dones__prev__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
         if gamma__TENSOR:
-            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
-        gradients__raw__nx = tl.load(gradients__ptr + gradients__row[:, None] + _t[None, :] * gradients__st, mask=_ok, other=1)
+            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
+        gradients__raw__nx = tl.load(gradients__ptr + gradients__row[:, None] + _t[None, :] * gradients__st, mask=_ok, other=1, volatile=LANES == 2)
         if lambda___TENSOR:
-            lambda___t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+            lambda___t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
         # this item: the tiles loaded one iteration ago
         _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
         _c = (_i) % _n_chunks
         _chunk = _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
         if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+            # registers; LANES == 2: the tile's loads volatile, all issued up front
             _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
@@ -448,7 +452,8 @@ def _eligibility_traces_lookback_kernel(
                 tl.store(_ws_clear + _w * _n_words + tl.arange(0, BLOCK_N), -1)
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+        # registers; LANES == 2: the tile's loads volatile, all issued up front
         _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
@@ -488,9 +493,9 @@ def _eligibility_traces_lookback_kernel(
     is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
     # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
+    dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1)
+        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g - 1  # [BT / G] the step before each group
         dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
@@ -501,14 +506,14 @@ def _eligibility_traces_lookback_kernel(
         _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
         dones__prev = tl.where((_cols == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
         gamma__t = gamma__t__raw.to(ACC)
     else:
         gamma__t = _zero + gamma
-    gradients__raw = tl.load(gradients__ptr + gradients__row[:, None] + _t[None, :] * gradients__st, mask=_ok, other=1)
+    gradients__raw = tl.load(gradients__ptr + gradients__row[:, None] + _t[None, :] * gradients__st, mask=_ok, other=1, volatile=LANES == 2)
     gradients = gradients__raw.to(ACC)
     if lambda___TENSOR:
-        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
         lambda___t = lambda___t__raw.to(ACC)
     else:
         lambda___t = _zero + lambda_

@@ -76,7 +76,8 @@ def _episodic_prefix_sum_grad_chunked_kernel(
     # carrying each row's scan state across chunks (reverse in time).
     _rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+        # registers; LANES == 2: the tile's loads volatile, all issued up front
         _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
@@ -124,25 +125,25 @@ def _episodic_prefix_sum_grad_chunked_kernel(
         is_first__next = tl.where(_tcol + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if boundary__TENSOR:
-            boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1)
+            boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1, volatile=LANES == 2)
             boundary__t = boundary__t__raw.to(ACC)
         else:
             boundary__t = _zero + boundary
         if boundary__TENSOR:
-            boundary__next__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t_next[None, :] * boundary__st, mask=_ok, other=1)
+            boundary__next__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t_next[None, :] * boundary__st, mask=_ok, other=1, volatile=LANES == 2)
             boundary__next__t = boundary__next__t__raw.to(ACC)
         else:
             boundary__next__t = _zero + boundary
         # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
+        dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            dones__next__raw = tl.load(dones__ptr + dones__row[:, None] + _t_next[None, :] * dones__st, mask=_ok, other=1)
+            dones__next__raw = tl.load(dones__ptr + dones__row[:, None] + _t_next[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             dones__next__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1)
+            dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g - 1  # [BT / G] the step before each group
             dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
@@ -158,7 +159,7 @@ def _episodic_prefix_sum_grad_chunked_kernel(
             _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
             dones__prev = tl.where((_tcol == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         if HAS_gy__sums:
-            gy__sums__raw = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1)
+            gy__sums__raw = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1, volatile=LANES == 2)
             gy__sums = gy__sums__raw.to(ACC)
         else:
             gy__sums = _zero + 0.0
@@ -258,7 +259,8 @@ def _episodic_prefix_sum_grad_persist_kernel(
     _chunk = _n_chunks - 1 - _c
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+        # registers; LANES == 2: the tile's loads volatile, all issued up front
         _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
@@ -288,24 +290,24 @@ def _episodic_prefix_sum_grad_persist_kernel(
     is_first__next = tl.where(_tcol + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
     is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if boundary__TENSOR:
-        boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1)
+        boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1, volatile=LANES == 2)
     if boundary__TENSOR:
-        boundary__next__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t_next[None, :] * boundary__st, mask=_ok, other=1)
+        boundary__next__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t_next[None, :] * boundary__st, mask=_ok, other=1, volatile=LANES == 2)
     # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
+    dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        dones__next__raw = tl.load(dones__ptr + dones__row[:, None] + _t_next[None, :] * dones__st, mask=_ok, other=1)
+        dones__next__raw = tl.load(dones__ptr + dones__row[:, None] + _t_next[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         dones__next__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1)
+        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g - 1  # [BT / G] the step before each group
         dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
     if HAS_gy__sums:
-        gy__sums__raw = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1)
+        gy__sums__raw = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1, volatile=LANES == 2)
     for _i in range(0, _n_items):
         # the next item's raw tiles (masked off past the program's last item)
         _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
@@ -313,7 +315,8 @@ def _episodic_prefix_sum_grad_persist_kernel(
         _chunk = _n_chunks - 1 - _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
         if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+            # registers; LANES == 2: the tile's loads volatile, all issued up front
             _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
@@ -343,31 +346,32 @@ def _episodic_prefix_sum_grad_persist_kernel(
         is_first__next = tl.where(_tcol + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if boundary__TENSOR:
-            boundary__t__raw__nx = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1)
+            boundary__t__raw__nx = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1, volatile=LANES == 2)
         if boundary__TENSOR:
-            boundary__next__t__raw__nx = tl.load(boundary__ptr + boundary__row[:, None] + _t_next[None, :] * boundary__st, mask=_ok, other=1)
+            boundary__next__t__raw__nx = tl.load(boundary__ptr + boundary__row[:, None] + _t_next[None, :] * boundary__st, mask=_ok, other=1, volatile=LANES == 2)
         # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        dones__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
+        dones__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            dones__next__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t_next[None, :] * dones__st, mask=_ok, other=1)
+            dones__next__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t_next[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             dones__next__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            dones__prev__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1)
+            dones__prev__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g - 1  # [BT / G] the step before each group
             dones__prev__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
         if HAS_gy__sums:
-            gy__sums__raw__nx = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1)
+            gy__sums__raw__nx = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1, volatile=LANES == 2)
         # this item: the tiles loaded one iteration ago
         _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
         _c = (_i) % _n_chunks
         _chunk = _n_chunks - 1 - _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
         if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+            # registers; LANES == 2: the tile's loads volatile, all issued up front
             _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
@@ -545,7 +549,8 @@ def _episodic_prefix_sum_grad_lookback_kernel(
                 tl.store(_ws_clear + _w * _n_words + tl.arange(0, BLOCK_N), -1)
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+        # registers; LANES == 2: the tile's loads volatile, all issued up front
         _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
@@ -592,25 +597,25 @@ def _episodic_prefix_sum_grad_lookback_kernel(
     is_first__next = tl.where(_tcol + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
     is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if boundary__TENSOR:
-        boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1)
+        boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1, volatile=LANES == 2)
         boundary__t = boundary__t__raw.to(ACC)
     else:
         boundary__t = _zero + boundary
     if boundary__TENSOR:
-        boundary__next__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t_next[None, :] * boundary__st, mask=_ok, other=1)
+        boundary__next__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t_next[None, :] * boundary__st, mask=_ok, other=1, volatile=LANES == 2)
         boundary__next__t = boundary__next__t__raw.to(ACC)
     else:
         boundary__next__t = _zero + boundary
     # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1)
+    dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        dones__next__raw = tl.load(dones__ptr + dones__row[:, None] + _t_next[None, :] * dones__st, mask=_ok, other=1)
+        dones__next__raw = tl.load(dones__ptr + dones__row[:, None] + _t_next[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         dones__next__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1)
+        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g - 1  # [BT / G] the step before each group
         dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
@@ -626,7 +631,7 @@ def _episodic_prefix_sum_grad_lookback_kernel(
         _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
         dones__prev = tl.where((_tcol == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     if HAS_gy__sums:
-        gy__sums__raw = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1)
+        gy__sums__raw = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1, volatile=LANES == 2)
         gy__sums = gy__sums__raw.to(ACC)
     else:
         gy__sums = _zero + 0.0

@@ -100,7 +100,8 @@ def _lambda_returns_grad_chunked_kernel(
     # carrying each row's scan state across chunks (forward in time).
     _rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+        # registers; LANES == 2: the tile's loads volatile, all issued up front
         _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
@@ -147,42 +148,42 @@ def _lambda_returns_grad_chunked_kernel(
         is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_bootstrap_values:
-            bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
+            bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
             bootstrap_values = bootstrap_values__raw.to(ACC)
         else:
             bootstrap_values = _zero + 0.0
         if gamma__TENSOR:
-            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
             gamma__t = gamma__t__raw.to(ACC)
         else:
             gamma__t = _zero + gamma
         if gamma__TENSOR:
-            gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
             gamma__prev__t = gamma__prev__t__raw.to(ACC)
         else:
             gamma__prev__t = _zero + gamma
         if HAS_gy__returns:
-            gy__returns__raw = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1)
+            gy__returns__raw = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1, volatile=LANES == 2)
             gy__returns = gy__returns__raw.to(ACC)
         else:
             gy__returns = _zero + 0.0
         if lambda___TENSOR:
-            lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+            lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
             lambda___t = lambda___t__raw.to(ACC)
         else:
             lambda___t = _zero + lambda_
         if lambda___TENSOR:
-            lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
+            lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
             lambda___prev__t = lambda___prev__t__raw.to(ACC)
         else:
             lambda___prev__t = _zero + lambda_
-        next_values__raw = tl.load(next_values__ptr + next_values__row[:, None] + _t[None, :] * next_values__st, mask=_ok, other=1)
+        next_values__raw = tl.load(next_values__ptr + next_values__row[:, None] + _t[None, :] * next_values__st, mask=_ok, other=1, volatile=LANES == 2)
         next_values = next_values__raw.to(ACC)
         # st__G with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        st__G__raw = tl.load(st__G__ptr + st__G__row[:, None] + _t[None, :] * st__G__st, mask=_ok, other=1)
+        st__G__raw = tl.load(st__G__ptr + st__G__row[:, None] + _t[None, :] * st__G__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            st__G__next__raw = tl.load(st__G__ptr + st__G__row[:, None] + _t_next[None, :] * st__G__st, mask=_ok, other=1)
+            st__G__next__raw = tl.load(st__G__ptr + st__G__row[:, None] + _t_next[None, :] * st__G__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             st__G__next__raw = tl.load(st__G__ptr + st__G__row[:, None] + _te[None, :] * st__G__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
@@ -194,9 +195,9 @@ def _lambda_returns_grad_chunked_kernel(
             st__G__next = tl.where((_cols == _rem - 1)[None, :], st__G, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
+        terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1)
+            terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g - 1  # [BT / G] the step before each group
             terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
@@ -209,9 +210,9 @@ def _lambda_returns_grad_chunked_kernel(
         if HAS_truncateds:
             # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
             # steps per thread, and one strided load per group gives the step beyond the group
-            truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
+            truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
             if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1)
+                truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
             else:
                 _te = _g - 1  # [BT / G] the step before each group
                 truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
@@ -349,7 +350,8 @@ def _lambda_returns_grad_persist_kernel(
     _chunk = _c
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+        # registers; LANES == 2: the tile's loads volatile, all issued up front
         _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
@@ -384,40 +386,40 @@ def _lambda_returns_grad_persist_kernel(
     is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if HAS_bootstrap_values:
-        bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
+        bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
     if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
     if gamma__TENSOR:
-        gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
     if HAS_gy__returns:
-        gy__returns__raw = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1)
+        gy__returns__raw = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1, volatile=LANES == 2)
     if lambda___TENSOR:
-        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
     if lambda___TENSOR:
-        lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
-    next_values__raw = tl.load(next_values__ptr + next_values__row[:, None] + _t[None, :] * next_values__st, mask=_ok, other=1)
+        lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
+    next_values__raw = tl.load(next_values__ptr + next_values__row[:, None] + _t[None, :] * next_values__st, mask=_ok, other=1, volatile=LANES == 2)
     # st__G with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    st__G__raw = tl.load(st__G__ptr + st__G__row[:, None] + _t[None, :] * st__G__st, mask=_ok, other=1)
+    st__G__raw = tl.load(st__G__ptr + st__G__row[:, None] + _t[None, :] * st__G__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        st__G__next__raw = tl.load(st__G__ptr + st__G__row[:, None] + _t_next[None, :] * st__G__st, mask=_ok, other=1)
+        st__G__next__raw = tl.load(st__G__ptr + st__G__row[:, None] + _t_next[None, :] * st__G__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         st__G__next__raw = tl.load(st__G__ptr + st__G__row[:, None] + _te[None, :] * st__G__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
     # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
+    terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1)
+        terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g - 1  # [BT / G] the step before each group
         terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
     if HAS_truncateds:
         # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
+        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1)
+            truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g - 1  # [BT / G] the step before each group
             truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
@@ -428,7 +430,8 @@ def _lambda_returns_grad_persist_kernel(
         _chunk = _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
         if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+            # registers; LANES == 2: the tile's loads volatile, all issued up front
             _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
@@ -463,40 +466,40 @@ def _lambda_returns_grad_persist_kernel(
         is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_bootstrap_values:
-            bootstrap_values__raw__nx = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
+            bootstrap_values__raw__nx = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
         if gamma__TENSOR:
-            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
         if gamma__TENSOR:
-            gamma__prev__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__prev__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
         if HAS_gy__returns:
-            gy__returns__raw__nx = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1)
+            gy__returns__raw__nx = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1, volatile=LANES == 2)
         if lambda___TENSOR:
-            lambda___t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+            lambda___t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
         if lambda___TENSOR:
-            lambda___prev__t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
-        next_values__raw__nx = tl.load(next_values__ptr + next_values__row[:, None] + _t[None, :] * next_values__st, mask=_ok, other=1)
+            lambda___prev__t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
+        next_values__raw__nx = tl.load(next_values__ptr + next_values__row[:, None] + _t[None, :] * next_values__st, mask=_ok, other=1, volatile=LANES == 2)
         # st__G with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        st__G__raw__nx = tl.load(st__G__ptr + st__G__row[:, None] + _t[None, :] * st__G__st, mask=_ok, other=1)
+        st__G__raw__nx = tl.load(st__G__ptr + st__G__row[:, None] + _t[None, :] * st__G__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            st__G__next__raw__nx = tl.load(st__G__ptr + st__G__row[:, None] + _t_next[None, :] * st__G__st, mask=_ok, other=1)
+            st__G__next__raw__nx = tl.load(st__G__ptr + st__G__row[:, None] + _t_next[None, :] * st__G__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             st__G__next__raw__nx = tl.load(st__G__ptr + st__G__row[:, None] + _te[None, :] * st__G__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
         # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        terminateds__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
+        terminateds__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            terminateds__prev__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1)
+            terminateds__prev__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g - 1  # [BT / G] the step before each group
             terminateds__prev__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
         if HAS_truncateds:
             # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
             # steps per thread, and one strided load per group gives the step beyond the group
-            truncateds__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
+            truncateds__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
             if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                truncateds__prev__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1)
+                truncateds__prev__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
             else:
                 _te = _g - 1  # [BT / G] the step before each group
                 truncateds__prev__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
@@ -506,7 +509,8 @@ def _lambda_returns_grad_persist_kernel(
         _chunk = _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
         if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+            # registers; LANES == 2: the tile's loads volatile, all issued up front
             _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
@@ -759,7 +763,8 @@ def _lambda_returns_grad_lookback_kernel(
                 tl.store(_ws_clear + _w * _n_words + tl.arange(0, BLOCK_N), -1)
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+        # registers; LANES == 2: the tile's loads volatile, all issued up front
         _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
@@ -805,42 +810,42 @@ def _lambda_returns_grad_lookback_kernel(
     is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if HAS_bootstrap_values:
-        bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
+        bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
         bootstrap_values = bootstrap_values__raw.to(ACC)
     else:
         bootstrap_values = _zero + 0.0
     if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
         gamma__t = gamma__t__raw.to(ACC)
     else:
         gamma__t = _zero + gamma
     if gamma__TENSOR:
-        gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
         gamma__prev__t = gamma__prev__t__raw.to(ACC)
     else:
         gamma__prev__t = _zero + gamma
     if HAS_gy__returns:
-        gy__returns__raw = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1)
+        gy__returns__raw = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1, volatile=LANES == 2)
         gy__returns = gy__returns__raw.to(ACC)
     else:
         gy__returns = _zero + 0.0
     if lambda___TENSOR:
-        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
         lambda___t = lambda___t__raw.to(ACC)
     else:
         lambda___t = _zero + lambda_
     if lambda___TENSOR:
-        lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
         lambda___prev__t = lambda___prev__t__raw.to(ACC)
     else:
         lambda___prev__t = _zero + lambda_
-    next_values__raw = tl.load(next_values__ptr + next_values__row[:, None] + _t[None, :] * next_values__st, mask=_ok, other=1)
+    next_values__raw = tl.load(next_values__ptr + next_values__row[:, None] + _t[None, :] * next_values__st, mask=_ok, other=1, volatile=LANES == 2)
     next_values = next_values__raw.to(ACC)
     # st__G with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    st__G__raw = tl.load(st__G__ptr + st__G__row[:, None] + _t[None, :] * st__G__st, mask=_ok, other=1)
+    st__G__raw = tl.load(st__G__ptr + st__G__row[:, None] + _t[None, :] * st__G__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        st__G__next__raw = tl.load(st__G__ptr + st__G__row[:, None] + _t_next[None, :] * st__G__st, mask=_ok, other=1)
+        st__G__next__raw = tl.load(st__G__ptr + st__G__row[:, None] + _t_next[None, :] * st__G__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         st__G__next__raw = tl.load(st__G__ptr + st__G__row[:, None] + _te[None, :] * st__G__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
@@ -852,9 +857,9 @@ def _lambda_returns_grad_lookback_kernel(
         st__G__next = tl.where((_cols == _rem - 1)[None, :], st__G, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
+    terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1)
+        terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g - 1  # [BT / G] the step before each group
         terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
@@ -867,9 +872,9 @@ def _lambda_returns_grad_lookback_kernel(
     if HAS_truncateds:
         # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
+        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1)
+            truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g - 1  # [BT / G] the step before each group
             truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)

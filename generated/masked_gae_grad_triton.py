@@ -95,7 +95,8 @@ def _masked_gae_grad_chunked_kernel(
     # carrying each row's scan state across chunks (forward in time).
     _rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+        # registers; LANES == 2: the tile's loads volatile, all issued up front
         _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
@@ -142,40 +143,40 @@ def _masked_gae_grad_chunked_kernel(
         is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if gamma__TENSOR:
-            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
             gamma__t = gamma__t__raw.to(ACC)
         else:
             gamma__t = _zero + gamma
         if gamma__TENSOR:
-            gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
             gamma__prev__t = gamma__prev__t__raw.to(ACC)
         else:
             gamma__prev__t = _zero + gamma
         if HAS_gy__advantages:
-            gy__advantages__raw = tl.load(gy__advantages__ptr + gy__advantages__row[:, None] + _t[None, :] * gy__advantages__st, mask=_ok, other=1)
+            gy__advantages__raw = tl.load(gy__advantages__ptr + gy__advantages__row[:, None] + _t[None, :] * gy__advantages__st, mask=_ok, other=1, volatile=LANES == 2)
             gy__advantages = gy__advantages__raw.to(ACC)
         else:
             gy__advantages = _zero + 0.0
         if HAS_gy__returns:
-            gy__returns__raw = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1)
+            gy__returns__raw = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1, volatile=LANES == 2)
             gy__returns = gy__returns__raw.to(ACC)
         else:
             gy__returns = _zero + 0.0
         if lambda___TENSOR:
-            lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+            lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
             lambda___t = lambda___t__raw.to(ACC)
         else:
             lambda___t = _zero + lambda_
         if lambda___TENSOR:
-            lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
+            lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
             lambda___prev__t = lambda___prev__t__raw.to(ACC)
         else:
             lambda___prev__t = _zero + lambda_
         # response_mask with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        response_mask__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1)
+        response_mask__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            response_mask__prev__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t_prev[None, :] * response_mask__st, mask=_ok, other=1)
+            response_mask__prev__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t_prev[None, :] * response_mask__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g - 1  # [BT / G] the step before each group
             response_mask__prev__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _te[None, :] * response_mask__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
@@ -187,9 +188,9 @@ def _masked_gae_grad_chunked_kernel(
             response_mask__prev = tl.where((_cols == 0 - _t0)[None, :], response_mask, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
+        st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1)
+            st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
@@ -201,9 +202,9 @@ def _masked_gae_grad_chunked_kernel(
             st__A__next = tl.where((_cols == _rem - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # st__nv with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        st__nv__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t[None, :] * st__nv__st, mask=_ok, other=1)
+        st__nv__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t[None, :] * st__nv__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            st__nv__next__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t_next[None, :] * st__nv__st, mask=_ok, other=1)
+            st__nv__next__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t_next[None, :] * st__nv__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             st__nv__next__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _te[None, :] * st__nv__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
@@ -332,7 +333,8 @@ def _masked_gae_grad_persist_kernel(
     _chunk = _c
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+        # registers; LANES == 2: the tile's loads volatile, all issued up front
         _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
@@ -366,38 +368,38 @@ def _masked_gae_grad_persist_kernel(
     is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
     if gamma__TENSOR:
-        gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
     if HAS_gy__advantages:
-        gy__advantages__raw = tl.load(gy__advantages__ptr + gy__advantages__row[:, None] + _t[None, :] * gy__advantages__st, mask=_ok, other=1)
+        gy__advantages__raw = tl.load(gy__advantages__ptr + gy__advantages__row[:, None] + _t[None, :] * gy__advantages__st, mask=_ok, other=1, volatile=LANES == 2)
     if HAS_gy__returns:
-        gy__returns__raw = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1)
+        gy__returns__raw = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1, volatile=LANES == 2)
     if lambda___TENSOR:
-        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
     if lambda___TENSOR:
-        lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
     # response_mask with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    response_mask__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1)
+    response_mask__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        response_mask__prev__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t_prev[None, :] * response_mask__st, mask=_ok, other=1)
+        response_mask__prev__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t_prev[None, :] * response_mask__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g - 1  # [BT / G] the step before each group
         response_mask__prev__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _te[None, :] * response_mask__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
     # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
+    st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1)
+        st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
     # st__nv with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    st__nv__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t[None, :] * st__nv__st, mask=_ok, other=1)
+    st__nv__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t[None, :] * st__nv__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        st__nv__next__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t_next[None, :] * st__nv__st, mask=_ok, other=1)
+        st__nv__next__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t_next[None, :] * st__nv__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         st__nv__next__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _te[None, :] * st__nv__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
@@ -408,7 +410,8 @@ def _masked_gae_grad_persist_kernel(
         _chunk = _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
         if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+            # registers; LANES == 2: the tile's loads volatile, all issued up front
             _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
@@ -442,38 +445,38 @@ def _masked_gae_grad_persist_kernel(
         is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if gamma__TENSOR:
-            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
         if gamma__TENSOR:
-            gamma__prev__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__prev__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
         if HAS_gy__advantages:
-            gy__advantages__raw__nx = tl.load(gy__advantages__ptr + gy__advantages__row[:, None] + _t[None, :] * gy__advantages__st, mask=_ok, other=1)
+            gy__advantages__raw__nx = tl.load(gy__advantages__ptr + gy__advantages__row[:, None] + _t[None, :] * gy__advantages__st, mask=_ok, other=1, volatile=LANES == 2)
         if HAS_gy__returns:
-            gy__returns__raw__nx = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1)
+            gy__returns__raw__nx = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1, volatile=LANES == 2)
         if lambda___TENSOR:
-            lambda___t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+            lambda___t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
         if lambda___TENSOR:
-            lambda___prev__t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
+            lambda___prev__t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
         # response_mask with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        response_mask__raw__nx = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1)
+        response_mask__raw__nx = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            response_mask__prev__raw__nx = tl.load(response_mask__ptr + response_mask__row[:, None] + _t_prev[None, :] * response_mask__st, mask=_ok, other=1)
+            response_mask__prev__raw__nx = tl.load(response_mask__ptr + response_mask__row[:, None] + _t_prev[None, :] * response_mask__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g - 1  # [BT / G] the step before each group
             response_mask__prev__raw__nx = tl.load(response_mask__ptr + response_mask__row[:, None] + _te[None, :] * response_mask__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
         # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        st__A__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
+        st__A__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            st__A__next__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1)
+            st__A__next__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             st__A__next__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
         # st__nv with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        st__nv__raw__nx = tl.load(st__nv__ptr + st__nv__row[:, None] + _t[None, :] * st__nv__st, mask=_ok, other=1)
+        st__nv__raw__nx = tl.load(st__nv__ptr + st__nv__row[:, None] + _t[None, :] * st__nv__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            st__nv__next__raw__nx = tl.load(st__nv__ptr + st__nv__row[:, None] + _t_next[None, :] * st__nv__st, mask=_ok, other=1)
+            st__nv__next__raw__nx = tl.load(st__nv__ptr + st__nv__row[:, None] + _t_next[None, :] * st__nv__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             st__nv__next__raw__nx = tl.load(st__nv__ptr + st__nv__row[:, None] + _te[None, :] * st__nv__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
@@ -483,7 +486,8 @@ def _masked_gae_grad_persist_kernel(
         _chunk = _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
         if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+            # registers; LANES == 2: the tile's loads volatile, all issued up front
             _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
@@ -722,7 +726,8 @@ def _masked_gae_grad_lookback_kernel(
                 tl.store(_ws_clear + _w * _n_words + tl.arange(0, BLOCK_N), -1)
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+        # registers; LANES == 2: the tile's loads volatile, all issued up front
         _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
@@ -768,40 +773,40 @@ def _masked_gae_grad_lookback_kernel(
     is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
         gamma__t = gamma__t__raw.to(ACC)
     else:
         gamma__t = _zero + gamma
     if gamma__TENSOR:
-        gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
         gamma__prev__t = gamma__prev__t__raw.to(ACC)
     else:
         gamma__prev__t = _zero + gamma
     if HAS_gy__advantages:
-        gy__advantages__raw = tl.load(gy__advantages__ptr + gy__advantages__row[:, None] + _t[None, :] * gy__advantages__st, mask=_ok, other=1)
+        gy__advantages__raw = tl.load(gy__advantages__ptr + gy__advantages__row[:, None] + _t[None, :] * gy__advantages__st, mask=_ok, other=1, volatile=LANES == 2)
         gy__advantages = gy__advantages__raw.to(ACC)
     else:
         gy__advantages = _zero + 0.0
     if HAS_gy__returns:
-        gy__returns__raw = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1)
+        gy__returns__raw = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1, volatile=LANES == 2)
         gy__returns = gy__returns__raw.to(ACC)
     else:
         gy__returns = _zero + 0.0
     if lambda___TENSOR:
-        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
         lambda___t = lambda___t__raw.to(ACC)
     else:
         lambda___t = _zero + lambda_
     if lambda___TENSOR:
-        lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
         lambda___prev__t = lambda___prev__t__raw.to(ACC)
     else:
         lambda___prev__t = _zero + lambda_
     # response_mask with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    response_mask__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1)
+    response_mask__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        response_mask__prev__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t_prev[None, :] * response_mask__st, mask=_ok, other=1)
+        response_mask__prev__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t_prev[None, :] * response_mask__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g - 1  # [BT / G] the step before each group
         response_mask__prev__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _te[None, :] * response_mask__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
@@ -813,9 +818,9 @@ def _masked_gae_grad_lookback_kernel(
         response_mask__prev = tl.where((_cols == 0 - _t0)[None, :], response_mask, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
+    st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1)
+        st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
@@ -827,9 +832,9 @@ def _masked_gae_grad_lookback_kernel(
         st__A__next = tl.where((_cols == _rem - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     # st__nv with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    st__nv__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t[None, :] * st__nv__st, mask=_ok, other=1)
+    st__nv__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t[None, :] * st__nv__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        st__nv__next__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t_next[None, :] * st__nv__st, mask=_ok, other=1)
+        st__nv__next__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t_next[None, :] * st__nv__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         st__nv__next__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _te[None, :] * st__nv__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)

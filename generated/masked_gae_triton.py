@@ -75,7 +75,8 @@ def _masked_gae_chunked_kernel(
     # carrying each row's scan state across chunks (reverse in time).
     _rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+        # registers; LANES == 2: the tile's loads volatile, all issued up front
         _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
@@ -117,20 +118,20 @@ def _masked_gae_chunked_kernel(
             _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if gamma__TENSOR:
-            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
             gamma__t = gamma__t__raw.to(ACC)
         else:
             gamma__t = _zero + gamma
         if lambda___TENSOR:
-            lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+            lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
             lambda___t = lambda___t__raw.to(ACC)
         else:
             lambda___t = _zero + lambda_
-        response_mask__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1)
+        response_mask__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1, volatile=LANES == 2)
         response_mask = response_mask__raw.to(ACC)
-        token_level_rewards__raw = tl.load(token_level_rewards__ptr + token_level_rewards__row[:, None] + _t[None, :] * token_level_rewards__st, mask=_ok, other=1)
+        token_level_rewards__raw = tl.load(token_level_rewards__ptr + token_level_rewards__row[:, None] + _t[None, :] * token_level_rewards__st, mask=_ok, other=1, volatile=LANES == 2)
         token_level_rewards = token_level_rewards__raw.to(ACC)
-        values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1)
+        values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
         values = values__raw.to(ACC)
         # scans nv and A jointly: (A, nv)_t = [[p, q], [0, r]] (A, nv)_{t+1} + (u, v)
         _e1 = gamma__t*response_mask
@@ -239,7 +240,8 @@ def _masked_gae_persist_kernel(
     _chunk = _n_chunks - 1 - _c
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+        # registers; LANES == 2: the tile's loads volatile, all issued up front
         _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
@@ -264,12 +266,12 @@ def _masked_gae_persist_kernel(
         _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
     is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
     if lambda___TENSOR:
-        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
-    response_mask__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1)
-    token_level_rewards__raw = tl.load(token_level_rewards__ptr + token_level_rewards__row[:, None] + _t[None, :] * token_level_rewards__st, mask=_ok, other=1)
-    values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1)
+        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
+    response_mask__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1, volatile=LANES == 2)
+    token_level_rewards__raw = tl.load(token_level_rewards__ptr + token_level_rewards__row[:, None] + _t[None, :] * token_level_rewards__st, mask=_ok, other=1, volatile=LANES == 2)
+    values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
     for _i in range(0, _n_items):
         # the next item's raw tiles (masked off past the program's last item)
         _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
@@ -277,7 +279,8 @@ def _masked_gae_persist_kernel(
         _chunk = _n_chunks - 1 - _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
         if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+            # registers; LANES == 2: the tile's loads volatile, all issued up front
             _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
@@ -302,19 +305,20 @@ def _masked_gae_persist_kernel(
             _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if gamma__TENSOR:
-            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
         if lambda___TENSOR:
-            lambda___t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
-        response_mask__raw__nx = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1)
-        token_level_rewards__raw__nx = tl.load(token_level_rewards__ptr + token_level_rewards__row[:, None] + _t[None, :] * token_level_rewards__st, mask=_ok, other=1)
-        values__raw__nx = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1)
+            lambda___t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
+        response_mask__raw__nx = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1, volatile=LANES == 2)
+        token_level_rewards__raw__nx = tl.load(token_level_rewards__ptr + token_level_rewards__row[:, None] + _t[None, :] * token_level_rewards__st, mask=_ok, other=1, volatile=LANES == 2)
+        values__raw__nx = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
         # this item: the tiles loaded one iteration ago
         _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
         _c = (_i) % _n_chunks
         _chunk = _n_chunks - 1 - _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
         if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+            # registers; LANES == 2: the tile's loads volatile, all issued up front
             _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
@@ -486,7 +490,8 @@ def _masked_gae_lookback_kernel(
                 tl.store(_ws_clear + _w * _n_words + tl.arange(0, BLOCK_N), -1)
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+        # registers; LANES == 2: the tile's loads volatile, all issued up front
         _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
@@ -527,20 +532,20 @@ def _masked_gae_lookback_kernel(
         _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
     is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
         gamma__t = gamma__t__raw.to(ACC)
     else:
         gamma__t = _zero + gamma
     if lambda___TENSOR:
-        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
         lambda___t = lambda___t__raw.to(ACC)
     else:
         lambda___t = _zero + lambda_
-    response_mask__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1)
+    response_mask__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1, volatile=LANES == 2)
     response_mask = response_mask__raw.to(ACC)
-    token_level_rewards__raw = tl.load(token_level_rewards__ptr + token_level_rewards__row[:, None] + _t[None, :] * token_level_rewards__st, mask=_ok, other=1)
+    token_level_rewards__raw = tl.load(token_level_rewards__ptr + token_level_rewards__row[:, None] + _t[None, :] * token_level_rewards__st, mask=_ok, other=1, volatile=LANES == 2)
     token_level_rewards = token_level_rewards__raw.to(ACC)
-    values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1)
+    values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
     values = values__raw.to(ACC)
     # scans nv and A jointly: (A, nv)_t = [[p, q], [0, r]] (A, nv)_{t+1} + (u, v)
     _e1 = gamma__t*response_mask

@@ -112,7 +112,8 @@ def _retrace_chunked_kernel(
     # carrying each row's scan state across chunks (reverse in time).
     _rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+        # registers; LANES == 2: the tile's loads volatile, all issued up front
         _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
@@ -167,9 +168,9 @@ def _retrace_chunked_kernel(
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        action_probs_behavior__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1)
+        action_probs_behavior__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            action_probs_behavior__next__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t_next[None, :] * action_probs_behavior__st, mask=_ok, other=1)
+            action_probs_behavior__next__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t_next[None, :] * action_probs_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             action_probs_behavior__next__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _te[None, :] * action_probs_behavior__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
@@ -181,9 +182,9 @@ def _retrace_chunked_kernel(
             action_probs_behavior__next = tl.where((_tcol == _rem - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # actions with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        actions__raw = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1)
+        actions__raw = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            actions__next__raw = tl.load(actions__ptr + actions__row[:, None] + _t_next[None, :] * actions__st, mask=_ok, other=1)
+            actions__next__raw = tl.load(actions__ptr + actions__row[:, None] + _t_next[None, :] * actions__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             actions__next__raw = tl.load(actions__ptr + actions__row[:, None] + _te[None, :] * actions__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
@@ -194,25 +195,25 @@ def _retrace_chunked_kernel(
             _s = _shift_next(tl.reshape(actions__raw, (_M, SHIFT_G)), tl.reshape(actions__next__raw, (_M,)), _M, SHIFT_G)
             actions__next = tl.where((_tcol == _rem - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
         if c_bar__TENSOR:
-            c_bar__next__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1)
+            c_bar__next__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
             c_bar__next__t = c_bar__next__t__raw.to(ACC)
         else:
             c_bar__next__t = _zero + c_bar
         if gamma__TENSOR:
-            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
             gamma__t = gamma__t__raw.to(ACC)
         else:
             gamma__t = _zero + gamma
         if lambda___TENSOR:
-            lambda___next__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1)
+            lambda___next__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
             lambda___next__t = lambda___next__t__raw.to(ACC)
         else:
             lambda___next__t = _zero + lambda_
         # q_values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        q_values__raw = tl.load(q_values__ptr + q_values__row[:, None] + _t[None, :] * q_values__st, mask=_ok, other=1)
+        q_values__raw = tl.load(q_values__ptr + q_values__row[:, None] + _t[None, :] * q_values__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            q_values__next__raw = tl.load(q_values__ptr + q_values__row[:, None] + _t_next[None, :] * q_values__st, mask=_ok, other=1)
+            q_values__next__raw = tl.load(q_values__ptr + q_values__row[:, None] + _t_next[None, :] * q_values__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             q_values__next__raw = tl.load(q_values__ptr + q_values__row[:, None] + _te[None, :] * q_values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
@@ -222,17 +223,17 @@ def _retrace_chunked_kernel(
         else:
             _s = _shift_next(tl.reshape(q_values__raw, (_M, SHIFT_G)), tl.reshape(q_values__next__raw, (_M,)), _M, SHIFT_G)
             q_values__next = tl.where((_tcol == _rem - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-        rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
+        rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
         rewards = rewards__raw.to(ACC)
         if rho_bar__TENSOR:
-            rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1)
+            rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
             rho_bar__t = rho_bar__t__raw.to(ACC)
         else:
             rho_bar__t = _zero + rho_bar
-        terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
+        terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
         terminateds = terminateds__raw.to(ACC)
         if HAS_truncateds:
-            truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
+            truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
             truncateds = truncateds__raw.to(ACC)
         else:
             truncateds = _zero + 0.0
@@ -394,7 +395,8 @@ def _retrace_persist_kernel(
     _chunk = _n_chunks - 1 - _c
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+        # registers; LANES == 2: the tile's loads volatile, all issued up front
         _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
@@ -429,40 +431,40 @@ def _retrace_persist_kernel(
     is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    action_probs_behavior__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1)
+    action_probs_behavior__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        action_probs_behavior__next__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t_next[None, :] * action_probs_behavior__st, mask=_ok, other=1)
+        action_probs_behavior__next__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t_next[None, :] * action_probs_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         action_probs_behavior__next__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _te[None, :] * action_probs_behavior__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
     # actions with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    actions__raw = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1)
+    actions__raw = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        actions__next__raw = tl.load(actions__ptr + actions__row[:, None] + _t_next[None, :] * actions__st, mask=_ok, other=1)
+        actions__next__raw = tl.load(actions__ptr + actions__row[:, None] + _t_next[None, :] * actions__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         actions__next__raw = tl.load(actions__ptr + actions__row[:, None] + _te[None, :] * actions__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
     if c_bar__TENSOR:
-        c_bar__next__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1)
+        c_bar__next__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
     if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
     if lambda___TENSOR:
-        lambda___next__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___next__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
     # q_values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    q_values__raw = tl.load(q_values__ptr + q_values__row[:, None] + _t[None, :] * q_values__st, mask=_ok, other=1)
+    q_values__raw = tl.load(q_values__ptr + q_values__row[:, None] + _t[None, :] * q_values__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        q_values__next__raw = tl.load(q_values__ptr + q_values__row[:, None] + _t_next[None, :] * q_values__st, mask=_ok, other=1)
+        q_values__next__raw = tl.load(q_values__ptr + q_values__row[:, None] + _t_next[None, :] * q_values__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         q_values__next__raw = tl.load(q_values__ptr + q_values__row[:, None] + _te[None, :] * q_values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-    rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
+    rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
     if rho_bar__TENSOR:
-        rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1)
-    terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
+        rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
+    terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
     if HAS_truncateds:
-        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
+        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
     for _i in range(0, _n_items):
         # the next item's raw tiles (masked off past the program's last item)
         _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
@@ -470,7 +472,8 @@ def _retrace_persist_kernel(
         _chunk = _n_chunks - 1 - _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
         if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+            # registers; LANES == 2: the tile's loads volatile, all issued up front
             _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
@@ -505,47 +508,48 @@ def _retrace_persist_kernel(
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        action_probs_behavior__raw__nx = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1)
+        action_probs_behavior__raw__nx = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            action_probs_behavior__next__raw__nx = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t_next[None, :] * action_probs_behavior__st, mask=_ok, other=1)
+            action_probs_behavior__next__raw__nx = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t_next[None, :] * action_probs_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             action_probs_behavior__next__raw__nx = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _te[None, :] * action_probs_behavior__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
         # actions with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        actions__raw__nx = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1)
+        actions__raw__nx = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            actions__next__raw__nx = tl.load(actions__ptr + actions__row[:, None] + _t_next[None, :] * actions__st, mask=_ok, other=1)
+            actions__next__raw__nx = tl.load(actions__ptr + actions__row[:, None] + _t_next[None, :] * actions__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             actions__next__raw__nx = tl.load(actions__ptr + actions__row[:, None] + _te[None, :] * actions__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
         if c_bar__TENSOR:
-            c_bar__next__t__raw__nx = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1)
+            c_bar__next__t__raw__nx = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
         if gamma__TENSOR:
-            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
         if lambda___TENSOR:
-            lambda___next__t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1)
+            lambda___next__t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
         # q_values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        q_values__raw__nx = tl.load(q_values__ptr + q_values__row[:, None] + _t[None, :] * q_values__st, mask=_ok, other=1)
+        q_values__raw__nx = tl.load(q_values__ptr + q_values__row[:, None] + _t[None, :] * q_values__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            q_values__next__raw__nx = tl.load(q_values__ptr + q_values__row[:, None] + _t_next[None, :] * q_values__st, mask=_ok, other=1)
+            q_values__next__raw__nx = tl.load(q_values__ptr + q_values__row[:, None] + _t_next[None, :] * q_values__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             q_values__next__raw__nx = tl.load(q_values__ptr + q_values__row[:, None] + _te[None, :] * q_values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-        rewards__raw__nx = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
+        rewards__raw__nx = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
         if rho_bar__TENSOR:
-            rho_bar__t__raw__nx = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1)
-        terminateds__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
+            rho_bar__t__raw__nx = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
+        terminateds__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
         if HAS_truncateds:
-            truncateds__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
+            truncateds__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
         # this item: the tiles loaded one iteration ago
         _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
         _c = (_i) % _n_chunks
         _chunk = _n_chunks - 1 - _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
         if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+            # registers; LANES == 2: the tile's loads volatile, all issued up front
             _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
@@ -813,7 +817,8 @@ def _retrace_lookback_kernel(
                 tl.store(_ws_clear + _w * _n_words + tl.arange(0, BLOCK_N), -1)
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+        # registers; LANES == 2: the tile's loads volatile, all issued up front
         _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
@@ -867,9 +872,9 @@ def _retrace_lookback_kernel(
     is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     # action_probs_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    action_probs_behavior__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1)
+    action_probs_behavior__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        action_probs_behavior__next__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t_next[None, :] * action_probs_behavior__st, mask=_ok, other=1)
+        action_probs_behavior__next__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t_next[None, :] * action_probs_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         action_probs_behavior__next__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _te[None, :] * action_probs_behavior__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
@@ -881,9 +886,9 @@ def _retrace_lookback_kernel(
         action_probs_behavior__next = tl.where((_tcol == _rem - 1)[None, :], action_probs_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     # actions with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    actions__raw = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1)
+    actions__raw = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        actions__next__raw = tl.load(actions__ptr + actions__row[:, None] + _t_next[None, :] * actions__st, mask=_ok, other=1)
+        actions__next__raw = tl.load(actions__ptr + actions__row[:, None] + _t_next[None, :] * actions__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         actions__next__raw = tl.load(actions__ptr + actions__row[:, None] + _te[None, :] * actions__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
@@ -894,25 +899,25 @@ def _retrace_lookback_kernel(
         _s = _shift_next(tl.reshape(actions__raw, (_M, SHIFT_G)), tl.reshape(actions__next__raw, (_M,)), _M, SHIFT_G)
         actions__next = tl.where((_tcol == _rem - 1)[None, :], actions, tl.reshape(_s, (BLOCK_N, BLOCK_T)))
     if c_bar__TENSOR:
-        c_bar__next__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1)
+        c_bar__next__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
         c_bar__next__t = c_bar__next__t__raw.to(ACC)
     else:
         c_bar__next__t = _zero + c_bar
     if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
         gamma__t = gamma__t__raw.to(ACC)
     else:
         gamma__t = _zero + gamma
     if lambda___TENSOR:
-        lambda___next__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___next__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
         lambda___next__t = lambda___next__t__raw.to(ACC)
     else:
         lambda___next__t = _zero + lambda_
     # q_values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    q_values__raw = tl.load(q_values__ptr + q_values__row[:, None] + _t[None, :] * q_values__st, mask=_ok, other=1)
+    q_values__raw = tl.load(q_values__ptr + q_values__row[:, None] + _t[None, :] * q_values__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        q_values__next__raw = tl.load(q_values__ptr + q_values__row[:, None] + _t_next[None, :] * q_values__st, mask=_ok, other=1)
+        q_values__next__raw = tl.load(q_values__ptr + q_values__row[:, None] + _t_next[None, :] * q_values__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         q_values__next__raw = tl.load(q_values__ptr + q_values__row[:, None] + _te[None, :] * q_values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
@@ -922,17 +927,17 @@ def _retrace_lookback_kernel(
     else:
         _s = _shift_next(tl.reshape(q_values__raw, (_M, SHIFT_G)), tl.reshape(q_values__next__raw, (_M,)), _M, SHIFT_G)
         q_values__next = tl.where((_tcol == _rem - 1)[None, :], q_values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-    rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
+    rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
     rewards = rewards__raw.to(ACC)
     if rho_bar__TENSOR:
-        rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1)
+        rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
         rho_bar__t = rho_bar__t__raw.to(ACC)
     else:
         rho_bar__t = _zero + rho_bar
-    terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
+    terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
     terminateds = terminateds__raw.to(ACC)
     if HAS_truncateds:
-        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
+        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
         truncateds = truncateds__raw.to(ACC)
     else:
         truncateds = _zero + 0.0

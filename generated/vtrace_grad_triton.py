@@ -166,7 +166,8 @@ def _vtrace_grad_chunked_kernel(
     # carrying each row's scan state across chunks (forward in time).
     _rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+        # registers; LANES == 2: the tile's loads volatile, all issued up front
         _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
@@ -229,36 +230,36 @@ def _vtrace_grad_chunked_kernel(
         is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_bootstrap_values:
-            bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
+            bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
             bootstrap_values = bootstrap_values__raw.to(ACC)
         else:
             bootstrap_values = _zero + 0.0
         if c_bar__TENSOR:
-            c_bar__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t[None, :] * c_bar__st, mask=_ok, other=1)
+            c_bar__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
             c_bar__t = c_bar__t__raw.to(ACC)
         else:
             c_bar__t = _zero + c_bar
         if c_bar__TENSOR:
-            c_bar__prev__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_prev[None, :] * c_bar__st, mask=_ok, other=1)
+            c_bar__prev__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_prev[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
             c_bar__prev__t = c_bar__prev__t__raw.to(ACC)
         else:
             c_bar__prev__t = _zero + c_bar
         if gamma__TENSOR:
-            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
             gamma__t = gamma__t__raw.to(ACC)
         else:
             gamma__t = _zero + gamma
         if gamma__TENSOR:
-            gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
             gamma__prev__t = gamma__prev__t__raw.to(ACC)
         else:
             gamma__prev__t = _zero + gamma
         if HAS_gy__pg_advantages:
             # gy__pg_advantages with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
             # steps per thread, and one strided load per group gives the step beyond the group
-            gy__pg_advantages__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t[None, :] * gy__pg_advantages__st, mask=_ok, other=1)
+            gy__pg_advantages__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t[None, :] * gy__pg_advantages__st, mask=_ok, other=1, volatile=LANES == 2)
             if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                gy__pg_advantages__prev__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t_prev[None, :] * gy__pg_advantages__st, mask=_ok, other=1)
+                gy__pg_advantages__prev__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t_prev[None, :] * gy__pg_advantages__st, mask=_ok, other=1, volatile=LANES == 2)
             else:
                 _te = _g - 1  # [BT / G] the step before each group
                 gy__pg_advantages__prev__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _te[None, :] * gy__pg_advantages__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
@@ -272,25 +273,25 @@ def _vtrace_grad_chunked_kernel(
             gy__pg_advantages = _zero + 0.0
             gy__pg_advantages__prev = _zero + 0.0
         if HAS_gy__targets:
-            gy__targets__raw = tl.load(gy__targets__ptr + gy__targets__row[:, None] + _t[None, :] * gy__targets__st, mask=_ok, other=1)
+            gy__targets__raw = tl.load(gy__targets__ptr + gy__targets__row[:, None] + _t[None, :] * gy__targets__st, mask=_ok, other=1, volatile=LANES == 2)
             gy__targets = gy__targets__raw.to(ACC)
         else:
             gy__targets = _zero + 0.0
         if lambda___TENSOR:
-            lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+            lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
             lambda___t = lambda___t__raw.to(ACC)
         else:
             lambda___t = _zero + lambda_
         if lambda___TENSOR:
-            lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
+            lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
             lambda___prev__t = lambda___prev__t__raw.to(ACC)
         else:
             lambda___prev__t = _zero + lambda_
         # log_pi_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        log_pi_behavior__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1)
+        log_pi_behavior__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            log_pi_behavior__prev__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t_prev[None, :] * log_pi_behavior__st, mask=_ok, other=1)
+            log_pi_behavior__prev__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t_prev[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g - 1  # [BT / G] the step before each group
             log_pi_behavior__prev__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _te[None, :] * log_pi_behavior__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
@@ -302,9 +303,9 @@ def _vtrace_grad_chunked_kernel(
             log_pi_behavior__prev = tl.where((_cols == 0 - _t0)[None, :], log_pi_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # log_pi_target with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        log_pi_target__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1)
+        log_pi_target__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            log_pi_target__prev__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t_prev[None, :] * log_pi_target__st, mask=_ok, other=1)
+            log_pi_target__prev__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t_prev[None, :] * log_pi_target__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g - 1  # [BT / G] the step before each group
             log_pi_target__prev__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _te[None, :] * log_pi_target__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
@@ -315,32 +316,32 @@ def _vtrace_grad_chunked_kernel(
             _s = _shift_prev(tl.reshape(log_pi_target__raw, (_M, SHIFT_G)), tl.reshape(log_pi_target__prev__raw, (_M,)), _M, SHIFT_G)
             log_pi_target__prev = tl.where((_cols == 0 - _t0)[None, :], log_pi_target, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         if pg_rho_bar__TENSOR:
-            pg_rho_bar__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1)
+            pg_rho_bar__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
             pg_rho_bar__t = pg_rho_bar__t__raw.to(ACC)
         else:
             pg_rho_bar__t = _zero + pg_rho_bar
         if pg_rho_bar__TENSOR:
-            pg_rho_bar__prev__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t_prev[None, :] * pg_rho_bar__st, mask=_ok, other=1)
+            pg_rho_bar__prev__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t_prev[None, :] * pg_rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
             pg_rho_bar__prev__t = pg_rho_bar__prev__t__raw.to(ACC)
         else:
             pg_rho_bar__prev__t = _zero + pg_rho_bar
-        rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
+        rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
         rewards = rewards__raw.to(ACC)
         if rho_bar__TENSOR:
-            rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1)
+            rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
             rho_bar__t = rho_bar__t__raw.to(ACC)
         else:
             rho_bar__t = _zero + rho_bar
         if rho_bar__TENSOR:
-            rho_bar__prev__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t_prev[None, :] * rho_bar__st, mask=_ok, other=1)
+            rho_bar__prev__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t_prev[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
             rho_bar__prev__t = rho_bar__prev__t__raw.to(ACC)
         else:
             rho_bar__prev__t = _zero + rho_bar
         # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
+        st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1)
+            st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
@@ -352,9 +353,9 @@ def _vtrace_grad_chunked_kernel(
             st__A__next = tl.where((_cols == _rem - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
+        terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1)
+            terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g - 1  # [BT / G] the step before each group
             terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
@@ -367,9 +368,9 @@ def _vtrace_grad_chunked_kernel(
         if HAS_truncateds:
             # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
             # steps per thread, and one strided load per group gives the step beyond the group
-            truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
+            truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
             if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1)
+                truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
             else:
                 _te = _g - 1  # [BT / G] the step before each group
                 truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
@@ -384,9 +385,9 @@ def _vtrace_grad_chunked_kernel(
             truncateds__prev = _zero + 0.0
         # values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1)
+        values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            values__next__raw = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1)
+            values__next__raw = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             values__next__raw = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
@@ -627,7 +628,8 @@ def _vtrace_grad_persist_kernel(
     _chunk = _c
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+        # registers; LANES == 2: the tile's loads volatile, all issued up front
         _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
@@ -675,85 +677,85 @@ def _vtrace_grad_persist_kernel(
     is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if HAS_bootstrap_values:
-        bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
+        bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
     if c_bar__TENSOR:
-        c_bar__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t[None, :] * c_bar__st, mask=_ok, other=1)
+        c_bar__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
     if c_bar__TENSOR:
-        c_bar__prev__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_prev[None, :] * c_bar__st, mask=_ok, other=1)
+        c_bar__prev__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_prev[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
     if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
     if gamma__TENSOR:
-        gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
     if HAS_gy__pg_advantages:
         # gy__pg_advantages with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        gy__pg_advantages__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t[None, :] * gy__pg_advantages__st, mask=_ok, other=1)
+        gy__pg_advantages__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t[None, :] * gy__pg_advantages__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            gy__pg_advantages__prev__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t_prev[None, :] * gy__pg_advantages__st, mask=_ok, other=1)
+            gy__pg_advantages__prev__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t_prev[None, :] * gy__pg_advantages__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g - 1  # [BT / G] the step before each group
             gy__pg_advantages__prev__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _te[None, :] * gy__pg_advantages__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
     if HAS_gy__targets:
-        gy__targets__raw = tl.load(gy__targets__ptr + gy__targets__row[:, None] + _t[None, :] * gy__targets__st, mask=_ok, other=1)
+        gy__targets__raw = tl.load(gy__targets__ptr + gy__targets__row[:, None] + _t[None, :] * gy__targets__st, mask=_ok, other=1, volatile=LANES == 2)
     if lambda___TENSOR:
-        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
     if lambda___TENSOR:
-        lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
     # log_pi_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    log_pi_behavior__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1)
+    log_pi_behavior__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        log_pi_behavior__prev__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t_prev[None, :] * log_pi_behavior__st, mask=_ok, other=1)
+        log_pi_behavior__prev__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t_prev[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g - 1  # [BT / G] the step before each group
         log_pi_behavior__prev__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _te[None, :] * log_pi_behavior__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
     # log_pi_target with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    log_pi_target__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1)
+    log_pi_target__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        log_pi_target__prev__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t_prev[None, :] * log_pi_target__st, mask=_ok, other=1)
+        log_pi_target__prev__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t_prev[None, :] * log_pi_target__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g - 1  # [BT / G] the step before each group
         log_pi_target__prev__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _te[None, :] * log_pi_target__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
     if pg_rho_bar__TENSOR:
-        pg_rho_bar__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1)
+        pg_rho_bar__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
     if pg_rho_bar__TENSOR:
-        pg_rho_bar__prev__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t_prev[None, :] * pg_rho_bar__st, mask=_ok, other=1)
-    rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
+        pg_rho_bar__prev__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t_prev[None, :] * pg_rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
+    rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
     if rho_bar__TENSOR:
-        rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1)
+        rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
     if rho_bar__TENSOR:
-        rho_bar__prev__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t_prev[None, :] * rho_bar__st, mask=_ok, other=1)
+        rho_bar__prev__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t_prev[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
     # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
+    st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1)
+        st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
     # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
+    terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1)
+        terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g - 1  # [BT / G] the step before each group
         terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
     if HAS_truncateds:
         # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
+        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1)
+            truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g - 1  # [BT / G] the step before each group
             truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
     # values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1)
+    values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        values__next__raw = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1)
+        values__next__raw = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         values__next__raw = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
@@ -764,7 +766,8 @@ def _vtrace_grad_persist_kernel(
         _chunk = _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
         if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+            # registers; LANES == 2: the tile's loads volatile, all issued up front
             _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
@@ -812,85 +815,85 @@ def _vtrace_grad_persist_kernel(
         is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_bootstrap_values:
-            bootstrap_values__raw__nx = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
+            bootstrap_values__raw__nx = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
         if c_bar__TENSOR:
-            c_bar__t__raw__nx = tl.load(c_bar__ptr + c_bar__row[:, None] + _t[None, :] * c_bar__st, mask=_ok, other=1)
+            c_bar__t__raw__nx = tl.load(c_bar__ptr + c_bar__row[:, None] + _t[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
         if c_bar__TENSOR:
-            c_bar__prev__t__raw__nx = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_prev[None, :] * c_bar__st, mask=_ok, other=1)
+            c_bar__prev__t__raw__nx = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_prev[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
         if gamma__TENSOR:
-            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
         if gamma__TENSOR:
-            gamma__prev__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
+            gamma__prev__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
         if HAS_gy__pg_advantages:
             # gy__pg_advantages with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
             # steps per thread, and one strided load per group gives the step beyond the group
-            gy__pg_advantages__raw__nx = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t[None, :] * gy__pg_advantages__st, mask=_ok, other=1)
+            gy__pg_advantages__raw__nx = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t[None, :] * gy__pg_advantages__st, mask=_ok, other=1, volatile=LANES == 2)
             if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                gy__pg_advantages__prev__raw__nx = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t_prev[None, :] * gy__pg_advantages__st, mask=_ok, other=1)
+                gy__pg_advantages__prev__raw__nx = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t_prev[None, :] * gy__pg_advantages__st, mask=_ok, other=1, volatile=LANES == 2)
             else:
                 _te = _g - 1  # [BT / G] the step before each group
                 gy__pg_advantages__prev__raw__nx = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _te[None, :] * gy__pg_advantages__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
         if HAS_gy__targets:
-            gy__targets__raw__nx = tl.load(gy__targets__ptr + gy__targets__row[:, None] + _t[None, :] * gy__targets__st, mask=_ok, other=1)
+            gy__targets__raw__nx = tl.load(gy__targets__ptr + gy__targets__row[:, None] + _t[None, :] * gy__targets__st, mask=_ok, other=1, volatile=LANES == 2)
         if lambda___TENSOR:
-            lambda___t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+            lambda___t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
         if lambda___TENSOR:
-            lambda___prev__t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
+            lambda___prev__t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
         # log_pi_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        log_pi_behavior__raw__nx = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1)
+        log_pi_behavior__raw__nx = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            log_pi_behavior__prev__raw__nx = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t_prev[None, :] * log_pi_behavior__st, mask=_ok, other=1)
+            log_pi_behavior__prev__raw__nx = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t_prev[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g - 1  # [BT / G] the step before each group
             log_pi_behavior__prev__raw__nx = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _te[None, :] * log_pi_behavior__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
         # log_pi_target with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        log_pi_target__raw__nx = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1)
+        log_pi_target__raw__nx = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            log_pi_target__prev__raw__nx = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t_prev[None, :] * log_pi_target__st, mask=_ok, other=1)
+            log_pi_target__prev__raw__nx = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t_prev[None, :] * log_pi_target__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g - 1  # [BT / G] the step before each group
             log_pi_target__prev__raw__nx = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _te[None, :] * log_pi_target__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
         if pg_rho_bar__TENSOR:
-            pg_rho_bar__t__raw__nx = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1)
+            pg_rho_bar__t__raw__nx = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
         if pg_rho_bar__TENSOR:
-            pg_rho_bar__prev__t__raw__nx = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t_prev[None, :] * pg_rho_bar__st, mask=_ok, other=1)
-        rewards__raw__nx = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
+            pg_rho_bar__prev__t__raw__nx = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t_prev[None, :] * pg_rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
+        rewards__raw__nx = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
         if rho_bar__TENSOR:
-            rho_bar__t__raw__nx = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1)
+            rho_bar__t__raw__nx = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
         if rho_bar__TENSOR:
-            rho_bar__prev__t__raw__nx = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t_prev[None, :] * rho_bar__st, mask=_ok, other=1)
+            rho_bar__prev__t__raw__nx = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t_prev[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
         # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        st__A__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
+        st__A__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            st__A__next__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1)
+            st__A__next__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             st__A__next__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
         # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        terminateds__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
+        terminateds__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            terminateds__prev__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1)
+            terminateds__prev__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g - 1  # [BT / G] the step before each group
             terminateds__prev__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
         if HAS_truncateds:
             # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
             # steps per thread, and one strided load per group gives the step beyond the group
-            truncateds__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
+            truncateds__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
             if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                truncateds__prev__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1)
+                truncateds__prev__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
             else:
                 _te = _g - 1  # [BT / G] the step before each group
                 truncateds__prev__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
         # values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        values__raw__nx = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1)
+        values__raw__nx = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            values__next__raw__nx = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1)
+            values__next__raw__nx = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g + SHIFT_G  # [BT / G] the step after each group
             values__next__raw__nx = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
@@ -900,7 +903,8 @@ def _vtrace_grad_persist_kernel(
         _chunk = _c
         _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
         if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+            # registers; LANES == 2: the tile's loads volatile, all issued up front
             _rows = tl.multiple_of(_rows, 1)
         _row_ok = _rows < R1 * R2
         _r1 = (_rows // R2).to(tl.int64)
@@ -1348,7 +1352,8 @@ def _vtrace_grad_lookback_kernel(
                 tl.store(_ws_clear + _w * _n_words + tl.arange(0, BLOCK_N), -1)
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in registers
+        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
+        # registers; LANES == 2: the tile's loads volatile, all issued up front
         _rows = tl.multiple_of(_rows, 1)
     _row_ok = _rows < R1 * R2
     _r1 = (_rows // R2).to(tl.int64)
@@ -1410,36 +1415,36 @@ def _vtrace_grad_lookback_kernel(
     is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if HAS_bootstrap_values:
-        bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1)
+        bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
         bootstrap_values = bootstrap_values__raw.to(ACC)
     else:
         bootstrap_values = _zero + 0.0
     if c_bar__TENSOR:
-        c_bar__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t[None, :] * c_bar__st, mask=_ok, other=1)
+        c_bar__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
         c_bar__t = c_bar__t__raw.to(ACC)
     else:
         c_bar__t = _zero + c_bar
     if c_bar__TENSOR:
-        c_bar__prev__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_prev[None, :] * c_bar__st, mask=_ok, other=1)
+        c_bar__prev__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_prev[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
         c_bar__prev__t = c_bar__prev__t__raw.to(ACC)
     else:
         c_bar__prev__t = _zero + c_bar
     if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
         gamma__t = gamma__t__raw.to(ACC)
     else:
         gamma__t = _zero + gamma
     if gamma__TENSOR:
-        gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1)
+        gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
         gamma__prev__t = gamma__prev__t__raw.to(ACC)
     else:
         gamma__prev__t = _zero + gamma
     if HAS_gy__pg_advantages:
         # gy__pg_advantages with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        gy__pg_advantages__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t[None, :] * gy__pg_advantages__st, mask=_ok, other=1)
+        gy__pg_advantages__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t[None, :] * gy__pg_advantages__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            gy__pg_advantages__prev__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t_prev[None, :] * gy__pg_advantages__st, mask=_ok, other=1)
+            gy__pg_advantages__prev__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t_prev[None, :] * gy__pg_advantages__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g - 1  # [BT / G] the step before each group
             gy__pg_advantages__prev__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _te[None, :] * gy__pg_advantages__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
@@ -1453,25 +1458,25 @@ def _vtrace_grad_lookback_kernel(
         gy__pg_advantages = _zero + 0.0
         gy__pg_advantages__prev = _zero + 0.0
     if HAS_gy__targets:
-        gy__targets__raw = tl.load(gy__targets__ptr + gy__targets__row[:, None] + _t[None, :] * gy__targets__st, mask=_ok, other=1)
+        gy__targets__raw = tl.load(gy__targets__ptr + gy__targets__row[:, None] + _t[None, :] * gy__targets__st, mask=_ok, other=1, volatile=LANES == 2)
         gy__targets = gy__targets__raw.to(ACC)
     else:
         gy__targets = _zero + 0.0
     if lambda___TENSOR:
-        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
         lambda___t = lambda___t__raw.to(ACC)
     else:
         lambda___t = _zero + lambda_
     if lambda___TENSOR:
-        lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1)
+        lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
         lambda___prev__t = lambda___prev__t__raw.to(ACC)
     else:
         lambda___prev__t = _zero + lambda_
     # log_pi_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    log_pi_behavior__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1)
+    log_pi_behavior__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        log_pi_behavior__prev__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t_prev[None, :] * log_pi_behavior__st, mask=_ok, other=1)
+        log_pi_behavior__prev__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t_prev[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g - 1  # [BT / G] the step before each group
         log_pi_behavior__prev__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _te[None, :] * log_pi_behavior__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
@@ -1483,9 +1488,9 @@ def _vtrace_grad_lookback_kernel(
         log_pi_behavior__prev = tl.where((_cols == 0 - _t0)[None, :], log_pi_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     # log_pi_target with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    log_pi_target__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1)
+    log_pi_target__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        log_pi_target__prev__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t_prev[None, :] * log_pi_target__st, mask=_ok, other=1)
+        log_pi_target__prev__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t_prev[None, :] * log_pi_target__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g - 1  # [BT / G] the step before each group
         log_pi_target__prev__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _te[None, :] * log_pi_target__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
@@ -1496,32 +1501,32 @@ def _vtrace_grad_lookback_kernel(
         _s = _shift_prev(tl.reshape(log_pi_target__raw, (_M, SHIFT_G)), tl.reshape(log_pi_target__prev__raw, (_M,)), _M, SHIFT_G)
         log_pi_target__prev = tl.where((_cols == 0 - _t0)[None, :], log_pi_target, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     if pg_rho_bar__TENSOR:
-        pg_rho_bar__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1)
+        pg_rho_bar__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
         pg_rho_bar__t = pg_rho_bar__t__raw.to(ACC)
     else:
         pg_rho_bar__t = _zero + pg_rho_bar
     if pg_rho_bar__TENSOR:
-        pg_rho_bar__prev__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t_prev[None, :] * pg_rho_bar__st, mask=_ok, other=1)
+        pg_rho_bar__prev__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t_prev[None, :] * pg_rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
         pg_rho_bar__prev__t = pg_rho_bar__prev__t__raw.to(ACC)
     else:
         pg_rho_bar__prev__t = _zero + pg_rho_bar
-    rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1)
+    rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
     rewards = rewards__raw.to(ACC)
     if rho_bar__TENSOR:
-        rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1)
+        rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
         rho_bar__t = rho_bar__t__raw.to(ACC)
     else:
         rho_bar__t = _zero + rho_bar
     if rho_bar__TENSOR:
-        rho_bar__prev__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t_prev[None, :] * rho_bar__st, mask=_ok, other=1)
+        rho_bar__prev__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t_prev[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
         rho_bar__prev__t = rho_bar__prev__t__raw.to(ACC)
     else:
         rho_bar__prev__t = _zero + rho_bar
     # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1)
+    st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1)
+        st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
@@ -1533,9 +1538,9 @@ def _vtrace_grad_lookback_kernel(
         st__A__next = tl.where((_cols == _rem - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1)
+    terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1)
+        terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g - 1  # [BT / G] the step before each group
         terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
@@ -1548,9 +1553,9 @@ def _vtrace_grad_lookback_kernel(
     if HAS_truncateds:
         # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
-        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1)
+        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
         if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1)
+            truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
         else:
             _te = _g - 1  # [BT / G] the step before each group
             truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
@@ -1565,9 +1570,9 @@ def _vtrace_grad_lookback_kernel(
         truncateds__prev = _zero + 0.0
     # values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
-    values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1)
+    values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
     if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        values__next__raw = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1)
+        values__next__raw = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
     else:
         _te = _g + SHIFT_G  # [BT / G] the step after each group
         values__next__raw = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)

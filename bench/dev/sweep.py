@@ -246,6 +246,8 @@ def main() -> None:
         ap.add_argument(f"--tm-lanes-{key}", default=None,
                         help=f"--tm-lanes candidates' {key} (default "
                              f"{','.join(map(str, TM_LANES_SWEEP[key]))})")
+    ap.add_argument("--lanes-plain", action="store_true",
+                    help="tiles of a row a lane without volatile loads (runtime.launch.LANES_VOLATILE off)")
     ap.add_argument("--tm-window", type=int, default=None,
                     help="runtime.launch_params.TM_LB_WINDOW for this run (the row-tile look-back's window)")
     ap.add_argument("--sets", action="store_true",
@@ -254,6 +256,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.tm_window:
         sg_launch_params.TM_LB_WINDOW = args.tm_window
+    if args.lanes_plain:
+        from scangen.runtime import launch as sg_launch
+        sg_launch.LANES_VOLATILE = False
     for key in TM_LB_SWEEP:
         if getattr(args, f"tm_lb_{key}"):
             TM_LB_SWEEP[key] = tuple(int(x) for x in getattr(args, f"tm_lb_{key}").split(","))

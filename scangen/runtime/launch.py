@@ -47,6 +47,7 @@ def run(c) -> None:
 # and tests: the kernels compute the same).
 LEAN = True
 ONE_CHUNK_ON = True  # one_chunk's switch, for A/B runs
+LANES_VOLATILE = True  # lanes' volatile loads, for A/B runs
 
 
 def lean_layout(c) -> dict | None:
@@ -219,15 +220,21 @@ def one_chunk(c, cfg) -> bool:
     return ONE_CHUNK_ON and c.T <= cfg.block_t
 
 
-def lanes(c, cfg) -> bool:
-    """Whether the tile takes a row a lane (``LANES``): time-major buffers (adjacent rows,
-    ``config.rows_contiguous``) without a trailing axis, in tiles of at least 32 rows a warp. The
-    kernels then hide the rows' alignment from Triton, whose coalescing gives each lane whole rows
-    (one element a step: each step still one 128-byte load a warp) in place of 16-byte vectors
-    across rows, so the scan along time runs in each thread's registers with no shuffles or
-    barriers (eligibility traces, 32 x 64 tiles, sm_90 PTX: 1331 instructions on one warp against
-    1323 on each of four warps with 256 shuffles and 19 barriers)."""
-    return cfg.block_k == 1 and cfg.block_n >= 32 * cfg.num_warps and config.rows_contiguous(c)
+def lanes(c, cfg) -> int:
+    """Whether the tile takes a row a lane (``LANES``, 0 if not): time-major buffers (adjacent
+    rows, ``config.rows_contiguous``) without a trailing axis, in tiles of at least 32 rows a
+    warp. The kernels then hide the rows' alignment from Triton, whose coalescing gives each lane
+    whole rows (one element a step: each step still one 128-byte load a warp) in place of 16-byte
+    vectors across rows, so the scan along time runs in each thread's registers with no shuffles
+    or barriers (eligibility traces, 32 x 64 tiles, sm_90 PTX: 1331 instructions on one warp
+    against 1323 on each of four warps with 256 shuffles and 19 barriers). ``LANES == 2``
+    (``LANES_VOLATILE``): the tile's loads are volatile, so that ptxas issues them all up front;
+    with scalar loads it otherwise sinks a load that only one side of a ``tl.where`` uses under a
+    predicate computed from other loads (GAE's next value and bootstrap value under its
+    terminations), and the thread waits for memory twice a chunk."""
+    if cfg.block_k == 1 and cfg.block_n >= 32 * cfg.num_warps and config.rows_contiguous(c):
+        return 2 if LANES_VOLATILE else 1
+    return 0
 
 
 def k_dense(c, cfg) -> bool:

@@ -229,7 +229,7 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
                     present: bool = True, contiguous: bool = True, time_major: bool = False,
                     even: bool | None = None, lb_window: int = 128, lb_spin: bool = False,
                     lb_pid: bool = False, lean: bool = False, grouped: bool = False,
-                    fixed: dict | None = None, one_chunk: bool = False, lanes: bool = False):
+                    fixed: dict | None = None, one_chunk: bool = False, lanes: int = 0):
     """Compile one generated kernel to a cubin for ``sm_<arch>`` with no GPU (Triton's frontend,
     its NVIDIA passes and the bundled ptxas): catches what the interpreter lets through (types
     that change across branches or loop iterations) and gives the PTX for a resource report.
@@ -244,7 +244,8 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
     lean entry kernel (scangen.abi.lean_args), which calls the full one. ``grouped``: the
     GROUPED step order of kernels that take it (runtime.launch_params.grouped_order; SHIFT_G is then 1).
     ``one_chunk``: the ONE_CHUNK constexpr (runtime.launch.one_chunk: T <= BLOCK_T).
-    ``lanes``: the LANES constexpr (runtime.launch.lanes: time-major tiles, a row a lane).
+    ``lanes``: the LANES constexpr (runtime.launch.lanes: time-major tiles, a row a lane; 2 with
+    volatile loads).
     ``fixed``: integer arguments compiled as constants (``{"T": 1024}``), for what-if reports.
     """
     import triton
