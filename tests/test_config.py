@@ -6,19 +6,23 @@ from unittest import mock
 import pytest
 import torch
 
+from scangen import abi
 from scangen.runtime import config
 
 
 def _choose(N, T, *, time_major=False, K=1, family=None, streams=3, lb_words=3,
-            dtype=torch.float32):
+            dtype=torch.float32, bootstrap=False):
     """The config of a call moving ``streams`` [N, T] tensors: one output, the rest inputs
     (one more input of shape [N], which does not count); ``lb_words``: the op's look-back words
-    a row (3 a scan, 7 a joint pair)."""
+    a row (3 a scan, 7 a joint pair); ``bootstrap``: the op has an optional float [N, T] input
+    (config.lanes_volatile)."""
     strides = {f"x{i}": (1, 0, N) if time_major else (T, 0, 1) for i in range(streams - 1)}
     strides["last"] = (1, 0, 0)
     c = NS(R1=N, R2=1, T=T, K=K, device=torch.device("cuda", 0), strides=strides,
            tensors=dict.fromkeys(strides), outs={"out": None},
-           op=NS(kernels=NS(lb_words=lb_words)), out_dtype=dtype)
+           op=NS(kernels=NS(lb_words=lb_words),
+                 inputs=(abi.InputInfo("boot", "float", "NT", 0.0 if bootstrap else None, ""),)),
+           out_dtype=dtype)
     with mock.patch.object(config, "_sm_count", lambda index: 132), \
             mock.patch.dict(config.ENV, {"SCANGEN_FAMILY": family}):
         return config.choose_config(c)
@@ -226,7 +230,7 @@ def test_trailing_axis_counts_in_the_tile():
     (3, 40, (4, 64, 4)),
 ])
 def test_time_major_row_tiles(N, T, expected):
-    cfg = _choose(N, T, time_major=True, streams=5)
+    cfg = _choose(N, T, time_major=True, streams=7)  # GAE: no tiles of a row a lane
     assert (cfg.block_n, cfg.block_t, cfg.num_warps) == expected
     assert cfg.family == "stream"
 
@@ -240,8 +244,19 @@ def test_time_major_row_tiles(N, T, expected):
 def test_time_major_light_calls(N, T, expected):
     cfg = _choose(N, T, time_major=True, streams=config.LIGHT_STREAMS)
     assert (cfg.block_n, cfg.block_t, cfg.num_warps, cfg.family) == (*expected, "stream")
-    heavier = _choose(N, T, time_major=True, streams=config.LIGHT_STREAMS + 1)
+    heavier = _choose(N, T, time_major=True, streams=config.TM_LANES_STREAMS + 1)
     assert (heavier.block_n, heavier.block_t) == ((16, 16) if N >= 16384 else (16, 64))
+
+
+@pytest.mark.parametrize("streams,bootstrap,expected", [
+    (5, True, (32, 16, 1)),       # discounted returns: volatile loads, 16-step chunks
+    (6, True, (32, 16, 1)),       # TD(lambda)
+    (6, False, (32, 32, 1)),      # plain loads: 32-step chunks
+    (7, True, (16, 16, 2)),       # GAE: the 16 x 16 row tiles
+])
+def test_time_major_tiles_a_row_a_lane_up_to_six_tensors(streams, bootstrap, expected):
+    cfg = _choose(16384, 1024, time_major=True, streams=streams, bootstrap=bootstrap)
+    assert (cfg.block_n, cfg.block_t, cfg.num_warps, cfg.family) == (*expected, "stream")
 
 
 @pytest.mark.parametrize("N,T,expected", [

@@ -292,7 +292,8 @@ def test_time_major_tiles_a_row_a_lane(name, family):
     with override(lambda c: Config(32, 16, 1, 1, family)):
         got = _run(name, as_time_major(inputs), "triton")
         (plan,) = runtime.PLANS.values()
-        assert plan.lp.meta["LANES"] == 2
+        bootstrap = any(i.kind == "float" and i.shape == "NT" and i.optional for i in plan.op.inputs)
+        assert plan.lp.meta["LANES"] == (2 if bootstrap else 1)  # volatile loads or not
     runtime.PLANS.clear()
     for g, e in zip(got, expected):
         assert_close(g, e, dtype=g.dtype, name=name)

@@ -227,13 +227,11 @@ def lanes(c, cfg) -> int:
     whole rows (one element a step: each step still one 128-byte load a warp) in place of 16-byte
     vectors across rows, so the scan along time runs in each thread's registers with no shuffles
     or barriers (eligibility traces, 32 x 64 tiles, sm_90 PTX: 1331 instructions on one warp
-    against 1323 on each of four warps with 256 shuffles and 19 barriers). ``LANES == 2``
-    (``LANES_VOLATILE``): the tile's loads are volatile, so that ptxas issues them all up front;
-    with scalar loads it otherwise sinks a load that only one side of a ``tl.where`` uses under a
-    predicate computed from other loads (GAE's next value and bootstrap value under its
-    terminations), and the thread waits for memory twice a chunk."""
+    against 1323 on each of four warps with 256 shuffles and 19 barriers). ``LANES == 2``: the
+    tile's loads are volatile, so that ptxas issues them all up front (``config.lanes_volatile``
+    says where; ``LANES_VOLATILE = False`` turns them off for A/B runs)."""
     if cfg.block_k == 1 and cfg.block_n >= 32 * cfg.num_warps and config.rows_contiguous(c):
-        return 2 if LANES_VOLATILE else 1
+        return 2 if LANES_VOLATILE and config.lanes_volatile(c) else 1
     return 0
 
 
