@@ -11,15 +11,16 @@ from scangen.runtime import config
 
 
 def _choose(N, T, *, time_major=False, K=1, family=None, streams=3, lb_words=3,
-            dtype=torch.float32, bootstrap=False):
-    """The config of a call moving ``streams`` [N, T] tensors: one output, the rest inputs
+            dtype=torch.float32, bootstrap=False, outputs=1):
+    """The config of a call moving ``streams`` [N, T] tensors: ``outputs`` outputs, the rest inputs
     (one more input of shape [N], which does not count); ``lb_words``: the op's look-back words
     a row (3 a scan, 7 a joint pair); ``bootstrap``: the op has an optional float [N, T] input
     (config.lanes_volatile)."""
-    strides = {f"x{i}": (1, 0, N) if time_major else (T, 0, 1) for i in range(streams - 1)}
+    strides = {f"x{i}": (1, 0, N) if time_major else (T, 0, 1)
+               for i in range(streams - outputs)}
     strides["last"] = (1, 0, 0)
     c = NS(R1=N, R2=1, T=T, K=K, device=torch.device("cuda", 0), strides=strides,
-           tensors=dict.fromkeys(strides), outs={"out": None},
+           tensors=dict.fromkeys(strides), outs={f"out{i}": None for i in range(outputs)},
            op=NS(kernels=NS(lb_words=lb_words),
                  inputs=(abi.InputInfo("boot", "float", "NT", 0.0 if bootstrap else None, ""),)),
            out_dtype=dtype)
@@ -252,11 +253,17 @@ def test_time_major_light_calls(N, T, expected):
     (5, True, (32, 16, 1)),       # discounted returns: volatile loads, 16-step chunks
     (6, True, (32, 16, 1)),       # TD(lambda)
     (6, False, (32, 32, 1)),      # plain loads: 32-step chunks
-    (7, True, (16, 16, 2)),       # GAE: the 16 x 16 row tiles
+    (7, True, (16, 16, 2)),       # seven tensors: the 16 x 16 row tiles
 ])
 def test_time_major_tiles_a_row_a_lane_up_to_six_tensors(streams, bootstrap, expected):
     cfg = _choose(16384, 1024, time_major=True, streams=streams, bootstrap=bootstrap)
     assert (cfg.block_n, cfg.block_t, cfg.num_warps, cfg.family) == (*expected, "stream")
+
+
+def test_time_major_calls_of_two_outputs_keep_row_tiles():
+    """GAE without bootstrap values (four inputs, two outputs) loses on tiles of a row a lane."""
+    cfg = _choose(16384, 1024, time_major=True, streams=5, outputs=2)
+    assert (cfg.block_n, cfg.block_t, cfg.num_warps) == (16, 16, 2)
 
 
 @pytest.mark.parametrize("N,T,expected", [

@@ -41,16 +41,17 @@ TM_ROWS = 16         # time-major tiles (K = 1): rows per tile, halved down to T
 TM_MIN_ROWS = 4      # ... while the grid has fewer programs than SMs
 TM_MANY_PROGRAMS_PER_SM = 4  # from this many programs per SM: 16-step chunks on 2 warps
 TM_TILE = 1024       # ... else tiles of this many elements
-# ... calls moving at most TM_LANES_STREAMS [N, T] tensors there (all but GAE and V-trace), and
+# ... calls storing one output and moving at most TM_LANES_STREAMS [N, T] tensors there, and
 # joint pairs of scans (masked GAE, whose 2x2 maps cost the most across lanes) from
 # TM_LANES_JOINT_MIN_ROWS rows, take tiles of a row a lane instead (runtime.launch.lanes:
 # TM_LANES_ROWS rows on one warp, the scan along time in each thread's registers), chunks of
 # TM_LANES_STEPS, or TM_LANES_VOLATILE_STEPS where the loads are volatile (lanes_volatile): masked
 # GAE 16384x1024 152.9 -> 94.8 us, 16384x64 10.4 -> 6.4, 4096x128 8.3 -> 7.7; eligibility traces
 # 16384x1024 82.6 -> 67.1, 32768x16 3.4 -> 2.6; TD(lambda) 137.4 -> 107.1, discounted returns
-# 98.5 -> 94.1 (results/h200-2026-12-03-m-tm-lanes.txt, -n-tm-lanes.txt). GAE and V-trace (7 or
-# more tensors) lose so, volatile or not (GAE 16384x1024 119.1 against 111.6 us), and so do
-# calls with fewer rows (eligibility traces 4096x128: 6.9 against 5.5; masked GAE 2048x256).
+# 98.5 -> 94.1 (results/h200-2026-12-03-m-tm-lanes.txt, -n-tm-lanes.txt). GAE and V-trace (two
+# outputs) lose so, volatile or not (GAE 16384x1024 119.1 against 111.6 us, also without
+# bootstrap values: 6 tensors, -o-layout-ab.txt), and so do calls with fewer rows (eligibility
+# traces 4096x128: 6.9 against 5.5; masked GAE 2048x256).
 TM_LANES_STREAMS = 6
 TM_LANES_ROWS = 32
 TM_LANES_STEPS = 32
@@ -324,7 +325,7 @@ def _shape_config(c, rows: int, block_k: int, kk: int, time_major: bool) -> Conf
             block_n //= 2
         many = -(-rows // block_n) >= TM_MANY_PROGRAMS_PER_SM * sms > 0
         joint = c.op.kernels.lb_words > 3
-        if sms and (many and _streams(c) <= TM_LANES_STREAMS and not joint
+        if sms and (many and _streams(c) <= TM_LANES_STREAMS and len(c.outs) == 1 and not joint
                     or joint and rows >= TM_LANES_JOINT_MIN_ROWS):
             steps = TM_LANES_VOLATILE_STEPS if lanes_volatile(c) else TM_LANES_STEPS
             return Config(TM_LANES_ROWS, max(16, min(steps, _pow2(c.T))), block_k, 1, "stream")
