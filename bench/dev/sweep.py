@@ -89,6 +89,7 @@ TM_LB_SWEEP = {"rows": (8, 16, 32, 64), "tiles": (512, 1024, 2048, 4096), "warps
 # 32 to 64 rows a warp, each thread walking its rows' steps in registers, the scan along time with
 # no shuffles or barriers), 1, 2 or 4 warps, chunks of 16 to 64 steps.
 TM_LANES_SWEEP = {"rows": (32, 64, 128), "steps": (16, 32, 64), "warps": (1, 2, 4)}
+LANES_A_WARP = [32]  # --lanes-rows-a-warp
 
 
 def time_major_lane_candidates(N: int, T: int) -> list[Config]:
@@ -97,7 +98,7 @@ def time_major_lane_candidates(N: int, T: int) -> list[Config]:
     out = []
     for nw in TM_LANES_SWEEP["warps"]:
         for bn in TM_LANES_SWEEP["rows"]:
-            if bn > max(32, sg_config._pow2(N)) or not 32 * nw <= bn <= 64 * nw:
+            if bn > max(32, sg_config._pow2(N)) or not LANES_A_WARP[0] * nw <= bn <= 64 * nw:
                 continue
             for bt in TM_LANES_SWEEP["steps"]:
                 if bt > max(16, sg_config._pow2(T)) or bn * bt > 8192:
@@ -246,6 +247,8 @@ def main() -> None:
         ap.add_argument(f"--tm-lanes-{key}", default=None,
                         help=f"--tm-lanes candidates' {key} (default "
                              f"{','.join(map(str, TM_LANES_SWEEP[key]))})")
+    ap.add_argument("--lanes-rows-a-warp", type=int, default=None,
+                    help="runtime.launch.LANES_ROWS_A_WARP (16: 32-row tiles on two warps, each over half the steps)")
     ap.add_argument("--lanes-plain", action="store_true",
                     help="tiles of a row a lane without volatile loads (runtime.launch.LANES_VOLATILE off)")
     ap.add_argument("--tm-window", type=int, default=None,
@@ -256,9 +259,11 @@ def main() -> None:
     args = ap.parse_args()
     if args.tm_window:
         sg_launch_params.TM_LB_WINDOW = args.tm_window
+    from scangen.runtime import launch as sg_launch
     if args.lanes_plain:
-        from scangen.runtime import launch as sg_launch
         sg_launch.LANES_VOLATILE = False
+    if args.lanes_rows_a_warp:
+        sg_launch.LANES_ROWS_A_WARP = LANES_A_WARP[0] = args.lanes_rows_a_warp
     for key in TM_LB_SWEEP:
         if getattr(args, f"tm_lb_{key}"):
             TM_LB_SWEEP[key] = tuple(int(x) for x in getattr(args, f"tm_lb_{key}").split(","))

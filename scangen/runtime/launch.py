@@ -48,6 +48,7 @@ def run(c) -> None:
 LEAN = True
 ONE_CHUNK_ON = True  # one_chunk's switch, for A/B runs
 LANES_VOLATILE = True  # lanes' volatile loads, for A/B runs
+LANES_ROWS_A_WARP = 32  # lanes' rows a warp at least (16: two warps over a 32-row tile's steps, for sweeps)
 
 
 def lean_layout(c) -> dict | None:
@@ -230,7 +231,8 @@ def lanes(c, cfg) -> int:
     against 1323 on each of four warps with 256 shuffles and 19 barriers). ``LANES == 2``: the
     tile's loads are volatile, so that ptxas issues them all up front (``config.lanes_volatile``
     says where; ``LANES_VOLATILE = False`` turns them off for A/B runs)."""
-    if cfg.block_k == 1 and cfg.block_n >= 32 * cfg.num_warps and config.rows_contiguous(c):
+    if (cfg.block_k == 1 and cfg.block_n >= LANES_ROWS_A_WARP * cfg.num_warps
+            and cfg.block_n >= 32 and config.rows_contiguous(c)):
         return 2 if LANES_VOLATILE and config.lanes_volatile(c) else 1
     return 0
 
