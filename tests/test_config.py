@@ -250,9 +250,9 @@ def test_time_major_light_calls(N, T, expected):
 
 
 @pytest.mark.parametrize("streams,bootstrap,expected", [
-    (5, True, (32, 16, 1)),       # discounted returns: volatile loads, 16-step chunks
-    (6, True, (32, 16, 1)),       # TD(lambda)
-    (6, False, (32, 32, 1)),      # plain loads: 32-step chunks
+    (5, True, (32, 32, 2)),       # discounted returns: volatile loads, two warps over the steps
+    (6, True, (32, 32, 2)),       # TD(lambda), GAE with bootstrap values
+    (6, False, (32, 32, 1)),      # plain loads: one warp
     (7, True, (16, 16, 2)),       # seven tensors: the 16 x 16 row tiles
 ])
 def test_time_major_tiles_a_row_a_lane_up_to_six_tensors(streams, bootstrap, expected):
@@ -260,10 +260,12 @@ def test_time_major_tiles_a_row_a_lane_up_to_six_tensors(streams, bootstrap, exp
     assert (cfg.block_n, cfg.block_t, cfg.num_warps, cfg.family) == (*expected, "stream")
 
 
-def test_time_major_calls_of_two_outputs_keep_row_tiles():
-    """GAE without bootstrap values (four inputs, two outputs) loses on tiles of a row a lane."""
-    cfg = _choose(16384, 1024, time_major=True, streams=5, outputs=2)
+def test_time_major_volatile_tiles_need_two_chunks_of_steps():
+    """Volatile tiles of a row a lane from T = 32 (GAE 32768x16 lost on them); plain ones at 16."""
+    cfg = _choose(32768, 16, time_major=True, streams=6, bootstrap=True)
     assert (cfg.block_n, cfg.block_t, cfg.num_warps) == (16, 16, 2)
+    assert _choose(16384, 64, time_major=True, streams=6, bootstrap=True).block_t == 32
+    assert _choose(32768, 16, time_major=True, streams=3).block_n == 32
 
 
 @pytest.mark.parametrize("N,T,expected", [

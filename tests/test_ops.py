@@ -279,17 +279,18 @@ def test_time_major_tiles_of_light_calls(name, N, T, tile):
 
 
 @pytest.mark.parametrize("name", [n for n in reference.REFERENCES if n != "compute_retrace"])
-@pytest.mark.parametrize("family", ["stream", "persist", "lookback"])
-def test_time_major_tiles_a_row_a_lane(name, family):
+@pytest.mark.parametrize("family,warps", [("stream", 1), ("persist", 1), ("lookback", 1),
+                                          ("stream", 2)])
+def test_time_major_tiles_a_row_a_lane(name, family, warps):
     """Time-major tiles of 32 rows a warp take LANES (runtime.launch.lanes: the rows' alignment
     hidden from Triton so that each lane walks whole rows): several chunks a row and a last row
-    tile partly past the rows, in each family."""
+    tile partly past the rows, in each family; on two warps, each over half the steps."""
     from scangen.runtime.config import Config, override
     N, T = 40, 48
     inputs = make_inputs(name, N, T, seed=T)
     expected = _tuple(reference.REFERENCES[name](**inputs))
     runtime.PLANS.clear()
-    with override(lambda c: Config(32, 16, 1, 1, family)):
+    with override(lambda c: Config(32, 16, 1, warps, family)):
         got = _run(name, as_time_major(inputs), "triton")
         (plan,) = runtime.PLANS.values()
         bootstrap = any(i.kind == "float" and i.shape == "NT" and i.optional for i in plan.op.inputs)

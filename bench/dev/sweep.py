@@ -89,7 +89,7 @@ TM_LB_SWEEP = {"rows": (8, 16, 32, 64), "tiles": (512, 1024, 2048, 4096), "warps
 # 32 to 64 rows a warp, each thread walking its rows' steps in registers, the scan along time with
 # no shuffles or barriers), 1, 2 or 4 warps, chunks of 16 to 64 steps.
 TM_LANES_SWEEP = {"rows": (32, 64, 128), "steps": (16, 32, 64), "warps": (1, 2, 4)}
-LANES_A_WARP = [32]  # --lanes-rows-a-warp
+LANES_A_WARP = [16]  # --lanes-rows-a-warp (runtime.launch.LANES_ROWS_A_WARP)
 
 
 def time_major_lane_candidates(N: int, T: int) -> list[Config]:

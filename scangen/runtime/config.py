@@ -41,21 +41,24 @@ TM_ROWS = 16         # time-major tiles (K = 1): rows per tile, halved down to T
 TM_MIN_ROWS = 4      # ... while the grid has fewer programs than SMs
 TM_MANY_PROGRAMS_PER_SM = 4  # from this many programs per SM: 16-step chunks on 2 warps
 TM_TILE = 1024       # ... else tiles of this many elements
-# ... calls storing one output and moving at most TM_LANES_STREAMS [N, T] tensors there, and
-# joint pairs of scans (masked GAE, whose 2x2 maps cost the most across lanes) from
-# TM_LANES_JOINT_MIN_ROWS rows, take tiles of a row a lane instead (runtime.launch.lanes:
-# TM_LANES_ROWS rows on one warp, the scan along time in each thread's registers), chunks of
-# TM_LANES_STEPS, or TM_LANES_VOLATILE_STEPS where the loads are volatile (lanes_volatile): masked
-# GAE 16384x1024 152.9 -> 94.8 us, 16384x64 10.4 -> 6.4, 4096x128 8.3 -> 7.7; eligibility traces
-# 16384x1024 82.6 -> 67.1, 32768x16 3.4 -> 2.6; TD(lambda) 137.4 -> 107.1, discounted returns
-# 98.5 -> 94.1 (results/h200-2026-12-03-m-tm-lanes.txt, -n-tm-lanes.txt). GAE and V-trace (two
-# outputs) lose so, volatile or not (GAE 16384x1024 119.1 against 111.6 us, also without
-# bootstrap values: 6 tensors, -o-layout-ab.txt), and so do calls with fewer rows (eligibility
-# traces 4096x128: 6.9 against 5.5; masked GAE 2048x256).
+# ... calls moving at most TM_LANES_STREAMS [N, T] tensors there, and joint pairs of scans
+# (masked GAE, whose 2x2 maps cost the most across lanes) from TM_LANES_JOINT_MIN_ROWS rows, take
+# tiles of a row a lane instead (runtime.launch.lanes: TM_LANES_ROWS rows, the scan along time in
+# each thread's registers): TM_LANES_STEPS steps on one warp, or, where the loads are volatile
+# (lanes_volatile: ops with bootstrap values) and T >= TM_LANES_STEPS, on TM_LANES_VOLATILE_WARPS
+# warps, each over half the chunk's steps (more warps an SM keep more loads in flight). One
+# process each, graph replays, 16384x1024: masked GAE 152.9 -> 94.8 us, eligibility traces 82.6 ->
+# 67.1 (one warp; 16384x64 10.4 -> 6.4 and 6.2 -> 5.2; results/h200-2026-12-03-m-tm-lanes.txt,
+# -n-tm-lanes.txt); GAE 96.3 against 120.4 on one warp (111.6 for the 16 x 16 row tiles in
+# -n), TD(lambda) 83.4 against 107.2 (137.4 for the row tiles), 16384x64 7.5 and 7.7 against 8.2
+# and 8.1 (-p-tm-lanes-warps.txt). V-trace (8 tensors) keeps its row tiles (32 x 16 on two
+# warps: 141.2 against 145.9 us, 16384x64 11.5 against 10.9), and so do volatile calls with
+# T <= 16 (GAE 32768x16: 5.45 on one warp against 4.97) and calls with fewer rows
+# (eligibility traces 4096x128: 6.9 against 5.5; masked GAE 2048x256).
 TM_LANES_STREAMS = 6
 TM_LANES_ROWS = 32
 TM_LANES_STEPS = 32
-TM_LANES_VOLATILE_STEPS = 16
+TM_LANES_VOLATILE_WARPS = 2
 TM_LANES_JOINT_MIN_ROWS = 4096
 MIN_ROWS_TIME_MAJOR = 16  # time-major with a trailing axis (K > 1): row-tile floor
 TIME_MAJOR_PROGRAMS_PER_SM = 2  # ... row tiles halved while the grid has fewer (8: slower)
@@ -242,7 +245,7 @@ def lanes_volatile(c) -> bool:
     Their kernels select between loaded values (``tl.where``), and with scalar loads ptxas sinks
     a load that one side alone uses under a predicate computed from other loads, so the thread
     waits for memory twice a chunk (TD(lambda) 16384x1024, 32 x 16 tiles: 506 us plain, 107
-    volatile). Calls without such an input lose by volatile loads (eligibility traces 67 -> 148
+    volatile; results/h200-2026-12-03-n-tm-lanes.txt). Calls without such an input lose by volatile loads (eligibility traces 67 -> 148
     us, masked GAE 95 -> 110; results/h200-2026-12-03-n-tm-lanes.txt)."""
     return any(i.kind == "float" and i.shape == "NT" and i.optional for i in c.op.inputs)
 
@@ -324,11 +327,12 @@ def _shape_config(c, rows: int, block_k: int, kk: int, time_major: bool) -> Conf
         while block_n > TM_MIN_ROWS and -(-rows // block_n) < sms:
             block_n //= 2
         many = -(-rows // block_n) >= TM_MANY_PROGRAMS_PER_SM * sms > 0
-        joint = c.op.kernels.lb_words > 3
-        if sms and (many and _streams(c) <= TM_LANES_STREAMS and len(c.outs) == 1 and not joint
+        joint, volatile = c.op.kernels.lb_words > 3, lanes_volatile(c)
+        if sms and (many and _streams(c) <= TM_LANES_STREAMS and not joint
+                    and (not volatile or c.T >= TM_LANES_STEPS)
                     or joint and rows >= TM_LANES_JOINT_MIN_ROWS):
-            steps = TM_LANES_VOLATILE_STEPS if lanes_volatile(c) else TM_LANES_STEPS
-            return Config(TM_LANES_ROWS, max(16, min(steps, _pow2(c.T))), block_k, 1, "stream")
+            return Config(TM_LANES_ROWS, max(16, min(TM_LANES_STEPS, _pow2(c.T))), block_k,
+                          TM_LANES_VOLATILE_WARPS if volatile and not joint else 1, "stream")
         if many:
             return Config(block_n, 16, block_k, 2, "stream")
         block_t = max(16, min(_pow2(c.T), MAX_BLOCK_T, TM_TILE // block_n))

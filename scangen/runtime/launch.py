@@ -48,7 +48,7 @@ def run(c) -> None:
 LEAN = True
 ONE_CHUNK_ON = True  # one_chunk's switch, for A/B runs
 LANES_VOLATILE = True  # lanes' volatile loads, for A/B runs
-LANES_ROWS_A_WARP = 32  # lanes' rows a warp at least (16: two warps over a 32-row tile's steps, for sweeps)
+LANES_ROWS_A_WARP = 16  # lanes: rows a warp at least (32 rows on 2 warps, each over half the steps)
 
 
 def lean_layout(c) -> dict | None:
@@ -223,8 +223,9 @@ def one_chunk(c, cfg) -> bool:
 
 def lanes(c, cfg) -> int:
     """Whether the tile takes a row a lane (``LANES``, 0 if not): time-major buffers (adjacent
-    rows, ``config.rows_contiguous``) without a trailing axis, in tiles of at least 32 rows a
-    warp. The kernels then hide the rows' alignment from Triton, whose coalescing gives each lane
+    rows, ``config.rows_contiguous``) without a trailing axis, in tiles of at least 32 rows and
+    ``LANES_ROWS_A_WARP`` rows a warp (32 rows on two warps: the warps split the chunk's steps,
+    and the scan joins their halves through shared memory once). The kernels then hide the rows' alignment from Triton, whose coalescing gives each lane
     whole rows (one element a step: each step still one 128-byte load a warp) in place of 16-byte
     vectors across rows, so the scan along time runs in each thread's registers with no shuffles
     or barriers (eligibility traces, 32 x 64 tiles, sm_90 PTX: 1331 instructions on one warp
