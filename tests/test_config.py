@@ -333,3 +333,20 @@ def test_joint_pairs_in_two_byte_dtypes(N, T, dtype, lb_words, expected):
     cfg = _choose(N, T, streams=5, lb_words=lb_words, dtype=dtype)
     assert (cfg.block_n, cfg.block_t, cfg.num_stages) == expected
     assert cfg.family == "stream" and cfg.num_warps == 4
+
+
+@pytest.mark.parametrize("cfg,time_major,bootstrap,expected", [
+    (config.Config(32, 32, 1, 1), True, False, 1),              # a row a lane, plain loads
+    (config.Config(32, 32, 1, 2), True, True, 2),               # two warps over the steps, volatile
+    (config.Config(32, 128, 1, 4, "lookback"), True, False, 0),  # the look-back's 32 x 128 tiles
+    (config.Config(16, 16, 1, 2), True, False, 0),              # the row tiles
+    (config.Config(8, 32, 8, 4), True, False, 0),               # a trailing axis (Retrace)
+    (config.Config(32, 32, 1, 1), False, False, 0),             # rows layout
+])
+def test_which_tiles_take_a_row_a_lane(cfg, time_major, bootstrap, expected):
+    """runtime.launch.lanes: the LANES constexpr of a launch (0, 1, or 2 with volatile loads)."""
+    from scangen.runtime import launch
+    N, T = 4096, 256
+    c = NS(R1=N, R2=1, T=T, strides={"x": (1, 0, N) if time_major else (T, 0, 1)},
+           op=NS(inputs=(abi.InputInfo("boot", "float", "NT", 0.0 if bootstrap else None, ""),)))
+    assert launch.lanes(c, cfg) == expected
