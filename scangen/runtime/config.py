@@ -321,8 +321,9 @@ def _shape_config(c, rows: int, block_k: int, kk: int, time_major: bool) -> Conf
         # Time-major buffers ([T, N], rows adjacent in memory): tiles of 16 rows (64 bytes of
         # fp32 per step, loads coalesced across rows), halved down to 4 while the grid has fewer
         # programs than SMs. Many programs (TM_MANY_PROGRAMS_PER_SM per SM): 16-step chunks on 2
-        # warps; fewer: tiles of TM_TILE elements on 4 warps (swept: bench/NOTES.md) Light calls
-        # with many programs, and joint pairs, take a row a lane (TM_LANES_ROWS, above).
+        # warps; fewer: tiles of TM_TILE elements on 4 warps (swept: bench/NOTES.md). Calls of up
+        # to TM_LANES_STREAMS tensors with many programs, and joint pairs from
+        # TM_LANES_JOINT_MIN_ROWS rows, take tiles of a row a lane (TM_LANES_ROWS, above).
         block_n = min(TM_ROWS, _pow2(rows))
         while block_n > TM_MIN_ROWS and -(-rows // block_n) < sms:
             block_n //= 2
