@@ -248,9 +248,9 @@ def main() -> None:
                         help=f"--tm-lanes candidates' {key} (default "
                              f"{','.join(map(str, TM_LANES_SWEEP[key]))})")
     ap.add_argument("--lanes-rows-a-warp", type=int, default=None,
-                    help="runtime.launch.LANES_ROWS_A_WARP (16: 32-row tiles on two warps, each over half the steps)")
+                    help="runtime.launch.LANES_ROWS_A_WARP (32: no 32-row tiles on two warps)")
     ap.add_argument("--lanes-plain", action="store_true",
-                    help="tiles of a row a lane without volatile loads (runtime.launch.LANES_VOLATILE off)")
+                    help="tiles of a row a lane with plain loads (runtime.launch.LANES_VOLATILE off)")
     ap.add_argument("--tm-window", type=int, default=None,
                     help="runtime.launch_params.TM_LB_WINDOW for this run (the row-tile look-back's window)")
     ap.add_argument("--sets", action="store_true",

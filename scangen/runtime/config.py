@@ -245,7 +245,7 @@ def lanes_volatile(c) -> bool:
     Their kernels select between loaded values (``tl.where``), and with scalar loads ptxas sinks
     a load that one side alone uses under a predicate computed from other loads, so the thread
     waits for memory twice a chunk (TD(lambda) 16384x1024, 32 x 16 tiles: 506 us plain, 107
-    volatile; results/h200-2026-12-03-n-tm-lanes.txt). Calls without such an input lose by volatile loads (eligibility traces 67 -> 148
+    volatile). Calls without such an input lose by volatile loads (eligibility traces 67 -> 148
     us, masked GAE 95 -> 110; results/h200-2026-12-03-n-tm-lanes.txt)."""
     return any(i.kind == "float" and i.shape == "NT" and i.optional for i in c.op.inputs)
 

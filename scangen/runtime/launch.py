@@ -82,8 +82,8 @@ def _first_launch(c, cfg, lp, persist: bool) -> None:
                 GROUPED=grouped,
                 BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k,
                 ACC=_acc(c.acc), LB_WINDOW=launch_params.lookback_window(c, cfg, ks.lb_words),
-                LB_SPIN=launch_params.lookback_spin(c, cfg), LB_PID=launch_params.lookback_pid(c, cfg),
-                LANES=lanes(c, cfg))
+                LB_SPIN=launch_params.lookback_spin(c, cfg),
+                LB_PID=launch_params.lookback_pid(c, cfg), LANES=lanes(c, cfg))
     strides = {"input": c.strides, "param": c.pstrides, "output": c.out_strides}
     ints, meta = [], {}
     for a in abi.op_kernel_args(c.op, workspace=False, lean=lp.lean):
@@ -225,11 +225,12 @@ def lanes(c, cfg) -> int:
     """Whether the tile takes a row a lane (``LANES``, 0 if not): time-major buffers (adjacent
     rows, ``config.rows_contiguous``) without a trailing axis, in tiles of at least 32 rows and
     ``LANES_ROWS_A_WARP`` rows a warp (32 rows on two warps: the warps split the chunk's steps,
-    and the scan joins their halves through shared memory once). The kernels then hide the rows' alignment from Triton, whose coalescing gives each lane
-    whole rows (one element a step: each step still one 128-byte load a warp) in place of 16-byte
-    vectors across rows, so the scan along time runs in each thread's registers with no shuffles
-    or barriers (eligibility traces, 32 x 64 tiles, sm_90 PTX: 1331 instructions on one warp
-    against 1323 on each of four warps with 256 shuffles and 19 barriers). ``LANES == 2``: the
+    and the scan joins their halves through shared memory once). The kernels then hide the rows'
+    alignment from Triton, whose coalescing gives each lane whole rows (one element a step: each
+    step still one 128-byte load a warp) in place of 16-byte vectors across rows, so the scan
+    along time runs in each thread's registers with no shuffles (eligibility traces, 32 x 64
+    tiles, sm_90 PTX: 1331 instructions on one warp and no barrier, against 1323 on each of four
+    warps with 256 shuffles and 19 barriers). ``LANES == 2``: the
     tile's loads are volatile, so that ptxas issues them all up front (``config.lanes_volatile``
     says where; ``LANES_VOLATILE = False`` turns them off for A/B runs)."""
     if (cfg.block_k == 1 and cfg.block_n >= LANES_ROWS_A_WARP * cfg.num_warps
