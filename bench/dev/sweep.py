@@ -38,6 +38,7 @@ import scangen  # noqa: E402
 from scangen import runtime  # noqa: E402
 from scangen.benchmark.inputs import apply_no_trunc  # noqa: E402
 from scangen.runtime import config as sg_config  # noqa: E402
+from scangen.runtime import launch as sg_launch  # noqa: E402
 from scangen.runtime import launch_params as sg_launch_params  # noqa: E402
 from scangen.runtime.config import Config  # noqa: E402
 from scangen.testing import (  # noqa: E402
@@ -89,7 +90,6 @@ TM_LB_SWEEP = {"rows": (8, 16, 32, 64), "tiles": (512, 1024, 2048, 4096), "warps
 # 32 to 64 rows a warp, each thread walking its rows' steps in registers, the scan along time with
 # no shuffles or barriers), 1, 2 or 4 warps, chunks of 16 to 64 steps.
 TM_LANES_SWEEP = {"rows": (32, 64, 128), "steps": (16, 32, 64), "warps": (1, 2, 4)}
-LANES_A_WARP = [16]  # --lanes-rows-a-warp (runtime.launch.LANES_ROWS_A_WARP)
 
 
 def time_major_lane_candidates(N: int, T: int) -> list[Config]:
@@ -98,7 +98,7 @@ def time_major_lane_candidates(N: int, T: int) -> list[Config]:
     out = []
     for nw in TM_LANES_SWEEP["warps"]:
         for bn in TM_LANES_SWEEP["rows"]:
-            if bn > max(32, sg_config._pow2(N)) or not LANES_A_WARP[0] * nw <= bn <= 64 * nw:
+            if bn > max(32, sg_config._pow2(N)) or not sg_launch.LANES_ROWS_A_WARP * nw <= bn <= 64 * nw:
                 continue
             for bt in TM_LANES_SWEEP["steps"]:
                 if bt > max(16, sg_config._pow2(T)) or bn * bt > 8192:
@@ -259,11 +259,10 @@ def main() -> None:
     args = ap.parse_args()
     if args.tm_window:
         sg_launch_params.TM_LB_WINDOW = args.tm_window
-    from scangen.runtime import launch as sg_launch
     if args.lanes_plain:
         sg_launch.LANES_VOLATILE = False
     if args.lanes_rows_a_warp:
-        sg_launch.LANES_ROWS_A_WARP = LANES_A_WARP[0] = args.lanes_rows_a_warp
+        sg_launch.LANES_ROWS_A_WARP = args.lanes_rows_a_warp
     for key in TM_LB_SWEEP:
         if getattr(args, f"tm_lb_{key}"):
             TM_LB_SWEEP[key] = tuple(int(x) for x in getattr(args, f"tm_lb_{key}").split(","))
