@@ -2,13 +2,18 @@
 stored ``[N, T]`` (rows) and ``[T, N]`` (time-major, ``time_dim=0``), each call captured 20 times
 in one CUDA graph over rotated input sets (3x the L2 or more), the two graphs replayed
 interleaved (issue 22's target: time-major at most 1.3x the rows device time). The time-major
-outputs are checked against the rows outputs first.
+outputs are checked against the rows outputs first. ``--baseline`` also captures the
+time-major call under other settings of the dispatch rule (module constants, e.g.
+``scangen.runtime.launch.LANES_ROWS_A_WARP=16``), replayed beside the two: a rule change A/B in
+one process.
 
     PYTHONPATH=. python3 bench/dev/layout_ab.py --out "$OUT" [--shapes 4096x128,...] [--algos gae,...]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import json
 import math
 import platform
@@ -34,6 +39,26 @@ def time_major(kw):
             for k, v in kw.items()}
 
 
+@contextlib.contextmanager
+def settings(spec: str):
+    """Within the block, the module constants of ``spec`` ("pkg.mod.NAME=int,...") take those
+    values, and calls make fresh plans (runtime.config.fresh_plans)."""
+    from scangen.runtime import config
+    old = []
+    for item in filter(None, spec.split(",")):
+        path, value = item.split("=")
+        mod, name = path.rsplit(".", 1)
+        m = importlib.import_module(mod)
+        old.append((m, name, getattr(m, name)))
+        setattr(m, name, type(getattr(m, name))(value))
+    try:
+        with config.fresh_plans():
+            yield
+    finally:
+        for m, name, v in reversed(old):
+            setattr(m, name, v)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="bench/results")
@@ -42,6 +67,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--rep-ms", type=float, default=20.0)
     ap.add_argument("--tag", default="layout-ab")
+    ap.add_argument("--baseline", default="",
+                    help="time-major also under these settings, e.g. "
+                         "scangen.runtime.launch.LANES_ROWS_A_WARP=16 (module constants)")
     args = ap.parse_args()
     dev = torch.device("cuda")
     l2 = cache_bytes(dev)
@@ -67,14 +95,28 @@ def main() -> None:
             diff = max(float((p - q.transpose(0, 1)).abs().max()) for p, q in zip(a, b))
             g_rows, _ = captured([lambda s=s: fn(**s) for s in sets], CALLS)
             g_tm, _ = captured([lambda s=s: fn(**s, time_dim=0) for s in tm_sets], CALLS)
-            t = device_interleaved({"rows": g_rows.replay, "tm": g_tm.replay}, rounds=args.rounds,
+            graphs = {"rows": g_rows.replay, "tm": g_tm.replay}
+            if args.baseline:
+                with settings(args.baseline):
+                    b_out = fn(**tm_sets[0], time_dim=0)
+                    b_out = b_out if isinstance(b_out, tuple) else (b_out,)
+                    diff = max(diff, *(float((p - q.transpose(0, 1)).abs().max())
+                                       for p, q in zip(a, b_out)))
+                    g_base, _ = captured([lambda s=s: fn(**s, time_dim=0) for s in tm_sets], CALLS)
+                graphs["base"] = g_base.replay
+            t = device_interleaved(graphs, rounds=args.rounds,
                                    warmup_ms=args.rep_ms / 4, rep_ms=args.rep_ms)
             r_us, t_us = (t[s].median_s * 1e6 / CALLS for s in ("rows", "tm"))
-            rows.append(dict(algo=algo, shape=shape, rows_us=r_us, tm_us=t_us, ratio=t_us / r_us,
-                             sets=k, max_abs_diff=diff))
+            row = dict(algo=algo, shape=shape, rows_us=r_us, tm_us=t_us, ratio=t_us / r_us,
+                       sets=k, max_abs_diff=diff)
+            extra = ""
+            if args.baseline:
+                row["base_us"] = b_us = t["base"].median_s * 1e6 / CALLS
+                extra = f"  baseline {b_us:8.2f} us {b_us / r_us:5.2f}x"
+            rows.append(row)
             print(f"{algo:20s} {shape:10s} rows {r_us:8.2f} us  time-major {t_us:8.2f} us  "
-                  f"{t_us / r_us:5.2f}x  diff {diff:.1e}", flush=True)
-            del sets, tm_sets, g_rows, g_tm
+                  f"{t_us / r_us:5.2f}x{extra}  diff {diff:.1e}", flush=True)
+            del sets, tm_sets, g_rows, g_tm, graphs
             torch.cuda.empty_cache()
         write(out, args.tag, meta, rows)
 
@@ -87,10 +129,11 @@ def write(out, tag, meta, rows):
              f"Device time: one of {CALLS} calls captured in a CUDA graph over rotated input sets, "
              "the two layouts' graphs replayed interleaved (do_bench medians). fp32. "
              f"Within 1.3x: {ok} of {len(rows)}.", "",
-             "| algo | N x T | rows us | time-major us | time-major / rows | max diff |",
-             "|---|---|---|---|---|---|"]
+             "| algo | N x T | rows us | time-major us | time-major / rows | baseline us "
+             "| max diff |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {r['algo']} | {r['shape']} | {r['rows_us']:.2f} | {r['tm_us']:.2f} | "
-              f"{r['ratio']:.2f} | {r['max_abs_diff']:.1e} |" for r in rows]
+              f"{r['ratio']:.2f} | {r.get('base_us', float('nan')):.2f} | "
+              f"{r['max_abs_diff']:.1e} |" for r in rows]
     (out / f"{tag}.md").write_text("\n".join(lines) + "\n")
 
 
