@@ -237,27 +237,46 @@ def test_time_major_row_tiles(N, T, expected):
 
 
 @pytest.mark.parametrize("N,T,expected", [
-    (16384, 1024, (32, 32, 1)),   # many programs, light calls: a row a lane, 32 x 32 on a warp
-    (16384, 64, (32, 32, 1)),
-    (32768, 16, (32, 16, 1)),     # ... one chunk
-    (4096, 128, (16, 64, 4)),     # 256 tiles of 16 rows, < 4 per SM: the 1024-element tiles
+    (16384, 64, (32, 32, 1, "stream")),   # many programs, light calls: a row a lane, 32 x 32
+    (32768, 16, (32, 16, 1, "stream")),   # ... one chunk
+    (16384, 1024, (32, 32, 2, "persist")),  # rows of 256 steps or more persist, two warps
+    (16384, 256, (32, 32, 2, "persist")),
+    (16384, 128, (32, 32, 1, "stream")),
+    (4096, 128, (32, 128, 4, "stream")),  # 128 tiles of 32 rows, about one a SM: 4 warps
 ])
 def test_time_major_light_calls(N, T, expected):
     cfg = _choose(N, T, time_major=True, streams=config.LIGHT_STREAMS)
-    assert (cfg.block_n, cfg.block_t, cfg.num_warps, cfg.family) == (*expected, "stream")
+    assert (cfg.block_n, cfg.block_t, cfg.num_warps, cfg.family) == expected
     heavier = _choose(N, T, time_major=True, streams=config.TM_LANES_STREAMS + 1)
     assert (heavier.block_n, heavier.block_t) == ((16, 16) if N >= 16384 else (16, 64))
+
+
+@pytest.mark.parametrize("N,T,kw,expected", [
+    (4096, 128, {}, (32, 128, 4)),          # about a tile of 32 rows a SM: 4 warps, 4096 elements
+    (4096, 256, {}, (32, 128, 4)),
+    (4096, 128, {"streams": 6, "bootstrap": True}, (32, 64, 4)),  # volatile: half the tile
+    (4096, 128, {"streams": 6, "lb_words": 7}, (32, 64, 4)),     # joint pair: half the tile
+    (3700, 128, {}, (32, 128, 4)),          # 116 tiles: 132 SMs less an eighth
+    (3600, 128, {}, (16, 64, 4)),           # 113 tiles: too few, the row tiles
+    (4096, 32, {}, (16, 32, 4)),            # fewer than 64 steps: the row tiles
+    (4096, 128, {"streams": 7}, (16, 64, 4)),  # seven tensors: the row tiles
+])
+def test_time_major_fewer_programs_take_four_warps_a_tile(N, T, kw, expected):
+    cfg = _choose(N, T, time_major=True, **kw)
+    assert (cfg.block_n, cfg.block_t, cfg.num_warps, cfg.family) == (*expected, "stream")
 
 
 @pytest.mark.parametrize("streams,bootstrap,expected", [
     (5, True, (32, 32, 2)),       # discounted returns: volatile loads, two warps over the steps
     (6, True, (32, 32, 2)),       # TD(lambda), GAE with bootstrap values
-    (6, False, (32, 32, 1)),      # plain loads: one warp
+    (6, False, (32, 32, 2, "persist")),  # plain loads: persist, two warps
     (7, True, (16, 16, 2)),       # seven tensors: the 16 x 16 row tiles
 ])
 def test_time_major_tiles_a_row_a_lane_up_to_six_tensors(streams, bootstrap, expected):
     cfg = _choose(16384, 1024, time_major=True, streams=streams, bootstrap=bootstrap)
-    assert (cfg.block_n, cfg.block_t, cfg.num_warps, cfg.family) == (*expected, "stream")
+    assert (cfg.block_n, cfg.block_t, cfg.num_warps, cfg.family) == (*expected, "stream")[:4]
+    assert _choose(16384, 128, time_major=True, streams=streams, bootstrap=bootstrap
+                   ).family == "stream"  # rows of fewer than 256 steps stream
 
 
 def test_time_major_volatile_tiles_need_two_chunks_of_steps():
@@ -270,8 +289,9 @@ def test_time_major_volatile_tiles_need_two_chunks_of_steps():
 
 @pytest.mark.parametrize("N,T,expected", [
     (16384, 1024, (32, 32, 1)),   # joint pairs of scans: a row a lane from 4096 rows
-    (4096, 128, (32, 32, 1)),
+    (16384, 128, (32, 32, 1)),
     (32768, 16, (32, 16, 1)),
+    (4096, 128, (32, 64, 4)),     # about a tile a SM: four warps, 2048 elements (joint: half)
     (2048, 128, (8, 128, 4)),     # fewer rows: the row tiles of the other calls
 ])
 def test_time_major_joint_pairs_take_a_row_a_lane(N, T, expected):
@@ -303,8 +323,8 @@ def test_time_major_look_back_over_row_tiles(N, T, kw, expected):
     (1024, 256, {}),      # rows shorter than TM_LOOKBACK_MIN_T
     (16384, 1024, {"K": 8}),
 ])
-def test_time_major_stream_where_tiles_are_many_or_rows_short(N, T, kw):
-    assert _choose(N, T, time_major=True, **kw).family == "stream"
+def test_time_major_no_look_back_where_tiles_are_many_or_rows_short(N, T, kw):
+    assert _choose(N, T, time_major=True, **kw).family in ("stream", "persist")
 
 
 def test_time_major_with_a_trailing_axis_keeps_wide_row_tiles():
@@ -335,18 +355,29 @@ def test_joint_pairs_in_two_byte_dtypes(N, T, dtype, lb_words, expected):
     assert cfg.family == "stream" and cfg.num_warps == 4
 
 
-@pytest.mark.parametrize("cfg,time_major,bootstrap,expected", [
-    (config.Config(32, 32, 1, 1), True, False, 1),              # a row a lane, plain loads
-    (config.Config(32, 32, 1, 2), True, True, 2),               # two warps over the steps, volatile
-    (config.Config(32, 128, 1, 4, "lookback"), True, False, 0),  # the look-back's 32 x 128 tiles
-    (config.Config(16, 16, 1, 2), True, False, 0),              # the row tiles
-    (config.Config(8, 32, 8, 4), True, False, 0),               # a trailing axis (Retrace)
-    (config.Config(32, 32, 1, 1), False, False, 0),             # rows layout
+LB = config.Config(32, 128, 1, 4, "lookback")
+
+
+@pytest.mark.parametrize("cfg,time_major,bootstrap,streams,expected", [
+    (config.Config(32, 32, 1, 1), True, False, 3, 1),       # a row a lane, plain loads
+    (config.Config(32, 32, 1, 2), True, True, 6, 2),        # two warps over the steps, volatile
+    (config.Config(32, 64, 1, 4), True, True, 6, 2),        # four warps, 8 rows a warp
+    (config.Config(32, 32, 1, 2, "persist"), True, False, 3, 1),
+    (LB, True, False, 3, 1),                                 # the look-back's 32 x 128 tiles
+    (LB, True, True, 5, 2),                                  # ... 4 inputs x 32 steps a thread
+    (LB, True, True, 6, 0),                                  # ... 5 x 32 (GAE): tiles of rows
+    (LB._replace(block_t=64), True, True, 6, 2),             # ... 5 x 16
+    (config.Config(64, 32, 1, 8), True, False, 3, 1),
+    (config.Config(16, 16, 1, 2), True, False, 3, 0),       # the row tiles
+    (config.Config(32, 64, 1, 8), True, False, 3, 0),       # fewer than 8 rows a warp
+    (config.Config(8, 32, 8, 4), True, False, 3, 0),        # a trailing axis (Retrace)
+    (config.Config(32, 32, 1, 1), False, False, 3, 0),      # rows layout
 ])
-def test_which_tiles_take_a_row_a_lane(cfg, time_major, bootstrap, expected):
+def test_which_tiles_take_a_row_a_lane(cfg, time_major, bootstrap, streams, expected):
     """runtime.launch.lanes: the LANES constexpr of a launch (0, 1, or 2 with volatile loads)."""
     from scangen.runtime import launch
     N, T = 4096, 256
-    c = NS(R1=N, R2=1, T=T, strides={"x": (1, 0, N) if time_major else (T, 0, 1)},
+    strides = {f"x{i}": (1, 0, N) if time_major else (T, 0, 1) for i in range(streams - 1)}
+    c = NS(R1=N, R2=1, T=T, strides=strides, tensors=dict.fromkeys(strides), outs={"out": None},
            op=NS(inputs=(abi.InputInfo("boot", "float", "NT", 0.0 if bootstrap else None, ""),)))
     assert launch.lanes(c, cfg) == expected

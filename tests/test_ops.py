@@ -265,9 +265,9 @@ def test_lookback_over_row_tiles_of_time_major_buffers(name, dtype, monkeypatch)
 
 
 @pytest.mark.parametrize("name", ["compute_eligibility_traces", "compute_episodic_prefix_sum"])
-@pytest.mark.parametrize("N,T,tile", [(70, 150, (32, 64, 4)), (40, 16, (32, 16, 2))])
+@pytest.mark.parametrize("N,T,tile", [(70, 150, (16, 64, 4)), (40, 16, (16, 16, 2))])
 def test_time_major_tiles_of_light_calls(name, N, T, tile):
-    """Time-major tiles of 32 rows on 2 or 4 warps (vectors across rows, the scan across lanes:
+    """Time-major tiles of 16 rows on 2 or 4 warps (vectors across rows, the scan across lanes:
     LANES off), forced here: several chunks a row and a last row tile partly past the rows."""
     from scangen.runtime.config import Config, override
     inputs = make_inputs(name, N, T, seed=N)
@@ -280,11 +280,13 @@ def test_time_major_tiles_of_light_calls(name, N, T, tile):
 
 @pytest.mark.parametrize("name", [n for n in reference.REFERENCES if n != "compute_retrace"])
 @pytest.mark.parametrize("family,warps", [("stream", 1), ("persist", 1), ("lookback", 1),
-                                          ("stream", 2)])
+                                          ("stream", 2), ("persist", 2), ("stream", 4),
+                                          ("lookback", 4)])
 def test_time_major_tiles_a_row_a_lane(name, family, warps):
-    """Time-major tiles of 32 rows a warp take LANES (runtime.launch.lanes: the rows' alignment
-    hidden from Triton so that each lane walks whole rows): several chunks a row and a last row
-    tile partly past the rows, in each family; on two warps, each over half the steps."""
+    """Time-major tiles of 32 rows take LANES (runtime.launch.lanes: the rows' alignment hidden
+    from Triton so that each lane walks whole rows): several chunks a row and a last row tile
+    partly past the rows, in each family; on two or four warps, each over part of the steps
+    (16 steps: every op's look-back loads fit config.TM_LB_LANES_LOADS)."""
     from scangen.runtime.config import Config, override
     N, T = 40, 48
     inputs = make_inputs(name, N, T, seed=T)

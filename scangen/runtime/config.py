@@ -53,13 +53,20 @@ TM_TILE = 1024       # ... else tiles of this many elements
 # -n), TD(lambda) 83.4 against 107.2 (137.4 for the row tiles), 16384x64 7.5 and 7.7 against 8.2
 # and 8.1 (-p-tm-lanes-warps.txt). V-trace (8 tensors) keeps its row tiles (32 x 16 on two
 # warps: 141.2 against 145.9 us, 16384x64 11.5 against 10.9), and so do volatile calls with
-# T <= 16 (GAE 32768x16: 5.45 on one warp against 4.97) and calls with fewer rows
-# (eligibility traces 4096x128: 6.9 against 5.5; masked GAE 2048x256).
+# T <= 16 (GAE 32768x16: 5.45 on one warp against 4.97). Plain calls (one scan, plain loads) with
+# rows of TM_LANES_PERSIST_MIN_T steps or more persist on those tiles on two warps, the next
+# tile's loads issued before the scan (eligibility traces 16384x1024 67.1 -> 53.7 us; GAE 96.3 ->
+# 108.8, TD(lambda) 83.7 -> 100.2, discounted returns 75.9 -> 86.8 lose; -q-tm-lanes.txt).
+# Fewer programs (a tile of 32 rows a SM less an eighth, T >= 64): TM_LANES_FEW_TILE elements
+# (half for volatile and joint calls) on four warps, each over a quarter of the steps: eligibility
+# traces 4096x128 5.3 -> 3.6 us, GAE 7.0 -> 6.1, masked GAE 7.7 -> 7.0 (-q-tm-lanes.txt).
 TM_LANES_STREAMS = 6
 TM_LANES_ROWS = 32
 TM_LANES_STEPS = 32
 TM_LANES_VOLATILE_WARPS = 2
 TM_LANES_JOINT_MIN_ROWS = 4096
+TM_LANES_PERSIST_MIN_T = 256
+TM_LANES_FEW_TILE = 4096
 MIN_ROWS_TIME_MAJOR = 16  # time-major with a trailing axis (K > 1): row-tile floor
 TIME_MAJOR_PROGRAMS_PER_SM = 2  # ... row tiles halved while the grid has fewer (8: slower)
 NUM_WARPS = 4        # measured best for every tile above (bench/NOTES.md, sweep of 2026-11-29)
@@ -185,6 +192,13 @@ TM_LB_K_TILE = 2048
 TM_LB_MIN_PROGRAMS_PER_SM = 1
 TM_LB_MIN_ROWS = 8
 TM_LB_MIN_STEPS = 64
+# Tiles of 32 rows take a row a lane on four warps (runtime.launch.lanes) where a thread's loads
+# ([N, T] inputs x its steps) are at most TM_LB_LANES_LOADS: eligibility traces 1024x1024 11.5 ->
+# 9.0 us, 256x8192 25.9 -> 18.6, 64x65536 47.6 -> 41.6 (2 x 32 loads), V-trace 23.5 -> 19.8, 44.6
+# -> 38.9, 91.9 -> 86.0 (7 x 16), discounted returns 13.1 -> 9.8, 31.0 -> 20.9, 52.8 -> 46.3 (4 x
+# 32); GAE (5 x 32) 14.4 -> 15.3, 33.8 -> 32.0, 57.8 -> 66.3, on 32 x 64 (5 x 16) 15.6, 28.2,
+# 62.7 (results/h200-2026-12-03-q-tm-lanes.txt).
+TM_LB_LANES_LOADS = 128
 
 
 def _forced_family() -> str | None:
@@ -203,7 +217,7 @@ def _gpu_family(c, rows: int, kk: int, cfg: Config, time_major: bool) -> str:
     """The family of a call on a GPU (``cfg``: the stream tile for its shape and layout).
 
     - Time-major buffers: "lookback" over tiles of rows where the stream grid is small
-      (TM_LOOKBACK_PROGRAMS_PER_SM) and rows long (TM_LOOKBACK_MIN_T), else "stream".
+      (TM_LOOKBACK_PROGRAMS_PER_SM) and rows long (TM_LOOKBACK_MIN_T), else the tile's family.
     - Fewer rows than SMs, and rows of two look-back chunks or more: "lookback".
     - "persist" where it overlaps loads with the scan better than more resident programs do:
       long chunks (512 elements or more) of a row-major call with no trailing axis to sum
@@ -218,7 +232,7 @@ def _gpu_family(c, rows: int, kk: int, cfg: Config, time_major: bool) -> str:
     long_rows = c.T >= LOOKBACK_MIN_T
     if time_major:
         few = -(-rows // TM_ROWS) < TM_LOOKBACK_PROGRAMS_PER_SM * sms
-        return "lookback" if few and c.T >= TM_LOOKBACK_MIN_T else "stream"
+        return "lookback" if few and c.T >= TM_LOOKBACK_MIN_T else cfg.family
     if rows < sms and long_rows:
         return "lookback"
     if (kk == 1 and cfg.block_t >= 512 and not time_major
@@ -248,6 +262,12 @@ def lanes_volatile(c) -> bool:
     volatile). Calls without such an input lose by volatile loads (eligibility traces 67 -> 148
     us, masked GAE 95 -> 110; results/h200-2026-12-03-n-tm-lanes.txt)."""
     return any(i.kind == "float" and i.shape == "NT" and i.optional for i in c.op.inputs)
+
+
+def lookback_lanes(c, cfg: Config) -> bool:
+    """Whether a look-back tile may take a row a lane (TM_LB_LANES_LOADS)."""
+    loads = (_streams(c) - len(c.outs)) * -(-cfg.block_t // cfg.num_warps)
+    return loads <= TM_LB_LANES_LOADS
 
 
 def choose_config(c) -> Config:
@@ -318,21 +338,27 @@ def _shape_config(c, rows: int, block_k: int, kk: int, time_major: bool) -> Conf
     sms = sm_count(c.device) if c.device.type == "cuda" else 0
     want = 2 * sms or 1
     if time_major and kk == 1:
-        # Time-major buffers ([T, N], rows adjacent in memory): tiles of 16 rows (64 bytes of
-        # fp32 per step, loads coalesced across rows), halved down to 4 while the grid has fewer
-        # programs than SMs. Many programs (TM_MANY_PROGRAMS_PER_SM per SM): 16-step chunks on 2
-        # warps; fewer: tiles of TM_TILE elements on 4 warps (swept: bench/NOTES.md). Calls of up
-        # to TM_LANES_STREAMS tensors with many programs, and joint pairs from
-        # TM_LANES_JOINT_MIN_ROWS rows, take tiles of a row a lane (TM_LANES_ROWS, above).
+        # Time-major buffers ([T, N], rows adjacent in memory): tiles of 16 rows (loads coalesced
+        # across rows), halved down to 4 while the grid has fewer programs than SMs; many
+        # programs (TM_MANY_PROGRAMS_PER_SM per SM): 16-step chunks on 2 warps, else TM_TILE
+        # elements on 4 warps. Calls of up to TM_LANES_STREAMS tensors, and joint pairs from
+        # TM_LANES_JOINT_MIN_ROWS rows, take tiles of a row a lane instead (TM_LANES_*, above).
         block_n = min(TM_ROWS, _pow2(rows))
         while block_n > TM_MIN_ROWS and -(-rows // block_n) < sms:
             block_n //= 2
         many = -(-rows // block_n) >= TM_MANY_PROGRAMS_PER_SM * sms > 0
         joint, volatile = c.op.kernels.lb_words > 3, lanes_volatile(c)
-        if sms and (many and _streams(c) <= TM_LANES_STREAMS and not joint
-                    and (not volatile or c.T >= TM_LANES_STEPS)
-                    or joint and rows >= TM_LANES_JOINT_MIN_ROWS):
-            return Config(TM_LANES_ROWS, max(16, min(TM_LANES_STEPS, _pow2(c.T))), block_k,
+        light = sms and _streams(c) <= TM_LANES_STREAMS
+        tiles = -(-rows // TM_LANES_ROWS)
+        if light and not many and c.T >= 64 and tiles >= sms - sms // 8 and TM_LANES_FEW_TILE:
+            steps = TM_LANES_FEW_TILE // TM_LANES_ROWS // (2 if volatile or joint else 1)
+            return Config(TM_LANES_ROWS, min(steps, _pow2(c.T)), block_k, 4, "stream")
+        if (light and many and not joint and (not volatile or c.T >= TM_LANES_STEPS)
+                or sms and joint and rows >= TM_LANES_JOINT_MIN_ROWS):
+            steps = max(16, min(TM_LANES_STEPS, _pow2(c.T)))
+            if not (volatile or joint) and c.T >= TM_LANES_PERSIST_MIN_T > 0:
+                return Config(TM_LANES_ROWS, steps, block_k, 2, "persist")
+            return Config(TM_LANES_ROWS, steps, block_k,
                           TM_LANES_VOLATILE_WARPS if volatile and not joint else 1, "stream")
         if many:
             return Config(block_n, 16, block_k, 2, "stream")

@@ -48,7 +48,7 @@ def run(c) -> None:
 LEAN = True
 ONE_CHUNK_ON = True  # one_chunk's switch, for A/B runs
 LANES_VOLATILE = True  # lanes' volatile loads, for A/B runs
-LANES_ROWS_A_WARP = 16  # lanes: rows a warp at least (32 rows on 2 warps, each over half the steps)
+LANES_ROWS_A_WARP = 8  # lanes: rows a warp at least (32 rows on 4 warps, each over a quarter of the steps)
 
 
 def lean_layout(c) -> dict | None:
@@ -224,8 +224,9 @@ def one_chunk(c, cfg) -> bool:
 def lanes(c, cfg) -> int:
     """Whether the tile takes a row a lane (``LANES``, 0 if not): time-major buffers (adjacent
     rows, ``config.rows_contiguous``) without a trailing axis, in tiles of at least 32 rows and
-    ``LANES_ROWS_A_WARP`` rows a warp (32 rows on two warps: the warps split the chunk's steps,
-    and the scan joins their halves through shared memory once). The kernels then hide the rows'
+    ``LANES_ROWS_A_WARP`` rows a warp (32 rows on two or four warps: the warps split the chunk's
+    steps, and the scan joins their parts through shared memory once); in the look-back, where
+    ``config.lookback_lanes`` allows. The kernels then hide the rows'
     alignment from Triton, whose coalescing gives each lane whole rows (one element a step: each
     step still one 128-byte load a warp) in place of 16-byte vectors across rows, so the scan
     along time runs in each thread's registers with no shuffles (eligibility traces, 32 x 64
@@ -234,7 +235,8 @@ def lanes(c, cfg) -> int:
     tile's loads are volatile, so that ptxas issues them all up front (``config.lanes_volatile``
     says where; ``LANES_VOLATILE = False`` turns them off for A/B runs)."""
     if (cfg.block_k == 1 and cfg.block_n >= LANES_ROWS_A_WARP * cfg.num_warps
-            and cfg.block_n >= 32 and config.rows_contiguous(c)):
+            and cfg.block_n >= 32 and config.rows_contiguous(c)
+            and (cfg.family != "lookback" or config.lookback_lanes(c, cfg))):
         return 2 if LANES_VOLATILE and config.lanes_volatile(c) else 1
     return 0
 
