@@ -267,8 +267,8 @@ def test_time_major_fewer_programs_take_four_warps_a_tile(N, T, kw, expected):
 
 
 @pytest.mark.parametrize("streams,bootstrap,expected", [
-    (5, True, (32, 32, 2)),       # discounted returns: volatile loads, two warps over the steps
-    (6, True, (32, 32, 2)),       # TD(lambda), GAE with bootstrap values
+    (5, True, (32, 32, 2)),       # discounted returns: volatile, 4 inputs x 16 steps a thread
+    (6, True, (32, 32, 4)),       # TD(lambda), GAE: 5 x 16 on two warps > 64, so four
     (6, False, (32, 32, 2, "persist")),  # plain loads: persist, two warps
     (7, True, (16, 16, 2)),       # seven tensors: the 16 x 16 row tiles
 ])

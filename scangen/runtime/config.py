@@ -44,14 +44,14 @@ TM_TILE = 1024       # ... else tiles of this many elements
 # ... calls moving at most TM_LANES_STREAMS [N, T] tensors there, and joint pairs of scans
 # (masked GAE, whose 2x2 maps cost the most across lanes) from TM_LANES_JOINT_MIN_ROWS rows, take
 # tiles of a row a lane instead (runtime.launch.lanes: TM_LANES_ROWS rows, the scan along time in
-# each thread's registers): TM_LANES_STEPS steps on one warp, or, where the loads are volatile
-# (lanes_volatile: ops with bootstrap values) and T >= TM_LANES_STEPS, on TM_LANES_VOLATILE_WARPS
-# warps, each over half the chunk's steps (more warps an SM keep more loads in flight). One
-# process each, graph replays, 16384x1024: masked GAE 152.9 -> 94.8 us, eligibility traces 82.6 ->
-# 67.1 (one warp; 16384x64 10.4 -> 6.4 and 6.2 -> 5.2; results/h200-2026-12-03-m-tm-lanes.txt,
-# -n-tm-lanes.txt); GAE 96.3 against 120.4 on one warp (111.6 for the 16 x 16 row tiles in
-# -n), TD(lambda) 83.4 against 107.2 (137.4 for the row tiles), 16384x64 7.5 and 7.7 against 8.2
-# and 8.1 (-p-tm-lanes-warps.txt). V-trace (8 tensors) keeps its row tiles (32 x 16 on two
+# each thread's registers), TM_LANES_STEPS steps on one warp: masked GAE 16384x1024 152.9 -> 94.8
+# us, eligibility traces 82.6 -> 67.1 (results/h200-2026-12-03-m-tm-lanes.txt, -n-tm-lanes.txt).
+# Where the loads are volatile (lanes_volatile: ops with bootstrap values) and T >= TM_LANES_STEPS:
+# on TM_LANES_VOLATILE_WARPS warps, each over part of the chunk's steps (more loads in flight an
+# SM; GAE 120.4 -> 96.3 us, TD(lambda) 107.2 -> 83.4, -p-tm-lanes-warps.txt), four where a
+# thread's loads would exceed TM_LANES_LOADS on two (GAE, TD(lambda): 5 inputs x 16 steps; GAE
+# 97.2 -> 87.2, 16384x64 8.4 -> 7.8, TD(lambda) 84.1 -> 82.2, 8.4 -> 7.5; discounted returns, 4
+# x 16, lost on four: 77.4 -> 94.7; -s-layout-ab.txt). V-trace keeps its row tiles (32 x 16, two
 # warps: 141.2 against 145.9 us, 16384x64 11.5 against 10.9), and so do volatile calls with
 # T <= 16 (GAE 32768x16: 5.45 on one warp against 4.97). Plain calls (one scan, plain loads) with
 # rows of TM_LANES_PERSIST_MIN_T steps or more persist on those tiles on two warps, the next
@@ -64,6 +64,7 @@ TM_LANES_STREAMS = 6
 TM_LANES_ROWS = 32
 TM_LANES_STEPS = 32
 TM_LANES_VOLATILE_WARPS = 2
+TM_LANES_LOADS = 64  # ... volatile tiles: twice the warps while a thread's loads exceed this
 TM_LANES_JOINT_MIN_ROWS = 4096
 TM_LANES_PERSIST_MIN_T = 256
 TM_LANES_FEW_TILE = 4096
@@ -178,10 +179,8 @@ TM_LOOKBACK_MIN_T = 512
 TM_LB_ROWS = 32
 TM_LB_JOINT_ROWS = 8
 TM_LB_TILE = 4096
-# ... with a trailing axis (K > 1, Retrace): tiles of TM_LB_K_ROWS rows and TM_LB_K_TILE
-# elements (K included), 8 x 32 x 8 for Retrace (results/h200-2026-12-01-i-tm-retrace.txt:
-# 1024x1024 159 -> 66 us, 256x8192 220 -> 126, 64x65536 419 -> 272, against the stream tiles
-# and the one-row look-back)
+# ... with a trailing axis (K > 1, Retrace): TM_LB_K_ROWS rows, TM_LB_K_TILE elements (K included):
+# 1024x1024 159 -> 66 us, 256x8192 220 -> 126 (results/h200-2026-12-01-i-tm-retrace.txt)
 TM_LB_K_ROWS = 8
 TM_LB_K_TILE = 2048
 # ... and where that grid has fewer than TM_LB_MIN_PROGRAMS_PER_SM programs per SM (128x1024: 32
@@ -193,11 +192,9 @@ TM_LB_MIN_PROGRAMS_PER_SM = 1
 TM_LB_MIN_ROWS = 8
 TM_LB_MIN_STEPS = 64
 # Tiles of 32 rows take a row a lane on four warps (runtime.launch.lanes) where a thread's loads
-# ([N, T] inputs x its steps) are at most TM_LB_LANES_LOADS: eligibility traces 1024x1024 11.5 ->
-# 9.0 us, 256x8192 25.9 -> 18.6, 64x65536 47.6 -> 41.6 (2 x 32 loads), V-trace 23.5 -> 19.8, 44.6
-# -> 38.9, 91.9 -> 86.0 (7 x 16), discounted returns 13.1 -> 9.8, 31.0 -> 20.9, 52.8 -> 46.3 (4 x
-# 32); GAE (5 x 32) 14.4 -> 15.3, 33.8 -> 32.0, 57.8 -> 66.3, on 32 x 64 (5 x 16) 15.6, 28.2,
-# 62.7 (results/h200-2026-12-03-q-tm-lanes.txt).
+# ([N, T] inputs x its steps) are at most TM_LB_LANES_LOADS: eligibility traces (2 x 32 loads)
+# 1024x1024 11.5 -> 9.0 us, 64x65536 47.8 -> 41.8, V-trace (7 x 16) 23.6 -> 19.9, discounted
+# returns (4 x 32) 13.1 -> 10.8; GAE (5 x 32) lost, 64x65536 57.8 -> 66.3 (-q, -r-layout-ab.txt).
 TM_LB_LANES_LOADS = 128
 
 
@@ -358,8 +355,10 @@ def _shape_config(c, rows: int, block_k: int, kk: int, time_major: bool) -> Conf
             steps = max(16, min(TM_LANES_STEPS, _pow2(c.T)))
             if not (volatile or joint) and c.T >= TM_LANES_PERSIST_MIN_T > 0:
                 return Config(TM_LANES_ROWS, steps, block_k, 2, "persist")
-            return Config(TM_LANES_ROWS, steps, block_k,
-                          TM_LANES_VOLATILE_WARPS if volatile and not joint else 1, "stream")
+            warps = TM_LANES_VOLATILE_WARPS if volatile and not joint else 1
+            if warps > 1 and (_streams(c) - len(c.outs)) * steps > TM_LANES_LOADS * warps:
+                warps *= 2
+            return Config(TM_LANES_ROWS, steps, block_k, warps, "stream")
         if many:
             return Config(block_n, 16, block_k, 2, "stream")
         block_t = max(16, min(_pow2(c.T), MAX_BLOCK_T, TM_TILE // block_n))
