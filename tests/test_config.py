@@ -381,3 +381,23 @@ def test_which_tiles_take_a_row_a_lane(cfg, time_major, bootstrap, streams, expe
     c = NS(R1=N, R2=1, T=T, strides=strides, tensors=dict.fromkeys(strides), outs={"out": None},
            op=NS(inputs=(abi.InputInfo("boot", "float", "NT", 0.0 if bootstrap else None, ""),)))
     assert launch.lanes(c, cfg) == expected
+
+
+def test_maxnreg_reaches_tritons_launcher(monkeypatch):
+    """runtime.launch.MAXNREG (A/B runs: registers a thread at most) is passed to Triton's
+    launcher as ``maxnreg``; 0, the default, passes nothing."""
+    from scangen.runtime import launch
+    seen = []
+
+    class Kernel:
+        def __getitem__(self, grid):
+            return lambda *args, **kw: seen.append(kw)
+
+    c = NS(lp=NS(compiled={}, direct=False))
+    cfg = config.Config(32, 32, 1, 4)
+    monkeypatch.setattr(launch, "interpreting", lambda: False)
+    launch.launch(c, Kernel(), (1,), (), {}, cfg)
+    monkeypatch.setattr(launch, "MAXNREG", 168)
+    launch.launch(c, Kernel(), (1,), (), {}, cfg)
+    assert "maxnreg" not in seen[0] and seen[1]["maxnreg"] == 168
+    assert seen[1]["num_warps"] == 4

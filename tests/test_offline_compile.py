@@ -121,12 +121,15 @@ import json, re
 from scangen.generated import gae
 from scangen.testing import compile_offline
 out = {}
-for key, family, bn, bt, nw in (("plain", "stream", 64, 32, 4), ("lookback", "lookback", 16, 64, 4)):
+for key, family, bn, bt, nw, mx in (("plain", "stream", 64, 32, 4, 0),
+                                   ("lookback", "lookback", 16, 64, 4, 0),
+                                   ("maxnreg", "stream", 64, 32, 4, 96)):
     ptx = compile_offline(gae, family, block_n=bn, block_t=bt, num_warps=nw,
-                          time_major=True).asm["ptx"]
+                          time_major=True, maxnreg=mx).asm["ptx"]
     out[key] = {"v4": len(re.findall(r"ld\.global[.\w]*\.v4", ptx)),
                 "v2": len(re.findall(r"ld\.global[.\w]*\.v2", ptx)),
-                "shared": len(re.findall(r"ld\.shared", ptx))}
+                "shared": len(re.findall(r"ld\.shared", ptx)),
+                "maxnreg": re.findall(r"\.maxnreg\s+(\d+)", ptx)}
 print("RESULTS " + json.dumps(out))
 """
 
@@ -143,6 +146,13 @@ def test_time_major_loads_are_coalesced_along_rows(time_major):
     got = time_major
     assert got["plain"]["v4"] >= 6, got  # the six [N, T] tiles of GAE with truncations
     assert got["lookback"]["v4"] >= 6, got  # and so in the look-back over tiles of 16 rows
+
+
+def test_maxnreg_caps_the_registers_a_thread(time_major):
+    """compile_offline(maxnreg=...) (runtime.launch.MAXNREG, for A/B runs) reaches ptxas as the
+    kernel's .maxnreg directive; without it ptxas decides."""
+    assert time_major["maxnreg"]["maxnreg"] == ["96"], time_major
+    assert time_major["plain"]["maxnreg"] == [], time_major
 
 
 SEQUENTIAL = r"""

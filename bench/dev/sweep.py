@@ -253,6 +253,8 @@ def main() -> None:
                     help="tiles of a row a lane with plain loads (runtime.launch.LANES_VOLATILE off)")
     ap.add_argument("--tm-window", type=int, default=None,
                     help="runtime.launch_params.TM_LB_WINDOW for this run (the row-tile look-back's window)")
+    ap.add_argument("--maxnreg", type=int, default=0,
+                    help="runtime.launch.MAXNREG for this run: registers a thread at most")
     ap.add_argument("--sets", action="store_true",
                     help="cycle through copies of the inputs (up to 16, 3x the L2 in all), as "
                          "bench/rltriton.py does, so that calls read from memory, not L2")
@@ -261,6 +263,8 @@ def main() -> None:
         sg_launch_params.TM_LB_WINDOW = args.tm_window
     if args.lanes_plain:
         sg_launch.LANES_VOLATILE = False
+    if args.maxnreg:
+        sg_launch.MAXNREG = args.maxnreg
     if args.lanes_rows_a_warp:
         sg_launch.LANES_ROWS_A_WARP = args.lanes_rows_a_warp
     for key in TM_LB_SWEEP:

@@ -49,6 +49,7 @@ LEAN = True
 ONE_CHUNK_ON = True  # one_chunk's switch, for A/B runs
 LANES_VOLATILE = True  # lanes' volatile loads, for A/B runs
 LANES_ROWS_A_WARP = 8  # lanes: rows a warp at least (32 rows on 4 warps, each over a quarter of the steps)
+MAXNREG = 0  # registers a thread at most (Triton's maxnreg; 0: ptxas decides), for A/B runs
 
 
 def lean_layout(c) -> dict | None:
@@ -143,8 +144,9 @@ def launch(c, kernel, grid, args: tuple, meta: dict, cfg) -> None:
         args = tuple(dummy if a is None else a for a in args)
     # FMA fusion pinned on: the combines are written as a * b + c, and Triton 3.10 turns it
     # off by default (3.9 warns that it will).
+    extra = {"maxnreg": MAXNREG} if MAXNREG and not interpreting() else {}
     compiled = kernel[grid](*args, **meta, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-                            enable_fp_fusion=True)
+                            enable_fp_fusion=True, **extra)
     if not interpreting() and hasattr(compiled, "packed_metadata") and hasattr(compiled, "run"):
         from triton.runtime.driver import driver
         try:

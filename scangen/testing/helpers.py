@@ -229,7 +229,8 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
                     present: bool = True, contiguous: bool = True, time_major: bool = False,
                     even: bool | None = None, lb_window: int = 128, lb_spin: bool = False,
                     lb_pid: bool = False, lean: bool = False, grouped: bool = False,
-                    fixed: dict | None = None, one_chunk: bool = False, lanes: int = 0):
+                    fixed: dict | None = None, one_chunk: bool = False, lanes: int = 0,
+                    maxnreg: int = 0):
     """Compile one generated kernel to a cubin for ``sm_<arch>`` with no GPU (Triton's frontend,
     its NVIDIA passes and the bundled ptxas): catches what the interpreter lets through (types
     that change across branches or loop iterations) and gives the PTX for a resource report.
@@ -247,6 +248,7 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
     ``lanes``: the LANES constexpr (runtime.launch.lanes: time-major tiles, a row a lane; 2 with
     volatile loads).
     ``fixed``: integer arguments compiled as constants (``{"T": 1024}``), for what-if reports.
+    ``maxnreg``: registers a thread at most (runtime.launch.MAXNREG; 0: ptxas decides).
     """
     import triton
     import triton.language as tl
@@ -315,7 +317,8 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
                         if contiguous and not time_major else 1)
     src = ASTSource(fn=kernel, signature=sig, constexprs=consts, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                          options=dict(num_warps=num_warps, enable_fp_fusion=True))  # as launch.launch
+                          options=dict(num_warps=num_warps, enable_fp_fusion=True,  # as launch.launch
+                                       **({"maxnreg": maxnreg} if maxnreg else {})))
 
 
 def compile_variant(name: str, cache_dir, **options):
