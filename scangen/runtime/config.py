@@ -205,9 +205,9 @@ def _forced_family() -> str | None:
     return forced or None
 
 
-def _streams(c) -> int:
-    """The [N, T] tensors a call moves: inputs that vary in time, and outputs."""
-    return sum(1 for n in c.tensors if c.strides[n][2] != 0) + len(c.outs)
+def _streams(c, outputs: bool = True) -> int:
+    """The [N, T] tensors a call moves: inputs that vary in time, and outputs if ``outputs``."""
+    return sum(1 for n in c.tensors if c.strides[n][2] != 0) + (len(c.outs) if outputs else 0)
 
 
 def _gpu_family(c, rows: int, kk: int, cfg: Config, time_major: bool) -> str:
@@ -263,7 +263,7 @@ def lanes_volatile(c) -> bool:
 
 def lookback_lanes(c, cfg: Config) -> bool:
     """Whether a look-back tile may take a row a lane (TM_LB_LANES_LOADS)."""
-    loads = (_streams(c) - len(c.outs)) * -(-cfg.block_t // cfg.num_warps)
+    loads = _streams(c, outputs=False) * -(-cfg.block_t // cfg.num_warps)
     return loads <= TM_LB_LANES_LOADS
 
 
@@ -356,7 +356,7 @@ def _shape_config(c, rows: int, block_k: int, kk: int, time_major: bool) -> Conf
             if not (volatile or joint) and c.T >= TM_LANES_PERSIST_MIN_T > 0:
                 return Config(TM_LANES_ROWS, steps, block_k, 2, "persist")
             warps = TM_LANES_VOLATILE_WARPS if volatile and not joint else 1
-            if warps > 1 and (_streams(c) - len(c.outs)) * steps > TM_LANES_LOADS * warps:
+            if warps > 1 and _streams(c, outputs=False) * steps > TM_LANES_LOADS * warps:
                 warps *= 2
             return Config(TM_LANES_ROWS, steps, block_k, warps, "stream")
         if many:

@@ -48,7 +48,7 @@ def run(c) -> None:
 LEAN = True
 ONE_CHUNK_ON = True  # one_chunk's switch, for A/B runs
 LANES_VOLATILE = True  # lanes' volatile loads, for A/B runs
-LANES_ROWS_A_WARP = 8  # lanes: rows a warp at least (32 rows on 4 warps, each over a quarter of the steps)
+LANES_ROWS_A_WARP = 8  # lanes: rows a warp at least (32 rows on 4 warps, a quarter of the steps each)
 MAXNREG = 0  # registers a thread at most (Triton's maxnreg; 0: ptxas decides), for A/B runs
 
 
