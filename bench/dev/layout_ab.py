@@ -34,6 +34,12 @@ SHAPES = "4096x128,128x1024,32768x16,16384x64,1024x1024,16384x1024,256x8192,64x6
 CALLS = 20
 
 
+def max_diff(rows_out, tm_out) -> float:
+    """The largest difference between a call's rows outputs and its time-major ones."""
+    as_tuple = [o if isinstance(o, tuple) else (o,) for o in (rows_out, tm_out)]
+    return max(float((p - q.transpose(0, 1)).abs().max()) for p, q in zip(*as_tuple))
+
+
 def time_major(kw):
     return {k: v.transpose(0, 1).contiguous() if torch.is_tensor(v) and v.dim() >= 2 else v
             for k, v in kw.items()}
@@ -91,17 +97,13 @@ def main() -> None:
             tm_sets = [time_major(s) for s in sets]
             r_out = fn(**sets[0])
             t_out = fn(**tm_sets[0], time_dim=0)
-            a, b = (o if isinstance(o, tuple) else (o,) for o in (r_out, t_out))
-            diff = max(float((p - q.transpose(0, 1)).abs().max()) for p, q in zip(a, b))
+            diff = max_diff(r_out, t_out)
             g_rows, _ = captured([lambda s=s: fn(**s) for s in sets], CALLS)
             g_tm, _ = captured([lambda s=s: fn(**s, time_dim=0) for s in tm_sets], CALLS)
             graphs = {"rows": g_rows.replay, "tm": g_tm.replay}
             if args.baseline:
                 with settings(args.baseline):
-                    b_out = fn(**tm_sets[0], time_dim=0)
-                    b_out = b_out if isinstance(b_out, tuple) else (b_out,)
-                    diff = max(diff, *(float((p - q.transpose(0, 1)).abs().max())
-                                       for p, q in zip(a, b_out)))
+                    diff = max(diff, max_diff(r_out, fn(**tm_sets[0], time_dim=0)))
                     g_base, _ = captured([lambda s=s: fn(**s, time_dim=0) for s in tm_sets], CALLS)
                 graphs["base"] = g_base.replay
             t = device_interleaved(graphs, rounds=args.rounds,

@@ -228,14 +228,14 @@ def lanes(c, cfg) -> int:
     rows, ``config.rows_contiguous``) without a trailing axis, in tiles of at least 32 rows and
     ``LANES_ROWS_A_WARP`` rows a warp (32 rows on two or four warps: the warps split the chunk's
     steps, and the scan joins their parts through shared memory once); in the look-back, where
-    ``config.lookback_lanes`` allows. The kernels then hide the rows'
-    alignment from Triton, whose coalescing gives each lane whole rows (one element a step: each
-    step still one 128-byte load a warp) in place of 16-byte vectors across rows, so the scan
-    along time runs in each thread's registers with no shuffles (eligibility traces, 32 x 64
-    tiles, sm_90 PTX: 1331 instructions on one warp and no barrier, against 1323 on each of four
-    warps with 256 shuffles and 19 barriers). ``LANES == 2``: the
-    tile's loads are volatile, so that ptxas issues them all up front (``config.lanes_volatile``
-    says where; ``LANES_VOLATILE = False`` turns them off for A/B runs)."""
+    ``config.lookback_lanes`` allows. The kernels then hide the rows' alignment from Triton,
+    whose coalescing gives each lane whole rows (one element a step: each step still one
+    128-byte load a warp) in place of 16-byte vectors across rows, so the scan along time runs
+    in each thread's registers with no shuffles (eligibility traces, 32 x 64 tiles, sm_90 PTX:
+    1331 instructions on one warp and no barrier, against 1323 on each of four warps with 256
+    shuffles and 19 barriers). ``LANES == 2``: the tile's loads are volatile, so that ptxas
+    issues them all up front (``config.lanes_volatile`` says where; ``LANES_VOLATILE = False``
+    turns them off for A/B runs)."""
     if (cfg.block_k == 1 and cfg.block_n >= LANES_ROWS_A_WARP * cfg.num_warps
             and cfg.block_n >= 32 and config.rows_contiguous(c)
             and (cfg.family != "lookback" or config.lookback_lanes(c, cfg))):
