@@ -255,10 +255,20 @@ def main() -> None:
                     help="runtime.launch_params.TM_LB_WINDOW for this run (the row-tile look-back's window)")
     ap.add_argument("--maxnreg", type=int, default=0,
                     help="runtime.launch.MAXNREG for this run: registers a thread at most")
+    ap.add_argument("--set", default="", metavar="MOD.NAME=INT,...",
+                    help="module constants for this run, e.g. "
+                         "scangen.runtime.config.TM_LB_LANES_LOADS=1000 (so that runtime.launch.lanes "
+                         "takes candidates the rule in force would not)")
     ap.add_argument("--sets", action="store_true",
                     help="cycle through copies of the inputs (up to 16, 3x the L2 in all), as "
                          "bench/rltriton.py does, so that calls read from memory, not L2")
     args = ap.parse_args()
+    for item in filter(None, args.set.split(",")):
+        import importlib
+        path, value = item.split("=")
+        mod, name = path.rsplit(".", 1)
+        m = importlib.import_module(mod)
+        setattr(m, name, type(getattr(m, name))(value))
     if args.tm_window:
         sg_launch_params.TM_LB_WINDOW = args.tm_window
     if args.lanes_plain:
