@@ -368,13 +368,14 @@ def forced_configs(row, sg_thunks, sg_outs, fns, graphs, notes):
     """--sg-configs: each forced config's calls captured in a graph (plans made under
     scangen.runtime.config.override), replayed interleaved with both sides' graphs."""
     from scangen.runtime import config as sg_config
+    from scangen.runtime import tiles as sg_tiles
     extra = {}
     for i, text in enumerate(c for c in ARGS.sg_configs.split(",") if c):
         cfg, switches = parse_config(text)
 
         def rule(c, cfg=cfg):
             bn, bt, w, st, fam = cfg
-            bk = min(sg_config._pow2(c.K), sg_config.MAX_BLOCK_K)
+            bk = min(sg_tiles.pow2(c.K), sg_config.MAX_BLOCK_K)
             return sg_config.Config(bn, bt, bk, w, fam, st)
         saved = {k: getattr(scangen.runtime.launch, k) for k in switches}
         try:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from scangen import abi
-from scangen.runtime import config
+from scangen.runtime import config, tiles, timemajor
 
 
 def _choose(N, T, *, time_major=False, K=1, family=None, streams=3, lb_words=3,
@@ -15,7 +15,7 @@ def _choose(N, T, *, time_major=False, K=1, family=None, streams=3, lb_words=3,
     """The config of a call moving ``streams`` [N, T] tensors: ``outputs`` outputs, the rest inputs
     (one more input of shape [N], which does not count); ``lb_words``: the op's look-back words
     a row (3 a scan, 7 a joint pair); ``bootstrap``: the op has an optional float [N, T] input
-    (config.lanes_volatile)."""
+    (timemajor.lanes_volatile)."""
     strides = {f"x{i}": (1, 0, N) if time_major else (T, 0, 1)
                for i in range(streams - outputs)}
     strides["last"] = (1, 0, 0)
@@ -24,7 +24,7 @@ def _choose(N, T, *, time_major=False, K=1, family=None, streams=3, lb_words=3,
            op=NS(kernels=NS(lb_words=lb_words),
                  inputs=(abi.InputInfo("boot", "float", "NT", 0.0 if bootstrap else None, ""),)),
            out_dtype=dtype)
-    with mock.patch.object(config, "_sm_count", lambda index: 132), \
+    with mock.patch.object(tiles, "_sm_count", lambda index: 132), \
             mock.patch.dict(config.ENV, {"SCANGEN_FAMILY": family}):
         return config.choose_config(c)
 
@@ -198,7 +198,7 @@ def test_lookback_pid(N, T, K, pid):
     from scangen import runtime
     cfg = _choose(N, T, K=K)
     assert cfg.family == "lookback"
-    with mock.patch.object(config, "_sm_count", lambda index: 132):
+    with mock.patch.object(tiles, "_sm_count", lambda index: 132):
         on_gpu = NS(R1=N, R2=1, T=T, device=torch.device("cuda", 0))
         assert runtime.launch_params.lookback_pid(on_gpu, cfg) is pid
         assert runtime.launch_params.lookback_pid(NS(R1=N, R2=1, T=T, device=torch.device("cpu")), cfg) is False
@@ -247,7 +247,7 @@ def test_time_major_row_tiles(N, T, expected):
 def test_time_major_light_calls(N, T, expected):
     cfg = _choose(N, T, time_major=True, streams=config.LIGHT_STREAMS)
     assert (cfg.block_n, cfg.block_t, cfg.num_warps, cfg.family) == expected
-    heavier = _choose(N, T, time_major=True, streams=config.TM_LANES_STREAMS + 1)
+    heavier = _choose(N, T, time_major=True, streams=timemajor.TM_LANES_STREAMS + 1)
     assert (heavier.block_n, heavier.block_t) == ((16, 16) if N >= 16384 else (16, 64))
 
 

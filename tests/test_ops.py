@@ -286,7 +286,7 @@ def test_time_major_tiles_a_row_a_lane(name, family, warps):
     """Time-major tiles of 32 rows take LANES (runtime.launch.lanes: the rows' alignment hidden
     from Triton so that each lane walks whole rows): several chunks a row and a last row tile
     partly past the rows, in each family; on two or four warps, each over part of the steps
-    (16 steps: every op's look-back loads fit config.TM_LB_LANES_LOADS)."""
+    (16 steps: every op's look-back loads fit timemajor.TM_LB_LANES_LOADS)."""
     from scangen.runtime.config import Config, override
     N, T = 40, 48
     inputs = make_inputs(name, N, T, seed=T)

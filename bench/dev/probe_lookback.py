@@ -48,6 +48,7 @@ from triton.testing import do_bench_cudagraph  # noqa: E402
 
 from scangen.kernels import common  # noqa: E402
 from scangen.runtime import config, fastpath, workspace  # noqa: E402
+from scangen.runtime import tiles as sg_tiles  # noqa: E402
 from scangen.runtime import PLANS  # noqa: E402
 from scangen.runtime.config import Config  # noqa: E402
 from scangen.testing import assert_close, make_inputs  # noqa: E402
@@ -163,7 +164,7 @@ def main() -> None:
                 if T < 2 * bt:
                     continue
                 rule = lambda c, bt=bt, nw=nw: Config(  # noqa: E731
-                    1, bt, min(16, config._pow2(c.K)) if c.K > 1 else 1, nw, "lookback", 1)
+                    1, bt, min(16, sg_tiles.pow2(c.K)) if c.K > 1 else 1, nw, "lookback", 1)
                 line = []
                 with config.override(rule):
                     for v, fn in fns:

@@ -38,6 +38,7 @@ import scangen  # noqa: E402
 from scangen import runtime  # noqa: E402
 from scangen.benchmark.inputs import apply_no_trunc  # noqa: E402
 from scangen.runtime import config as sg_config  # noqa: E402
+from scangen.runtime import tiles as sg_tiles  # noqa: E402
 from scangen.runtime import launch as sg_launch  # noqa: E402
 from scangen.runtime import launch_params as sg_launch_params  # noqa: E402
 from scangen.runtime.config import Config  # noqa: E402
@@ -98,14 +99,14 @@ def time_major_lane_candidates(N: int, T: int) -> list[Config]:
     out = []
     for nw in TM_LANES_SWEEP["warps"]:
         for bn in TM_LANES_SWEEP["rows"]:
-            if bn > max(32, sg_config._pow2(N)) or not sg_launch.LANES_ROWS_A_WARP * nw <= bn <= 64 * nw:
+            if bn > max(32, sg_tiles.pow2(N)) or not sg_launch.LANES_ROWS_A_WARP * nw <= bn <= 64 * nw:
                 continue
             for bt in TM_LANES_SWEEP["steps"]:
-                if bt > max(16, sg_config._pow2(T)) or bn * bt > 8192:
+                if bt > max(16, sg_tiles.pow2(T)) or bn * bt > 8192:
                     continue
                 out.append(Config(bn, bt, 1, nw, "stream", 3))
                 out.append(Config(bn, bt, 1, nw, "persist", 3))  # next tile's loads first
-                if T >= 512 and bt >= 16 and bt <= sg_config._pow2(T) // 2:
+                if T >= 512 and bt >= 16 and bt <= sg_tiles.pow2(T) // 2:
                     out.append(Config(bn, bt, 1, nw, "lookback", 3))
     return out
 
@@ -119,23 +120,23 @@ def time_major_candidates(N: int, T: int, K: int) -> list[Config]:
         kk, out = min(K, 16), []
         for bn in (4, 8, 16, 32):
             for bt in (16, 32, 64):
-                if bn * bt * kk <= 4096 and bn <= max(4, sg_config._pow2(N)):
+                if bn * bt * kk <= 4096 and bn <= max(4, sg_tiles.pow2(N)):
                     out.append(Config(bn, bt, kk, 4, "stream", 3))
-                    if T >= 512 and bt <= sg_config._pow2(T) // 2 and bn <= 16:
+                    if T >= 512 and bt <= sg_tiles.pow2(T) // 2 and bn <= 16:
                         out.append(Config(bn, bt, kk, 4, "lookback", 3))
         return out
     out = []
     for bn in (4, 8, 16, 32, 64):
-        if bn > max(4, sg_config._pow2(N)):
+        if bn > max(4, sg_tiles.pow2(N)):
             continue
         for bt in (16, 32, 64, 128, 256):
-            if bt <= max(16, sg_config._pow2(T)) and 256 <= bn * bt <= 4096:
+            if bt <= max(16, sg_tiles.pow2(T)) and 256 <= bn * bt <= 4096:
                 out.append(Config(bn, bt, 1, 2 if bn * bt <= 512 else 4, "stream", 3))
     if T >= 512:  # the look-back over tiles of rows: 8 to 64 rows, 512 to 4096 elements a tile
         for bn in TM_LB_SWEEP["rows"]:
             for tile in TM_LB_SWEEP["tiles"]:
                 bt = tile // bn
-                if bn <= max(8, sg_config._pow2(N)) and 16 <= bt <= sg_config._pow2(T) // 2:
+                if bn <= max(8, sg_tiles.pow2(N)) and 16 <= bt <= sg_tiles.pow2(T) // 2:
                     out += [Config(bn, bt, 1, nw, "lookback", 3) for nw in TM_LB_SWEEP["warps"]]
     return out
 
@@ -257,7 +258,7 @@ def main() -> None:
                     help="runtime.launch.MAXNREG for this run: registers a thread at most")
     ap.add_argument("--set", default="", metavar="MOD.NAME=INT,...",
                     help="module constants for this run, e.g. "
-                         "scangen.runtime.config.TM_LB_LANES_LOADS=1000 (so that runtime.launch.lanes "
+                         "scangen.runtime.timemajor.TM_LB_LANES_LOADS=1000 (so that runtime.launch.lanes "
                          "takes candidates the rule in force would not)")
     ap.add_argument("--sets", action="store_true",
                     help="cycle through copies of the inputs (up to 16, 3x the L2 in all), as "

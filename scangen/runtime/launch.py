@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from .. import abi
-from . import config, launch_params, workspace
+from . import launch_params, timemajor, workspace
 from .backends import interpreting
 
 
@@ -225,21 +225,21 @@ def one_chunk(c, cfg) -> bool:
 
 def lanes(c, cfg) -> int:
     """Whether the tile takes a row a lane (``LANES``, 0 if not): time-major buffers (adjacent
-    rows, ``config.rows_contiguous``) without a trailing axis, in tiles of at least 32 rows and
+    rows, ``timemajor.rows_contiguous``) without a trailing axis, in tiles of at least 32 rows and
     ``LANES_ROWS_A_WARP`` rows a warp (32 rows on two or four warps: the warps split the chunk's
     steps, and the scan joins their parts through shared memory once); in the look-back, where
-    ``config.lookback_lanes`` allows. The kernels then hide the rows' alignment from Triton,
+    ``timemajor.lookback_lanes`` allows. The kernels then hide the rows' alignment from Triton,
     whose coalescing gives each lane whole rows (one element a step: each step still one
     128-byte load a warp) in place of 16-byte vectors across rows, so the scan along time runs
     in each thread's registers with no shuffles (eligibility traces, 32 x 64 tiles, sm_90 PTX:
     1331 instructions on one warp and no barrier, against 1323 on each of four warps with 256
     shuffles and 19 barriers). ``LANES == 2``: the tile's loads are volatile, so that ptxas
-    issues them all up front (``config.lanes_volatile`` says where; ``LANES_VOLATILE = False``
+    issues them all up front (``timemajor.lanes_volatile`` says where; ``LANES_VOLATILE = False``
     turns them off for A/B runs)."""
     if (cfg.block_k == 1 and cfg.block_n >= LANES_ROWS_A_WARP * cfg.num_warps
-            and cfg.block_n >= 32 and config.rows_contiguous(c)
-            and (cfg.family != "lookback" or config.lookback_lanes(c, cfg))):
-        return 2 if LANES_VOLATILE and config.lanes_volatile(c) else 1
+            and cfg.block_n >= 32 and timemajor.rows_contiguous(c)
+            and (cfg.family != "lookback" or timemajor.lookback_lanes(c, cfg))):
+        return 2 if LANES_VOLATILE and timemajor.lanes_volatile(c) else 1
     return 0
 
 

@@ -4,9 +4,9 @@ order of kernels that take ``GROUPED``. Each is a constexpr or the grid of every
 (:mod:`.launch`); the H200 measurements behind the constants are in bench/NOTES.md."""
 from __future__ import annotations
 
-from . import config
+from .tiles import sm_count
 
-# The row-tile look-back's window (time-major buffers, runtime.config's TM_LB_* tiles): its
+# The row-tile look-back's window (time-major buffers, runtime.timemajor's TM_LB_* tiles): its
 # predecessors x the tile's rows a round trip (results/h200-2026-12-01-i-tm-sweep.txt).
 TM_LB_WINDOW = 16
 
@@ -18,7 +18,7 @@ def persistent_programs(c) -> int:
     the interpreter runs programs that stride over tiles."""
     if c.device.type != "cuda":
         return 3
-    return PERSISTENT_PER_SM * config.sm_count(c.device)
+    return PERSISTENT_PER_SM * sm_count(c.device)
 
 
 # The look-back's window (predecessors read per round trip): small where a row has few chunks
@@ -69,7 +69,7 @@ def lookback_pid(c, cfg) -> bool:
     than from tickets; False for the other families and off the GPU (as in lookback_window)."""
     if cfg.family != "lookback" or c.device.type != "cuda":
         return False
-    return lookback_tickets(c, cfg) >= LB_PID_PROGRAMS_PER_SM * config.sm_count(c.device)
+    return lookback_tickets(c, cfg) >= LB_PID_PROGRAMS_PER_SM * sm_count(c.device)
 
 
 # Kernels that take GROUPED (reverse specs with [N, T, K] inputs, one step a thread: Retrace)

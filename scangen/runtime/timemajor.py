@@ -1,0 +1,175 @@
+"""The tiles of time-major buffers (``[T, N]``: rows adjacent in memory), for the dispatch rule of
+:mod:`.config`.
+
+Each step's loads are coalesced across a tile's rows, so time-major tiles are wide in rows and
+short in time: tiles of 16 rows (64 bytes of fp32 a step), or tiles of **a row a lane** (32 rows,
+``runtime.launch.lanes``: the scan along time in each thread's registers) for calls of few
+tensors; few long rows take the look-back over tiles of rows. The numbers behind each constant
+come from graph replays on an H200 (bench/NOTES.md, "Decisions"; the results files named beside
+them); docs/runtime.md states the rule.
+"""
+from __future__ import annotations
+
+from .tiles import LOOKBACK_MANY_TENSORS, NUM_WARPS, Config, pow2, sm_count, streams
+
+TM_ROWS = 16         # time-major tiles (K = 1): rows per tile, halved down to TM_MIN_ROWS
+TM_MIN_ROWS = 4      # ... while the grid has fewer programs than SMs
+TM_MANY_PROGRAMS_PER_SM = 4  # from this many programs per SM: 16-step chunks on 2 warps
+TM_TILE = 1024       # ... else tiles of this many elements
+# ... calls moving at most TM_LANES_STREAMS [N, T] tensors there, and joint pairs of scans
+# (masked GAE, whose 2x2 maps cost the most across lanes) from TM_LANES_JOINT_MIN_ROWS rows, take
+# tiles of a row a lane instead (runtime.launch.lanes: TM_LANES_ROWS rows, the scan along time in
+# each thread's registers), TM_LANES_STEPS steps on one warp: masked GAE 16384x1024 152.9 -> 94.8
+# us, eligibility traces 82.6 -> 67.1 (results/h200-2026-12-03-m-tm-lanes.txt, -n-tm-lanes.txt).
+# Where the loads are volatile (lanes_volatile: ops with bootstrap values) and T >= TM_LANES_STEPS:
+# on TM_LANES_VOLATILE_WARPS warps, each over part of the chunk's steps (more loads in flight an
+# SM; GAE 120.4 -> 96.3 us, TD(lambda) 107.2 -> 83.4, -p-tm-lanes-warps.txt), four where a
+# thread's loads would exceed TM_LANES_LOADS on two (GAE, TD(lambda): 5 inputs x 16 steps; GAE
+# 97.2 -> 87.2, 16384x64 8.4 -> 7.8, TD(lambda) 84.1 -> 82.2, 8.4 -> 7.5; discounted returns, 4
+# x 16, lost on four: 77.4 -> 94.7; -s-layout-ab.txt). V-trace keeps its row tiles (32 x 16, two
+# warps: 141.2 against 145.9 us, 16384x64 11.5 against 10.9), and so do volatile calls with
+# T <= 16 (GAE 32768x16: 5.45 on one warp against 4.97). Plain calls (one scan, plain loads) with
+# rows of TM_LANES_PERSIST_MIN_T steps or more persist on those tiles on two warps, the next
+# tile's loads issued before the scan (eligibility traces 16384x1024 67.1 -> 53.7 us; GAE 96.3 ->
+# 108.8, TD(lambda) 83.7 -> 100.2, discounted returns 75.9 -> 86.8 lose; -q-tm-lanes.txt).
+# Fewer programs (a tile of 32 rows a SM less an eighth, T >= 64): TM_LANES_FEW_TILE elements
+# (half for volatile and joint calls) on four warps, each over a quarter of the steps: eligibility
+# traces 4096x128 5.3 -> 3.6 us, GAE 7.0 -> 6.1, masked GAE 7.7 -> 7.0 (-q-tm-lanes.txt).
+TM_LANES_STREAMS = 6
+TM_LANES_ROWS = 32
+TM_LANES_STEPS = 32
+TM_LANES_VOLATILE_WARPS = 2
+TM_LANES_LOADS = 64  # ... volatile tiles: twice the warps while a thread's loads exceed this
+TM_LANES_JOINT_MIN_ROWS = 4096
+TM_LANES_PERSIST_MIN_T = 256
+TM_LANES_FEW_TILE = 4096
+MIN_ROWS_TIME_MAJOR = 16  # time-major with a trailing axis (K > 1): row-tile floor
+TIME_MAJOR_PROGRAMS_PER_SM = 2  # ... row tiles halved while the grid has fewer (8: slower)
+TM_K_TILE = 2048     # ... elements (K included) a tile
+# The look-back over tiles of adjacent rows (a carry per row) where the stream grid would have
+# fewer than TM_LOOKBACK_PROGRAMS_PER_SM tiles of TM_ROWS rows per SM and rows of
+# TM_LOOKBACK_MIN_T steps or more: TM_LB_ROWS rows (TM_LB_JOINT_ROWS for a joint pair of scans,
+# whose seven words a row cost registers) and TM_LB_TILE elements a tile (half for calls moving
+# LOOKBACK_MANY_TENSORS [N, T] tensors or more); their window: launch_params.TM_LB_WINDOW.
+# Swept on the H200 (results/h200-2026-12-01-i-tm-sweep.txt, graph replays over rotated
+# inputs): longer chunks win (fewer look-back links a tile), 32 rows where registers allow.
+TM_LOOKBACK_PROGRAMS_PER_SM = 4
+TM_LOOKBACK_MIN_T = 512
+TM_LB_ROWS = 32
+TM_LB_JOINT_ROWS = 8
+TM_LB_TILE = 4096
+# ... with a trailing axis (K > 1, Retrace): TM_LB_K_ROWS rows, TM_LB_K_TILE elements (K included):
+# 1024x1024 159 -> 66 us, 256x8192 220 -> 126 (results/h200-2026-12-01-i-tm-retrace.txt)
+TM_LB_K_ROWS = 8
+TM_LB_K_TILE = 2048
+# ... and where that grid has fewer than TM_LB_MIN_PROGRAMS_PER_SM programs per SM (128x1024: 32
+# programs of 32 x 128), rows are halved down to TM_LB_MIN_ROWS, then steps down to
+# TM_LB_MIN_STEPS: every op at 128x1024 took 8 x 64 best, 1.4x-2.2x faster (GAE 9.0 -> 5.4 us,
+# masked GAE 15.1 -> 6.9; results/h200-2026-12-03-j-tm-lb-small.txt); 1024x1024 (256 programs of
+# 32 x 128) measured its tile best and keeps it.
+TM_LB_MIN_PROGRAMS_PER_SM = 1
+TM_LB_MIN_ROWS = 8
+TM_LB_MIN_STEPS = 64
+# Tiles of 32 rows take a row a lane on four warps (runtime.launch.lanes) where a thread's loads
+# ([N, T] inputs x its steps) are at most TM_LB_LANES_LOADS: eligibility traces (2 x 32 loads)
+# 1024x1024 11.5 -> 9.0 us, 64x65536 47.8 -> 41.8, V-trace (7 x 16) 23.6 -> 19.9, discounted
+# returns (4 x 32) 13.1 -> 10.8; GAE (5 x 32) lost, 64x65536 57.8 -> 66.3 (-q, -r-layout-ab.txt).
+TM_LB_LANES_LOADS = 128
+
+
+def rows_contiguous(c) -> bool:
+    """True when the first [N, T] input has adjacent rows and strided time (time-major)."""
+    for s1, s2, st, *_ in c.strides.values():
+        if st not in (0, 1) and (s2 == 1 and c.R2 > 1 or s1 == 1 and c.R1 > 1):
+            return True
+        if st == 1:
+            return False
+    return False
+
+
+def lanes_volatile(c) -> bool:
+    """Whether tiles of a row a lane load volatile (``LANES == 2``, runtime.launch.lanes): ops
+    with an optional float ``[N, T]`` input (a bootstrap value, read only where a trace is cut).
+    Their kernels select between loaded values (``tl.where``), and with scalar loads ptxas sinks
+    a load that one side alone uses under a predicate computed from other loads, so the thread
+    waits for memory twice a chunk (TD(lambda) 16384x1024, 32 x 16 tiles: 506 us plain, 107
+    volatile). Calls without such an input lose by volatile loads (eligibility traces 67 -> 148
+    us, masked GAE 95 -> 110; results/h200-2026-12-03-n-tm-lanes.txt)."""
+    return any(i.kind == "float" and i.shape == "NT" and i.optional for i in c.op.inputs)
+
+
+def lookback_lanes(c, cfg: Config) -> bool:
+    """Whether a look-back tile may take a row a lane (TM_LB_LANES_LOADS)."""
+    loads = streams(c, outputs=False) * -(-cfg.block_t // cfg.num_warps)
+    return loads <= TM_LB_LANES_LOADS
+
+
+def family(c, rows: int, cfg: Config) -> str:
+    """The family of a time-major call on a GPU: "lookback" over tiles of rows where the stream
+    grid is small (TM_LOOKBACK_PROGRAMS_PER_SM) and rows long (TM_LOOKBACK_MIN_T), else the
+    family of its stream tile ``cfg``."""
+    few = -(-rows // TM_ROWS) < TM_LOOKBACK_PROGRAMS_PER_SM * sm_count(c.device)
+    return "lookback" if few and c.T >= TM_LOOKBACK_MIN_T else cfg.family
+
+
+def stream_tile(c, rows: int, block_k: int, kk: int, sms: int) -> Config:
+    """The tile of the stream families (stream and persist) for time-major buffers (``sms``: the
+    device's multiprocessors, 0 off CUDA)."""
+    if kk > 1:
+        # a trailing axis (not swept): wide row tiles (at least 16 rows), halved while the grid
+        # has fewer than TIME_MAJOR_PROGRAMS_PER_SM programs per SM; chunks fill the rest
+        block_n = max(1, min(pow2(rows), TM_K_TILE // 16 // kk))
+        while (block_n > MIN_ROWS_TIME_MAJOR
+               and -(-rows // block_n) < TIME_MAJOR_PROGRAMS_PER_SM * sms):
+            block_n //= 2
+        block_t = max(16, min(pow2(c.T), TM_K_TILE // (block_n * kk)))
+        return Config(block_n, block_t, block_k, NUM_WARPS, "stream")
+    # tiles of 16 rows (loads coalesced across rows), halved down to 4 while the grid has fewer
+    # programs than SMs; many programs (TM_MANY_PROGRAMS_PER_SM per SM): 16-step chunks on 2
+    # warps, else TM_TILE elements on 4 warps. Calls of up to TM_LANES_STREAMS tensors, and joint
+    # pairs from TM_LANES_JOINT_MIN_ROWS rows, take tiles of a row a lane instead (TM_LANES_*).
+    block_n = min(TM_ROWS, pow2(rows))
+    while block_n > TM_MIN_ROWS and -(-rows // block_n) < sms:
+        block_n //= 2
+    many = -(-rows // block_n) >= TM_MANY_PROGRAMS_PER_SM * sms > 0
+    joint, volatile = c.op.kernels.lb_words > 3, lanes_volatile(c)
+    light = sms and streams(c) <= TM_LANES_STREAMS
+    tiles = -(-rows // TM_LANES_ROWS)
+    if light and not many and c.T >= 64 and tiles >= sms - sms // 8 and TM_LANES_FEW_TILE:
+        steps = TM_LANES_FEW_TILE // TM_LANES_ROWS // (2 if volatile or joint else 1)
+        return Config(TM_LANES_ROWS, min(steps, pow2(c.T)), block_k, 4, "stream")
+    if (light and many and not joint and (not volatile or c.T >= TM_LANES_STEPS)
+            or sms and joint and rows >= TM_LANES_JOINT_MIN_ROWS):
+        steps = max(16, min(TM_LANES_STEPS, pow2(c.T)))
+        if not (volatile or joint) and c.T >= TM_LANES_PERSIST_MIN_T > 0:
+            return Config(TM_LANES_ROWS, steps, block_k, 2, "persist")
+        warps = TM_LANES_VOLATILE_WARPS if volatile and not joint else 1
+        if warps > 1 and streams(c, outputs=False) * steps > TM_LANES_LOADS * warps:
+            warps *= 2
+        return Config(TM_LANES_ROWS, steps, block_k, warps, "stream")
+    if many:
+        return Config(block_n, 16, block_k, 2, "stream")
+    block_t = max(16, min(pow2(c.T), TM_TILE // block_n))
+    return Config(block_n, block_t, block_k, NUM_WARPS, "stream")
+
+
+def lookback_tile(c, rows: int, block_k: int, kk: int) -> Config:
+    """The look-back's tile for time-major buffers: adjacent rows x steps (TM_LB_ROWS,
+    TM_LB_K_ROWS)."""
+    if kk > 1:  # steps x K elements a row
+        tile_rows, tile = TM_LB_K_ROWS, TM_LB_K_TILE // kk
+    else:
+        tile_rows = TM_LB_JOINT_ROWS if c.op.kernels.lb_words > 3 else TM_LB_ROWS
+        tile = TM_LB_TILE // (2 if streams(c) >= LOOKBACK_MANY_TENSORS else 1)
+    block_n = min(tile_rows, pow2(rows))
+    block_t = max(16, min(tile // block_n, pow2(c.T) // 2))
+    if kk == 1 and c.device.type == "cuda":
+        want = TM_LB_MIN_PROGRAMS_PER_SM * sm_count(c.device)
+        while -(-rows // block_n) * -(-c.T // block_t) < want:
+            if block_n > TM_LB_MIN_ROWS:
+                block_n //= 2
+            elif block_t > TM_LB_MIN_STEPS:
+                block_t //= 2
+            else:
+                break
+    return Config(block_n, block_t, block_k, NUM_WARPS, "lookback")
