@@ -237,11 +237,13 @@ def test_time_major_row_tiles(N, T, expected):
 
 
 @pytest.mark.parametrize("N,T,expected", [
-    (16384, 64, (32, 32, 1, "stream")),   # many programs, light calls: a row a lane, 32 x 32
+    (16384, 128, (32, 32, 1, "stream")),  # many programs, light calls: a row a lane, 32 x 32
+    (16384, 64, (32, 64, 2, "stream")),   # rows of at most 64 steps: the whole row, two warps
+    (16384, 40, (32, 64, 2, "stream")),
+    (16384, 32, (32, 32, 1, "stream")),
     (32768, 16, (32, 16, 1, "stream")),   # ... one chunk
     (16384, 1024, (32, 32, 2, "persist")),  # rows of 256 steps or more persist, two warps
     (16384, 256, (32, 32, 2, "persist")),
-    (16384, 128, (32, 32, 1, "stream")),
     (4096, 128, (32, 128, 4, "stream")),  # 128 tiles of 32 rows, about one a SM: 4 warps
 ])
 def test_time_major_light_calls(N, T, expected):
@@ -306,11 +308,23 @@ def test_time_major_joint_pairs_take_a_row_a_lane(N, T, expected):
     (64, 65536, {"lb_words": 7}, (8, 512, 1)),   # a joint pair of scans: 8 rows
     (1024, 1024, {"streams": 8}, (32, 64, 1)),   # 8 tensors moved: 2048-element tiles
     (1024, 1024, {"K": 8}, (8, 32, 8)),          # a trailing axis: 8 x 32 x 8
-    (2048, 512, {"lb_words": 7}, (8, 256, 1)),   # at most half the padded row
-    # grids of fewer programs than SMs: rows halved down to 8, then steps down to 64
-    (128, 1024, {}, (8, 64, 1)),                 # 32 programs of 32 x 128 -> 256 of 8 x 64
+    (1024, 512, {}, (32, 64, 1)),                # 128 programs of 32 x 128 < 132: 32 x 64
+    (2048, 256 * 1024, {"lb_words": 7}, (8, 512, 1)),
+    # rows of at most 8192 steps: joint pairs take the 32-row tiles (a row a lane) too, and
+    # calls whose loads would exceed 128 a thread halve their steps (GAE: 5 inputs x 16)
+    (1024, 1024, {"lb_words": 7}, (32, 128, 1)),
+    (256, 8192, {"lb_words": 7}, (32, 128, 1)),
+    (2048, 512, {"lb_words": 7}, (32, 128, 1)),
+    (256, 8192, {"streams": 6, "bootstrap": True}, (32, 64, 1)),
+    (1024, 1024, {"streams": 6, "bootstrap": True}, (32, 64, 1)),
+    (64, 65536, {"streams": 6, "bootstrap": True}, (32, 128, 1)),  # longer rows: as before
+    # grids of fewer programs than SMs: calls of lane tiles keep 32 rows, steps halved down to
+    # 64; the others (V-trace, joint pairs) halve rows down to 8, then steps down to 64
+    (128, 1024, {}, (32, 64, 1)),                # 32 programs of 32 x 128 -> 64 of 32 x 64
+    (128, 1024, {"streams": 6, "bootstrap": True}, (32, 64, 1)),
+    (128, 1024, {"streams": 8}, (8, 64, 1)),     # 64 of 32 x 64 -> 256 of 8 x 64
     (128, 1024, {"lb_words": 7}, (8, 64, 1)),
-    (64, 512, {"lb_words": 7}, (8, 64, 1)),      # 16 programs of 8 x 256 -> 64, no smaller
+    (64, 512, {"lb_words": 7}, (8, 64, 1)),      # 8 programs of 32 x 128 -> 64, no smaller
 ])
 def test_time_major_look_back_over_row_tiles(N, T, kw, expected):
     cfg = _choose(N, T, time_major=True, **kw)
@@ -367,6 +381,7 @@ LB = config.Config(32, 128, 1, 4, "lookback")
     (LB, True, True, 5, 2),                                  # ... 4 inputs x 32 steps a thread
     (LB, True, True, 6, 0),                                  # ... 5 x 32 (GAE): tiles of rows
     (LB._replace(block_t=64), True, True, 6, 2),             # ... 5 x 16
+    (LB, True, False, 5, 1),                                 # ... 4 x 32 (masked GAE: 3)
     (config.Config(64, 32, 1, 8), True, False, 3, 1),
     (config.Config(16, 16, 1, 2), True, False, 3, 0),       # the row tiles
     (config.Config(32, 64, 1, 8), True, False, 3, 0),       # fewer than 8 rows a warp

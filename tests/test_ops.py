@@ -279,20 +279,21 @@ def test_time_major_tiles_of_light_calls(name, N, T, tile):
 
 
 @pytest.mark.parametrize("name", [n for n in reference.REFERENCES if n != "compute_retrace"])
-@pytest.mark.parametrize("family,warps", [("stream", 1), ("persist", 1), ("lookback", 1),
-                                          ("stream", 2), ("persist", 2), ("stream", 4),
-                                          ("lookback", 4)])
-def test_time_major_tiles_a_row_a_lane(name, family, warps):
+@pytest.mark.parametrize("family,warps,steps", [
+    ("stream", 1, 16), ("persist", 1, 16), ("lookback", 1, 16), ("stream", 2, 16),
+    ("persist", 2, 16), ("stream", 4, 16), ("lookback", 4, 16), ("stream", 2, 64)])
+def test_time_major_tiles_a_row_a_lane(name, family, warps, steps):
     """Time-major tiles of 32 rows take LANES (runtime.launch.lanes: the rows' alignment hidden
-    from Triton so that each lane walks whole rows): several chunks a row and a last row tile
-    partly past the rows, in each family; on two or four warps, each over part of the steps
-    (16 steps: every op's look-back loads fit timemajor.TM_LB_LANES_LOADS)."""
+    from Triton so that each lane walks whole rows): several chunks a row (or one, the whole row
+    of 48 steps in a 64-step chunk on two warps) and a last row tile partly past the rows, in
+    each family; on two or four warps, each over part of the steps (16 steps: every op's
+    look-back loads fit timemajor.TM_LB_LANES_LOADS)."""
     from scangen.runtime.config import Config, override
     N, T = 40, 48
     inputs = make_inputs(name, N, T, seed=T)
     expected = _tuple(reference.REFERENCES[name](**inputs))
     runtime.PLANS.clear()
-    with override(lambda c: Config(32, 16, 1, warps, family)):
+    with override(lambda c: Config(32, steps, 1, warps, family)):
         got = _run(name, as_time_major(inputs), "triton")
         (plan,) = runtime.PLANS.values()
         bootstrap = any(i.kind == "float" and i.shape == "NT" and i.optional for i in plan.op.inputs)
