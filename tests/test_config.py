@@ -308,21 +308,20 @@ def test_time_major_joint_pairs_take_a_row_a_lane(N, T, expected):
     (64, 65536, {"lb_words": 7}, (8, 512, 1)),   # a joint pair of scans: 8 rows
     (1024, 1024, {"streams": 8}, (32, 64, 1)),   # 8 tensors moved: 2048-element tiles
     (1024, 1024, {"K": 8}, (8, 32, 8)),          # a trailing axis: 8 x 32 x 8
-    (1024, 512, {}, (32, 64, 1)),                # 128 programs of 32 x 128 < 132: 32 x 64
+    (1024, 512, {}, (16, 128, 1)),               # 128 programs of 32 x 128 < 132 SMs
     (2048, 256 * 1024, {"lb_words": 7}, (8, 512, 1)),
-    # rows of at most 8192 steps: joint pairs take the 32-row tiles (a row a lane) too, and
-    # calls whose loads would exceed 128 a thread halve their steps (GAE: 5 inputs x 16)
+    # rows of at most 8192 steps: joint pairs take the 32-row tiles (a row a lane) too; from
+    # 4096 steps, calls whose loads would exceed 128 a thread halve their steps (GAE: 5 x 16)
     (1024, 1024, {"lb_words": 7}, (32, 128, 1)),
     (256, 8192, {"lb_words": 7}, (32, 128, 1)),
     (2048, 512, {"lb_words": 7}, (32, 128, 1)),
     (256, 8192, {"streams": 6, "bootstrap": True}, (32, 64, 1)),
-    (1024, 1024, {"streams": 6, "bootstrap": True}, (32, 64, 1)),
-    (64, 65536, {"streams": 6, "bootstrap": True}, (32, 128, 1)),  # longer rows: as before
-    # grids of fewer programs than SMs: calls of lane tiles keep 32 rows, steps halved down to
-    # 64; the others (V-trace, joint pairs) halve rows down to 8, then steps down to 64
-    (128, 1024, {}, (32, 64, 1)),                # 32 programs of 32 x 128 -> 64 of 32 x 64
-    (128, 1024, {"streams": 6, "bootstrap": True}, (32, 64, 1)),
-    (128, 1024, {"streams": 8}, (8, 64, 1)),     # 64 of 32 x 64 -> 256 of 8 x 64
+    (512, 4096, {"streams": 6, "bootstrap": True}, (32, 64, 1)),
+    (1024, 2048, {"streams": 6, "bootstrap": True}, (32, 128, 1)),  # shorter rows: as before
+    (64, 65536, {"streams": 6, "bootstrap": True}, (32, 128, 1)),   # longer rows: as before
+    # grids of fewer programs than SMs: rows halved down to 8, then steps down to 64
+    (128, 1024, {}, (8, 64, 1)),                 # 32 programs of 32 x 128 -> 256 of 8 x 64
+    (128, 1024, {"streams": 6, "bootstrap": True}, (8, 64, 1)),
     (128, 1024, {"lb_words": 7}, (8, 64, 1)),
     (64, 512, {"lb_words": 7}, (8, 64, 1)),      # 8 programs of 32 x 128 -> 64, no smaller
 ])

@@ -44,8 +44,8 @@ TM_LANES_JOINT_MIN_ROWS = 4096
 TM_LANES_PERSIST_MIN_T = 256
 TM_LANES_FEW_TILE = 4096
 # Plain calls whose rows fit TM_LANES_PLAIN_ROW steps (more than TM_LANES_STEPS) take the whole
-# row as one chunk on two warps: eligibility traces 16384x64 5.3 -> 4.8 us, episodic sums 5.4 ->
-# 5.1 (results/h200-2026-12-03-t-sweeps.txt (0)).
+# row as one chunk on two warps: eligibility traces 16384x64 5.86 -> 5.03 us, episodic sums 6.05
+# -> 5.35 (results/h200-2026-12-03-t-layout-ab.txt).
 TM_LANES_PLAIN_ROW = 64
 MIN_ROWS_TIME_MAJOR = 16  # time-major with a trailing axis (K > 1): row-tile floor
 TIME_MAJOR_PROGRAMS_PER_SM = 2  # ... row tiles halved while the grid has fewer (8: slower)
@@ -79,16 +79,15 @@ TM_LB_MIN_STEPS = 64
 # 1024x1024 11.5 -> 9.0 us, 64x65536 47.8 -> 41.8, V-trace (7 x 16) 23.6 -> 19.9, discounted
 # returns (4 x 32) 13.1 -> 10.8; GAE (5 x 32) lost, 64x65536 57.8 -> 66.3 (-q, -r-layout-ab.txt).
 TM_LB_LANES_LOADS = 128
-# Rows of at most TM_LB_LANES_MAX_T steps (a row's chunks few enough that the look-back's chain
-# is short): joint pairs (masked GAE, 3 x 32 loads) take the 32-row lane tile too (1024x1024
-# 20.8 -> 14.4 us, 256x8192 42.4 -> 34.3; 64x65536 lost, 81.9 -> 85.0), and calls whose loads
-# exceed TM_LB_LANES_LOADS halve their steps until they fit (GAE 32 x 64: 256x8192 33 -> 29.5;
-# 64x65536 57.5 -> 62.7 lost). Small grids (TM_LB_MIN_PROGRAMS_PER_SM) of calls that take lane
-# tiles in the stream (TM_LANES_STREAMS) keep 32 rows and halve steps instead of rows (128x1024,
-# 32 x 64 against 8 x 64: eligibility traces 4.9 -> 4.5, GAE 5.7 -> 5.3, discounted returns 5.2
-# -> 4.9; V-trace and masked GAE lost). results/h200-2026-12-03-t-sweeps.txt (1).
+# Rows of at most TM_LB_LANES_MAX_T steps (few chunks a row: the look-back's chain is short):
+# joint pairs (masked GAE, 3 x 32 loads a thread) take the 32-row lane tile too (1024x1024 21.7
+# -> 15.4 us, 256x8192 42.3 -> 36.1, 2048x512 24.0 -> 15.4; 64x65536 lost, 81.9 -> 85.0 in a
+# sweep); and from TM_LB_LANES_HALVE_MIN_T steps, calls whose loads exceed TM_LB_LANES_LOADS
+# halve their steps until they fit (GAE and TD(lambda), 5 x 16 on 32 x 64: 512x4096 31.8 -> 25.4
+# and 31.0 -> 23.9, 256x8192 33.8 -> 28.1 and 32.1 -> 26.8; shorter rows lost, 1024x1024 14.4 ->
+# 15.6, and so did 64x65536; results/h200-2026-12-03-t-layout-ab.txt).
 TM_LB_LANES_MAX_T = 8192
-TM_LB_LANES_SMALL = 1
+TM_LB_LANES_HALVE_MIN_T = 4096
 
 
 def rows_contiguous(c) -> bool:
@@ -171,7 +170,7 @@ def stream_tile(c, rows: int, block_k: int, kk: int, sms: int) -> Config:
 
 def lookback_tile(c, rows: int, block_k: int, kk: int) -> Config:
     """The look-back's tile for time-major buffers: adjacent rows x steps (TM_LB_ROWS,
-    TM_LB_K_ROWS, TM_LB_LANES_*)."""
+    TM_LB_K_ROWS, TM_LB_LANES_MAX_T)."""
     joint = c.op.kernels.lb_words > 3
     lanes = kk == 1 and c.T <= TM_LB_LANES_MAX_T
     if kk > 1:  # steps x K elements a row
@@ -182,19 +181,13 @@ def lookback_tile(c, rows: int, block_k: int, kk: int) -> Config:
     block_n = min(tile_rows, pow2(rows))
     block_t = max(16, min(tile // block_n, pow2(c.T) // 2))
     cfg = Config(block_n, block_t, block_k, NUM_WARPS, "lookback")
-    if lanes and not joint and block_n == TM_LB_ROWS:
+    if lanes and not joint and block_n == TM_LB_ROWS and c.T >= TM_LB_LANES_HALVE_MIN_T:
         while not lookback_lanes(c, cfg) and cfg.block_t > TM_LB_MIN_STEPS:
             cfg = cfg._replace(block_t=cfg.block_t // 2)
     if kk == 1 and c.device.type == "cuda":
         want = TM_LB_MIN_PROGRAMS_PER_SM * sm_count(c.device)
-        keep_rows = (TM_LB_LANES_SMALL and lanes and not joint and cfg.block_n == TM_LB_ROWS
-                     and streams(c) <= TM_LANES_STREAMS)
         while -(-rows // cfg.block_n) * -(-c.T // cfg.block_t) < want:
-            if keep_rows and cfg.block_t > TM_LB_MIN_STEPS:
-                cfg = cfg._replace(block_t=cfg.block_t // 2)
-            elif keep_rows:
-                break
-            elif cfg.block_n > TM_LB_MIN_ROWS:
+            if cfg.block_n > TM_LB_MIN_ROWS:
                 cfg = cfg._replace(block_n=cfg.block_n // 2)
             elif cfg.block_t > TM_LB_MIN_STEPS:
                 cfg = cfg._replace(block_t=cfg.block_t // 2)
