@@ -45,11 +45,9 @@ def time_major(kw):
             for k, v in kw.items()}
 
 
-@contextlib.contextmanager
-def settings(spec: str):
-    """Within the block, the module constants of ``spec`` ("pkg.mod.NAME=int,...") take those
-    values, and calls make fresh plans (runtime.config.fresh_plans)."""
-    from scangen.runtime import config
+def set_constants(spec: str) -> list:
+    """Give the module constants of ``spec`` ("pkg.mod.NAME=int,...") those values (cast to each
+    constant's type); returns ``(module, name, old value)`` for each, in order."""
     old = []
     for item in filter(None, spec.split(",")):
         path, value = item.split("=")
@@ -57,6 +55,15 @@ def settings(spec: str):
         m = importlib.import_module(mod)
         old.append((m, name, getattr(m, name)))
         setattr(m, name, type(getattr(m, name))(value))
+    return old
+
+
+@contextlib.contextmanager
+def settings(spec: str):
+    """Within the block, the module constants of ``spec`` ("pkg.mod.NAME=int,...") take those
+    values, and calls make fresh plans (runtime.config.fresh_plans)."""
+    from scangen.runtime import config
+    old = set_constants(spec)
     try:
         with config.fresh_plans():
             yield

@@ -42,6 +42,7 @@ from scangen.runtime import tiles as sg_tiles  # noqa: E402
 from scangen.runtime import launch as sg_launch  # noqa: E402
 from scangen.runtime import launch_params as sg_launch_params  # noqa: E402
 from scangen.runtime.config import Config  # noqa: E402
+from layout_ab import set_constants  # noqa: E402  (bench/dev, beside this script)
 from scangen.testing import (  # noqa: E402
     as_time_major, assert_close, compile_variant, make_inputs)
 
@@ -264,12 +265,7 @@ def main() -> None:
                     help="cycle through copies of the inputs (up to 16, 3x the L2 in all), as "
                          "bench/rltriton.py does, so that calls read from memory, not L2")
     args = ap.parse_args()
-    for item in filter(None, args.set.split(",")):
-        import importlib
-        path, value = item.split("=")
-        mod, name = path.rsplit(".", 1)
-        m = importlib.import_module(mod)
-        setattr(m, name, type(getattr(m, name))(value))
+    set_constants(args.set)
     if args.tm_window:
         sg_launch_params.TM_LB_WINDOW = args.tm_window
     if args.lanes_plain:
