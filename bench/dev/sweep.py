@@ -112,6 +112,30 @@ def time_major_lane_candidates(N: int, T: int) -> list[Config]:
     return out
 
 
+# --tm-narrow: time-major tiles of 1 to 8 rows and long chunks (up to a whole row of 1024 steps),
+# the rows layout's shape of work over strided steps: each step's load is 4 to 32 bytes a row
+# tile, and neighbouring programs share their 32-byte sectors through L2 (bench/NOTES.md open
+# question 15 (c): 128x1024 and 64x1024 as one chunk a row tile, no look-back).
+TM_NARROW_SWEEP = {"rows": (1, 2, 4, 8), "steps": (256, 512, 1024), "warps": (2, 4, 8)}
+
+
+def time_major_narrow_candidates(N: int, T: int) -> list[Config]:
+    """Stream tiles of TM_NARROW_SWEEP (one chunk where the steps cover the row), and from 512
+    steps the look-back over the same tiles (chunks of at most half a row)."""
+    out = []
+    for bn in TM_NARROW_SWEEP["rows"]:
+        if bn > max(1, sg_tiles.pow2(N)):
+            continue
+        for bt in TM_NARROW_SWEEP["steps"]:
+            if bt > max(16, sg_tiles.pow2(T)) or bn * bt > 8192:
+                continue
+            for nw in TM_NARROW_SWEEP["warps"]:
+                out.append(Config(bn, bt, 1, nw, "stream", 3))
+                if T >= 512 and bt <= sg_tiles.pow2(T) // 2:
+                    out.append(Config(bn, bt, 1, nw, "lookback", 3))
+    return out
+
+
 def time_major_candidates(N: int, T: int, K: int) -> list[Config]:
     """Time-major tiles: 4 to 64 rows (fewer rows per program: more programs, each step's loads
     still 16 bytes or more of fp32 across rows) with chunks of 16 to 256 steps, at most 4096
@@ -245,6 +269,13 @@ def main() -> None:
     ap.add_argument("--tm-lanes", action="store_true",
                     help="time-major: sweep time_major_lane_candidates() instead (tiles of one or "
                          "two rows a lane, runtime.launch.lanes)")
+    ap.add_argument("--tm-narrow", action="store_true",
+                    help="time-major: sweep time_major_narrow_candidates() instead (1-8 rows, "
+                         "chunks of 256 steps to the whole row)")
+    for key in TM_NARROW_SWEEP:
+        ap.add_argument(f"--tm-narrow-{key}", default=None,
+                        help=f"--tm-narrow candidates' {key} (default "
+                             f"{','.join(map(str, TM_NARROW_SWEEP[key]))})")
     for key in TM_LANES_SWEEP:
         ap.add_argument(f"--tm-lanes-{key}", default=None,
                         help=f"--tm-lanes candidates' {key} (default "
@@ -277,6 +308,9 @@ def main() -> None:
     for key in TM_LB_SWEEP:
         if getattr(args, f"tm_lb_{key}"):
             TM_LB_SWEEP[key] = tuple(int(x) for x in getattr(args, f"tm_lb_{key}").split(","))
+    for key in TM_NARROW_SWEEP:
+        if getattr(args, f"tm_narrow_{key}"):
+            TM_NARROW_SWEEP[key] = tuple(int(x) for x in getattr(args, f"tm_narrow_{key}").split(","))
     for key in TM_LANES_SWEEP:
         if getattr(args, f"tm_lanes_{key}"):
             TM_LANES_SWEEP[key] = tuple(int(x) for x in getattr(args, f"tm_lanes_{key}").split(","))
@@ -327,6 +361,7 @@ def main() -> None:
                     for _ in range(k - 1)]
         runtime.PLANS.clear()
         cfgs = (time_major_lane_candidates(N, T) if args.tm_lanes and K == 1 else
+                time_major_narrow_candidates(N, T) if args.tm_narrow and K == 1 else
                 time_major_candidates(N, T, K) if args.layout == "time-major" else
                 candidates(N, T, K, args.quick,
                            tuple(int(x) for x in args.tiles.split(",")) if args.tiles else None))
