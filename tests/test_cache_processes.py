@@ -197,10 +197,11 @@ def test_killed_build_leaves_nothing_that_loads(tmp_path, when):
     assert meta["spec"] == name
     x, done = _inputs(1, 2, 19)
     ret, twice = _expected(x, done)
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # Triton: CUDA, or the interpreter
     for backend in ("torch", "triton"):
-        got_ret, got_twice = fn(x, done, backend=backend)
-        torch.testing.assert_close(got_ret.double(), ret, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(got_twice.double(), twice, atol=1e-5, rtol=1e-5)
+        got_ret, got_twice = fn(x.to(device), done.to(device), backend=backend)
+        torch.testing.assert_close(got_ret.double().cpu(), ret, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got_twice.double().cpu(), twice, atol=1e-5, rtol=1e-5)
 
 
 def test_cache_key_covers_templates_and_versions(tmp_path, monkeypatch):
