@@ -23,6 +23,17 @@ HAS_NUMBA = importlib.util.find_spec("numba") is not None
 BACKENDS = ("torch", "triton") + (("numba",) if HAS_NUMBA and not ON_GPU else ())
 
 
+def call_on(fn, backend: str, *args, **kwargs):
+    """``fn(*args, backend=backend, **kwargs)`` with the call's tensors on the device the backend
+    runs on (Triton: CUDA where there is one, else the interpreter on the CPU tensors as given),
+    and its outputs back on the CPU: tests written with CPU tensors run on either machine."""
+    if backend != "triton" or not ON_GPU:
+        return fn(*args, backend=backend, **kwargs)
+    move = lambda v: v.to(DEVICE) if torch.is_tensor(v) else v  # noqa: E731
+    out = fn(*map(move, args), backend=backend, **{k: move(v) for k, v in kwargs.items()})
+    return tuple(o.cpu() for o in out) if isinstance(out, tuple) else out.cpu()
+
+
 @pytest.fixture(autouse=True)
 def _poison_outputs(monkeypatch):
     monkeypatch.setattr(runtime.arguments, "POISON_OUTPUTS", True)

@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from conftest import BACKENDS
+from conftest import BACKENDS, call_on
 import scangen
 from python_specs import ALL
 from scangen.compiler.ir import canonical
@@ -148,7 +148,7 @@ def test_compile_user_spec_and_cache(tmp_path, backend):
     assert os.stat(entry / "ema.py").st_mtime_ns == mtime
     x = torch.randn(3, 40)
     starts = torch.rand(3, 40) < 0.1
-    out = fn(x, starts, decay=0.8, backend=backend)
+    out = call_on(fn, backend, x, starts, decay=0.8)
     torch.testing.assert_close(out.double(), _ema_loop(x, starts, 0.8), atol=1e-5, rtol=1e-5)
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import BACKENDS
+from conftest import BACKENDS, call_on
 import scangen
 from scangen.compiler.expr import MAX_EXPR_CHARS, MAX_EXPR_NODES
 from scangen.compiler.pipeline import to_ir
@@ -378,7 +378,7 @@ def test_names_used_by_the_generated_code(tmp_path, monkeypatch, role, name):
     x = torch.randn(6, 40)  # 6 rows: the numba row kernel's group of 4 and 2 rows left over
     args = {kwargs.get("x", "x"): x, "f": torch.zeros(6, 40), "b": torch.zeros(6)}
     for backend in BACKENDS:
-        out = fn(**args, backend=backend)
+        out = call_on(fn, backend, **args)
         torch.testing.assert_close(out.double(), _reverse_loop(x), atol=1e-5, rtol=1e-5)
 
 
@@ -392,7 +392,7 @@ def test_builtin_names_used_by_the_kernel(tmp_path, name, use):
         return
     x, k, i = torch.randn(2, 6), torch.rand(2, 6, 3), torch.randint(0, 3, (2, 6))
     want = fn(**{name: x}, k=k, i=i, backend="torch")
-    got = fn(**{name: x}, k=k, i=i, backend="triton")
+    got = call_on(fn, "triton", **{name: x}, k=k, i=i)
     torch.testing.assert_close(got, want)
 
 
@@ -407,7 +407,7 @@ def test_present_is_not_an_input_named_like_its_flag(tmp_path):
         return
     x = torch.randn(2, 5)
     for backend in BACKENDS:
-        out = fn(x, torch.ones(2, 5), backend=backend)  # o not passed: present(o) == 0
+        out = call_on(fn, backend, x, torch.ones(2, 5))  # o not passed: present(o) == 0
         torch.testing.assert_close(out.double(), _reverse_loop(x), atol=1e-5, rtol=1e-5)
 
 
@@ -849,6 +849,6 @@ def test_numbers_the_printers_cannot_write(tmp_path, case, text):
     x = torch.randn(2, 5)
     args = dict(x=x, f=torch.zeros(2, 5), b=torch.zeros(2))
     for backend in BACKENDS:
-        out = fn(**args, backend=backend)
+        out = call_on(fn, backend, **args)
         assert case == "exp_one", f"{case}: compiled and ran, expected a SpecError"
         torch.testing.assert_close(out.double(), _reverse_loop(x) * 2.718281828459045)

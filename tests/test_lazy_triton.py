@@ -64,8 +64,9 @@ import torch
 import scangen
 from scangen import abi
 
-x = torch.randn(4, 40)
-d = torch.rand(4, 40) < 0.1
+dev = "cuda" if torch.cuda.is_available() else "cpu"  # else the interpreter (TRITON_INTERPRET=1)
+x = torch.randn(4, 40, device=dev)
+d = torch.rand(4, 40, device=dev) < 0.1
 out = {"before": "triton" in sys.modules}
 got = scangen.compute_gae(x, x, d, backend="triton")
 ref = scangen.compute_gae(x, x, d, backend="torch")

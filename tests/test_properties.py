@@ -44,7 +44,7 @@ import torch
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
-from conftest import BACKENDS
+from conftest import BACKENDS, DEVICE, ON_GPU, call_on
 import scangen
 from scangen.compiler.options import Options
 from scangen.compiler.store import compile_spec
@@ -397,7 +397,7 @@ def check_spec(cache_dir, d, inputs, params, launch, chain="sequential"):
     with ExitStack() as stack:
         _launch(stack, launch)
         for backend in BACKENDS:
-            got[backend] = _as_tuple(fn(**inputs, **params, outputs=out_names, backend=backend))
+            got[backend] = _as_tuple(call_on(fn, backend, **inputs, **params, outputs=out_names))
     for backend, outs in got.items():
         for name, out in zip(out_names, outs):
             assert out.dtype == torch.float32 and tuple(out.shape) == expected[name].shape
@@ -537,7 +537,7 @@ def _compile_and_compare(cache_dir, text, inputs, params=None, *, atol, rtol):
     names = [o.name for o in ir.outputs]
     expected = ir_eval.evaluate(ir, inputs, params)
     for backend in BACKENDS:
-        outs = _as_tuple(fn(**inputs, **params, outputs=names, backend=backend))
+        outs = _as_tuple(call_on(fn, backend, **inputs, **params, outputs=names))
         for name, out in zip(names, outs):
             assert_close(out, torch.from_numpy(expected[name]), atol=atol, rtol=rtol,
                          name=f"{name} ({backend})")
@@ -651,6 +651,9 @@ def test_random_specs_generated_backward_matches_autograd(cache_dir, data):
     assume(ops.grad_op_of(op) is not None)  # specs with sum/gather fall back by design
     as64 = {k: (v.double() if v.is_floating_point() else v) for k, v in inputs.items()}
     p64 = {k: (v.double() if torch.is_tensor(v) else v) for k, v in params.items()}
+    if backend == "triton" and ON_GPU:  # compiled kernels take CUDA tensors
+        as64, p64 = ({k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in d_.items()}
+                     for d_ in (as64, p64))
     names = [k for k, v in {**as64, **p64}.items() if torch.is_tensor(v) and v.is_floating_point()
              and (k not in d["inputs"] or (d["inputs"][k].get("shape") != "[N, T, K]"
                                           and d["inputs"][k]["kind"] == "float"))]
