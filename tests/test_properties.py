@@ -627,7 +627,8 @@ def _grads(fn, inputs, params, names, backend):
     leaves = {k: v.detach().clone().requires_grad_(True) for k, v in {**inputs, **params}.items()
               if k in names}
     outs = _as_tuple(fn(**{**inputs, **params, **leaves}, backend=backend))
-    weights = [torch.linspace(-1, 1, o.numel(), dtype=o.dtype).view(o.shape) for o in outs]
+    weights = [torch.linspace(-1, 1, o.numel(), dtype=o.dtype, device=o.device).view(o.shape)
+               for o in outs]
     total = sum((o * w).sum() for o, w in zip(outs, weights))
     got = torch.autograd.grad(total, list(leaves.values()), allow_unused=True)
     return {k: (g if g is not None else torch.zeros_like(leaves[k])) for k, g in zip(leaves, got)}
