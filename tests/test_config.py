@@ -353,6 +353,16 @@ def test_forced_family():
         _choose(16384, 1024, family="bogus")
 
 
+@pytest.mark.parametrize("N", [1, 5])
+def test_forced_look_back_of_one_step_rows_streams(N):
+    """Rows of one step have no chunk to look back over (and Triton 3.6 cannot compile the
+    look-back kernels specialised to R1 = R2 = T = 1): the stream family's tile."""
+    cfg = _choose(N, 1, family="lookback")
+    assert cfg == _choose(N, 1, family="stream")
+    assert cfg.family == "stream"
+    assert _choose(N, 2, family="lookback").family == "lookback"
+
+
 @pytest.mark.parametrize("N,T,dtype,lb_words,expected", [
     (16384, 1024, torch.bfloat16, 7, (2, 1024, 1)),  # a joint pair in bf16: two rows, one stage
     (16384, 1024, torch.float16, 7, (2, 1024, 1)),

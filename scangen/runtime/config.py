@@ -154,6 +154,11 @@ def choose_config(c) -> Config:
     if family is None:
         family = (_gpu_family(c, rows, kk, cfg, time_major) if c.device.type == "cuda"
                   else "stream")
+    if family == "lookback" and c.T == 1:
+        # rows of one step have no chunk to look back over, and Triton 3.6 fails compiling the
+        # look-back kernels specialised to R1 = R2 = T = 1 (an assertion in its TritonGPUCoalesce
+        # pass; 3.9 compiles them): a forced look-back takes the stream family's tile there
+        family = "stream"
     if family == "lookback":
         return _lookback_config(c, rows, block_k, kk, time_major)
     if (family == "persist" and streams(c) >= PERSIST_TENSORS and c.device.type == "cuda"
