@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call: the GPU test suite, a launch-configuration sweep and the launch probe, or
+# One device call: the whole test suite on the GPU, a launch-configuration sweep and the launch probe, or
 # the full benchmark.
 #   OUT=/some/dir bash bench/dev/gpu_session.sh [tests|sweep|probe ...]   (default: the three)
 #   OUT=/some/dir bash bench/dev/gpu_session.sh bench                     (bench.py, alone)
@@ -20,16 +20,13 @@ rm -f "$WORK"/pytest-*.log "$WORK"/sweep.txt "$WORK"/sweep.json "$WORK"/probe.tx
   python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'; } \
   > "$WORK/env.txt" 2>&1
 pids=()
-# Tests alone may take most of a device call: the ops suite beside test_gpu.py needs more than
-# 330 s (ninth round); beside a sweep they keep the shorter limit.
-if [[ $what == tests ]]; then TEST_TIMEOUT=${TEST_TIMEOUT:-540}; fi
+# The whole suite on pytest-xdist's workers (the device image has it): about 370 s with 12
+# workers alone (2026-12-03, bench/results/h200-2026-12-03-w-pytest-gpu-2.log); beside a sweep's
+# compile phase, fewer workers and the shorter limit.
+if [[ $what == tests ]]; then TEST_TIMEOUT=${TEST_TIMEOUT:-560}; TEST_WORKERS=${TEST_WORKERS:-12}; fi
 if [[ $what == *tests* ]]; then
-  timeout "${TEST_TIMEOUT:-330}" python3 -m pytest -q -p no:cacheprovider -rf --tb=short tests/test_gpu.py \
-    > "$WORK/pytest-gpu.log" 2>&1 &
-  pids+=($!)
-  timeout "${TEST_TIMEOUT:-330}" python3 -m pytest -q -p no:cacheprovider -rf --tb=short \
-    tests/test_torch_integration.py tests/test_ops.py tests/test_golden.py tests/test_fast_path.py \
-    > "$WORK/pytest-ops.log" 2>&1 &
+  timeout "${TEST_TIMEOUT:-400}" python3 -m pytest -q -n "${TEST_WORKERS:-6}" -p no:cacheprovider -rf \
+    --tb=short > "$WORK/pytest-all.log" 2>&1 &
   pids+=($!)
 fi
 if [[ $what == *sweep* ]]; then
