@@ -39,6 +39,13 @@ def _poison_outputs(monkeypatch):
     monkeypatch.setattr(runtime.arguments, "POISON_OUTPUTS", True)
 
 
+@pytest.fixture(autouse=True)
+def _seed():
+    """Every test starts from the same random state, whatever ran before it on its worker
+    (pytest-xdist spreads the tests over processes in an order that varies between runs)."""
+    torch.manual_seed(0)
+
+
 @pytest.fixture
 def launch_log(monkeypatch):
     """Every Triton launch the calls inside the test made, in order, as ``(kernel, constexprs)``;

@@ -851,4 +851,6 @@ def test_numbers_the_printers_cannot_write(tmp_path, case, text):
     for backend in BACKENDS:
         out = call_on(fn, backend, **args)
         assert case == "exp_one", f"{case}: compiled and ran, expected a SpecError"
-        torch.testing.assert_close(out.double(), _reverse_loop(x) * 2.718281828459045)
+        # float32 outputs against the float64 loop rounded to float32 (float32's tolerances):
+        # a constant written wrong (E as a name, exp(1) truncated) is off by far more
+        torch.testing.assert_close(out, (_reverse_loop(x) * 2.718281828459045).float())
