@@ -28,6 +28,8 @@ import scangen
 from scangen.compiler import store
 from scangen.compiler.options import Options
 
+from conftest import call_on
+
 REPO = Path(__file__).resolve().parent.parent
 
 SPEC = """\
@@ -197,11 +199,10 @@ def test_killed_build_leaves_nothing_that_loads(tmp_path, when):
     assert meta["spec"] == name
     x, done = _inputs(1, 2, 19)
     ret, twice = _expected(x, done)
-    device = "cuda" if torch.cuda.is_available() else "cpu"  # Triton: CUDA, or the interpreter
     for backend in ("torch", "triton"):
-        got_ret, got_twice = fn(x.to(device), done.to(device), backend=backend)
-        torch.testing.assert_close(got_ret.double().cpu(), ret, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(got_twice.double().cpu(), twice, atol=1e-5, rtol=1e-5)
+        got_ret, got_twice = call_on(fn, backend, x, done)
+        torch.testing.assert_close(got_ret.double(), ret, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got_twice.double(), twice, atol=1e-5, rtol=1e-5)
 
 
 def test_cache_key_covers_templates_and_versions(tmp_path, monkeypatch):
