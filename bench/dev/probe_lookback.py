@@ -3,12 +3,14 @@
 parts of its look-back left out (H200.md's method: time variants, take differences).
 
     python3 bench/dev/probe_lookback.py [--algos gae,discounted_returns] [--shapes ...]
+    python3 bench/dev/probe_lookback.py --layout time-major --tiles 32x128x4 --shapes 64x65536
 
-Variants of each module's look-back (string edits of generated/<algo>.py, loaded beside it; the
-look-back itself is scangen.kernels.common.lookback / lookback_joint, which a variant copies):
+Variants of each module's look-back (string edits of generated/<algo>_triton.py, the module's
+kernels, loaded beside it; the look-back itself is scangen.kernels.common.lookback / lookback_joint, which a variant copies):
   default  as generated (the window and wait runtime.launch_params.lookback_window and lookback_spin pick)
-  @<name>  another build of the module, from ab_base/<algo>_<name>.py at the checkout's root (an A/B
-           against an earlier commit's modules: git show <rev>:generated/<algo>.py; ab_base/
+  @<name>  another build of the module, from ab_base/<algo>_<name>.py and its kernels'
+           ab_base/<algo>_<name>_triton.py at the checkout's root (an A/B against an earlier
+           commit's modules: git show <rev>:generated/<algo>.py and <algo>_triton.py; ab_base/
            is git-ignored); a variant named twice is timed twice
   w<n>     a window of n predecessors instead
   spin     with the one-word wait for the nearest predecessor's aggregate before the first
@@ -46,14 +48,16 @@ sys.path[:0] = [str(ROOT)]  # the checkout, for scangen
 import torch  # noqa: E402
 from triton.testing import do_bench_cudagraph  # noqa: E402
 
+from scangen import abi  # noqa: E402
 from scangen.kernels import common  # noqa: E402
 from scangen.runtime import config, fastpath, workspace  # noqa: E402
 from scangen.runtime import tiles as sg_tiles  # noqa: E402
 from scangen.runtime import PLANS  # noqa: E402
 from scangen.runtime.config import Config  # noqa: E402
-from scangen.testing import assert_close, make_inputs  # noqa: E402
+from scangen.testing import as_time_major, assert_close, make_inputs  # noqa: E402
 
-# the look-back helper's wait and loop (scangen.kernels.common.lookback, lookback_joint)
+# the look-back helper's wait and loop (scangen.kernels.common.lookback, lookback_joint and their
+# row-tile forms lookback_rows, lookback_joint_rows)
 WAIT = re.compile(r"\n    if SPIN:\n.*?(?=\n    (?:carry|c2) = )", re.S)
 CLEAR = re.compile(r"\n( +)for _w in tl\.static_range\(\d+\):[^\n]*\n +tl\.store\(_ws_clear[^\n]*")
 OUT_STORE = re.compile(r"^(\s+)tl\.store\(\w+__optr [^\n]*$", re.M)
@@ -79,27 +83,29 @@ def modify(src: str, name: str, mods: list) -> str:
 
 
 def variant(algo: str, name: str, tmp: Path):
+    """The public function of ``algo``'s module with the variant ``name`` applied to its Triton
+    companion (``<algo>_triton.py``, which holds the kernels), both written to ``tmp`` and loaded
+    as a pair (scangen.abi.load_module: the op finds its companion beside its module's file)."""
     name, *mods = name.split("+")
-    if name.startswith("@"):  # another build of the module: <root>/ab_base/<algo>_<name>.py
-        src = (ROOT / "ab_base" / f"{algo}_{name[1:]}.py").read_text()
+    if name.startswith("@"):  # another build: <root>/ab_base/<algo>_<name>.py and _triton.py
+        base = ROOT / "ab_base" / f"{algo}_{name[1:]}"
         name = "default"
     else:
-        src = (ROOT / "generated" / f"{algo}.py").read_text()
-    src = modify(src, name, mods)
+        base = ROOT / "generated" / algo
+    src = base.with_name(base.name + ".py").read_text()
+    ksrc = modify(base.with_name(base.name + abi.TRITON_SUFFIX + ".py").read_text(), name, mods)
     if name.startswith("w"):
-        src, n = re.subn(r"LB_WINDOW, LB_SPIN", f"{int(name[1:].split('-')[0])}, LB_SPIN", src)
+        ksrc, n = re.subn(r"LB_WINDOW, LB_SPIN", f"{int(name[1:].split('-')[0])}, LB_SPIN", ksrc)
         assert n >= 1, n
     if name.endswith("spin"):  # spin / nospin: force the first wait on or off
-        src, n = re.subn(r"LB_SPIN, ACC\)", f"{not name.endswith('nospin')}, ACC)", src)
+        ksrc, n = re.subn(r"LB_SPIN, ACC\)", f"{not name.endswith('nospin')}, ACC)", ksrc)
         assert n >= 1, n
     elif name == "nowait":
-        src = without_wait(src)
-    stem = re.sub(r"[^A-Za-z0-9_]", "_", "_".join([name, *mods, str(len(src))]))
-    path = tmp / f"{algo}_{stem}.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+        ksrc = without_wait(ksrc)
+    stem = re.sub(r"[^A-Za-z0-9_]", "_", "_".join([algo, name, *mods, str(len(ksrc))]))
+    (tmp / f"{stem}{abi.TRITON_SUFFIX}.py").write_text(ksrc)
+    (tmp / f"{stem}.py").write_text(src)
+    module = abi.load_module(f"probe_{stem}", tmp / f"{stem}.py")
     return getattr(module, module.OP.function)
 
 
@@ -107,7 +113,7 @@ def without_wait(src: str) -> str:
     """``src`` with its look-back calls going to copies of scangen.kernels.common's helpers that
     publish their words but neither wait nor read (the carry is the initial value)."""
     helpers = []
-    for name in ("lookback", "lookback_joint"):
+    for name in ("lookback", "lookback_joint", "lookback_rows", "lookback_joint_rows"):
         if f"_{name}(" not in src:
             continue
         code, n = WAIT.subn("", inspect.getsource(getattr(common, name).fn))
@@ -144,7 +150,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--algos", default="gae,discounted_returns,vtrace")
     ap.add_argument("--shapes", default="64x65536,8x262144,1x1048576")
-    ap.add_argument("--tiles", default="2048x4,4096x4,8192x8", help="block_t x num_warps")
+    ap.add_argument("--tiles", default="2048x4,4096x4,8192x8",
+                    help="block_t x num_warps, or with --layout time-major block_n x block_t x num_warps")
+    ap.add_argument("--layout", default="rows", choices=["rows", "time-major"],
+                    help="time-major: [T, N] buffers, the look-back over tiles of adjacent rows")
     ap.add_argument("--variants", default="default,spin,nowait")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp())
@@ -156,15 +165,17 @@ def main() -> None:
         for shape in args.shapes.split(","):
             N, T = map(int, shape.split("x"))
             kw = make_inputs(algo, N, T, seed=1, device="cuda", A=8)
+            if args.layout == "time-major":
+                kw = as_time_major(kw)
             ref = fns[0][1](**{k: v.double() if torch.is_tensor(v) and v.is_floating_point()
                                     else v for k, v in kw.items()}, backend="torch")
             ref = ref if isinstance(ref, tuple) else (ref,)
             for tile in args.tiles.split(","):
-                bt, nw = map(int, tile.split("x"))
+                bn, bt, nw = map(int, ("1x" + tile if tile.count("x") == 1 else tile).split("x"))
                 if T < 2 * bt:
                     continue
-                rule = lambda c, bt=bt, nw=nw: Config(  # noqa: E731
-                    1, bt, min(16, sg_tiles.pow2(c.K)) if c.K > 1 else 1, nw, "lookback", 1)
+                rule = lambda c, bn=bn, bt=bt, nw=nw: Config(  # noqa: E731
+                    bn, bt, min(16, sg_tiles.pow2(c.K)) if c.K > 1 else 1, nw, "lookback", 1)
                 line = []
                 with config.override(rule):
                     for v, fn in fns:
@@ -184,7 +195,8 @@ def main() -> None:
                         finally:
                             use_workspace(real_ws)
                         line.append(f"{v} {us:6.1f}")
-                print(f"{algo:20s} {shape:>10s} bt={bt:5d} w={nw}  " + "  ".join(line), flush=True)
+                print(f"{algo:20s} {shape:>10s} bn={bn:3d} bt={bt:5d} w={nw}  " + "  ".join(line),
+                      flush=True)
 
 
 if __name__ == "__main__":
