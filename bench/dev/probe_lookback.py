@@ -35,7 +35,6 @@ Each is timed by CUDA-graph replay (device time), for each look-back tile, in on
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import inspect
 import re
 import sys
