@@ -174,11 +174,10 @@ def variant_fn(algo: str, option: str, cache: Path):
 
 def base_fn(algo: str, base: Path):
     """The public function of ``base/<algo>.py``: a module generated at another revision, run
-    on this checkout's runtime (scangen.runtime)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(f"scangen_base_{algo}", base / f"{algo}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    on this checkout's runtime (scangen.runtime); its kernels from ``base/<algo>_triton.py``
+    beside it (scangen.abi.load_module registers the module, whose op finds its companions by
+    its file)."""
+    module = scangen.abi.load_module(f"scangen_base_{algo}", base / f"{algo}.py")
     return getattr(module, module.OP.function)
 
 
