@@ -166,6 +166,21 @@ def time_major_candidates(N: int, T: int, K: int) -> list[Config]:
     return out
 
 
+def add_grid_args(ap, prefix: str, grid: dict, what: str) -> None:
+    """``--<prefix>-<key> a,b,...`` for each key of a candidate grid (TM_*_SWEEP)."""
+    for key in grid:
+        ap.add_argument(f"--{prefix}-{key}", default=None,
+                        help=f"{what} {key} (default {','.join(map(str, grid[key]))})")
+
+
+def apply_grid_args(args, prefix: str, grid: dict) -> None:
+    """The grid's values given by add_grid_args' options replace its defaults."""
+    for key in grid:
+        given = getattr(args, f"{prefix.replace('-', '_')}_{key}")
+        if given:
+            grid[key] = tuple(int(x) for x in given.split(","))
+
+
 def variant_fn(algo: str, option: str, cache: Path):
     """The op compiled from specs/<algo>.yaml with a template option (name=value) set."""
     key, value = option.split("=")
@@ -261,24 +276,15 @@ def main() -> None:
                     "e.g. lookback (the default configuration is measured regardless)")
     ap.add_argument("--time-budget", type=float, default=1e9)
     ap.add_argument("--top", type=int, default=0, help="also print each case's N fastest configs")
-    for key in TM_LB_SWEEP:
-        ap.add_argument(f"--tm-lb-{key}", default=None,
-                        help=f"time-major look-back candidates' {key} (default "
-                             f"{','.join(map(str, TM_LB_SWEEP[key]))})")
+    add_grid_args(ap, "tm-lb", TM_LB_SWEEP, "time-major look-back candidates'")
     ap.add_argument("--tm-lanes", action="store_true",
                     help="time-major: sweep time_major_lane_candidates() instead (tiles of one or "
                          "two rows a lane, runtime.launch.lanes)")
     ap.add_argument("--tm-narrow", action="store_true",
                     help="time-major: sweep time_major_narrow_candidates() instead (1-8 rows, "
                          "chunks of 256 steps to the whole row)")
-    for key in TM_NARROW_SWEEP:
-        ap.add_argument(f"--tm-narrow-{key}", default=None,
-                        help=f"--tm-narrow candidates' {key} (default "
-                             f"{','.join(map(str, TM_NARROW_SWEEP[key]))})")
-    for key in TM_LANES_SWEEP:
-        ap.add_argument(f"--tm-lanes-{key}", default=None,
-                        help=f"--tm-lanes candidates' {key} (default "
-                             f"{','.join(map(str, TM_LANES_SWEEP[key]))})")
+    add_grid_args(ap, "tm-narrow", TM_NARROW_SWEEP, "--tm-narrow candidates'")
+    add_grid_args(ap, "tm-lanes", TM_LANES_SWEEP, "--tm-lanes candidates'")
     ap.add_argument("--lanes-rows-a-warp", type=int, default=None,
                     help="runtime.launch.LANES_ROWS_A_WARP (32: no 32-row tiles on two warps)")
     ap.add_argument("--lanes-plain", action="store_true",
@@ -304,15 +310,9 @@ def main() -> None:
         sg_launch.MAXNREG = args.maxnreg
     if args.lanes_rows_a_warp:
         sg_launch.LANES_ROWS_A_WARP = args.lanes_rows_a_warp
-    for key in TM_LB_SWEEP:
-        if getattr(args, f"tm_lb_{key}"):
-            TM_LB_SWEEP[key] = tuple(int(x) for x in getattr(args, f"tm_lb_{key}").split(","))
-    for key in TM_NARROW_SWEEP:
-        if getattr(args, f"tm_narrow_{key}"):
-            TM_NARROW_SWEEP[key] = tuple(int(x) for x in getattr(args, f"tm_narrow_{key}").split(","))
-    for key in TM_LANES_SWEEP:
-        if getattr(args, f"tm_lanes_{key}"):
-            TM_LANES_SWEEP[key] = tuple(int(x) for x in getattr(args, f"tm_lanes_{key}").split(","))
+    for prefix, grid in (("tm-lb", TM_LB_SWEEP), ("tm-narrow", TM_NARROW_SWEEP),
+                         ("tm-lanes", TM_LANES_SWEEP)):
+        apply_grid_args(args, prefix, grid)
     if args.warps:
         global ROW_WARPS
         ROW_WARPS = tuple(int(x) for x in args.warps.split(","))
