@@ -34,6 +34,14 @@ def call_on(fn, backend: str, *args, **kwargs):
     return tuple(o.cpu() for o in out) if isinstance(out, tuple) else out.cpu()
 
 
+def to_backend(backend: str, values: dict) -> dict:
+    """``values`` with its tensors on the device ``backend`` runs on (as :func:`call_on` moves
+    them), for tests that keep the tensors themselves (autograd leaves)."""
+    if backend != "triton" or not ON_GPU:
+        return dict(values)
+    return {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in values.items()}
+
+
 @pytest.fixture(autouse=True)
 def _poison_outputs(monkeypatch):
     monkeypatch.setattr(runtime.arguments, "POISON_OUTPUTS", True)

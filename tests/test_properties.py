@@ -44,7 +44,7 @@ import torch
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
-from conftest import BACKENDS, DEVICE, ON_GPU, call_on
+from conftest import BACKENDS, call_on, to_backend
 import scangen
 from scangen.compiler.options import Options
 from scangen.compiler.store import compile_spec
@@ -403,12 +403,11 @@ def check_spec(cache_dir, d, inputs, params, launch, chain="sequential"):
             assert out.dtype == torch.float32 and tuple(out.shape) == expected[name].shape
             assert_close(out, torch.from_numpy(expected[name]), atol=1e-4, rtol=1e-3,
                          name=f"{name} ({backend}, {launch})\n{text}")
-    # float64 inputs accumulate in float64: the torch path (and numba) then match the IR loop
-    # tightly.
+    # float64 inputs accumulate in float64: every backend then matches the IR loop tightly.
     as64 = {k: (v.double() if v.is_floating_point() else v) for k, v in inputs.items()}
     p64 = {k: (v.double() if torch.is_tensor(v) else v) for k, v in params.items()}
-    for backend in [b for b in BACKENDS if b != "triton"]:
-        outs = _as_tuple(fn(**as64, **p64, outputs=out_names, backend=backend))
+    for backend in BACKENDS:
+        outs = _as_tuple(call_on(fn, backend, **as64, **p64, outputs=out_names))
         for name, out in zip(out_names, outs):
             assert out.dtype == torch.float64
             assert_close(out, torch.from_numpy(expected[name]), atol=1e-9, rtol=1e-8,
@@ -575,17 +574,23 @@ inputs:
 scans:
   A:
     update: where(f, 0.3, x) + 0.1 * A
+  B:
+    update: x + where(f, 0.1, -0.9) * B
 outputs:
   w: where(f, 0.3, x)
   c: 0.3
+  k: where(f, 0.3, -0.9)
   a: A
+  b: B
 """
 
 
 def test_float64_inputs_keep_float64_constants(cache_dir):
     """With float64 inputs everything accumulates in float64 (TOLERANCES: 1e-10); the torch
     path built Python constants with torch.as_tensor (float32), so where(f, 0.3, x) and a
-    constant output gave 0.30000001192092896."""
+    constant output gave 0.30000001192092896. Triton types a where of two Python floats as
+    float32: where(f, 0.1, -0.9) rounded both constants (B off by 1e-7) until the printer made
+    such branches tensors of the accumulation type."""
     g = torch.Generator().manual_seed(4)
     inputs = {"x": torch.randn(3, 11, generator=g, dtype=torch.float64),
               "f": torch.rand(3, 11, generator=g) < 0.5}
@@ -650,11 +655,10 @@ def test_random_specs_generated_backward_matches_autograd(cache_dir, data):
         raise
     op = importlib.import_module(fn.__module__).OP
     assume(ops.grad_op_of(op) is not None)  # specs with sum/gather fall back by design
-    as64 = {k: (v.double() if v.is_floating_point() else v) for k, v in inputs.items()}
-    p64 = {k: (v.double() if torch.is_tensor(v) else v) for k, v in params.items()}
-    if backend == "triton" and ON_GPU:  # compiled kernels take CUDA tensors
-        as64, p64 = ({k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in d_.items()}
-                     for d_ in (as64, p64))
+    as64 = to_backend(backend, {k: (v.double() if v.is_floating_point() else v)
+                                for k, v in inputs.items()})
+    p64 = to_backend(backend, {k: (v.double() if torch.is_tensor(v) else v)
+                               for k, v in params.items()})
     names = [k for k, v in {**as64, **p64}.items() if torch.is_tensor(v) and v.is_floating_point()
              and (k not in d["inputs"] or (d["inputs"][k].get("shape") != "[N, T, K]"
                                           and d["inputs"][k]["kind"] == "float"))]
@@ -663,3 +667,35 @@ def test_random_specs_generated_backward_matches_autograd(cache_dir, data):
         expected = _grads(fn, as64, p64, names, backend)
     for k in names:
         assert_close(fused[k], expected[k], atol=1e-9, rtol=1e-7, name=f"d/d{k}\n{text}")
+
+
+CONSTANT_WHERE = """\
+name: f64_constant_where
+direction: reverse
+inputs:
+  x: float
+  f: flag
+params:
+  p: {default: 0.8}
+scans:
+  S:
+    update: x * p + where(is_last, 0, -0.9) * p * (1 - f) * S
+outputs:
+  y: S
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_float64_backward_keeps_constant_branches(cache_dir, backend):
+    """The generated adjoint in float64 against autograd through the torch path: a where of two
+    constants (-0.9 is not a float32) rounded in the Triton kernels gave d/dp off by 4e-8."""
+    g = torch.Generator().manual_seed(5)
+    fn = scangen.compile(CONSTANT_WHERE, cache_dir=cache_dir)
+    inputs = to_backend(backend, {"x": torch.randn(3, 17, generator=g, dtype=torch.float64),
+                                  "f": torch.rand(3, 17, generator=g) < 0.2})
+    params = to_backend(backend, {"p": torch.full((3, 1), 0.8, dtype=torch.float64)})
+    got = _grads(fn, inputs, params, ["x", "p"], backend)
+    with mock.patch.object(ops, "grad_op_of", lambda _: None):  # autograd through torch ops
+        expected = _grads(fn, inputs, params, ["x", "p"], "torch")
+    for k in ("x", "p"):
+        assert_close(got[k], expected[k], atol=1e-12, rtol=1e-12, name=f"d/d{k} ({backend})")

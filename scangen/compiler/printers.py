@@ -7,6 +7,7 @@ contexts (a ``[BN, BT]`` tile, a ``[BN, BT, BK]`` tile inside a ``sum``).
 """
 from __future__ import annotations
 
+import numpy as np
 from sympy.printing.str import StrPrinter
 
 from ..errors import SpecError
@@ -96,6 +97,11 @@ class _Printer(StrPrinter):
         raise self.fail(expr)
 
 
+def _fp32_exact(number) -> bool:
+    v = float(number)
+    return v != v or float(np.float32(v)) == v
+
+
 class TritonPrinter(_Printer):
     target = "Triton"
     functions = {"exp": "tl.exp", "log": "tl.log", "Abs": "tl.abs", "sqrt": "tl.sqrt"}
@@ -105,6 +111,19 @@ class TritonPrinter(_Printer):
     # NaN-propagating, as torch.minimum: a NaN operand (an out-of-range gather, a NaN input)
     # must not be clipped into a finite value
     _NAN = ", propagate_nan=tl.PropagateNan.ALL"
+
+    def _print_Where(self, expr):
+        # Triton types a where of two Python floats as float32, which would round a constant
+        # float32 cannot hold before a float64 kernel's arithmetic sees it: such a branch is a
+        # 0-d tensor of the accumulation type instead (exact constants print as they are)
+        c, a, b = expr.args
+        if a.is_Number and b.is_Number and not (_fp32_exact(a) and _fp32_exact(b)):
+            cond = self._print(c) if isinstance(c, Indicator) else f"({self._print(c)} != 0)"
+            return f"tl.where({cond}, {self._acc(a)}, {self._acc(b)})"
+        return super()._print_Where(expr)
+
+    def _acc(self, number):
+        return f"tl.full([], {self._print(number)}, ACC)"
 
     def _print_Min(self, expr):
         return self._minmax(expr, "tl.minimum", self._NAN)
