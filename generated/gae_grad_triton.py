@@ -271,18 +271,18 @@ def _gae_grad_chunked_kernel(
         g__A__prev = _ea + _eb * g__A__carry[:, None]  # the state one step nearer the carry
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
             g__A__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__A, 0.0), axis=1)
-        _e1 = tl.where((is_last != 0), 1.0, 0.0)
+        _e1 = (is_last != 0).to(ACC)
         _e2 = tl.where((terminateds >= truncateds), terminateds, truncateds)
         _e3 = tl.where((is_last != 0), 1.0, _e2)
         _e4 = g__A*(1.0 - terminateds)
-        _e5 = _e4*gamma__t*tl.where((_e3 != 0), 1.0, 0.0)
+        _e5 = _e4*gamma__t*(_e3 != 0).to(ACC)
         _e6 = g__A*(1.0 - _e2)*tl.where((is_last != 0), 0.0, st__A__next)
         if STORE_d__rewards:
             tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (g__A)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
         if STORE_d__values:
-            tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__returns - g__A + tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*(1.0 - terminateds__prev)*tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0), 0.0, 1.0)))).to(d__values__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__returns - g__A + tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*(1.0 - terminateds__prev)*(~(is_last__prev != 0)).to(ACC)*(~(tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0)).to(ACC)))).to(d__values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__bootstrap_values:
-            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e5*(_e1 + tl.where((is_last != 0), 0.0, 1.0)))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e5*(_e1 + (~(is_last != 0)).to(ACC)))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__last_value:
             tl.store(d__last_value__optr + d__last_value__orow[:, None] + _t[None, :] * d__last_value__ost, (_zero + (_e1*_e5)).to(d__last_value__optr.dtype.element_ty), mask=_ok)
         if STORE_d__gamma:
@@ -693,18 +693,18 @@ def _gae_grad_persist_kernel(
         g__A__prev = _ea + _eb * g__A__carry[:, None]  # the state one step nearer the carry
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
             g__A__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__A, 0.0), axis=1)
-        _e1 = tl.where((is_last != 0), 1.0, 0.0)
+        _e1 = (is_last != 0).to(ACC)
         _e2 = tl.where((terminateds >= truncateds), terminateds, truncateds)
         _e3 = tl.where((is_last != 0), 1.0, _e2)
         _e4 = g__A*(1.0 - terminateds)
-        _e5 = _e4*gamma__t*tl.where((_e3 != 0), 1.0, 0.0)
+        _e5 = _e4*gamma__t*(_e3 != 0).to(ACC)
         _e6 = g__A*(1.0 - _e2)*tl.where((is_last != 0), 0.0, st__A__next)
         if STORE_d__rewards:
             tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (g__A)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
         if STORE_d__values:
-            tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__returns - g__A + tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*(1.0 - terminateds__prev)*tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0), 0.0, 1.0)))).to(d__values__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__returns - g__A + tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*(1.0 - terminateds__prev)*(~(is_last__prev != 0)).to(ACC)*(~(tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0)).to(ACC)))).to(d__values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__bootstrap_values:
-            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e5*(_e1 + tl.where((is_last != 0), 0.0, 1.0)))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e5*(_e1 + (~(is_last != 0)).to(ACC)))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__last_value:
             tl.store(d__last_value__optr + d__last_value__orow[:, None] + _t[None, :] * d__last_value__ost, (_zero + (_e1*_e5)).to(d__last_value__optr.dtype.element_ty), mask=_ok)
         if STORE_d__gamma:
@@ -1042,18 +1042,18 @@ def _gae_grad_lookback_kernel(
                                        g__A__carry, BLOCK_N, LB_WINDOW, LB_SPIN, ACC)
         g__A = _a + _b * g__A__carry[:, None]
         g__A__prev = _ea + _eb * g__A__carry[:, None]  # the state one step nearer the carry
-    _e1 = tl.where((is_last != 0), 1.0, 0.0)
+    _e1 = (is_last != 0).to(ACC)
     _e2 = tl.where((terminateds >= truncateds), terminateds, truncateds)
     _e3 = tl.where((is_last != 0), 1.0, _e2)
     _e4 = g__A*(1.0 - terminateds)
-    _e5 = _e4*gamma__t*tl.where((_e3 != 0), 1.0, 0.0)
+    _e5 = _e4*gamma__t*(_e3 != 0).to(ACC)
     _e6 = g__A*(1.0 - _e2)*tl.where((is_last != 0), 0.0, st__A__next)
     if STORE_d__rewards:
         tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (g__A)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
     if STORE_d__values:
-        tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__returns - g__A + tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*(1.0 - terminateds__prev)*tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0), 0.0, 1.0)))).to(d__values__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__returns - g__A + tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*(1.0 - terminateds__prev)*(~(is_last__prev != 0)).to(ACC)*(~(tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0)).to(ACC)))).to(d__values__optr.dtype.element_ty), mask=_ok)
     if STORE_d__bootstrap_values:
-        tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e5*(_e1 + tl.where((is_last != 0), 0.0, 1.0)))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e5*(_e1 + (~(is_last != 0)).to(ACC)))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
     if STORE_d__last_value:
         tl.store(d__last_value__optr + d__last_value__orow[:, None] + _t[None, :] * d__last_value__ost, (_zero + (_e1*_e5)).to(d__last_value__optr.dtype.element_ty), mask=_ok)
     if STORE_d__gamma:

@@ -244,9 +244,9 @@ def _lambda_returns_grad_chunked_kernel(
         if STORE_d__rewards:
             tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (g__G)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
         if STORE_d__next_values:
-            tl.store(d__next_values__optr + d__next_values__orow[:, None] + _t[None, :] * d__next_values__ost, (_zero + (_e7*tl.where((_e1 != 0), 0.0, 1.0))).to(d__next_values__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__next_values__optr + d__next_values__orow[:, None] + _t[None, :] * d__next_values__ost, (_zero + (_e7*(~(_e1 != 0)).to(ACC))).to(d__next_values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__bootstrap_values:
-            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e7*tl.where((_e1 != 0), 1.0, 0.0))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e7*(_e1 != 0).to(ACC))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__gamma:
             tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e5*_e8 + _e6*_e9)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
         if STORE_d__lambda_:
@@ -612,9 +612,9 @@ def _lambda_returns_grad_persist_kernel(
         if STORE_d__rewards:
             tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (g__G)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
         if STORE_d__next_values:
-            tl.store(d__next_values__optr + d__next_values__orow[:, None] + _t[None, :] * d__next_values__ost, (_zero + (_e7*tl.where((_e1 != 0), 0.0, 1.0))).to(d__next_values__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__next_values__optr + d__next_values__orow[:, None] + _t[None, :] * d__next_values__ost, (_zero + (_e7*(~(_e1 != 0)).to(ACC))).to(d__next_values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__bootstrap_values:
-            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e7*tl.where((_e1 != 0), 1.0, 0.0))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e7*(_e1 != 0).to(ACC))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__gamma:
             tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e5*_e8 + _e6*_e9)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
         if STORE_d__lambda_:
@@ -919,9 +919,9 @@ def _lambda_returns_grad_lookback_kernel(
     if STORE_d__rewards:
         tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (g__G)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
     if STORE_d__next_values:
-        tl.store(d__next_values__optr + d__next_values__orow[:, None] + _t[None, :] * d__next_values__ost, (_zero + (_e7*tl.where((_e1 != 0), 0.0, 1.0))).to(d__next_values__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__next_values__optr + d__next_values__orow[:, None] + _t[None, :] * d__next_values__ost, (_zero + (_e7*(~(_e1 != 0)).to(ACC))).to(d__next_values__optr.dtype.element_ty), mask=_ok)
     if STORE_d__bootstrap_values:
-        tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e7*tl.where((_e1 != 0), 1.0, 0.0))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e7*(_e1 != 0).to(ACC))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
     if STORE_d__gamma:
         tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e5*_e8 + _e6*_e9)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
     if STORE_d__lambda_:

@@ -223,7 +223,7 @@ def _masked_gae_grad_chunked_kernel(
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
             g__A__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__A, 0.0), axis=1)
         # scan g__nv: g__nv_t = alpha_t + beta_t * g__nv_{t-1}
-        _alpha = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*response_mask__prev*tl.where((is_last__prev != 0), 0.0, 1.0))), 0.0)
+        _alpha = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*response_mask__prev*(~(is_last__prev != 0)).to(ACC))), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev)), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
         g__nv = _a + _b * g__nv__carry[:, None]
@@ -574,7 +574,7 @@ def _masked_gae_grad_persist_kernel(
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
             g__A__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__A, 0.0), axis=1)
         # scan g__nv: g__nv_t = alpha_t + beta_t * g__nv_{t-1}
-        _alpha = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*response_mask__prev*tl.where((is_last__prev != 0), 0.0, 1.0))), 0.0)
+        _alpha = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*response_mask__prev*(~(is_last__prev != 0)).to(ACC))), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev)), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
         g__nv = _a + _b * g__nv__carry[:, None]
@@ -867,7 +867,7 @@ def _masked_gae_grad_lookback_kernel(
         g__A = _a + _b * g__A__carry[:, None]
         g__A__prev = _ea + _eb * g__A__carry[:, None]  # the state one step nearer the carry
     # scan g__nv: g__nv_t = alpha_t + beta_t * g__nv_{t-1}
-    _alpha = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*response_mask__prev*tl.where((is_last__prev != 0), 0.0, 1.0))), 0.0)
+    _alpha = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*response_mask__prev*(~(is_last__prev != 0)).to(ACC))), 0.0)
     _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev)), 1.0)  # identity past the window end
     _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then

@@ -136,7 +136,7 @@ def _masked_gae_chunked_kernel(
         # scans nv and A jointly: (A, nv)_t = [[p, q], [0, r]] (A, nv)_{t+1} + (u, v)
         _e1 = gamma__t*response_mask
         _jp = tl.where(_ok, _zero + (1.0 - response_mask + _e1*lambda___t), 1.0)  # the identity map past the window end
-        _jq = tl.where(_ok, _zero + (_e1*tl.where((is_last != 0), 0.0, 1.0)), 0.0)
+        _jq = tl.where(_ok, _zero + (_e1*(~(is_last != 0)).to(ACC)), 0.0)
         _jr = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)
         _ju = tl.where(_ok, _zero + (response_mask*(token_level_rewards - values)), 0.0)
         _jv = tl.where(_ok, _zero + (response_mask*values), 0.0)
@@ -359,7 +359,7 @@ def _masked_gae_persist_kernel(
         # scans nv and A jointly: (A, nv)_t = [[p, q], [0, r]] (A, nv)_{t+1} + (u, v)
         _e1 = gamma__t*response_mask
         _jp = tl.where(_ok, _zero + (1.0 - response_mask + _e1*lambda___t), 1.0)  # the identity map past the window end
-        _jq = tl.where(_ok, _zero + (_e1*tl.where((is_last != 0), 0.0, 1.0)), 0.0)
+        _jq = tl.where(_ok, _zero + (_e1*(~(is_last != 0)).to(ACC)), 0.0)
         _jr = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)
         _ju = tl.where(_ok, _zero + (response_mask*(token_level_rewards - values)), 0.0)
         _jv = tl.where(_ok, _zero + (response_mask*values), 0.0)
@@ -550,7 +550,7 @@ def _masked_gae_lookback_kernel(
     # scans nv and A jointly: (A, nv)_t = [[p, q], [0, r]] (A, nv)_{t+1} + (u, v)
     _e1 = gamma__t*response_mask
     _jp = tl.where(_ok, _zero + (1.0 - response_mask + _e1*lambda___t), 1.0)  # the identity map past the window end
-    _jq = tl.where(_ok, _zero + (_e1*tl.where((is_last != 0), 0.0, 1.0)), 0.0)
+    _jq = tl.where(_ok, _zero + (_e1*(~(is_last != 0)).to(ACC)), 0.0)
     _jr = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)
     _ju = tl.where(_ok, _zero + (response_mask*(token_level_rewards - values)), 0.0)
     _jv = tl.where(_ok, _zero + (response_mask*values), 0.0)

@@ -401,7 +401,7 @@ def _vtrace_grad_chunked_kernel(
         _e1 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
         _e2 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
         _e3 = gamma__prev__t*lambda___prev__t
-        _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((pg_rho_bar__prev__t <= _e1), pg_rho_bar__prev__t, _e1)*tl.where((tl.where((is_last__prev != 0), 1.0, _e2) != 0), 0.0, 1.0))), 0.0)
+        _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*(~(is_last__prev != 0)).to(ACC)*tl.where((pg_rho_bar__prev__t <= _e1), pg_rho_bar__prev__t, _e1)*(~(tl.where((is_last__prev != 0), 1.0, _e2) != 0)).to(ACC))), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*tl.where((c_bar__prev__t <= _e1), c_bar__prev__t, _e1))), 1.0)  # identity past the window end
         _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
         g__A = _a + _b * g__A__carry[:, None]
@@ -428,15 +428,15 @@ def _vtrace_grad_chunked_kernel(
         _e21 = 1.0 - _e6
         _e22 = tl.where((is_last != 0), 0.0, st__A__next)
         _e23 = _e21*_e22*g__A*gamma__t*lambda___t
-        _e24 = _e14*_e4*tl.where((_e5 != 0), 0.0, 1.0) + _e19*_e4*tl.where((_e15 != 0), 0.0, 1.0) + _e23*_e4*tl.where((_e20 != 0), 0.0, 1.0)
+        _e24 = _e14*_e4*(~(_e5 != 0)).to(ACC) + _e19*_e4*(~(_e15 != 0)).to(ACC) + _e23*_e4*(~(_e20 != 0)).to(ACC)
         _e25 = g__A*tl.where((_e5 != 0), rho_bar__t, _e4)
         _e26 = gy__pg_advantages*tl.where((_e15 != 0), pg_rho_bar__t, _e4)
-        _e27 = tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0), 0.0, 1.0)
+        _e27 = (~(is_last__prev != 0)).to(ACC)*(~(tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0)).to(ACC)
         _e28 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
         _e29 = gamma__prev__t*(1.0 - terminateds__prev)
-        _e30 = tl.where((is_last != 0), 1.0, 0.0)
-        _e31 = tl.where((_e7 != 0), 1.0, 0.0)
-        _e32 = _e31*(_e30 + tl.where((is_last != 0), 0.0, 1.0))
+        _e30 = (is_last != 0).to(ACC)
+        _e31 = (_e7 != 0).to(ACC)
+        _e32 = _e31*(_e30 + (~(is_last != 0)).to(ACC))
         _e33 = _e12*_e26
         _e34 = _e12*_e25
         _e35 = _e30*_e31
@@ -456,13 +456,13 @@ def _vtrace_grad_chunked_kernel(
         if STORE_d__gamma:
             tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e36*lambda___t + _e10*_e11*_e25 + _e11*_e18*_e26)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
         if STORE_d__rho_bar:
-            tl.store(d__rho_bar__optr + d__rho_bar__orow[:, None] + _t[None, :] * d__rho_bar__ost, (_zero + (_e14*tl.where((_e5 != 0), 1.0, 0.0))).to(d__rho_bar__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__rho_bar__optr + d__rho_bar__orow[:, None] + _t[None, :] * d__rho_bar__ost, (_zero + (_e14*(_e5 != 0).to(ACC))).to(d__rho_bar__optr.dtype.element_ty), mask=_ok)
         if STORE_d__c_bar:
-            tl.store(d__c_bar__optr + d__c_bar__orow[:, None] + _t[None, :] * d__c_bar__ost, (_zero + (_e23*tl.where((_e20 != 0), 1.0, 0.0))).to(d__c_bar__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__c_bar__optr + d__c_bar__orow[:, None] + _t[None, :] * d__c_bar__ost, (_zero + (_e23*(_e20 != 0).to(ACC))).to(d__c_bar__optr.dtype.element_ty), mask=_ok)
         if STORE_d__lambda_:
             tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e33*(_e16 - _e10) + _e36*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
         if STORE_d__pg_rho_bar:
-            tl.store(d__pg_rho_bar__optr + d__pg_rho_bar__orow[:, None] + _t[None, :] * d__pg_rho_bar__ost, (_zero + (_e19*tl.where((_e15 != 0), 1.0, 0.0))).to(d__pg_rho_bar__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__pg_rho_bar__optr + d__pg_rho_bar__orow[:, None] + _t[None, :] * d__pg_rho_bar__ost, (_zero + (_e19*(_e15 != 0).to(ACC))).to(d__pg_rho_bar__optr.dtype.element_ty), mask=_ok)
 
 
 @triton.jit
@@ -1059,7 +1059,7 @@ def _vtrace_grad_persist_kernel(
         _e1 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
         _e2 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
         _e3 = gamma__prev__t*lambda___prev__t
-        _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((pg_rho_bar__prev__t <= _e1), pg_rho_bar__prev__t, _e1)*tl.where((tl.where((is_last__prev != 0), 1.0, _e2) != 0), 0.0, 1.0))), 0.0)
+        _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*(~(is_last__prev != 0)).to(ACC)*tl.where((pg_rho_bar__prev__t <= _e1), pg_rho_bar__prev__t, _e1)*(~(tl.where((is_last__prev != 0), 1.0, _e2) != 0)).to(ACC))), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*tl.where((c_bar__prev__t <= _e1), c_bar__prev__t, _e1))), 1.0)  # identity past the window end
         _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
         g__A = _a + _b * g__A__carry[:, None]
@@ -1086,15 +1086,15 @@ def _vtrace_grad_persist_kernel(
         _e21 = 1.0 - _e6
         _e22 = tl.where((is_last != 0), 0.0, st__A__next)
         _e23 = _e21*_e22*g__A*gamma__t*lambda___t
-        _e24 = _e14*_e4*tl.where((_e5 != 0), 0.0, 1.0) + _e19*_e4*tl.where((_e15 != 0), 0.0, 1.0) + _e23*_e4*tl.where((_e20 != 0), 0.0, 1.0)
+        _e24 = _e14*_e4*(~(_e5 != 0)).to(ACC) + _e19*_e4*(~(_e15 != 0)).to(ACC) + _e23*_e4*(~(_e20 != 0)).to(ACC)
         _e25 = g__A*tl.where((_e5 != 0), rho_bar__t, _e4)
         _e26 = gy__pg_advantages*tl.where((_e15 != 0), pg_rho_bar__t, _e4)
-        _e27 = tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0), 0.0, 1.0)
+        _e27 = (~(is_last__prev != 0)).to(ACC)*(~(tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0)).to(ACC)
         _e28 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
         _e29 = gamma__prev__t*(1.0 - terminateds__prev)
-        _e30 = tl.where((is_last != 0), 1.0, 0.0)
-        _e31 = tl.where((_e7 != 0), 1.0, 0.0)
-        _e32 = _e31*(_e30 + tl.where((is_last != 0), 0.0, 1.0))
+        _e30 = (is_last != 0).to(ACC)
+        _e31 = (_e7 != 0).to(ACC)
+        _e32 = _e31*(_e30 + (~(is_last != 0)).to(ACC))
         _e33 = _e12*_e26
         _e34 = _e12*_e25
         _e35 = _e30*_e31
@@ -1114,13 +1114,13 @@ def _vtrace_grad_persist_kernel(
         if STORE_d__gamma:
             tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e36*lambda___t + _e10*_e11*_e25 + _e11*_e18*_e26)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
         if STORE_d__rho_bar:
-            tl.store(d__rho_bar__optr + d__rho_bar__orow[:, None] + _t[None, :] * d__rho_bar__ost, (_zero + (_e14*tl.where((_e5 != 0), 1.0, 0.0))).to(d__rho_bar__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__rho_bar__optr + d__rho_bar__orow[:, None] + _t[None, :] * d__rho_bar__ost, (_zero + (_e14*(_e5 != 0).to(ACC))).to(d__rho_bar__optr.dtype.element_ty), mask=_ok)
         if STORE_d__c_bar:
-            tl.store(d__c_bar__optr + d__c_bar__orow[:, None] + _t[None, :] * d__c_bar__ost, (_zero + (_e23*tl.where((_e20 != 0), 1.0, 0.0))).to(d__c_bar__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__c_bar__optr + d__c_bar__orow[:, None] + _t[None, :] * d__c_bar__ost, (_zero + (_e23*(_e20 != 0).to(ACC))).to(d__c_bar__optr.dtype.element_ty), mask=_ok)
         if STORE_d__lambda_:
             tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e33*(_e16 - _e10) + _e36*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
         if STORE_d__pg_rho_bar:
-            tl.store(d__pg_rho_bar__optr + d__pg_rho_bar__orow[:, None] + _t[None, :] * d__pg_rho_bar__ost, (_zero + (_e19*tl.where((_e15 != 0), 1.0, 0.0))).to(d__pg_rho_bar__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__pg_rho_bar__optr + d__pg_rho_bar__orow[:, None] + _t[None, :] * d__pg_rho_bar__ost, (_zero + (_e19*(_e15 != 0).to(ACC))).to(d__pg_rho_bar__optr.dtype.element_ty), mask=_ok)
         if HAS_bootstrap_values:
             bootstrap_values__raw = bootstrap_values__raw__nx
         if c_bar__TENSOR:
@@ -1586,7 +1586,7 @@ def _vtrace_grad_lookback_kernel(
     _e1 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
     _e2 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
     _e3 = gamma__prev__t*lambda___prev__t
-    _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((pg_rho_bar__prev__t <= _e1), pg_rho_bar__prev__t, _e1)*tl.where((tl.where((is_last__prev != 0), 1.0, _e2) != 0), 0.0, 1.0))), 0.0)
+    _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*(~(is_last__prev != 0)).to(ACC)*tl.where((pg_rho_bar__prev__t <= _e1), pg_rho_bar__prev__t, _e1)*(~(tl.where((is_last__prev != 0), 1.0, _e2) != 0)).to(ACC))), 0.0)
     _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*tl.where((c_bar__prev__t <= _e1), c_bar__prev__t, _e1))), 1.0)  # identity past the window end
     _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
@@ -1627,15 +1627,15 @@ def _vtrace_grad_lookback_kernel(
     _e21 = 1.0 - _e6
     _e22 = tl.where((is_last != 0), 0.0, st__A__next)
     _e23 = _e21*_e22*g__A*gamma__t*lambda___t
-    _e24 = _e14*_e4*tl.where((_e5 != 0), 0.0, 1.0) + _e19*_e4*tl.where((_e15 != 0), 0.0, 1.0) + _e23*_e4*tl.where((_e20 != 0), 0.0, 1.0)
+    _e24 = _e14*_e4*(~(_e5 != 0)).to(ACC) + _e19*_e4*(~(_e15 != 0)).to(ACC) + _e23*_e4*(~(_e20 != 0)).to(ACC)
     _e25 = g__A*tl.where((_e5 != 0), rho_bar__t, _e4)
     _e26 = gy__pg_advantages*tl.where((_e15 != 0), pg_rho_bar__t, _e4)
-    _e27 = tl.where((is_last__prev != 0), 0.0, 1.0)*tl.where((tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0), 0.0, 1.0)
+    _e27 = (~(is_last__prev != 0)).to(ACC)*(~(tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0)).to(ACC)
     _e28 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
     _e29 = gamma__prev__t*(1.0 - terminateds__prev)
-    _e30 = tl.where((is_last != 0), 1.0, 0.0)
-    _e31 = tl.where((_e7 != 0), 1.0, 0.0)
-    _e32 = _e31*(_e30 + tl.where((is_last != 0), 0.0, 1.0))
+    _e30 = (is_last != 0).to(ACC)
+    _e31 = (_e7 != 0).to(ACC)
+    _e32 = _e31*(_e30 + (~(is_last != 0)).to(ACC))
     _e33 = _e12*_e26
     _e34 = _e12*_e25
     _e35 = _e30*_e31
@@ -1655,13 +1655,13 @@ def _vtrace_grad_lookback_kernel(
     if STORE_d__gamma:
         tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e36*lambda___t + _e10*_e11*_e25 + _e11*_e18*_e26)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
     if STORE_d__rho_bar:
-        tl.store(d__rho_bar__optr + d__rho_bar__orow[:, None] + _t[None, :] * d__rho_bar__ost, (_zero + (_e14*tl.where((_e5 != 0), 1.0, 0.0))).to(d__rho_bar__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__rho_bar__optr + d__rho_bar__orow[:, None] + _t[None, :] * d__rho_bar__ost, (_zero + (_e14*(_e5 != 0).to(ACC))).to(d__rho_bar__optr.dtype.element_ty), mask=_ok)
     if STORE_d__c_bar:
-        tl.store(d__c_bar__optr + d__c_bar__orow[:, None] + _t[None, :] * d__c_bar__ost, (_zero + (_e23*tl.where((_e20 != 0), 1.0, 0.0))).to(d__c_bar__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__c_bar__optr + d__c_bar__orow[:, None] + _t[None, :] * d__c_bar__ost, (_zero + (_e23*(_e20 != 0).to(ACC))).to(d__c_bar__optr.dtype.element_ty), mask=_ok)
     if STORE_d__lambda_:
         tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e33*(_e16 - _e10) + _e36*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
     if STORE_d__pg_rho_bar:
-        tl.store(d__pg_rho_bar__optr + d__pg_rho_bar__orow[:, None] + _t[None, :] * d__pg_rho_bar__ost, (_zero + (_e19*tl.where((_e15 != 0), 1.0, 0.0))).to(d__pg_rho_bar__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__pg_rho_bar__optr + d__pg_rho_bar__orow[:, None] + _t[None, :] * d__pg_rho_bar__ost, (_zero + (_e19*(_e15 != 0).to(ACC))).to(d__pg_rho_bar__optr.dtype.element_ty), mask=_ok)
     if LB_PID:  # at the end, so that no load waits on the counter
         for _w in tl.static_range(3):  # no program of this call reads that half
             if BLOCK_N == 1:

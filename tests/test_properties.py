@@ -580,6 +580,7 @@ outputs:
   w: where(f, 0.3, x)
   c: 0.3
   k: where(f, 0.3, -0.9)
+  n: where(f, where(x > 1, 1, 0.5), 0.3)
   a: A
   b: B
 """
@@ -679,7 +680,7 @@ params:
   p: {default: 0.8}
 scans:
   S:
-    update: x * p + where(is_last, 0, -0.9) * p * (1 - f) * S
+    update: x * p + 0.3 * abs(x) + 0.7 * max(x, 0.1) + where(is_last, 0, -0.9) * p * (1 - f) * S
 outputs:
   y: S
 """
@@ -688,7 +689,8 @@ outputs:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_float64_backward_keeps_constant_branches(cache_dir, backend):
     """The generated adjoint in float64 against autograd through the torch path: a where of two
-    constants (-0.9 is not a float32) rounded in the Triton kernels gave d/dp off by 4e-8."""
+    constants (-0.9 is not a float32) rounded in the Triton kernels gave d/dp off by 4e-8, and
+    the adjoint's 0.3 * sign(x) (from abs) was a float32 product."""
     g = torch.Generator().manual_seed(5)
     fn = scangen.compile(CONSTANT_WHERE, cache_dir=cache_dir)
     inputs = to_backend(backend, {"x": torch.randn(3, 17, generator=g, dtype=torch.float64),

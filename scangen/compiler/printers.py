@@ -7,7 +7,6 @@ contexts (a ``[BN, BT]`` tile, a ``[BN, BT, BK]`` tile inside a ``sum``).
 """
 from __future__ import annotations
 
-import numpy as np
 from sympy.printing.str import StrPrinter
 
 from ..errors import SpecError
@@ -97,11 +96,6 @@ class _Printer(StrPrinter):
         raise self.fail(expr)
 
 
-def _fp32_exact(number) -> bool:
-    v = float(number)
-    return v != v or float(np.float32(v)) == v
-
-
 class TritonPrinter(_Printer):
     target = "Triton"
     functions = {"exp": "tl.exp", "log": "tl.log", "Abs": "tl.abs", "sqrt": "tl.sqrt"}
@@ -112,18 +106,31 @@ class TritonPrinter(_Printer):
     # must not be clipped into a finite value
     _NAN = ", propagate_nan=tl.PropagateNan.ALL"
 
+    # Triton types a select of two Python floats as float32, and a constant combined with a
+    # float32 tensor stays float32: where(c, 0.1, -0.9), 0.3 * sign(x) and where(c, where(d, 1,
+    # 0.5), 0.3) would be rounded before a float64 kernel's arithmetic sees them. A select of two
+    # numbers is therefore written in the kernels' accumulation type ACC: 1/0 as the condition
+    # converted, other numbers as 0-d ACC tensors.
     def _print_Where(self, expr):
-        # Triton types a where of two Python floats as float32, which would round a constant
-        # float32 cannot hold before a float64 kernel's arithmetic sees it: such a branch is a
-        # 0-d tensor of the accumulation type instead (exact constants print as they are)
         c, a, b = expr.args
-        if a.is_Number and b.is_Number and not (_fp32_exact(a) and _fp32_exact(b)):
-            cond = self._print(c) if isinstance(c, Indicator) else f"({self._print(c)} != 0)"
-            return f"tl.where({cond}, {self._acc(a)}, {self._acc(b)})"
-        return super()._print_Where(expr)
+        if not (a.is_Number and b.is_Number):
+            return super()._print_Where(expr)
+        cond = self._print(c) if isinstance(c, Indicator) else f"({self._print(c)} != 0)"
+        if (a, b) == (1, 0):
+            return f"{cond}.to(ACC)"
+        if (a, b) == (0, 1):
+            return f"(~{cond}).to(ACC)"
+        return f"tl.where({cond}, {self._acc(a)}, {self._acc(b)})"
 
-    def _acc(self, number):
+    def _acc(self, number) -> str:
         return f"tl.full([], {self._print(number)}, ACC)"
+
+    def _print_sign(self, expr):  # 0 for 0 and NaN, as the select it replaces
+        x = self._print(expr.args[0])
+        return f"(({x} > 0).to(ACC) - ({x} < 0).to(ACC))"
+
+    def _print_Heaviside(self, expr):
+        return f"({self._print(expr.args[0])} > 0).to(ACC)"
 
     def _print_Min(self, expr):
         return self._minmax(expr, "tl.minimum", self._NAN)
