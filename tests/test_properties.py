@@ -581,6 +581,8 @@ outputs:
   c: 0.3
   k: where(f, 0.3, -0.9)
   n: where(f, where(x > 1, 1, 0.5), 0.3)
+  m: max(x, 0.1) + min(x, -0.9)
+  e: x * exp(1) + sqrt(2) + 0.1 * exp(2) * log(3)
   a: A
   b: B
 """
@@ -591,7 +593,8 @@ def test_float64_inputs_keep_float64_constants(cache_dir):
     path built Python constants with torch.as_tensor (float32), so where(f, 0.3, x) and a
     constant output gave 0.30000001192092896. Triton types a where of two Python floats as
     float32: where(f, 0.1, -0.9) rounded both constants (B off by 1e-7) until the printer made
-    such branches tensors of the accumulation type."""
+    such branches tensors of the accumulation type; Triton 3.6's tl.maximum(x, 0.1) rounded
+    0.1 (3.9's does not), and tl.exp(2.0) is a float32 exp."""
     g = torch.Generator().manual_seed(4)
     inputs = {"x": torch.randn(3, 11, generator=g, dtype=torch.float64),
               "f": torch.rand(3, 11, generator=g) < 0.5}

@@ -4,9 +4,17 @@ Each printer has an explicit function table and fails, naming the spec, on anyth
 know, so an unsupported expression is a build-time error instead of broken generated code.
 Symbols print through a ``symbols`` map, which lets one expression be printed for different
 contexts (a ``[BN, BT]`` tile, a ``[BN, BT, BK]`` tile inside a ``sum``).
+
+Numbers keep float64 calls exact on every target: a constant call (``exp(2)``) prints as its
+double, and the Triton printer writes a number in the kernels' accumulation type ``ACC`` wherever
+Triton would otherwise make it a float32 tensor (a select of two numbers, ``sign``, ``Heaviside``,
+a number given to ``tl.minimum``/``tl.maximum``).
 """
 from __future__ import annotations
 
+import math
+
+from sympy import Float
 from sympy.printing.str import StrPrinter
 
 from ..errors import SpecError
@@ -21,6 +29,15 @@ class _Printer(StrPrinter):
         super().__init__({"order": "none"})
         self.symbols = symbols
         self.spec_name = spec_name
+
+    def _print(self, expr, **kwargs):
+        # A constant the spec left as a call (exp(2), sqrt(2), log(3)) is its value as the nearest
+        # double: the targets' functions of a literal work in float32 (Triton's tl.exp(2.0))
+        if getattr(expr, "is_number", False) and not expr.is_Number and expr.is_real:
+            value = float(expr)
+            if math.isfinite(value):
+                return self._print(Float(value))
+        return super()._print(expr, **kwargs)
 
     def fail(self, expr):
         return SpecError(f"cannot print {type(expr).__name__} for {self.target}",
@@ -71,8 +88,11 @@ class _Printer(StrPrinter):
         raise SpecError(f"only integer powers up to 4 and square roots are supported by "
                         f"{self.target}", source=self.spec_name, expr=str(expr))
 
+    def _minmax_arg(self, arg) -> str:
+        return self._print(arg)
+
     def _minmax(self, expr, fn, extra=""):
-        args = [self._print(a) for a in expr.args]
+        args = [self._minmax_arg(a) for a in expr.args]
         out = args[0]
         for a in args[1:]:
             out = f"{fn}({out}, {a}{extra})"
@@ -137,6 +157,11 @@ class TritonPrinter(_Printer):
 
     def _print_Max(self, expr):
         return self._minmax(expr, "tl.maximum", self._NAN)
+
+    def _minmax_arg(self, arg) -> str:
+        # Triton up to 3.6 makes a number given to tl.minimum/tl.maximum a float32 tensor
+        # before it meets the other side: max(x, 0.1) in float64 took 0.1 rounded (3.9 does not)
+        return self._acc(arg) if arg.is_Number else self._print(arg)
 
 
 class TorchPrinter(_Printer):
