@@ -91,7 +91,8 @@ TM_LB_SWEEP = {"rows": (8, 16, 32, 64), "tiles": (512, 1024, 2048, 4096), "warps
 # --tm-lanes: time-major tiles of one or two rows a lane (runtime.launch.lanes, the LANES constexpr:
 # 32 to 64 rows a warp, each thread walking its rows' steps in registers, the scan along time with
 # no shuffles or barriers), 1, 2 or 4 warps, chunks of 16 to 64 steps.
-TM_LANES_SWEEP = {"rows": (32, 64, 128), "steps": (16, 32, 64), "warps": (1, 2, 4)}
+TM_LANES_SWEEP = {"rows": (32, 64, 128), "steps": (16, 32, 64), "warps": (1, 2, 4),
+                  "elements": (8192,)}  # elements a tile at most
 
 
 def time_major_lane_candidates(N: int, T: int) -> list[Config]:
@@ -103,7 +104,7 @@ def time_major_lane_candidates(N: int, T: int) -> list[Config]:
             if bn > max(32, sg_tiles.pow2(N)) or not sg_launch.LANES_ROWS_A_WARP * nw <= bn <= 64 * nw:
                 continue
             for bt in TM_LANES_SWEEP["steps"]:
-                if bt > max(16, sg_tiles.pow2(T)) or bn * bt > 8192:
+                if bt > max(16, sg_tiles.pow2(T)) or bn * bt > max(TM_LANES_SWEEP["elements"]):
                     continue
                 out.append(Config(bn, bt, 1, nw, "stream", 3))
                 out.append(Config(bn, bt, 1, nw, "persist", 3))  # next tile's loads first
