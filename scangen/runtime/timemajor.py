@@ -88,6 +88,12 @@ TM_LB_LANES_LOADS = 128
 # 15.6, and so did 64x65536; results/h200-2026-12-03-t-layout-ab.txt).
 TM_LB_LANES_MAX_T = 8192
 TM_LB_LANES_HALVE_MIN_T = 4096
+# Ops with volatile loads (lanes_volatile: GAE, TD(lambda), discounted returns, V-trace) take
+# row tiles of TM_LB_VOLATILE_TILE elements instead (32 x 256: half the look-back links of 32 x
+# 128, and no lane tiles; 0: off). Sweep (-x-tm-lb-long.txt): GAE 64x65536 56.5 -> 48.0 us,
+# 256x8192 30.1 -> 22.7, TD(lambda) 54.9 -> 48.6 and 26.4 -> 22.9, discounted returns 46.8 ->
+# 43.5 and 20.9 -> 20.1; plain calls on 32 x 256 lane tiles lost (eligibility traces 41.2 -> 43.8).
+TM_LB_VOLATILE_TILE = 8192
 
 
 def rows_contiguous(c) -> bool:
@@ -172,9 +178,12 @@ def lookback_tile(c, rows: int, block_k: int, kk: int) -> Config:
     """The look-back's tile for time-major buffers: adjacent rows x steps (TM_LB_ROWS,
     TM_LB_K_ROWS, TM_LB_LANES_MAX_T)."""
     joint = c.op.kernels.lb_words > 3
-    lanes = kk == 1 and c.T <= TM_LB_LANES_MAX_T
+    long_rows = kk == 1 and not joint and TM_LB_VOLATILE_TILE and lanes_volatile(c)
+    lanes = kk == 1 and c.T <= TM_LB_LANES_MAX_T and not long_rows
     if kk > 1:  # steps x K elements a row
         tile_rows, tile = TM_LB_K_ROWS, TM_LB_K_TILE // kk
+    elif long_rows:
+        tile_rows, tile = TM_LB_ROWS, TM_LB_VOLATILE_TILE
     else:
         tile_rows = TM_LB_ROWS if lanes or not joint else TM_LB_JOINT_ROWS
         tile = TM_LB_TILE // (2 if streams(c) >= LOOKBACK_MANY_TENSORS else 1)
