@@ -303,7 +303,6 @@ def test_time_major_joint_pairs_take_a_row_a_lane(N, T, expected):
 
 @pytest.mark.parametrize("N,T,kw,expected", [
     (1024, 1024, {}, (32, 128, 1)),       # 64 tiles of 16 rows < 4 per SM: 32 x 128 tiles
-    (64, 65536, {}, (32, 128, 1)),
     (8000, 1024, {}, (32, 128, 1)),       # 500 tiles of 16 rows: still few
     (64, 65536, {"lb_words": 7}, (8, 512, 1)),   # a joint pair of scans: 8 rows
     (1024, 1024, {"streams": 8}, (32, 64, 1)),   # 8 tensors moved: 2048-element tiles
@@ -316,14 +315,15 @@ def test_time_major_joint_pairs_take_a_row_a_lane(N, T, expected):
     (256, 8192, {"lb_words": 7}, (32, 128, 1)),
     (2048, 512, {"lb_words": 7}, (32, 128, 1)),
     (1024, 2048, {"streams": 6, "bootstrap": True}, (32, 128, 1)),  # shorter rows: as before
-    # ... but volatile calls (a bootstrap input) of fewer than 8 tensors with rows of 4096 steps
-    # or more and 32 rows or more take 32 x 256 row tiles (timemajor.TM_LB_VOLATILE_TILE)
+    # ... but calls of one scan moving fewer than 8 tensors with rows of 4096 steps or more and
+    # 32 rows or more take 32 x 256 row tiles (timemajor.TM_LB_LONG_TILE)
     (256, 8192, {"streams": 6, "bootstrap": True}, (32, 256, 1)),
     (512, 4096, {"streams": 6, "bootstrap": True}, (32, 256, 1)),
     (64, 65536, {"streams": 6, "bootstrap": True}, (32, 256, 1)),
+    (64, 65536, {}, (32, 256, 1)),                                  # plain calls too
+    (256, 8192, {}, (32, 256, 1)),
     (64, 65536, {"streams": 8, "bootstrap": True}, (32, 64, 1)),    # V-trace's 8: as before
     (16, 65536, {"streams": 6, "bootstrap": True}, (16, 256, 1)),   # fewer rows: as before
-    (64, 65536, {"streams": 6}, (32, 128, 1)),                      # plain calls: as before
     # grids of fewer programs than SMs: rows halved down to 8, then steps down to 64
     (128, 1024, {}, (8, 64, 1)),                 # 32 programs of 32 x 128 -> 256 of 8 x 64
     (128, 1024, {"streams": 6, "bootstrap": True}, (8, 64, 1)),

@@ -88,17 +88,18 @@ TM_LB_LANES_LOADS = 128
 # 15.6, and so did 64x65536; results/h200-2026-12-03-t-layout-ab.txt).
 TM_LB_LANES_MAX_T = 8192
 TM_LB_LANES_HALVE_MIN_T = 4096
-# Ops with volatile loads (lanes_volatile: GAE, TD(lambda), discounted returns) moving fewer than
-# LOOKBACK_MANY_TENSORS tensors, with rows of TM_LB_LANES_HALVE_MIN_T steps or more and at least
-# TM_LB_ROWS of them, take row tiles of TM_LB_VOLATILE_TILE elements instead (32 x 256: half the
-# look-back links of 32 x 128, no lane tiles; 0: off). Same-process A/B
-# (results/h200-2026-12-04-y-tm-lb-volatile.md): GAE 64x65536 57.7 -> 49.9 us, 256x8192 28.2 -> 24.7, 512x4096 25.6 -> 22.9; TD(lambda) 55.9 ->
-# 48.3, 26.7 -> 23.6, 24.1 -> 22.0; discounted returns 47.6 -> 44.7, 22.8 -> 22.1, 21.1 -> 20.5.
-# Lost where rows are shorter (1024x1024 and 2048x512, 10-30%) or fewer (8x262144 on 8 x 1024
-# tiles: GAE 31.2 -> 92.0), and for V-trace everywhere (its 7 inputs: 86.3 -> 258 us at
-# 64x65536); plain calls on 32 x 256 lane tiles lost in the sweep (eligibility traces 41.2 ->
-# 43.8 at 64x65536, results/h200-2026-12-04-x-tm-lb-long.txt).
-TM_LB_VOLATILE_TILE = 8192
+# Calls of one scan moving fewer than LOOKBACK_MANY_TENSORS tensors, with rows of
+# TM_LB_LANES_HALVE_MIN_T steps or more and at least TM_LB_ROWS of them, take row tiles of
+# TM_LB_LONG_TILE elements instead (32 x 256: half the look-back links of 32 x 128), never a row
+# a lane (0: off). Same-process A/B (results/h200-2026-12-04-y-tm-lb-volatile.md, -aa-*): GAE
+# 64x65536 57.7 -> 49.9 us, 256x8192 28.2 -> 24.7, 512x4096 25.6 -> 22.9; TD(lambda) 55.9 ->
+# 48.3, 26.7 -> 23.6, 24.1 -> 22.0; discounted returns 47.6 -> 44.7, 22.8 -> 22.1, 21.1 -> 20.5;
+# eligibility traces 41.9 -> 38.9 and 18.6 -> 18.0, episodic sums 43.5 -> 39.3 and 19.1 -> 18.0
+# (-aa-tm-lb-long.md; 512x4096 16.5 -> 16.6 and 17.0 -> 16.6; on 32 x 256 lane tiles they lost,
+# 41.2 -> 43.8, -x-tm-lb-long.txt). Lost where
+# rows are shorter (1024x1024 and 2048x512, 10-30%) or fewer (8x262144 on 8 x 1024 tiles: GAE
+# 31.2 -> 92.0), and for V-trace everywhere (8 tensors: 86.3 -> 258 us at 64x65536).
+TM_LB_LONG_TILE = 8192
 
 
 def rows_contiguous(c) -> bool:
@@ -125,7 +126,8 @@ def lanes_volatile(c) -> bool:
 def lookback_lanes(c, cfg: Config) -> bool:
     """Whether a look-back tile may take a row a lane (TM_LB_LANES_LOADS)."""
     loads = streams(c, outputs=False) * -(-cfg.block_t // cfg.num_warps)
-    return loads <= TM_LB_LANES_LOADS
+    return loads <= TM_LB_LANES_LOADS and not (
+        TM_LB_LONG_TILE and cfg.block_n * cfg.block_t >= TM_LB_LONG_TILE)
 
 
 def family(c, rows: int, cfg: Config) -> str:
@@ -183,14 +185,14 @@ def lookback_tile(c, rows: int, block_k: int, kk: int) -> Config:
     """The look-back's tile for time-major buffers: adjacent rows x steps (TM_LB_ROWS,
     TM_LB_K_ROWS, TM_LB_LANES_MAX_T)."""
     joint = c.op.kernels.lb_words > 3
-    long_rows = (kk == 1 and not joint and TM_LB_VOLATILE_TILE and lanes_volatile(c)
+    long_rows = (kk == 1 and not joint and TM_LB_LONG_TILE
                  and streams(c) < LOOKBACK_MANY_TENSORS and c.T >= TM_LB_LANES_HALVE_MIN_T
                  and rows >= TM_LB_ROWS)
     lanes = kk == 1 and c.T <= TM_LB_LANES_MAX_T and not long_rows
     if kk > 1:  # steps x K elements a row
         tile_rows, tile = TM_LB_K_ROWS, TM_LB_K_TILE // kk
     elif long_rows:
-        tile_rows, tile = TM_LB_ROWS, TM_LB_VOLATILE_TILE
+        tile_rows, tile = TM_LB_ROWS, TM_LB_LONG_TILE
     else:
         tile_rows = TM_LB_ROWS if lanes or not joint else TM_LB_JOINT_ROWS
         tile = TM_LB_TILE // (2 if streams(c) >= LOOKBACK_MANY_TENSORS else 1)
