@@ -99,7 +99,7 @@ def test_cuda_graph_capture_and_replay(family, shape, time_major, monkeypatch):
     """Each kernel family captured in a CUDA graph and replayed twice on new inputs (the
     look-back's workspace: the plan's spare, filled outside the graph, or one filled inside
     it), then called eagerly again on both streams (the look-back's kept workspaces);
-    time-major buffers take the look-back over tiles of rows (runtime.config TM_LB_ROWS)."""
+    time-major buffers take the look-back over tiles of rows (runtime.timemajor TM_LB_ROWS)."""
     monkeypatch.setenv("SCANGEN_FAMILY", family)
     runtime.reload_env()
     try:
@@ -127,9 +127,10 @@ def test_cuda_graph_capture_and_replay(family, shape, time_major, monkeypatch):
             expected = reference.compute_gae(**{k: v.cpu() if torch.is_tensor(v) else v
                                                 for k, v in fresh.items()})
             assert_close(out.cpu(), expected, dtype=out.dtype, name=f"{family} replay {seed}")
-        if time_major:
-            assert {(p.config.family, p.config.block_n) for p in runtime.PLANS.values()} == {
-                ("lookback", 32)}
+        if time_major:  # tiles of adjacent rows (32 x 256, halved to 16 rows where a grid of
+            # 32-row tiles would have fewer programs than SMs: 96 on an H200)
+            assert {(p.config.family, p.config.block_n >= 16)
+                    for p in runtime.PLANS.values()} == {("lookback", True)}
         for stream in (s, torch.cuda.current_stream()):  # eager calls again, after the replays
             with torch.cuda.stream(stream):
                 fresh = make_inputs("gae", *shape, seed=10, device="cuda")
