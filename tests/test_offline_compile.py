@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import scangen.generated
@@ -261,3 +262,69 @@ def test_one_chunk_compiles_without_the_carry_between_chunks(one_chunk_results, 
     off, on = one_chunk_results[f"{name}/{family}"]
     assert on[2] > 0 and off[2] > 0, (off, on)
     assert on[0] < off[0] and on[1] < off[1] and on[2] < off[2], (off, on)
+
+
+# A float64 kernel computes in float64 with the spec's numbers as doubles: Triton's typing of
+# Python numbers rounds some to float32 before float64 arithmetic sees them (a select of two
+# numbers, tl.exp(2.0), and in Triton 3.6 a number given to tl.maximum), and the compiled IR
+# shows it: a float32 constant that is not the number it stands for, or a float64 constant that
+# is a float32's value (0.10000000149011612 for 0.1). scangen.compiler.printers writes such numbers
+# in ACC; this checks the IR of the forward and adjoint kernels of a spec that has each kind.
+F64_SPEC = """\
+name: f64_ir
+direction: reverse
+inputs:
+  x: float
+  f: flag
+params:
+  p: {default: 0.8}
+scans:
+  S:
+    update: x * p + 0.3 * abs(x) + 0.7 * max(x, 0.1) + min(x, -0.9) + where(f, where(x > 0.2, 1, 0.5), 0.3) + 0.1 * exp(2) * log(3) + sqrt(2) * x + where(is_last, 0, -0.9) * p * (1 - f) * S
+outputs:
+  y: S
+"""
+
+F64_IR = r"""
+import importlib, json, re, sys, tempfile
+import triton.language as tl
+import scangen
+from scangen.runtime import ops
+from scangen.testing import compile_offline
+fn = scangen.compile(sys.argv[1], cache_dir=tempfile.mkdtemp())
+module = importlib.import_module(fn.__module__)
+grad = importlib.import_module(ops.grad_op_of(module.OP).module)
+out = {}
+for name, m in (("forward", module), ("adjoint", grad)):
+    for family in ("stream", "persist", "lookback"):
+        c = compile_offline(m, family, acc=tl.float64, block_n=4, block_t=256)
+        out[name + "/" + family] = re.findall(
+            r"arith\.constant (?:dense<)?([-+0-9.eEinfa]+)>? : (?:tensor<[0-9x]*x)?(f32|f64)",
+            c.asm["ttir"])
+print("RESULTS " + json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def f64_constants():
+    return _child(F64_IR, F64_SPEC, timeout=900)
+
+
+def _float32_rounded(text: str, ty: str) -> bool:
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        return False
+    as32 = float(np.float32(value))
+    if ty == "f32":  # a float32 constant that stands for a number float32 cannot hold
+        return as32 != value
+    # a float64 constant that is exactly a float32 but no short decimal (a rounded number)
+    return as32 == value and len(repr(value).lstrip("-")) > 12
+
+
+@pytest.mark.parametrize("family", ["stream", "persist", "lookback"])
+@pytest.mark.parametrize("kernel", ["forward", "adjoint"])
+def test_float64_kernels_keep_the_specs_numbers(f64_constants, kernel, family):
+    constants = f64_constants[f"{kernel}/{family}"]
+    assert any(ty == "f64" for _, ty in constants), constants  # the IR was read
+    rounded = [(v, ty) for v, ty in constants if _float32_rounded(v, ty)]
+    assert not rounded, rounded

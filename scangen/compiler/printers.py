@@ -7,13 +7,15 @@ contexts (a ``[BN, BT]`` tile, a ``[BN, BT, BK]`` tile inside a ``sum``).
 
 Numbers keep float64 calls exact on every target: a constant call (``exp(2)``) prints as its
 double, and the Triton printer writes a number in the kernels' accumulation type ``ACC`` wherever
-Triton would otherwise make it a float32 tensor (a select of two numbers, ``sign``, ``Heaviside``,
-a number given to ``tl.minimum``/``tl.maximum``).
+Triton would otherwise make it a float32 (a select of two numbers, ``sign``, ``Heaviside``; in
+Triton 3.6 a number given to ``tl.minimum``/``tl.maximum`` or a comparison);
+``tests/test_offline_compile.py`` reads the compiled IR of float64 kernels for rounded numbers.
 """
 from __future__ import annotations
 
 import math
 
+import numpy as np
 from sympy import Float
 from sympy.printing.str import StrPrinter
 
@@ -66,7 +68,8 @@ class _Printer(StrPrinter):
 
     def _print_Function(self, expr):
         if isinstance(expr, Indicator):
-            return f"({self._print(expr.args[0])} {expr.op} {self._print(expr.args[1])})"
+            a, b = (self._operand(x) for x in expr.args)
+            return f"({a} {expr.op} {b})"
         name = type(expr).__name__
         if name not in self.functions:
             raise self.fail(expr)
@@ -88,11 +91,12 @@ class _Printer(StrPrinter):
         raise SpecError(f"only integer powers up to 4 and square roots are supported by "
                         f"{self.target}", source=self.spec_name, expr=str(expr))
 
-    def _minmax_arg(self, arg) -> str:
+    def _operand(self, arg) -> str:
+        """An argument of a comparison, ``min`` or ``max``."""
         return self._print(arg)
 
     def _minmax(self, expr, fn, extra=""):
-        args = [self._minmax_arg(a) for a in expr.args]
+        args = [self._operand(a) for a in expr.args]
         out = args[0]
         for a in args[1:]:
             out = f"{fn}({out}, {a}{extra})"
@@ -158,10 +162,13 @@ class TritonPrinter(_Printer):
     def _print_Max(self, expr):
         return self._minmax(expr, "tl.maximum", self._NAN)
 
-    def _minmax_arg(self, arg) -> str:
-        # Triton up to 3.6 makes a number given to tl.minimum/tl.maximum a float32 tensor
-        # before it meets the other side: max(x, 0.1) in float64 took 0.1 rounded (3.9 does not)
-        return self._acc(arg) if arg.is_Number else self._print(arg)
+    def _operand(self, arg) -> str:
+        # Triton 3.6 makes a number given to tl.minimum/tl.maximum, or compared with a tensor, a
+        # float32 before it meets the other side (3.9 does not): max(x, 0.1) and x > 0.1 in
+        # float64 took 0.1 rounded. A number float32 holds exactly is written as it is.
+        if arg.is_Number and float(np.float32(float(arg))) != float(arg):
+            return self._acc(arg)
+        return self._print(arg)
 
 
 class TorchPrinter(_Printer):
