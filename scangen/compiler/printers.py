@@ -102,10 +102,13 @@ class _Printer(StrPrinter):
             out = f"{fn}({out}, {a}{extra})"
         return out
 
+    def _condition(self, c) -> str:
+        """A where's condition: a comparison as it is, any other value as ``(value != 0)``."""
+        return self._print(c) if isinstance(c, Indicator) else f"({self._print(c)} != 0)"
+
     def _print_Where(self, expr):
         c, a, b = expr.args
-        cond = self._print(c) if isinstance(c, Indicator) else f"({self._print(c)} != 0)"
-        return f"{self.where}({cond}, {self._print(a)}, {self._print(b)})"
+        return f"{self.where}({self._condition(c)}, {self._print(a)}, {self._print(b)})"
 
     def _print_sign(self, expr):
         x = self._print(expr.args[0])
@@ -139,7 +142,7 @@ class TritonPrinter(_Printer):
         c, a, b = expr.args
         if not (a.is_Number and b.is_Number):
             return super()._print_Where(expr)
-        cond = self._print(c) if isinstance(c, Indicator) else f"({self._print(c)} != 0)"
+        cond = self._condition(c)
         if (a, b) == (1, 0):
             return f"{cond}.to(ACC)"
         if (a, b) == (0, 1):
