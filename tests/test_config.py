@@ -336,6 +336,26 @@ def test_time_major_look_back_over_row_tiles(N, T, kw, expected):
     assert (cfg.block_n, cfg.block_t, cfg.block_k) == expected
 
 
+@pytest.mark.parametrize("N,T,kw,window,pid", [
+    (64, 65536, {}, 32, True),       # 32 x 256 tiles, 256 chunks a row
+    (256, 8192, {"streams": 6, "bootstrap": True}, 32, True),   # 32 chunks a row
+    (512, 4096, {"streams": 6, "bootstrap": True}, 16, False),  # 16 chunks: as before
+    (1024, 1024, {}, 16, False),     # 32 x 128 tiles: as before
+    (64, 65536, {"lb_words": 7}, 16, False),   # a joint pair's 8 x 512 tiles
+])
+def test_time_major_long_tiles_window_and_order(N, T, kw, window, pid):
+    """The look-back over long row tiles (32 x 256) of rows of 32 chunks or more reads 32
+    predecessors a round trip and takes chunks in the order of program ids
+    (runtime.launch_params.long_row_tiles); other row tiles read 16 and take tickets."""
+    from scangen import runtime
+    cfg = _choose(N, T, time_major=True, **kw)
+    with mock.patch.object(tiles, "_sm_count", lambda index: 132):
+        c = NS(R1=N, R2=1, T=T, device=torch.device("cuda", 0))
+        assert runtime.launch_params.lookback_window(c, cfg) == window
+        assert runtime.launch_params.lookback_pid(c, cfg) is pid
+        assert runtime.launch_params.lookback_pid(NS(R1=N, R2=1, T=T, device=torch.device("cpu")), cfg) is False
+
+
 @pytest.mark.parametrize("N,T,kw", [
     (8448, 1024, {}),     # 528 tiles of 16 rows: 4 per SM, the stream tiles
     (1024, 256, {}),      # rows shorter than TM_LOOKBACK_MIN_T

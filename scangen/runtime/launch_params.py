@@ -5,10 +5,19 @@ order of kernels that take ``GROUPED``. Each is a constexpr or the grid of every
 from __future__ import annotations
 
 from .tiles import sm_count
+from .timemajor import TM_LB_LONG_TILE
 
 # The row-tile look-back's window (time-major buffers, runtime.timemajor's TM_LB_* tiles): its
 # predecessors x the tile's rows a round trip (results/h200-2026-12-01-i-tm-sweep.txt).
 TM_LB_WINDOW = 16
+# Long row tiles (timemajor.TM_LB_LONG_TILE elements, 32 x 256) over rows of at least
+# TM_LB_LONG_MIN_CHUNKS chunks read TM_LB_LONG_WINDOW predecessors a round trip and take their
+# chunks in the order of their ids (LB_PID) at any grid size (0: off). Probe (graph replays,
+# results/h200-2026-12-04-ac-probe.txt): GAE 256x8192 20.0 -> 18.7 us, 64x65536 48.2 -> 46.6,
+# eligibility traces 16.1 -> 15.1 and 35.0 -> 34.6; either alone gained less or nothing, a
+# window of 64 lost everywhere, and 512x4096 (16 chunks a row) gained nothing.
+TM_LB_LONG_WINDOW = 32
+TM_LB_LONG_MIN_CHUNKS = 32
 
 PERSISTENT_PER_SM = 4  # programs per SM of the persist family's kernels
 
@@ -39,7 +48,7 @@ def lookback_window(c, cfg, words: int = 3) -> int:
     if cfg.family != "lookback":
         return LB_WINDOW
     if cfg.block_n > 1:  # a tile of rows reads WINDOW x BLOCK_N words a round trip
-        return TM_LB_WINDOW
+        return TM_LB_LONG_WINDOW if long_row_tiles(c, cfg) else TM_LB_WINDOW
     if row_chunks(c, cfg) <= LB_SMALL_WINDOW or cfg.block_k > 1:
         return LB_SMALL_WINDOW
     return LB_WIDE_WINDOW if cfg.num_warps >= 8 and words <= LB_WIDE_WORDS else LB_WINDOW
@@ -69,7 +78,16 @@ def lookback_pid(c, cfg) -> bool:
     than from tickets; False for the other families and off the GPU (as in lookback_window)."""
     if cfg.family != "lookback" or c.device.type != "cuda":
         return False
-    return lookback_tickets(c, cfg) >= LB_PID_PROGRAMS_PER_SM * sm_count(c.device)
+    return (long_row_tiles(c, cfg)
+            or lookback_tickets(c, cfg) >= LB_PID_PROGRAMS_PER_SM * sm_count(c.device))
+
+
+def long_row_tiles(c, cfg) -> bool:
+    """Whether a look-back over tiles of rows takes the long tiles' window and chunk order
+    (TM_LB_LONG_WINDOW, TM_LB_LONG_MIN_CHUNKS)."""
+    return (cfg.block_n > 1 and TM_LB_LONG_MIN_CHUNKS > 0
+            and cfg.block_n * cfg.block_t >= TM_LB_LONG_TILE
+            and row_chunks(c, cfg) >= TM_LB_LONG_MIN_CHUNKS)
 
 
 # Kernels that take GROUPED (reverse specs with [N, T, K] inputs, one step a thread: Retrace)
