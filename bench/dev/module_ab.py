@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Built-in modules as generated at another revision against the checkout's, one process: each
+call captured 20 times in one CUDA graph over rotated input sets (3x the L2 or more), the two
+graphs replayed interleaved (device time), outputs compared first. For a change to specs or
+templates that should not cost time (or should save it).
+
+    mkdir -p ab_base && git archive <rev> generated | tar -x -C ab_base --strip-components=1
+    PYTHONPATH=. python3 bench/dev/module_ab.py --base ab_base --out "$OUT" [--algos gae,...]
+        [--shapes 16384x1024,...] [--time-major]
+
+ab_base/ is git-ignored: carry it to the device.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+import scangen
+from scangen import abi
+from scangen.benchmark.floors import cache_bytes
+from scangen.benchmark.inputs import tensor_bytes
+from scangen.benchmark.timing import captured, device_interleaved
+from scangen.testing.helpers import make_inputs
+
+SHAPES = "4096x128,16384x64,1024x1024,16384x1024,64x65536"
+CALLS = 20
+
+
+def base_function(base: Path, algo: str, tmp: Path):
+    """``compute_<algo>`` of the module in ``base`` (with its ``_triton`` companion), loaded
+    under another name beside the checkout's."""
+    for suffix in ("", abi.TRITON_SUFFIX):
+        (tmp / f"{algo}_base{suffix}.py").write_text((base / f"{algo}{suffix}.py").read_text())
+    module = abi.load_module(f"module_ab_{algo}_base", tmp / f"{algo}_base.py")
+    return getattr(module, module.OP.function)
+
+
+def as_tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base", type=Path, required=True, help="a folder of generated modules")
+    ap.add_argument("--out", type=Path, default=Path("bench/results"))
+    ap.add_argument("--algos", default="gae,vtrace,lambda_returns,discounted_returns")
+    ap.add_argument("--shapes", default=SHAPES)
+    ap.add_argument("--time-major", action="store_true", help="[T, N] inputs (time_dim=0)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tag", default="module-ab")
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    l2 = cache_bytes(dev)
+    tmp = Path(tempfile.mkdtemp())
+    kw_tm = {"time_dim": 0} if args.time_major else {}
+    lines = [f"# {args.tag}: {torch.cuda.get_device_name()}, torch {torch.__version__}, triton "
+             f"{__import__('triton').__version__}, {platform.node()}, "
+             f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}",
+             f"# base {args.base}, layout {'time-major' if args.time_major else 'rows'}; device time "
+             f"per call (one of {CALLS} in a CUDA graph), medians of interleaved replays"]
+    for algo in args.algos.split(","):
+        new, old = getattr(scangen, f"compute_{algo}"), base_function(args.base, algo, tmp)
+        for shape in args.shapes.split(","):
+            N, T = map(int, shape.split("x"))
+            base_set = make_inputs(algo, N, T, seed=0, device=dev, A=8, trunc_rate=0.05)
+            if args.time_major:
+                base_set = {k: v.transpose(0, 1).contiguous() if torch.is_tensor(v) and v.dim() >= 2
+                            else v for k, v in base_set.items()}
+            k = max(1, min(16, math.ceil(3 * l2 / tensor_bytes(base_set))))
+            sets = [base_set] + [{a: v.clone() if torch.is_tensor(v) else v for a, v in base_set.items()}
+                                 for _ in range(k - 1)]
+            diff = max(float((p - q).abs().max())
+                       for p, q in zip(as_tuple(new(**sets[0], **kw_tm)), as_tuple(old(**sets[0], **kw_tm))))
+            g_new, _ = captured([lambda s=s: new(**s, **kw_tm) for s in sets], CALLS)
+            g_old, _ = captured([lambda s=s: old(**s, **kw_tm) for s in sets], CALLS)
+            t = device_interleaved({"base": g_old.replay, "new": g_new.replay}, rounds=args.rounds,
+                                   warmup_ms=5.0, rep_ms=20.0)
+            b_us, n_us = (t[s].median_s * 1e6 / CALLS for s in ("base", "new"))
+            line = (f"{algo:20s} {shape:>10s}  base {b_us:8.2f} us  new {n_us:8.2f} us  "
+                    f"{n_us / b_us:5.3f}x  max diff {diff:.1e}")
+            print(line, flush=True)
+            lines.append(line)
+            del sets, g_new, g_old
+            torch.cuda.empty_cache()
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{args.tag}.txt").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
