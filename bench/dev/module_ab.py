@@ -13,7 +13,6 @@ ab_base/ is git-ignored: carry it to the device.
 from __future__ import annotations
 
 import argparse
-import math
 import platform
 import tempfile
 import time
@@ -24,9 +23,12 @@ import torch
 import scangen
 from scangen import abi
 from scangen.benchmark.floors import cache_bytes
-from scangen.benchmark.inputs import tensor_bytes
+from scangen.benchmark.inputs import as_tuple
+from scangen.benchmark.suite import rotated
 from scangen.benchmark.timing import captured, device_interleaved
-from scangen.testing.helpers import make_inputs
+from scangen.testing import make_inputs
+
+from layout_ab import time_major  # bench/dev, beside this script
 
 SHAPES = "4096x128,16384x64,1024x1024,16384x1024,64x65536"
 CALLS = 20
@@ -41,17 +43,13 @@ def base_function(base: Path, algo: str, tmp: Path):
     return getattr(module, module.OP.function)
 
 
-def as_tuple(x):
-    return x if isinstance(x, tuple) else (x,)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", type=Path, required=True, help="a folder of generated modules")
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
     ap.add_argument("--algos", default="gae,vtrace,lambda_returns,discounted_returns")
     ap.add_argument("--shapes", default=SHAPES)
-    ap.add_argument("--time-major", action="store_true", help="[T, N] inputs (time_dim=0)")
+    ap.add_argument("--time-major", action="store_true", help="[T, N] inputs (time_dim=0), as layout_ab.py")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tag", default="module-ab")
     args = ap.parse_args()
@@ -68,13 +66,8 @@ def main() -> None:
         new, old = getattr(scangen, f"compute_{algo}"), base_function(args.base, algo, tmp)
         for shape in args.shapes.split(","):
             N, T = map(int, shape.split("x"))
-            base_set = make_inputs(algo, N, T, seed=0, device=dev, A=8, trunc_rate=0.05)
-            if args.time_major:
-                base_set = {k: v.transpose(0, 1).contiguous() if torch.is_tensor(v) and v.dim() >= 2
-                            else v for k, v in base_set.items()}
-            k = max(1, min(16, math.ceil(3 * l2 / tensor_bytes(base_set))))
-            sets = [base_set] + [{a: v.clone() if torch.is_tensor(v) else v for a, v in base_set.items()}
-                                 for _ in range(k - 1)]
+            base_set = make_inputs(algo, N, T, seed=0, device=dev, A=8)
+            sets, _ = rotated(time_major(base_set) if args.time_major else base_set, 3 * l2, 16)
             diff = max(float((p - q).abs().max())
                        for p, q in zip(as_tuple(new(**sets[0], **kw_tm)), as_tuple(old(**sets[0], **kw_tm))))
             g_new, _ = captured([lambda s=s: new(**s, **kw_tm) for s in sets], CALLS)
