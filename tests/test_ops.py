@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 import scangen
-from conftest import BACKENDS, DEVICE, ON_GPU
+from conftest import BACKENDS, DEVICE, ON_GPU, to_backend
 from scangen.testing import reference
 from scangen import runtime
 from scangen.generated.gae_triton import _lookback as _gae_lookback
@@ -171,7 +171,8 @@ def test_nan_in_ignored_bootstrap_entries_that_are_selected_away(name, junk, bac
     ignored = ~_where_bootstrap_is_added(inputs)
     junk_at = ignored & _where_nan_is_safe(name, inputs)
     assert junk_at.sum() > 10
-    _assert_same_outputs(name, _with_junk(inputs, ignored, 0.0), _with_junk(_with_junk(inputs, ignored, 0.0), junk_at, junk), backend)
+    clean = _with_junk(inputs, ignored, 0.0)
+    _assert_same_outputs(name, clean, _with_junk(clean, junk_at, junk), backend)
 
 
 @pytest.mark.xfail(strict=True, reason="documented limitation (docs/algorithms, bench/NOTES.md open "
@@ -194,17 +195,16 @@ def test_ignored_bootstrap_entries_have_zero_gradient(name, backend):
     inputs = make_inputs(name, 3, 19, seed=7, trunc_rate=0.2, term_rate=0.2)
     added = _where_bootstrap_is_added(inputs)
     junk_at = ~added & _where_nan_is_safe(name, inputs)
-    boot = torch.where(junk_at, torch.full_like(inputs["bootstrap_values"], float("nan")), inputs["bootstrap_values"])
-    leaves = {k: v.to(DEVICE).requires_grad_() for k, v in inputs.items()
-              if torch.is_tensor(v) and v.is_floating_point() and k != "bootstrap_values"}
-    b = boot.to(DEVICE).requires_grad_()
-    rest = {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in inputs.items() if k not in leaves}
-    out = _tuple(getattr(scangen, name)(**dict(rest, **leaves, bootstrap_values=b), backend=backend))
+    values = to_backend(backend, _with_junk(inputs, junk_at, float("nan")))
+    leaves = {k: v.requires_grad_() for k, v in values.items()
+              if torch.is_tensor(v) and v.is_floating_point()}
+    out = _tuple(getattr(scangen, name)(**values, backend=backend))
     sum(o.sum() for o in out).backward()
-    for k, leaf in dict(leaves, bootstrap_values=b).items():
+    for k, leaf in leaves.items():
         assert torch.isfinite(leaf.grad).all(), f"{name} d/d{k} ({backend}) not finite"
-    assert (b.grad.cpu()[~added] == 0).all()
-    assert (b.grad.cpu()[added] != 0).any()
+    boot_grad = leaves["bootstrap_values"].grad.cpu()
+    assert (boot_grad[~added] == 0).all()
+    assert (boot_grad[added] != 0).any()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
