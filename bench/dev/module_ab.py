@@ -57,11 +57,11 @@ def main() -> None:
     l2 = cache_bytes(dev)
     tmp = Path(tempfile.mkdtemp())
     kw_tm = {"time_dim": 0} if args.time_major else {}
-    lines = [f"# {args.tag}: {torch.cuda.get_device_name()}, torch {torch.__version__}, triton "
-             f"{__import__('triton').__version__}, {platform.node()}, "
-             f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}",
-             f"# base {args.base}, layout {'time-major' if args.time_major else 'rows'}; device time "
-             f"per call (one of {CALLS} in a CUDA graph), medians of interleaved replays"]
+    lines = [(f"# {args.tag}: {torch.cuda.get_device_name()}, torch {torch.__version__}, triton "
+              f"{__import__('triton').__version__}, {platform.node()}, "
+              f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}"),
+             (f"# base {args.base}, layout {'time-major' if args.time_major else 'rows'}; device "
+              f"time per call (one of {CALLS} in a CUDA graph), medians of interleaved replays")]
     for algo in args.algos.split(","):
         new, old = getattr(scangen, f"compute_{algo}"), base_function(args.base, algo, tmp)
         for shape in args.shapes.split(","):
@@ -70,8 +70,8 @@ def main() -> None:
             sets, _ = rotated(time_major(base_set) if args.time_major else base_set, 3 * l2, 16)
             diff = max(float((p - q).abs().max())
                        for p, q in zip(as_tuple(new(**sets[0], **kw_tm)), as_tuple(old(**sets[0], **kw_tm))))
-            g_new, _ = captured([lambda s=s: new(**s, **kw_tm) for s in sets], CALLS)
-            g_old, _ = captured([lambda s=s: old(**s, **kw_tm) for s in sets], CALLS)
+            g_new, _ = captured([lambda s=s, fn=new: fn(**s, **kw_tm) for s in sets], CALLS)
+            g_old, _ = captured([lambda s=s, fn=old: fn(**s, **kw_tm) for s in sets], CALLS)
             t = device_interleaved({"base": g_old.replay, "new": g_new.replay}, rounds=args.rounds,
                                    warmup_ms=5.0, rep_ms=20.0)
             b_us, n_us = (t[s].median_s * 1e6 / CALLS for s in ("base", "new"))
