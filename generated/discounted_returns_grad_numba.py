@@ -69,13 +69,12 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, terminateds__a, truncated
             _sh0 = _sh0__c  # the step before computed it (scangen.compiler.numba_carries)
             _c0 = (_F(1.0) if is_last != 0 else (terminateds if (terminateds >= truncateds) else truncateds))
             g__G = gy__returns + ((_F(0.0) if is_first != 0 else gamma__prev*(_F(1.0) - (_F(1.0) if is_last__prev != 0 else _sh0)))) * g__G
-            _c1 = _c0*g__G*(_F(1.0) - terminateds)
             if STORE_d__rewards:
                 _nk.put(d__rewards__a, _r1, _r2, _t, g__G)
             if STORE_d__bootstrap_values:
-                _nk.put(d__bootstrap_values__a, _r1, _r2, _t, _c1*gamma)
+                _nk.put(d__bootstrap_values__a, _r1, _r2, _t, g__G*gamma*(_F(1.0) if _c0 != 0 else _F(0.0))*(_F(0.0) if terminateds != 0 else _F(1.0)))
             if STORE_d__gamma:
-                _nk.put(d__gamma__a, _r1, _r2, _t, _c1*bootstrap_values + g__G*(_F(1.0) - _c0)*(_F(0.0) if is_last != 0 else st__G__next))
+                _nk.put(d__gamma__a, _r1, _r2, _t, g__G*((_F(0.0) if terminateds != 0 else bootstrap_values) if _c0 != 0 else _F(0.0)) + g__G*(_F(1.0) - _c0)*(_F(0.0) if is_last != 0 else st__G__next))
             _sh0__c = (terminateds if (terminateds >= truncateds) else truncateds)
 
 
@@ -146,10 +145,9 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, rewards__a, terminateds__a, truncat
                 _sh0 = _sh0__c[_j]  # the step before computed it (scangen.compiler.numba_carries)
                 _c0 = _nk.where((is_last != 0), _F(1.0), _nk.where((terminateds >= truncateds), terminateds, truncateds))
                 g__G = gy__returns + (_nk.where((is_first != 0), _F(0.0), gamma__prev*(_F(1.0) - _nk.where((is_last__prev != 0), _F(1.0), _sh0)))) * g__G
-                _c1 = _c0*g__G*(_F(1.0) - terminateds)
                 _nk.put1(_w_d__rewards, _j, g__G)
-                _nk.put1(_w_d__bootstrap_values, _j, _c1*gamma)
-                _nk.put1(_w_d__gamma, _j, _c1*bootstrap_values + g__G*(_F(1.0) - _c0)*_nk.where((is_last != 0), _F(0.0), st__G__next))
+                _nk.put1(_w_d__bootstrap_values, _j, g__G*gamma*_nk.where((_c0 != 0), _F(1.0), _F(0.0))*_nk.where((terminateds != 0), _F(0.0), _F(1.0)))
+                _nk.put1(_w_d__gamma, _j, g__G*_nk.where((_c0 != 0), _nk.where((terminateds != 0), _F(0.0), bootstrap_values), _F(0.0)) + g__G*(_F(1.0) - _c0)*_nk.where((is_last != 0), _F(0.0), st__G__next))
                 _sh0__c[_j] = _nk.where((terminateds >= truncateds), terminateds, truncateds)
 
                 g__G__c[_j] = g__G

@@ -197,13 +197,12 @@ def _discounted_returns_grad_chunked_kernel(
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
             g__G__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__G, 0.0), axis=1)
         _e1 = tl.where((is_last != 0), 1.0, tl.where((terminateds >= truncateds), terminateds, truncateds))
-        _e2 = _e1*g__G*(1.0 - terminateds)
         if STORE_d__rewards:
             tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (g__G)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
         if STORE_d__bootstrap_values:
-            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e2*gamma__t)).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (g__G*gamma__t*(_e1 != 0).to(ACC)*(~(terminateds != 0)).to(ACC))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__gamma:
-            tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e2*bootstrap_values + g__G*(1.0 - _e1)*tl.where((is_last != 0), 0.0, st__G__next))).to(d__gamma__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (g__G*tl.where((_e1 != 0), tl.where((terminateds != 0), 0.0, bootstrap_values), 0.0) + g__G*(1.0 - _e1)*tl.where((is_last != 0), 0.0, st__G__next))).to(d__gamma__optr.dtype.element_ty), mask=_ok)
 
 
 @triton.jit
@@ -503,13 +502,12 @@ def _discounted_returns_grad_persist_kernel(
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
             g__G__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__G, 0.0), axis=1)
         _e1 = tl.where((is_last != 0), 1.0, tl.where((terminateds >= truncateds), terminateds, truncateds))
-        _e2 = _e1*g__G*(1.0 - terminateds)
         if STORE_d__rewards:
             tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (g__G)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
         if STORE_d__bootstrap_values:
-            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e2*gamma__t)).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (g__G*gamma__t*(_e1 != 0).to(ACC)*(~(terminateds != 0)).to(ACC))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__gamma:
-            tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e2*bootstrap_values + g__G*(1.0 - _e1)*tl.where((is_last != 0), 0.0, st__G__next))).to(d__gamma__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (g__G*tl.where((_e1 != 0), tl.where((terminateds != 0), 0.0, bootstrap_values), 0.0) + g__G*(1.0 - _e1)*tl.where((is_last != 0), 0.0, st__G__next))).to(d__gamma__optr.dtype.element_ty), mask=_ok)
         if HAS_bootstrap_values:
             bootstrap_values__raw = bootstrap_values__raw__nx
         if gamma__TENSOR:
@@ -758,13 +756,12 @@ def _discounted_returns_grad_lookback_kernel(
                                        g__G__carry, BLOCK_N, LB_WINDOW, LB_SPIN, ACC)
         g__G = _a + _b * g__G__carry[:, None]
     _e1 = tl.where((is_last != 0), 1.0, tl.where((terminateds >= truncateds), terminateds, truncateds))
-    _e2 = _e1*g__G*(1.0 - terminateds)
     if STORE_d__rewards:
         tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (g__G)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
     if STORE_d__bootstrap_values:
-        tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e2*gamma__t)).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (g__G*gamma__t*(_e1 != 0).to(ACC)*(~(terminateds != 0)).to(ACC))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
     if STORE_d__gamma:
-        tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e2*bootstrap_values + g__G*(1.0 - _e1)*tl.where((is_last != 0), 0.0, st__G__next))).to(d__gamma__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (g__G*tl.where((_e1 != 0), tl.where((terminateds != 0), 0.0, bootstrap_values), 0.0) + g__G*(1.0 - _e1)*tl.where((is_last != 0), 0.0, st__G__next))).to(d__gamma__optr.dtype.element_ty), mask=_ok)
     if LB_PID:  # at the end, so that no load waits on the counter
         for _w in tl.static_range(3):  # no program of this call reads that half
             if BLOCK_N == 1:

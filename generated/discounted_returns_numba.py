@@ -78,7 +78,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, terminateds__a, truncated
                     terminateds = _F(_nk.at1(_v_terminateds, _t))
                     truncateds = _F(_nk.at1(_v_truncateds, _t))
                     _c0 = _nk.where((is_last != 0), _F(1.0), _nk.maximum(terminateds, truncateds))
-                    _nk.put1(_al_G, _os + _j, rewards + _c0*bootstrap_values*gamma*(_F(1.0) - terminateds))
+                    _nk.put1(_al_G, _os + _j, rewards + gamma*_nk.where((_c0 != 0), _nk.where((terminateds != 0), _F(0.0), bootstrap_values), _F(0.0)))
                     _nk.put1(_be_G, _os + _j, gamma*(_F(1.0) - _c0))
 
 
@@ -136,7 +136,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, terminateds__a, truncated
             terminateds = _F(_nk.at(terminateds__a, _r1, _r2, _t))
             truncateds = _F(_nk.at(truncateds__a, _r1, _r2, _t))
             _c0 = (_F(1.0) if is_last != 0 else _nk.maximum(terminateds, truncateds))
-            G = rewards + _c0*bootstrap_values*gamma*(_F(1.0) - terminateds) + (gamma*(_F(1.0) - _c0)) * G
+            G = rewards + gamma*((_F(0.0) if terminateds != 0 else bootstrap_values) if _c0 != 0 else _F(0.0)) + (gamma*(_F(1.0) - _c0)) * G
             if STORE_returns:
                 _nk.put(returns__a, _r1, _r2, _t, G)
             if STORE_st__G:
@@ -183,7 +183,7 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, rewards__a, terminateds__a, truncat
                 terminateds = _F(_nk.at1(_v_terminateds, _j))
                 truncateds = _F(_nk.at1(_v_truncateds, _j))
                 _c0 = _nk.where((is_last != 0), _F(1.0), _nk.maximum(terminateds, truncateds))
-                G = rewards + _c0*bootstrap_values*gamma*(_F(1.0) - terminateds) + (gamma*(_F(1.0) - _c0)) * G
+                G = rewards + gamma*_nk.where((_c0 != 0), _nk.where((terminateds != 0), _F(0.0), bootstrap_values), _F(0.0)) + (gamma*(_F(1.0) - _c0)) * G
                 _nk.put1(_w_returns, _j, G)
                 _nk.put1(_w_st__G, _j, G)
 

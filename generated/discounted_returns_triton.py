@@ -125,7 +125,7 @@ def _discounted_returns_chunked_kernel(
             truncateds = _zero + 0.0
         # scan G: G_t = alpha_t + beta_t * G_{t+1}
         _e1 = tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL))
-        _alpha = tl.where(_ok, _zero + (rewards + _e1*bootstrap_values*gamma__t*(1.0 - terminateds)), 0.0)
+        _alpha = tl.where(_ok, _zero + (rewards + gamma__t*tl.where((_e1 != 0), tl.where((terminateds != 0), 0.0, bootstrap_values), 0.0)), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - _e1)), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan(
             (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine)
@@ -323,7 +323,7 @@ def _discounted_returns_persist_kernel(
             truncateds = _zero + 0.0
         # scan G: G_t = alpha_t + beta_t * G_{t+1}
         _e1 = tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL))
-        _alpha = tl.where(_ok, _zero + (rewards + _e1*bootstrap_values*gamma__t*(1.0 - terminateds)), 0.0)
+        _alpha = tl.where(_ok, _zero + (rewards + gamma__t*tl.where((_e1 != 0), tl.where((terminateds != 0), 0.0, bootstrap_values), 0.0)), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - _e1)), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan(
             (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine)
@@ -493,7 +493,7 @@ def _discounted_returns_lookback_kernel(
         truncateds = _zero + 0.0
     # scan G: G_t = alpha_t + beta_t * G_{t+1}
     _e1 = tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL))
-    _alpha = tl.where(_ok, _zero + (rewards + _e1*bootstrap_values*gamma__t*(1.0 - terminateds)), 0.0)
+    _alpha = tl.where(_ok, _zero + (rewards + gamma__t*tl.where((_e1 != 0), tl.where((terminateds != 0), 0.0, bootstrap_values), 0.0)), 0.0)
     _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - _e1)), 1.0)  # identity past the window end
     _a, _b = tl.associative_scan(
         (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine)

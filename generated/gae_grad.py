@@ -38,15 +38,14 @@ def _torch_impl(_call):
     _e1 = _tp.where((is_last != 0), 1.0, 0.0)
     _e2 = _tp.where((terminateds >= truncateds), terminateds, truncateds)
     _e3 = _tp.where((is_last != 0), 1.0, _e2)
-    _e4 = g__A*(1.0 - terminateds)
-    _e5 = _e4*gamma*_tp.where((_e3 != 0), 1.0, 0.0)
-    _e6 = g__A*(1.0 - _e2)*_tp.where((is_last != 0), 0.0, st__A__next)
+    _e4 = g__A*gamma*_tp.where((_e3 != 0), 1.0, 0.0)*_tp.where((terminateds != 0), 0.0, 1.0)
+    _e5 = g__A*(1.0 - _e2)*_tp.where((is_last != 0), 0.0, st__A__next)
     _tp.store(_call, "d__rewards", g__A)
-    _tp.store(_call, "d__values", gy__returns - g__A + _tp.where((is_first != 0), 0.0, g__A__prev*gamma__prev*(1.0 - terminateds__prev)*_tp.where((is_last__prev != 0), 0.0, 1.0)*_tp.where((_tp.where((is_last__prev != 0), 1.0, _tp.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0), 0.0, 1.0)))
-    _tp.store(_call, "d__bootstrap_values", _e5*(_e1 + _tp.where((is_last != 0), 0.0, 1.0)))
-    _tp.store(_call, "d__last_value", _e1*_e5)
-    _tp.store(_call, "d__gamma", _e4*_tp.where((_e3 != 0), _tp.where((is_last != 0), bootstrap_values + last_value, bootstrap_values), _tp.where((is_last != 0), 0.0, values__next)) + _e6*lambda_)
-    _tp.store(_call, "d__lambda_", _e6*gamma)
+    _tp.store(_call, "d__values", gy__returns - g__A + _tp.where((is_first != 0), 0.0, g__A__prev*gamma__prev*_tp.where((is_last__prev != 0), 0.0, 1.0)*_tp.where((_tp.where((is_last__prev != 0), 1.0, _tp.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0), 0.0, 1.0)))
+    _tp.store(_call, "d__bootstrap_values", _e4*(_e1 + _tp.where((is_last != 0), 0.0, 1.0)))
+    _tp.store(_call, "d__last_value", _e1*_e4)
+    _tp.store(_call, "d__gamma", _e5*lambda_ + g__A*_tp.where((_e3 != 0), _tp.where((terminateds != 0), 0.0, _tp.where((is_last != 0), bootstrap_values + last_value, bootstrap_values)), _tp.where((is_last != 0), 0.0, values__next)))
+    _tp.store(_call, "d__lambda_", _e5*gamma)
 
 
 OP = _abi.OpInfo(

@@ -60,7 +60,6 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, values__a, terminateds__a
         terminateds__prev = _F(_nk.at(terminateds__a, _r1, _r2, _tp))
         truncateds__prev = _F(_nk.at(truncateds__a, _r1, _r2, _tp))
         _sh0__c = (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)
-        _sh1__c = _F(1.0) - terminateds__prev
         for _i in range(T):
             _t = _i
             g__A__prev = g__A
@@ -81,29 +80,26 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, values__a, terminateds__a
             truncateds = _F(_nk.at(truncateds__a, _r1, _r2, _t))
             values__next = _F(_nk.at(values__a, _r1, _r2, _tn))
             _sh0 = _sh0__c  # the step before computed it (scangen.compiler.numba_carries)
-            _sh1 = _sh1__c  # the step before computed it (scangen.compiler.numba_carries)
             _c0 = _sh0
             _c1 = (_F(1.0) if is_last != 0 else _F(0.0))
             _c2 = (terminateds if (terminateds >= truncateds) else truncateds)
             _c3 = (_F(1.0) if is_last != 0 else _c2)
             g__A = gy__advantages + gy__returns + ((_F(0.0) if is_first != 0 else gamma__prev*lambda___prev*(_F(1.0) - _c0))) * g__A
-            _c4 = g__A*(_F(1.0) - terminateds)
-            _c5 = _c4*gamma*(_F(1.0) if _c3 != 0 else _F(0.0))
-            _c6 = g__A*(_F(1.0) - _c2)*(_F(0.0) if is_last != 0 else st__A__next)
+            _c4 = g__A*gamma*(_F(1.0) if _c3 != 0 else _F(0.0))*(_F(0.0) if terminateds != 0 else _F(1.0))
+            _c5 = g__A*(_F(1.0) - _c2)*(_F(0.0) if is_last != 0 else st__A__next)
             if STORE_d__rewards:
                 _nk.put(d__rewards__a, _r1, _r2, _t, g__A)
             if STORE_d__values:
-                _nk.put(d__values__a, _r1, _r2, _t, gy__returns - g__A + (_F(0.0) if is_first != 0 else _sh1*g__A__prev*gamma__prev*(_F(0.0) if is_last__prev != 0 else _F(1.0))*(_F(0.0) if (_F(1.0) if is_last__prev != 0 else _c0) != 0 else _F(1.0))))
+                _nk.put(d__values__a, _r1, _r2, _t, gy__returns - g__A + (_F(0.0) if is_first != 0 else g__A__prev*gamma__prev*(_F(0.0) if is_last__prev != 0 else _F(1.0))*(_F(0.0) if (_F(1.0) if is_last__prev != 0 else _c0) != 0 else _F(1.0))))
             if STORE_d__bootstrap_values:
-                _nk.put(d__bootstrap_values__a, _r1, _r2, _t, _c5*(_c1 + (_F(0.0) if is_last != 0 else _F(1.0))))
+                _nk.put(d__bootstrap_values__a, _r1, _r2, _t, _c4*(_c1 + (_F(0.0) if is_last != 0 else _F(1.0))))
             if STORE_d__last_value:
-                _nk.put(d__last_value__a, _r1, _r2, _t, _c1*_c5)
+                _nk.put(d__last_value__a, _r1, _r2, _t, _c1*_c4)
             if STORE_d__gamma:
-                _nk.put(d__gamma__a, _r1, _r2, _t, _c4*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if _c3 != 0 else (_F(0.0) if is_last != 0 else values__next)) + _c6*lambda_)
+                _nk.put(d__gamma__a, _r1, _r2, _t, _c5*lambda_ + g__A*((_F(0.0) if terminateds != 0 else (bootstrap_values + last_value if is_last != 0 else bootstrap_values)) if _c3 != 0 else (_F(0.0) if is_last != 0 else values__next)))
             if STORE_d__lambda_:
-                _nk.put(d__lambda___a, _r1, _r2, _t, _c6*gamma)
+                _nk.put(d__lambda___a, _r1, _r2, _t, _c5*gamma)
             _sh0__c = (terminateds if (terminateds >= truncateds) else truncateds)
-            _sh1__c = _F(1.0) - terminateds
 
 
 @_nb.njit(**_nk.KERNEL)
@@ -135,6 +131,7 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, rewards__a, values__a, terminateds_
     _ts_d__lambda_ = 1 if STORE_d__lambda_ else 0
     _n_tiles = (R2 + _TB - 1) // _TB
     g__A__c = _np.empty(_TB, _F)
+    _sh0__c = _np.empty(_TB, _F)  # a row's carried value (scangen.compiler.numba_carries)
     for _tile in range(_lo, _hi):
         _r1 = _tile // _n_tiles
         _r2_0 = (_tile - _r1 * _n_tiles) * _TB
@@ -144,6 +141,15 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, rewards__a, values__a, terminateds_
             last_value = _F(_nk.at1(_v_last_value, _j))
             g__A = _F(0.0)
             g__A__c[_j] = g__A
+        _t = 0  # the row's first step
+        _tp = max(_t - 1, 0)
+        _tn = min(_t + 1, T - 1)
+        _v_terminateds__prev = _nk.row(terminateds__a, _r1, _tp, _r2_0, _n)
+        _v_truncateds__prev = _nk.row(truncateds__a, _r1, _tp, _r2_0, _n)
+        for _j in range(_n):
+            terminateds__prev = _F(_nk.at1(_v_terminateds__prev, _j))
+            truncateds__prev = _F(_nk.at1(_v_truncateds__prev, _j))
+            _sh0__c[_j] = _nk.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
         for _i in range(T):
             _t = _i
             _tp = max(_t - 1, 0)
@@ -183,23 +189,22 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, rewards__a, values__a, terminateds_
                 lambda___prev = _F(_nk.at1(_v_lambda___prev, _j))
                 st__A__next = _F(_nk.at1(_v_st__A__next, _j))
                 terminateds = _F(_nk.at1(_v_terminateds, _j))
-                terminateds__prev = _F(_nk.at1(_v_terminateds__prev, _j))
                 truncateds = _F(_nk.at1(_v_truncateds, _j))
-                truncateds__prev = _F(_nk.at1(_v_truncateds__prev, _j))
                 values__next = _F(_nk.at1(_v_values__next, _j))
-                _c0 = _nk.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
+                _sh0 = _sh0__c[_j]  # the step before computed it (scangen.compiler.numba_carries)
+                _c0 = _sh0
                 _c1 = _nk.where((is_last != 0), _F(1.0), _F(0.0))
                 _c2 = _nk.where((terminateds >= truncateds), terminateds, truncateds)
                 _c3 = _nk.where((is_last != 0), _F(1.0), _c2)
                 g__A = gy__advantages + gy__returns + (_nk.where((is_first != 0), _F(0.0), gamma__prev*lambda___prev*(_F(1.0) - _c0))) * g__A
-                _c4 = g__A*(_F(1.0) - terminateds)
-                _c5 = _c4*gamma*_nk.where((_c3 != 0), _F(1.0), _F(0.0))
-                _c6 = g__A*(_F(1.0) - _c2)*_nk.where((is_last != 0), _F(0.0), st__A__next)
+                _c4 = g__A*gamma*_nk.where((_c3 != 0), _F(1.0), _F(0.0))*_nk.where((terminateds != 0), _F(0.0), _F(1.0))
+                _c5 = g__A*(_F(1.0) - _c2)*_nk.where((is_last != 0), _F(0.0), st__A__next)
                 _nk.put1(_w_d__rewards, _j, g__A)
-                _nk.put1(_w_d__values, _j, gy__returns - g__A + _nk.where((is_first != 0), _F(0.0), g__A__prev*gamma__prev*(_F(1.0) - terminateds__prev)*_nk.where((is_last__prev != 0), _F(0.0), _F(1.0))*_nk.where((_nk.where((is_last__prev != 0), _F(1.0), _c0) != 0), _F(0.0), _F(1.0))))
-                _nk.put1(_w_d__bootstrap_values, _j, _c5*(_c1 + _nk.where((is_last != 0), _F(0.0), _F(1.0))))
-                _nk.put1(_w_d__last_value, _j, _c1*_c5)
-                _nk.put1(_w_d__gamma, _j, _c4*_nk.where((_c3 != 0), _nk.where((is_last != 0), bootstrap_values + last_value, bootstrap_values), _nk.where((is_last != 0), _F(0.0), values__next)) + _c6*lambda_)
-                _nk.put1(_w_d__lambda_, _j, _c6*gamma)
+                _nk.put1(_w_d__values, _j, gy__returns - g__A + _nk.where((is_first != 0), _F(0.0), g__A__prev*gamma__prev*_nk.where((is_last__prev != 0), _F(0.0), _F(1.0))*_nk.where((_nk.where((is_last__prev != 0), _F(1.0), _c0) != 0), _F(0.0), _F(1.0))))
+                _nk.put1(_w_d__bootstrap_values, _j, _c4*(_c1 + _nk.where((is_last != 0), _F(0.0), _F(1.0))))
+                _nk.put1(_w_d__last_value, _j, _c1*_c4)
+                _nk.put1(_w_d__gamma, _j, _c5*lambda_ + g__A*_nk.where((_c3 != 0), _nk.where((terminateds != 0), _F(0.0), _nk.where((is_last != 0), bootstrap_values + last_value, bootstrap_values)), _nk.where((is_last != 0), _F(0.0), values__next)))
+                _nk.put1(_w_d__lambda_, _j, _c5*gamma)
+                _sh0__c[_j] = _nk.where((terminateds >= truncateds), terminateds, truncateds)
 
                 g__A__c[_j] = g__A

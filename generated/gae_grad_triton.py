@@ -274,21 +274,20 @@ def _gae_grad_chunked_kernel(
         _e1 = (is_last != 0).to(ACC)
         _e2 = tl.where((terminateds >= truncateds), terminateds, truncateds)
         _e3 = tl.where((is_last != 0), 1.0, _e2)
-        _e4 = g__A*(1.0 - terminateds)
-        _e5 = _e4*gamma__t*(_e3 != 0).to(ACC)
-        _e6 = g__A*(1.0 - _e2)*tl.where((is_last != 0), 0.0, st__A__next)
+        _e4 = g__A*gamma__t*(_e3 != 0).to(ACC)*(~(terminateds != 0)).to(ACC)
+        _e5 = g__A*(1.0 - _e2)*tl.where((is_last != 0), 0.0, st__A__next)
         if STORE_d__rewards:
             tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (g__A)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
         if STORE_d__values:
-            tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__returns - g__A + tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*(1.0 - terminateds__prev)*(~(is_last__prev != 0)).to(ACC)*(~(tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0)).to(ACC)))).to(d__values__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__returns - g__A + tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*(~(is_last__prev != 0)).to(ACC)*(~(tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0)).to(ACC)))).to(d__values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__bootstrap_values:
-            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e5*(_e1 + (~(is_last != 0)).to(ACC)))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e4*(_e1 + (~(is_last != 0)).to(ACC)))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__last_value:
-            tl.store(d__last_value__optr + d__last_value__orow[:, None] + _t[None, :] * d__last_value__ost, (_zero + (_e1*_e5)).to(d__last_value__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__last_value__optr + d__last_value__orow[:, None] + _t[None, :] * d__last_value__ost, (_zero + (_e1*_e4)).to(d__last_value__optr.dtype.element_ty), mask=_ok)
         if STORE_d__gamma:
-            tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e4*tl.where((_e3 != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next)) + _e6*lambda___t)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e5*lambda___t + g__A*tl.where((_e3 != 0), tl.where((terminateds != 0), 0.0, tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values)), tl.where((is_last != 0), 0.0, values__next)))).to(d__gamma__optr.dtype.element_ty), mask=_ok)
         if STORE_d__lambda_:
-            tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e6*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
+            tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e5*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
 
 
 @triton.jit
@@ -696,21 +695,20 @@ def _gae_grad_persist_kernel(
         _e1 = (is_last != 0).to(ACC)
         _e2 = tl.where((terminateds >= truncateds), terminateds, truncateds)
         _e3 = tl.where((is_last != 0), 1.0, _e2)
-        _e4 = g__A*(1.0 - terminateds)
-        _e5 = _e4*gamma__t*(_e3 != 0).to(ACC)
-        _e6 = g__A*(1.0 - _e2)*tl.where((is_last != 0), 0.0, st__A__next)
+        _e4 = g__A*gamma__t*(_e3 != 0).to(ACC)*(~(terminateds != 0)).to(ACC)
+        _e5 = g__A*(1.0 - _e2)*tl.where((is_last != 0), 0.0, st__A__next)
         if STORE_d__rewards:
             tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (g__A)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
         if STORE_d__values:
-            tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__returns - g__A + tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*(1.0 - terminateds__prev)*(~(is_last__prev != 0)).to(ACC)*(~(tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0)).to(ACC)))).to(d__values__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__returns - g__A + tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*(~(is_last__prev != 0)).to(ACC)*(~(tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0)).to(ACC)))).to(d__values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__bootstrap_values:
-            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e5*(_e1 + (~(is_last != 0)).to(ACC)))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e4*(_e1 + (~(is_last != 0)).to(ACC)))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__last_value:
-            tl.store(d__last_value__optr + d__last_value__orow[:, None] + _t[None, :] * d__last_value__ost, (_zero + (_e1*_e5)).to(d__last_value__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__last_value__optr + d__last_value__orow[:, None] + _t[None, :] * d__last_value__ost, (_zero + (_e1*_e4)).to(d__last_value__optr.dtype.element_ty), mask=_ok)
         if STORE_d__gamma:
-            tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e4*tl.where((_e3 != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next)) + _e6*lambda___t)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e5*lambda___t + g__A*tl.where((_e3 != 0), tl.where((terminateds != 0), 0.0, tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values)), tl.where((is_last != 0), 0.0, values__next)))).to(d__gamma__optr.dtype.element_ty), mask=_ok)
         if STORE_d__lambda_:
-            tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e6*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
+            tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e5*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
         if HAS_bootstrap_values:
             bootstrap_values__raw = bootstrap_values__raw__nx
         if gamma__TENSOR:
@@ -1045,21 +1043,20 @@ def _gae_grad_lookback_kernel(
     _e1 = (is_last != 0).to(ACC)
     _e2 = tl.where((terminateds >= truncateds), terminateds, truncateds)
     _e3 = tl.where((is_last != 0), 1.0, _e2)
-    _e4 = g__A*(1.0 - terminateds)
-    _e5 = _e4*gamma__t*(_e3 != 0).to(ACC)
-    _e6 = g__A*(1.0 - _e2)*tl.where((is_last != 0), 0.0, st__A__next)
+    _e4 = g__A*gamma__t*(_e3 != 0).to(ACC)*(~(terminateds != 0)).to(ACC)
+    _e5 = g__A*(1.0 - _e2)*tl.where((is_last != 0), 0.0, st__A__next)
     if STORE_d__rewards:
         tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (g__A)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
     if STORE_d__values:
-        tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__returns - g__A + tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*(1.0 - terminateds__prev)*(~(is_last__prev != 0)).to(ACC)*(~(tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0)).to(ACC)))).to(d__values__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__returns - g__A + tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*(~(is_last__prev != 0)).to(ACC)*(~(tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0)).to(ACC)))).to(d__values__optr.dtype.element_ty), mask=_ok)
     if STORE_d__bootstrap_values:
-        tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e5*(_e1 + (~(is_last != 0)).to(ACC)))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e4*(_e1 + (~(is_last != 0)).to(ACC)))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
     if STORE_d__last_value:
-        tl.store(d__last_value__optr + d__last_value__orow[:, None] + _t[None, :] * d__last_value__ost, (_zero + (_e1*_e5)).to(d__last_value__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__last_value__optr + d__last_value__orow[:, None] + _t[None, :] * d__last_value__ost, (_zero + (_e1*_e4)).to(d__last_value__optr.dtype.element_ty), mask=_ok)
     if STORE_d__gamma:
-        tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e4*tl.where((_e3 != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next)) + _e6*lambda___t)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e5*lambda___t + g__A*tl.where((_e3 != 0), tl.where((terminateds != 0), 0.0, tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values)), tl.where((is_last != 0), 0.0, values__next)))).to(d__gamma__optr.dtype.element_ty), mask=_ok)
     if STORE_d__lambda_:
-        tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e6*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
+        tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e5*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
     if LB_PID:  # at the end, so that no load waits on the counter
         for _w in tl.static_range(3):  # no program of this call reads that half
             if BLOCK_N == 1:

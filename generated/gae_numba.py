@@ -92,7 +92,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, values__a, terminateds__a
                     values = _F(_nk.at1(_v_values, _t))
                     values__next = _F(_nk.at1(_v_values, _tn))
                     _c0 = _nk.maximum(terminateds, truncateds)
-                    _nk.put1(_al_A, _os + _j, rewards - values + gamma*(_F(1.0) - terminateds)*_nk.where((_nk.where((is_last != 0), _F(1.0), _c0) != 0), _nk.where((is_last != 0), bootstrap_values + last_value, bootstrap_values), _nk.where((is_last != 0), _F(0.0), values__next)))
+                    _nk.put1(_al_A, _os + _j, rewards - values + gamma*_nk.where((_nk.where((is_last != 0), _F(1.0), _c0) != 0), _nk.where((terminateds != 0), _F(0.0), _nk.where((is_last != 0), bootstrap_values + last_value, bootstrap_values)), _nk.where((is_last != 0), _F(0.0), values__next)))
                     _nk.put1(_be_A, _os + _j, gamma*lambda_*(_F(1.0) - _c0))
 
                 for _e in range(_n - (_jb - _ja)):
@@ -109,7 +109,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, values__a, terminateds__a
                     values = _F(_nk.at1(_v_values, _t))
                     values__next = _F(_nk.at1(_v_values, _tn))
                     _c0 = _nk.maximum(terminateds, truncateds)
-                    _nk.put1(_al_A, _os + _j, rewards - values + gamma*(_F(1.0) - terminateds)*_nk.where((_nk.where((is_last != 0), _F(1.0), _c0) != 0), _nk.where((is_last != 0), bootstrap_values + last_value, bootstrap_values), _nk.where((is_last != 0), _F(0.0), values__next)))
+                    _nk.put1(_al_A, _os + _j, rewards - values + gamma*_nk.where((_nk.where((is_last != 0), _F(1.0), _c0) != 0), _nk.where((terminateds != 0), _F(0.0), _nk.where((is_last != 0), bootstrap_values + last_value, bootstrap_values)), _nk.where((is_last != 0), _F(0.0), values__next)))
                     _nk.put1(_be_A, _os + _j, gamma*lambda_*(_F(1.0) - _c0))
 
 
@@ -177,7 +177,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, values__a, terminateds__a
             values = _F(_nk.at(values__a, _r1, _r2, _t))
             values__next = _F(_nk.at(values__a, _r1, _r2, _tn))
             _c0 = _nk.maximum(terminateds, truncateds)
-            A = rewards - values + gamma*(_F(1.0) - terminateds)*((bootstrap_values + last_value if is_last != 0 else bootstrap_values) if (_F(1.0) if is_last != 0 else _c0) != 0 else (_F(0.0) if is_last != 0 else values__next)) + (gamma*lambda_*(_F(1.0) - _c0)) * A
+            A = rewards - values + gamma*((_F(0.0) if terminateds != 0 else (bootstrap_values + last_value if is_last != 0 else bootstrap_values)) if (_F(1.0) if is_last != 0 else _c0) != 0 else (_F(0.0) if is_last != 0 else values__next)) + (gamma*lambda_*(_F(1.0) - _c0)) * A
             if STORE_advantages:
                 _nk.put(advantages__a, _r1, _r2, _t, A)
             if STORE_returns:
@@ -241,7 +241,7 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, rewards__a, values__a, terminateds_
                 values = _F(_nk.at1(_v_values, _j))
                 values__next = _F(_nk.at1(_v_values__next, _j))
                 _c0 = _nk.maximum(terminateds, truncateds)
-                A = rewards - values + gamma*(_F(1.0) - terminateds)*_nk.where((_nk.where((is_last != 0), _F(1.0), _c0) != 0), _nk.where((is_last != 0), bootstrap_values + last_value, bootstrap_values), _nk.where((is_last != 0), _F(0.0), values__next)) + (gamma*lambda_*(_F(1.0) - _c0)) * A
+                A = rewards - values + gamma*_nk.where((_nk.where((is_last != 0), _F(1.0), _c0) != 0), _nk.where((terminateds != 0), _F(0.0), _nk.where((is_last != 0), bootstrap_values + last_value, bootstrap_values)), _nk.where((is_last != 0), _F(0.0), values__next)) + (gamma*lambda_*(_F(1.0) - _c0)) * A
                 _nk.put1(_w_advantages, _j, A)
                 _nk.put1(_w_returns, _j, A + values)
                 _nk.put1(_w_st__A, _j, A)

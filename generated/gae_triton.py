@@ -176,7 +176,7 @@ def _gae_chunked_kernel(
             values__next = tl.where((_tcol == _rem - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _e1 = tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)
-        _alpha = tl.where(_ok, _zero + (rewards - values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next))), 0.0)
+        _alpha = tl.where(_ok, _zero + (rewards - values + gamma__t*tl.where((tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((terminateds != 0), 0.0, tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values)), tl.where((is_last != 0), 0.0, values__next))), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - _e1)), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan(
             (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine)
@@ -449,7 +449,7 @@ def _gae_persist_kernel(
             values__next = tl.where((_tcol == _rem - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _e1 = tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)
-        _alpha = tl.where(_ok, _zero + (rewards - values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next))), 0.0)
+        _alpha = tl.where(_ok, _zero + (rewards - values + gamma__t*tl.where((tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((terminateds != 0), 0.0, tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values)), tl.where((is_last != 0), 0.0, values__next))), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - _e1)), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan(
             (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine)
@@ -675,7 +675,7 @@ def _gae_lookback_kernel(
         values__next = tl.where((_tcol == _rem - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     # scan A: A_t = alpha_t + beta_t * A_{t+1}
     _e1 = tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)
-    _alpha = tl.where(_ok, _zero + (rewards - values + gamma__t*(1.0 - terminateds)*tl.where((tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next))), 0.0)
+    _alpha = tl.where(_ok, _zero + (rewards - values + gamma__t*tl.where((tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((terminateds != 0), 0.0, tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values)), tl.where((is_last != 0), 0.0, values__next))), 0.0)
     _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - _e1)), 1.0)  # identity past the window end
     _a, _b = tl.associative_scan(
         (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine)

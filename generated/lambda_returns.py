@@ -24,7 +24,7 @@ def _torch_impl(_call):
     is_last = _tp.position(_call, "is_last")
     # scan G
     _e1 = lambda_*(1.0 - _tp.where((is_last != 0), 1.0, _tp.maximum(terminateds, truncateds)))
-    G = _tp.scan(_call, rewards + gamma*(1.0 - _e1)*(1.0 - terminateds)*_tp.where((HAS_bootstrap_values*_tp.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values), _e1*gamma, 0.0, reverse=True)
+    G = _tp.scan(_call, rewards + gamma*(1.0 - _e1)*(1.0 - terminateds)*_tp.where((HAS_bootstrap_values*_tp.where((is_last != 0), 1.0, truncateds) != 0), _tp.where((terminateds != 0), 0.0, bootstrap_values), next_values), _e1*gamma, 0.0, reverse=True)
     _tp.store(_call, "returns", G)
     _tp.store(_call, "st__G", G)
 

@@ -77,7 +77,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, next_values__a, terminate
             _c2 = _F(-1.0) + (_F(1.0) if is_last != 0 else (terminateds if (terminateds >= truncateds) else truncateds))
             _c3 = -_c2
             _c4 = _c3*lambda_
-            _c8 = (bootstrap_values if _c0 != 0 else next_values)
+            _c8 = ((_F(0.0) if terminateds != 0 else bootstrap_values) if _c0 != 0 else next_values)
             g__G = gy__returns + ((_F(0.0) if is_first != 0 else gamma__prev*lambda___prev*(_F(1.0) - (_F(1.0) if is_last__prev != 0 else _sh0)))) * g__G
             _c5 = _c1*g__G*(_F(1.0) - _c4)
             _c6 = _c5*gamma
@@ -87,7 +87,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, next_values__a, terminate
             if STORE_d__next_values:
                 _nk.put(d__next_values__a, _r1, _r2, _t, _c6*(_F(0.0) if _c0 != 0 else _F(1.0)))
             if STORE_d__bootstrap_values:
-                _nk.put(d__bootstrap_values__a, _r1, _r2, _t, _c6*(_F(1.0) if _c0 != 0 else _F(0.0)))
+                _nk.put(d__bootstrap_values__a, _r1, _r2, _t, _c6*(_F(1.0) if _c0 != 0 else _F(0.0))*(_F(0.0) if terminateds != 0 else _F(1.0)))
             if STORE_d__gamma:
                 _nk.put(d__gamma__a, _r1, _r2, _t, _c4*_c7 + _c5*_c8)
             if STORE_d__lambda_:
@@ -177,14 +177,14 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, rewards__a, next_values__a, termina
                 _c2 = _F(-1.0) + _nk.where((is_last != 0), _F(1.0), _nk.where((terminateds >= truncateds), terminateds, truncateds))
                 _c3 = -_c2
                 _c4 = _c3*lambda_
-                _c8 = _nk.where((_c0 != 0), bootstrap_values, next_values)
+                _c8 = _nk.where((_c0 != 0), _nk.where((terminateds != 0), _F(0.0), bootstrap_values), next_values)
                 g__G = gy__returns + (_nk.where((is_first != 0), _F(0.0), gamma__prev*lambda___prev*(_F(1.0) - _nk.where((is_last__prev != 0), _F(1.0), _sh0)))) * g__G
                 _c5 = _c1*g__G*(_F(1.0) - _c4)
                 _c6 = _c5*gamma
                 _c7 = g__G*_nk.where((is_last != 0), _F(0.0), st__G__next)
                 _nk.put1(_w_d__rewards, _j, g__G)
                 _nk.put1(_w_d__next_values, _j, _c6*_nk.where((_c0 != 0), _F(0.0), _F(1.0)))
-                _nk.put1(_w_d__bootstrap_values, _j, _c6*_nk.where((_c0 != 0), _F(1.0), _F(0.0)))
+                _nk.put1(_w_d__bootstrap_values, _j, _c6*_nk.where((_c0 != 0), _F(1.0), _F(0.0))*_nk.where((terminateds != 0), _F(0.0), _F(1.0)))
                 _nk.put1(_w_d__gamma, _j, _c4*_c7 + _c5*_c8)
                 _nk.put1(_w_d__lambda_, _j, _c3*_c7*gamma + _c1*_c2*_c8*g__G*gamma)
                 _sh0__c[_j] = _nk.where((terminateds >= truncateds), terminateds, truncateds)

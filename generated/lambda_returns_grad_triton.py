@@ -240,13 +240,13 @@ def _lambda_returns_grad_chunked_kernel(
         _e6 = _e2*g__G*(1.0 - _e5)
         _e7 = _e6*gamma__t
         _e8 = g__G*tl.where((is_last != 0), 0.0, st__G__next)
-        _e9 = tl.where((_e1 != 0), bootstrap_values, next_values)
+        _e9 = tl.where((_e1 != 0), tl.where((terminateds != 0), 0.0, bootstrap_values), next_values)
         if STORE_d__rewards:
             tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (g__G)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
         if STORE_d__next_values:
             tl.store(d__next_values__optr + d__next_values__orow[:, None] + _t[None, :] * d__next_values__ost, (_zero + (_e7*(~(_e1 != 0)).to(ACC))).to(d__next_values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__bootstrap_values:
-            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e7*(_e1 != 0).to(ACC))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e7*(_e1 != 0).to(ACC)*(~(terminateds != 0)).to(ACC))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__gamma:
             tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e5*_e8 + _e6*_e9)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
         if STORE_d__lambda_:
@@ -608,13 +608,13 @@ def _lambda_returns_grad_persist_kernel(
         _e6 = _e2*g__G*(1.0 - _e5)
         _e7 = _e6*gamma__t
         _e8 = g__G*tl.where((is_last != 0), 0.0, st__G__next)
-        _e9 = tl.where((_e1 != 0), bootstrap_values, next_values)
+        _e9 = tl.where((_e1 != 0), tl.where((terminateds != 0), 0.0, bootstrap_values), next_values)
         if STORE_d__rewards:
             tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (g__G)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
         if STORE_d__next_values:
             tl.store(d__next_values__optr + d__next_values__orow[:, None] + _t[None, :] * d__next_values__ost, (_zero + (_e7*(~(_e1 != 0)).to(ACC))).to(d__next_values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__bootstrap_values:
-            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e7*(_e1 != 0).to(ACC))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e7*(_e1 != 0).to(ACC)*(~(terminateds != 0)).to(ACC))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__gamma:
             tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e5*_e8 + _e6*_e9)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
         if STORE_d__lambda_:
@@ -915,13 +915,13 @@ def _lambda_returns_grad_lookback_kernel(
     _e6 = _e2*g__G*(1.0 - _e5)
     _e7 = _e6*gamma__t
     _e8 = g__G*tl.where((is_last != 0), 0.0, st__G__next)
-    _e9 = tl.where((_e1 != 0), bootstrap_values, next_values)
+    _e9 = tl.where((_e1 != 0), tl.where((terminateds != 0), 0.0, bootstrap_values), next_values)
     if STORE_d__rewards:
         tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (g__G)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
     if STORE_d__next_values:
         tl.store(d__next_values__optr + d__next_values__orow[:, None] + _t[None, :] * d__next_values__ost, (_zero + (_e7*(~(_e1 != 0)).to(ACC))).to(d__next_values__optr.dtype.element_ty), mask=_ok)
     if STORE_d__bootstrap_values:
-        tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e7*(_e1 != 0).to(ACC))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e7*(_e1 != 0).to(ACC)*(~(terminateds != 0)).to(ACC))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
     if STORE_d__gamma:
         tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e5*_e8 + _e6*_e9)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
     if STORE_d__lambda_:

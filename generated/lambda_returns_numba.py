@@ -82,7 +82,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, next_values__a, terminate
                     terminateds = _F(_nk.at1(_v_terminateds, _t))
                     truncateds = _F(_nk.at1(_v_truncateds, _t))
                     _c0 = lambda_*(_F(1.0) - _nk.where((is_last != 0), _F(1.0), _nk.maximum(terminateds, truncateds)))
-                    _nk.put1(_al_G, _os + _j, rewards + gamma*(_F(1.0) - _c0)*(_F(1.0) - terminateds)*_nk.where((_hf_bootstrap_values*_nk.where((is_last != 0), _F(1.0), truncateds) != 0), bootstrap_values, next_values))
+                    _nk.put1(_al_G, _os + _j, rewards + gamma*(_F(1.0) - _c0)*(_F(1.0) - terminateds)*_nk.where((_hf_bootstrap_values*_nk.where((is_last != 0), _F(1.0), truncateds) != 0), _nk.where((terminateds != 0), _F(0.0), bootstrap_values), next_values))
                     _nk.put1(_be_G, _os + _j, _c0*gamma)
 
 
@@ -142,7 +142,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, next_values__a, terminate
             terminateds = _F(_nk.at(terminateds__a, _r1, _r2, _t))
             truncateds = _F(_nk.at(truncateds__a, _r1, _r2, _t))
             _c0 = lambda_*(_F(1.0) - (_F(1.0) if is_last != 0 else _nk.maximum(terminateds, truncateds)))
-            G = rewards + gamma*(_F(1.0) - _c0)*(_F(1.0) - terminateds)*(bootstrap_values if _hf_bootstrap_values*(_F(1.0) if is_last != 0 else truncateds) != 0 else next_values) + (_c0*gamma) * G
+            G = rewards + gamma*(_F(1.0) - _c0)*(_F(1.0) - terminateds)*((_F(0.0) if terminateds != 0 else bootstrap_values) if _hf_bootstrap_values*(_F(1.0) if is_last != 0 else truncateds) != 0 else next_values) + (_c0*gamma) * G
             if STORE_returns:
                 _nk.put(returns__a, _r1, _r2, _t, G)
             if STORE_st__G:
@@ -193,7 +193,7 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, rewards__a, next_values__a, termina
                 terminateds = _F(_nk.at1(_v_terminateds, _j))
                 truncateds = _F(_nk.at1(_v_truncateds, _j))
                 _c0 = lambda_*(_F(1.0) - _nk.where((is_last != 0), _F(1.0), _nk.maximum(terminateds, truncateds)))
-                G = rewards + gamma*(_F(1.0) - _c0)*(_F(1.0) - terminateds)*_nk.where((_hf_bootstrap_values*_nk.where((is_last != 0), _F(1.0), truncateds) != 0), bootstrap_values, next_values) + (_c0*gamma) * G
+                G = rewards + gamma*(_F(1.0) - _c0)*(_F(1.0) - terminateds)*_nk.where((_hf_bootstrap_values*_nk.where((is_last != 0), _F(1.0), truncateds) != 0), _nk.where((terminateds != 0), _F(0.0), bootstrap_values), next_values) + (_c0*gamma) * G
                 _nk.put1(_w_returns, _j, G)
                 _nk.put1(_w_st__G, _j, G)
 

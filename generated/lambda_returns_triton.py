@@ -144,7 +144,7 @@ def _lambda_returns_chunked_kernel(
             truncateds = _zero + 0.0
         # scan G: G_t = alpha_t + beta_t * G_{t+1}
         _e1 = lambda___t*(1.0 - tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)))
-        _alpha = tl.where(_ok, _zero + (rewards + gamma__t*(1.0 - _e1)*(1.0 - terminateds)*tl.where((HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values)), 0.0)
+        _alpha = tl.where(_ok, _zero + (rewards + gamma__t*(1.0 - _e1)*(1.0 - terminateds)*tl.where((HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds) != 0), tl.where((terminateds != 0), 0.0, bootstrap_values), next_values)), 0.0)
         _beta = tl.where(_ok, _zero + (_e1*gamma__t), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan(
             (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine)
@@ -369,7 +369,7 @@ def _lambda_returns_persist_kernel(
             truncateds = _zero + 0.0
         # scan G: G_t = alpha_t + beta_t * G_{t+1}
         _e1 = lambda___t*(1.0 - tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)))
-        _alpha = tl.where(_ok, _zero + (rewards + gamma__t*(1.0 - _e1)*(1.0 - terminateds)*tl.where((HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values)), 0.0)
+        _alpha = tl.where(_ok, _zero + (rewards + gamma__t*(1.0 - _e1)*(1.0 - terminateds)*tl.where((HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds) != 0), tl.where((terminateds != 0), 0.0, bootstrap_values), next_values)), 0.0)
         _beta = tl.where(_ok, _zero + (_e1*gamma__t), 1.0)  # identity past the window end
         _a, _b = tl.associative_scan(
             (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine)
@@ -561,7 +561,7 @@ def _lambda_returns_lookback_kernel(
         truncateds = _zero + 0.0
     # scan G: G_t = alpha_t + beta_t * G_{t+1}
     _e1 = lambda___t*(1.0 - tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)))
-    _alpha = tl.where(_ok, _zero + (rewards + gamma__t*(1.0 - _e1)*(1.0 - terminateds)*tl.where((HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds) != 0), bootstrap_values, next_values)), 0.0)
+    _alpha = tl.where(_ok, _zero + (rewards + gamma__t*(1.0 - _e1)*(1.0 - terminateds)*tl.where((HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds) != 0), tl.where((terminateds != 0), 0.0, bootstrap_values), next_values)), 0.0)
     _beta = tl.where(_ok, _zero + (_e1*gamma__t), 1.0)  # identity past the window end
     _a, _b = tl.associative_scan(
         (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine)

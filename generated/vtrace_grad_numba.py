@@ -79,8 +79,9 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, log_pi_target__a, log_pi_behavior__a,
         terminateds__prev = _F(_nk.at(terminateds__a, _r1, _r2, _tp))
         truncateds__prev = _F(_nk.at(truncateds__a, _r1, _r2, _tp))
         _sh0__c = (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)
-        _sh1__c = gamma__prev*(_F(1.0) - terminateds__prev)
-        _sh2__c = _F(1.0) - lambda___prev
+        _sh1__c = -terminateds__prev
+        _sh2__c = gamma__prev*(_F(1.0) - terminateds__prev)
+        _sh3__c = _F(1.0) - lambda___prev
         for _i in range(T):
             _t = _i
             g__A__prev = g__A
@@ -118,14 +119,15 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, log_pi_target__a, log_pi_behavior__a,
             _sh0 = _sh0__c  # the step before computed it (scangen.compiler.numba_carries)
             _sh1 = _sh1__c  # the step before computed it (scangen.compiler.numba_carries)
             _sh2 = _sh2__c  # the step before computed it (scangen.compiler.numba_carries)
+            _sh3 = _sh3__c  # the step before computed it (scangen.compiler.numba_carries)
             _c0 = _sh0
-            _c1 = (_F(0.0) if is_last__prev != 0 else _F(1.0))*(_F(0.0) if (_F(1.0) if is_last__prev != 0 else _c0) != 0 else _F(1.0))
+            _c1 = (_F(0.0) if is_last__prev != 0 else _F(1.0))*(_F(0.0) if _sh1 + (_F(1.0) if is_last__prev != 0 else _c0) != 0 else _F(1.0))
             _c2 = _c1*lambda___prev
-            _c4 = _sh1
+            _c4 = _sh2
             _c5 = _c4*gy__pg_advantages__prev*(pg_rho_bar__prev if (pg_rho_bar__prev <= _c3) else _c3)
             _c7 = (rho_bar <= _c6)
             _c8 = (terminateds if (terminateds >= truncateds) else truncateds)
-            _c9 = (_F(1.0) if is_last != 0 else _c8)
+            _c9 = -terminateds + (_F(1.0) if is_last != 0 else _c8)
             _c10 = (bootstrap_values + last_value if is_last != 0 else bootstrap_values)
             _c11 = (_F(0.0) if is_last != 0 else values__next)
             _c12 = (_c10 if _c9 != 0 else _c11)
@@ -158,7 +160,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, log_pi_target__a, log_pi_behavior__a,
             if STORE_d__log_pi_behavior:
                 _nk.put(d__log_pi_behavior__a, _r1, _r2, _t, -_c26)
             if STORE_d__values:
-                _nk.put(d__values__a, _r1, _r2, _t, gy__targets - _c27 - _c28 + (_F(0.0) if is_first != 0 else _c5*(_c2 + _c1*_sh2)) + (_F(0.0) if is_first != 0 else _c1*_c4*g__A__prev*(rho_bar__prev if (rho_bar__prev <= _c3) else _c3)))
+                _nk.put(d__values__a, _r1, _r2, _t, gy__targets - _c27 - _c28 + (_F(0.0) if is_first != 0 else _c5*(_c2 + _c1*_sh3)) + (_F(0.0) if is_first != 0 else _c1*_c4*g__A__prev*(rho_bar__prev if (rho_bar__prev <= _c3) else _c3)))
             if STORE_d__rewards:
                 _nk.put(d__rewards__a, _r1, _r2, _t, _c27 + _c28)
             if STORE_d__bootstrap_values:
@@ -176,8 +178,9 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, log_pi_target__a, log_pi_behavior__a,
             if STORE_d__pg_rho_bar:
                 _nk.put(d__pg_rho_bar__a, _r1, _r2, _t, _c21*(_F(1.0) if _c17 != 0 else _F(0.0)))
             _sh0__c = (terminateds if (terminateds >= truncateds) else truncateds)
-            _sh1__c = gamma*(_F(1.0) - terminateds)
-            _sh2__c = _F(1.0) - lambda_
+            _sh1__c = -terminateds
+            _sh2__c = gamma*(_F(1.0) - terminateds)
+            _sh3__c = _F(1.0) - lambda_
 
 
 @_nb.njit(**_nk.KERNEL)
@@ -223,6 +226,7 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, log_pi_target__a, log_pi_behavior__
     _sh1__c = _np.empty(_TB, _F)  # a row's carried value (scangen.compiler.numba_carries)
     _sh2__c = _np.empty(_TB, _F)  # a row's carried value (scangen.compiler.numba_carries)
     _sh3__c = _np.empty(_TB, _F)  # a row's carried value (scangen.compiler.numba_carries)
+    _sh4__c = _np.empty(_TB, _F)  # a row's carried value (scangen.compiler.numba_carries)
     for _tile in range(_lo, _hi):
         _r1 = _tile // _n_tiles
         _r2_0 = (_tile - _r1 * _n_tiles) * _TB
@@ -249,9 +253,10 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, log_pi_target__a, log_pi_behavior__
             terminateds__prev = _F(_nk.at1(_v_terminateds__prev, _j))
             truncateds__prev = _F(_nk.at1(_v_truncateds__prev, _j))
             _sh0__c[_j] = _nk.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
-            _sh1__c[_j] = _nk.exp_as(log_pi_target__prev - log_pi_behavior__prev, _F)
-            _sh2__c[_j] = gamma__prev*(_F(1.0) - terminateds__prev)
-            _sh3__c[_j] = _F(1.0) - lambda___prev
+            _sh1__c[_j] = -terminateds__prev
+            _sh2__c[_j] = _nk.exp_as(log_pi_target__prev - log_pi_behavior__prev, _F)
+            _sh3__c[_j] = gamma__prev*(_F(1.0) - terminateds__prev)
+            _sh4__c[_j] = _F(1.0) - lambda___prev
         for _i in range(T):
             _t = _i
             _tp = max(_t - 1, 0)
@@ -326,16 +331,17 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, log_pi_target__a, log_pi_behavior__
                 _sh1 = _sh1__c[_j]  # the step before computed it (scangen.compiler.numba_carries)
                 _sh2 = _sh2__c[_j]  # the step before computed it (scangen.compiler.numba_carries)
                 _sh3 = _sh3__c[_j]  # the step before computed it (scangen.compiler.numba_carries)
+                _sh4 = _sh4__c[_j]  # the step before computed it (scangen.compiler.numba_carries)
                 _c0 = _sh0
-                _c1 = _nk.where((is_last__prev != 0), _F(0.0), _F(1.0))*_nk.where((_nk.where((is_last__prev != 0), _F(1.0), _c0) != 0), _F(0.0), _F(1.0))
+                _c1 = _nk.where((is_last__prev != 0), _F(0.0), _F(1.0))*_nk.where((_sh1 + _nk.where((is_last__prev != 0), _F(1.0), _c0) != 0), _F(0.0), _F(1.0))
                 _c2 = _c1*lambda___prev
-                _c3 = _sh1
-                _c4 = _sh2
+                _c3 = _sh2
+                _c4 = _sh3
                 _c5 = _c4*gy__pg_advantages__prev*_nk.where((pg_rho_bar__prev <= _c3), pg_rho_bar__prev, _c3)
                 _c6 = _nk.exp_as(log_pi_target - log_pi_behavior, _F)
                 _c7 = (rho_bar <= _c6)
                 _c8 = _nk.where((terminateds >= truncateds), terminateds, truncateds)
-                _c9 = _nk.where((is_last != 0), _F(1.0), _c8)
+                _c9 = -terminateds + _nk.where((is_last != 0), _F(1.0), _c8)
                 _c10 = _nk.where((is_last != 0), bootstrap_values + last_value, bootstrap_values)
                 _c11 = _nk.where((is_last != 0), _F(0.0), values__next)
                 _c12 = _nk.where((_c9 != 0), _c10, _c11)
@@ -365,7 +371,7 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, log_pi_target__a, log_pi_behavior__
                 _c35 = _c23*_c24*g__A*_nk.where((_c22 != 0), c_bar, _c6)
                 _nk.put1(_w_d__log_pi_target, _j, _c26)
                 _nk.put1(_w_d__log_pi_behavior, _j, -_c26)
-                _nk.put1(_w_d__values, _j, gy__targets - _c27 - _c28 + _nk.where((is_first != 0), _F(0.0), _c5*(_c2 + _c1*_sh3)) + _nk.where((is_first != 0), _F(0.0), _c1*_c4*g__A__prev*_nk.where((rho_bar__prev <= _c3), rho_bar__prev, _c3)))
+                _nk.put1(_w_d__values, _j, gy__targets - _c27 - _c28 + _nk.where((is_first != 0), _F(0.0), _c5*(_c2 + _c1*_sh4)) + _nk.where((is_first != 0), _F(0.0), _c1*_c4*g__A__prev*_nk.where((rho_bar__prev <= _c3), rho_bar__prev, _c3)))
                 _nk.put1(_w_d__rewards, _j, _c27 + _c28)
                 _nk.put1(_w_d__bootstrap_values, _j, _c31*_c33 + _c32*(_c19*_c31 + _c31*lambda_))
                 _nk.put1(_w_d__last_value, _j, _c32*(_c19*_c34 + _c34*lambda_) + _c33*_c34)
@@ -375,8 +381,9 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, log_pi_target__a, log_pi_behavior__
                 _nk.put1(_w_d__lambda_, _j, _c32*(_c18 - _c12) + _c35*gamma)
                 _nk.put1(_w_d__pg_rho_bar, _j, _c21*_nk.where((_c17 != 0), _F(1.0), _F(0.0)))
                 _sh0__c[_j] = _nk.where((terminateds >= truncateds), terminateds, truncateds)
-                _sh1__c[_j] = _nk.exp_as(log_pi_target - log_pi_behavior, _F)
-                _sh2__c[_j] = gamma*(_F(1.0) - terminateds)
-                _sh3__c[_j] = _F(1.0) - lambda_
+                _sh1__c[_j] = -terminateds
+                _sh2__c[_j] = _nk.exp_as(log_pi_target - log_pi_behavior, _F)
+                _sh3__c[_j] = gamma*(_F(1.0) - terminateds)
+                _sh4__c[_j] = _F(1.0) - lambda_
 
                 g__A__c[_j] = g__A

@@ -398,11 +398,11 @@ def _vtrace_grad_chunked_kernel(
             _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
             values__next = tl.where((_cols == _rem - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
-        _e1 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
-        _e2 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
+        _e1 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
+        _e2 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
         _e3 = gamma__prev__t*lambda___prev__t
-        _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*(~(is_last__prev != 0)).to(ACC)*tl.where((pg_rho_bar__prev__t <= _e1), pg_rho_bar__prev__t, _e1)*(~(tl.where((is_last__prev != 0), 1.0, _e2) != 0)).to(ACC))), 0.0)
-        _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*tl.where((c_bar__prev__t <= _e1), c_bar__prev__t, _e1))), 1.0)  # identity past the window end
+        _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*(~(is_last__prev != 0)).to(ACC)*(~(-terminateds__prev + tl.where((is_last__prev != 0), 1.0, _e1) != 0)).to(ACC)*tl.where((pg_rho_bar__prev__t <= _e2), pg_rho_bar__prev__t, _e2))), 0.0)
+        _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e1)*tl.where((c_bar__prev__t <= _e2), c_bar__prev__t, _e2))), 1.0)  # identity past the window end
         _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
         g__A = _a + _b * g__A__carry[:, None]
         g__A__prev = _ea + _eb * g__A__carry[:, None]  # the state one step nearer the carry
@@ -411,7 +411,7 @@ def _vtrace_grad_chunked_kernel(
         _e4 = tl.exp(log_pi_target - log_pi_behavior)
         _e5 = (rho_bar__t <= _e4)
         _e6 = tl.where((terminateds >= truncateds), terminateds, truncateds)
-        _e7 = tl.where((is_last != 0), 1.0, _e6)
+        _e7 = -terminateds + tl.where((is_last != 0), 1.0, _e6)
         _e8 = tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values)
         _e9 = tl.where((is_last != 0), 0.0, values__next)
         _e10 = tl.where((_e7 != 0), _e8, _e9)
@@ -431,7 +431,7 @@ def _vtrace_grad_chunked_kernel(
         _e24 = _e14*_e4*(~(_e5 != 0)).to(ACC) + _e19*_e4*(~(_e15 != 0)).to(ACC) + _e23*_e4*(~(_e20 != 0)).to(ACC)
         _e25 = g__A*tl.where((_e5 != 0), rho_bar__t, _e4)
         _e26 = gy__pg_advantages*tl.where((_e15 != 0), pg_rho_bar__t, _e4)
-        _e27 = (~(is_last__prev != 0)).to(ACC)*(~(tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0)).to(ACC)
+        _e27 = (~(is_last__prev != 0)).to(ACC)*(~(-terminateds__prev + tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0)).to(ACC)
         _e28 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
         _e29 = gamma__prev__t*(1.0 - terminateds__prev)
         _e30 = (is_last != 0).to(ACC)
@@ -1056,11 +1056,11 @@ def _vtrace_grad_persist_kernel(
             _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
             values__next = tl.where((_cols == _rem - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
-        _e1 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
-        _e2 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
+        _e1 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
+        _e2 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
         _e3 = gamma__prev__t*lambda___prev__t
-        _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*(~(is_last__prev != 0)).to(ACC)*tl.where((pg_rho_bar__prev__t <= _e1), pg_rho_bar__prev__t, _e1)*(~(tl.where((is_last__prev != 0), 1.0, _e2) != 0)).to(ACC))), 0.0)
-        _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*tl.where((c_bar__prev__t <= _e1), c_bar__prev__t, _e1))), 1.0)  # identity past the window end
+        _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*(~(is_last__prev != 0)).to(ACC)*(~(-terminateds__prev + tl.where((is_last__prev != 0), 1.0, _e1) != 0)).to(ACC)*tl.where((pg_rho_bar__prev__t <= _e2), pg_rho_bar__prev__t, _e2))), 0.0)
+        _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e1)*tl.where((c_bar__prev__t <= _e2), c_bar__prev__t, _e2))), 1.0)  # identity past the window end
         _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
         g__A = _a + _b * g__A__carry[:, None]
         g__A__prev = _ea + _eb * g__A__carry[:, None]  # the state one step nearer the carry
@@ -1069,7 +1069,7 @@ def _vtrace_grad_persist_kernel(
         _e4 = tl.exp(log_pi_target - log_pi_behavior)
         _e5 = (rho_bar__t <= _e4)
         _e6 = tl.where((terminateds >= truncateds), terminateds, truncateds)
-        _e7 = tl.where((is_last != 0), 1.0, _e6)
+        _e7 = -terminateds + tl.where((is_last != 0), 1.0, _e6)
         _e8 = tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values)
         _e9 = tl.where((is_last != 0), 0.0, values__next)
         _e10 = tl.where((_e7 != 0), _e8, _e9)
@@ -1089,7 +1089,7 @@ def _vtrace_grad_persist_kernel(
         _e24 = _e14*_e4*(~(_e5 != 0)).to(ACC) + _e19*_e4*(~(_e15 != 0)).to(ACC) + _e23*_e4*(~(_e20 != 0)).to(ACC)
         _e25 = g__A*tl.where((_e5 != 0), rho_bar__t, _e4)
         _e26 = gy__pg_advantages*tl.where((_e15 != 0), pg_rho_bar__t, _e4)
-        _e27 = (~(is_last__prev != 0)).to(ACC)*(~(tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0)).to(ACC)
+        _e27 = (~(is_last__prev != 0)).to(ACC)*(~(-terminateds__prev + tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0)).to(ACC)
         _e28 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
         _e29 = gamma__prev__t*(1.0 - terminateds__prev)
         _e30 = (is_last != 0).to(ACC)
@@ -1583,11 +1583,11 @@ def _vtrace_grad_lookback_kernel(
         _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
         values__next = tl.where((_cols == _rem - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
-    _e1 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
-    _e2 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
+    _e1 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
+    _e2 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
     _e3 = gamma__prev__t*lambda___prev__t
-    _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*(~(is_last__prev != 0)).to(ACC)*tl.where((pg_rho_bar__prev__t <= _e1), pg_rho_bar__prev__t, _e1)*(~(tl.where((is_last__prev != 0), 1.0, _e2) != 0)).to(ACC))), 0.0)
-    _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*tl.where((c_bar__prev__t <= _e1), c_bar__prev__t, _e1))), 1.0)  # identity past the window end
+    _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*(~(is_last__prev != 0)).to(ACC)*(~(-terminateds__prev + tl.where((is_last__prev != 0), 1.0, _e1) != 0)).to(ACC)*tl.where((pg_rho_bar__prev__t <= _e2), pg_rho_bar__prev__t, _e2))), 0.0)
+    _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e1)*tl.where((c_bar__prev__t <= _e2), c_bar__prev__t, _e2))), 1.0)  # identity past the window end
     _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
     # look back over earlier chunks for the carry (decoupled look-back).
@@ -1610,7 +1610,7 @@ def _vtrace_grad_lookback_kernel(
     _e4 = tl.exp(log_pi_target - log_pi_behavior)
     _e5 = (rho_bar__t <= _e4)
     _e6 = tl.where((terminateds >= truncateds), terminateds, truncateds)
-    _e7 = tl.where((is_last != 0), 1.0, _e6)
+    _e7 = -terminateds + tl.where((is_last != 0), 1.0, _e6)
     _e8 = tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values)
     _e9 = tl.where((is_last != 0), 0.0, values__next)
     _e10 = tl.where((_e7 != 0), _e8, _e9)
@@ -1630,7 +1630,7 @@ def _vtrace_grad_lookback_kernel(
     _e24 = _e14*_e4*(~(_e5 != 0)).to(ACC) + _e19*_e4*(~(_e15 != 0)).to(ACC) + _e23*_e4*(~(_e20 != 0)).to(ACC)
     _e25 = g__A*tl.where((_e5 != 0), rho_bar__t, _e4)
     _e26 = gy__pg_advantages*tl.where((_e15 != 0), pg_rho_bar__t, _e4)
-    _e27 = (~(is_last__prev != 0)).to(ACC)*(~(tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0)).to(ACC)
+    _e27 = (~(is_last__prev != 0)).to(ACC)*(~(-terminateds__prev + tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0)).to(ACC)
     _e28 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
     _e29 = gamma__prev__t*(1.0 - terminateds__prev)
     _e30 = (is_last != 0).to(ACC)

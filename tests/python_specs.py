@@ -7,8 +7,7 @@ from scangen import Input, Output, Param, Scan, Spec
 
 NT_FLAGS = [Input("terminateds", kind="flag"), Input("truncateds", kind="flag", default=0)]
 DONE_CUT = [("done", "max(terminateds, truncateds)"), ("cut", "where(is_last, 1, done)")]
-BOOT_LET = [("boot", "where(is_last, bootstrap_values + last_value, bootstrap_values)"),
-            ("v_next", "where(cut, boot, next(values, 0))")]
+BOOT = ("boot", "where(is_last, bootstrap_values + last_value, bootstrap_values)")
 BOOT_INPUTS = [Input("bootstrap_values", default=0), Input("last_value", shape="N", default=0)]
 
 GAE = Spec(
@@ -18,7 +17,8 @@ GAE = Spec(
     inputs=[Input("rewards"), Input("values"), *NT_FLAGS, *BOOT_INPUTS],
     exclusive=[["bootstrap_values", "last_value"]],
     params=[Param("gamma", 0.99), Param("lambda_", 0.95)],
-    let=DONE_CUT + BOOT_LET + [("delta", "rewards + gamma * (1 - terminateds) * v_next - values")],
+    let=DONE_CUT + [BOOT, ("v_next", "where(cut, where(terminateds, 0, boot), next(values, 0))"),
+                    ("delta", "rewards + gamma * v_next - values")],
     scans=[Scan("A", update="delta + gamma * lambda_ * (1 - done) * A")],
     outputs=[Output("advantages", "A"), Output("returns", "A + values")],
     returns=["advantages"])
@@ -29,7 +29,7 @@ DISCOUNTED_RETURNS = Spec(
     inputs=[Input("rewards"), *NT_FLAGS, Input("bootstrap_values", default=0)],
     params=[Param("gamma", 0.99)],
     let=[("cut", "where(is_last, 1, max(terminateds, truncateds))")],
-    scans=[Scan("G", alpha="rewards + gamma * (1 - terminateds) * cut * bootstrap_values",
+    scans=[Scan("G", alpha="rewards + gamma * where(cut, where(terminateds, 0, bootstrap_values), 0)",
                 beta="gamma * (1 - cut)")],
     outputs=[Output("returns", "G")])
 
@@ -43,8 +43,10 @@ VTRACE = Spec(
     exclusive=[["bootstrap_values", "last_value"]],
     params=[Param("gamma", 0.99), Param("rho_bar", 1.0), Param("c_bar", 1.0),
             Param("lambda_", 1.0), Param("pg_rho_bar", "rho_bar")],
-    let=[("ratio", "exp(log_pi_target - log_pi_behavior)")] + DONE_CUT + BOOT_LET + [
-        ("vs_next", "where(cut, boot, next(values, 0) + next(A, 0))"),
+    let=[("ratio", "exp(log_pi_target - log_pi_behavior)")] + DONE_CUT + [
+        BOOT, ("boot_at", "cut - terminateds"),
+        ("v_next", "where(boot_at, boot, next(values, 0))"),
+        ("vs_next", "where(boot_at, boot, next(values, 0) + next(A, 0))"),
         ("discount", "gamma * (1 - terminateds)")],
     scans=[Scan("A", update="min(rho_bar, ratio) * (rewards + discount * v_next - values)"
                             " + gamma * lambda_ * min(c_bar, ratio) * (1 - done) * A")],
@@ -82,7 +84,7 @@ LAMBDA_RETURNS = Spec(
     params=[Param("gamma", 0.99), Param("lambda_", 0.95)],
     let=[("cut", "where(is_last, 1, max(terminateds, truncateds))"),
          ("nv", "where(present(bootstrap_values) * where(is_last, 1, truncateds), "
-                "bootstrap_values, next_values)")],
+                "where(terminateds, 0, bootstrap_values), next_values)")],
     scans=[Scan("G", alpha="rewards + gamma * (1 - terminateds) * nv * (1 - lambda_ * (1 - cut))",
                 beta="gamma * lambda_ * (1 - cut)")],
     outputs=[Output("returns", "G")])

@@ -118,19 +118,6 @@ def _where_bootstrap_is_added(inputs):
     return at & ~inputs["terminateds"]
 
 
-def _where_nan_is_safe(name, inputs):
-    """The ignored entries that may hold NaN or inf (docs/algorithms): those the kernels select
-    away. The others are multiplied by zero (terminated steps; every step for discounted
-    returns): they must be finite (test_nan_where_the_bootstrap_is_multiplied_by_zero)."""
-    term, last = inputs["terminateds"], torch.zeros_like(inputs["terminateds"])
-    last[:, -1] = True
-    if name == "compute_discounted_returns":
-        return torch.zeros_like(term)
-    if name == "compute_lambda_returns":
-        return ~(term & (inputs["truncateds"] | last))
-    return ~term
-
-
 def _bootstrap_inputs(name):
     inputs = make_inputs(name, 4, 31, seed=6, trunc_rate=0.2, term_rate=0.2)
     inputs["truncateds"][0, -1] = inputs["terminateds"][0, -1] = True  # terminated at T-1
@@ -164,38 +151,25 @@ def test_bootstrap_ignored_where_not_added(name, backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("junk", [float("nan"), float("inf")], ids=["nan", "inf"])
-@pytest.mark.parametrize("name", [n for n in BOOTSTRAPPED if n != "compute_discounted_returns"])
-def test_nan_in_ignored_bootstrap_entries_that_are_selected_away(name, junk, backend):
-    """NaN or inf in the ignored entries the kernels select away never reaches the outputs."""
-    inputs = _bootstrap_inputs(name)
-    ignored = ~_where_bootstrap_is_added(inputs)
-    junk_at = ignored & _where_nan_is_safe(name, inputs)
-    assert junk_at.sum() > 10
-    clean = _with_junk(inputs, ignored, 0.0)
-    _assert_same_outputs(name, clean, _with_junk(clean, junk_at, junk), backend)
-
-
-@pytest.mark.xfail(strict=True, reason="documented limitation (docs/algorithms, bench/NOTES.md open "
-                   "question 16): ignored bootstrap entries at terminated steps are multiplied by "
-                   "zero; the selects that would drop them cost GAE up to 18% on the H200")
 @pytest.mark.parametrize("name", BOOTSTRAPPED)
-def test_nan_where_the_bootstrap_is_multiplied_by_zero(name):
-    """Tracks the limitation: passes (and so fails, strict) once every ignored entry is
-    selected away, NaN included; then drop the marker and the finite-only notes in the docs."""
+def test_nan_in_ignored_bootstrap_entries(name, junk, backend):
+    """NaN or inf in any ignored entry (terminated steps, truncated or last, included) never
+    reaches the outputs: the specs select the bootstrap, they do not multiply it by zero."""
     inputs = _bootstrap_inputs(name)
     ignored = ~_where_bootstrap_is_added(inputs)
-    _assert_same_outputs(name, _with_junk(inputs, ignored, 0.0), _with_junk(inputs, ignored, float("nan")), "torch")
+    assert (ignored & inputs["terminateds"]).sum() > 5
+    clean = _with_junk(inputs, ignored, 0.0)
+    _assert_same_outputs(name, clean, _with_junk(clean, ignored, junk), backend)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", BOOTSTRAPPED)
 def test_ignored_bootstrap_entries_have_zero_gradient(name, backend):
-    """The adjoint kernels agree: NaN in the ignored bootstrap entries that are selected away
-    leaves every gradient finite, and the bootstrap's gradient is zero at every ignored entry."""
+    """The adjoint kernels agree: NaN in every ignored bootstrap entry leaves every gradient
+    finite, and the bootstrap's gradient is zero at every ignored entry."""
     inputs = make_inputs(name, 3, 19, seed=7, trunc_rate=0.2, term_rate=0.2)
     added = _where_bootstrap_is_added(inputs)
-    junk_at = ~added & _where_nan_is_safe(name, inputs)
-    values = to_backend(backend, _with_junk(inputs, junk_at, float("nan")))
+    values = to_backend(backend, _with_junk(inputs, ~added, float("nan")))
     leaves = {k: v.requires_grad_() for k, v in values.items()
               if torch.is_tensor(v) and v.is_floating_point()}
     out = _tuple(getattr(scangen, name)(**values, backend=backend))

@@ -6,9 +6,10 @@ templates that should not cost time (or should save it).
 
     mkdir -p ab_base && git archive <rev> generated | tar -x -C ab_base --strip-components=1
     PYTHONPATH=. python3 bench/dev/module_ab.py --base ab_base --out "$OUT" [--algos gae,...]
-        [--shapes 16384x1024,...] [--time-major]
+        [--shapes 16384x1024,...] [--time-major] [--new ab_new]
 
-ab_base/ is git-ignored: carry it to the device.
+ab_base/ and ab_new/ are git-ignored: carry them to the device. ``--new``: a second folder of
+modules in place of the checkout's (two spec variants against one base without a commit).
 """
 from __future__ import annotations
 
@@ -34,18 +35,19 @@ SHAPES = "4096x128,16384x64,1024x1024,16384x1024,64x65536"
 CALLS = 20
 
 
-def base_function(base: Path, algo: str, tmp: Path):
+def base_function(base: Path, algo: str, tmp: Path, tag: str = "base"):
     """``compute_<algo>`` of the module in ``base`` (with its ``_triton`` companion), loaded
-    under another name beside the checkout's."""
+    under another name (``<algo>_<tag>``) beside the checkout's."""
     for suffix in ("", abi.TRITON_SUFFIX):
-        (tmp / f"{algo}_base{suffix}.py").write_text((base / f"{algo}{suffix}.py").read_text())
-    module = abi.load_module(f"module_ab_{algo}_base", tmp / f"{algo}_base.py")
+        (tmp / f"{algo}_{tag}{suffix}.py").write_text((base / f"{algo}{suffix}.py").read_text())
+    module = abi.load_module(f"module_ab_{algo}_{tag}", tmp / f"{algo}_{tag}.py")
     return getattr(module, module.OP.function)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", type=Path, required=True, help="a folder of generated modules")
+    ap.add_argument("--new", type=Path, default=None, help="a folder of generated modules (default: the checkout's)")
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
     ap.add_argument("--algos", default="gae,vtrace,lambda_returns,discounted_returns")
     ap.add_argument("--shapes", default=SHAPES)
@@ -60,10 +62,12 @@ def main() -> None:
     lines = [(f"# {args.tag}: {torch.cuda.get_device_name()}, torch {torch.__version__}, triton "
               f"{__import__('triton').__version__}, {platform.node()}, "
               f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}"),
-             (f"# base {args.base}, layout {'time-major' if args.time_major else 'rows'}; device "
+             (f"# base {args.base}, new {args.new or 'the checkout'}, layout {'time-major' if args.time_major else 'rows'}; device "
               f"time per call (one of {CALLS} in a CUDA graph), medians of interleaved replays")]
     for algo in args.algos.split(","):
-        new, old = getattr(scangen, f"compute_{algo}"), base_function(args.base, algo, tmp)
+        new = (base_function(args.new, algo, tmp, "new") if args.new
+               else getattr(scangen, f"compute_{algo}"))
+        old = base_function(args.base, algo, tmp)
         for shape in args.shapes.split(","):
             N, T = map(int, shape.split("x"))
             base_set = make_inputs(algo, N, T, seed=0, device=dev, A=8)
