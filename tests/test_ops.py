@@ -181,6 +181,33 @@ def test_ignored_bootstrap_entries_have_zero_gradient(name, backend):
     assert (boot_grad[added] != 0).any()
 
 
+_SKIPPED_NAN = pytest.mark.xfail(strict=True, reason=(
+    "known deviation (docs/algorithms/masked_gae.md, bench/NOTES.md open question 17): the spec "
+    "multiplies a skipped step's values and rewards by the zero mask; the selects that drop them "
+    "cost time-major calls 2.1-2.3x on the H200"))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("junk", [pytest.param(float("nan"), marks=_SKIPPED_NAN),
+                                  pytest.param(float("inf"), marks=_SKIPPED_NAN), 1e6],
+                         ids=["nan", "inf", "big"])
+def test_masked_gae_skips_masked_steps(junk, backend):
+    """SEMANTICS.md: masked GAE's steps with response_mask 0 neither consume nor change the
+    carries, so their values and rewards change no advantage, and no return at a step the mask
+    keeps: bit for bit the call with zeros there (finite junk; NaN and inf tracked above)."""
+    inputs = make_inputs("masked_gae", 4, 37, seed=8)
+    skipped = ~inputs["response_mask"]
+    assert skipped.sum() > 10
+    clean = {**inputs, **{k: inputs[k].masked_fill(skipped, 0.0) for k in ("values", "token_level_rewards")}}
+    adv, ret = _run("compute_masked_gae", clean, backend, outputs=("advantages", "returns"))
+    assert torch.isfinite(adv).all() and torch.isfinite(ret).all()
+    for key in ("values", "token_level_rewards"):
+        other = dict(clean, **{key: clean[key].masked_fill(skipped, junk)})
+        got_adv, got_ret = _run("compute_masked_gae", other, backend, outputs=("advantages", "returns"))
+        assert torch.equal(got_adv, adv), f"{key} ({backend}) at a skipped step reached the advantages"
+        assert torch.equal(got_ret[~skipped], ret[~skipped])
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_per_row_and_per_step_params(backend):
     inputs = make_inputs("gae", 4, 19, seed=7)
