@@ -38,8 +38,8 @@ CALLS = 20
 
 
 def base_function(base: Path, algo: str, tmp: Path, tag: str = "base"):
-    """``compute_<algo>`` of the module in ``base`` (with its ``_triton`` companion), loaded
-    under another name (``<algo>_<tag>``) beside the checkout's."""
+    """``compute_<algo>`` of the module in ``base`` (with its ``_triton`` and ``_numba``
+    companions), loaded under another name (``<algo>_<tag>``) beside the checkout's."""
     for suffix in ("", abi.TRITON_SUFFIX, abi.NUMBA_SUFFIX):
         (tmp / f"{algo}_{tag}{suffix}.py").write_text((base / f"{algo}{suffix}.py").read_text())
     module = abi.load_module(f"module_ab_{algo}_{tag}", tmp / f"{algo}_{tag}.py")
