@@ -20,10 +20,10 @@ def _torch_impl(_call):
     values = _tp.load(_call, "values", None)
     is_last = _tp.position(_call, "is_last")
     # scan nv
-    nv = _tp.scan(_call, response_mask*values, 1.0 - response_mask, 0.0, reverse=True)
+    nv = _tp.scan(_call, response_mask*_tp.where((response_mask != 0), values, 0.0), 1.0 - response_mask, 0.0, reverse=True)
     nv__next = _tp.shift(nv, "next")
     # scan A
-    A = _tp.scan(_call, response_mask*(token_level_rewards - values + gamma*_tp.where((is_last != 0), 0.0, nv__next)), 1.0 - response_mask + gamma*lambda_*response_mask, 0.0, reverse=True)
+    A = _tp.scan(_call, response_mask*(-_tp.where((response_mask != 0), values, 0.0) + gamma*_tp.where((is_last != 0), 0.0, nv__next) + _tp.where((response_mask != 0), token_level_rewards, 0.0)), 1.0 - response_mask + gamma*lambda_*response_mask, 0.0, reverse=True)
     _tp.store(_call, "advantages", A)
     _tp.store(_call, "returns", A + values)
     _tp.store(_call, "st__nv", nv)

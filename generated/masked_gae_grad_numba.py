@@ -74,18 +74,20 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, token_level_rewards__a, values__a, re
             _sh1 = _sh1__c  # the step before computed it (scangen.compiler.numba_carries)
             _sh2 = _sh2__c  # the step before computed it (scangen.compiler.numba_carries)
             _c0 = _sh0
+            _c1 = response_mask*(_F(1.0) if response_mask != 0 else _F(0.0))
             g__A = gy__advantages + gy__returns + ((_F(0.0) if is_first != 0 else _F(1.0) + _sh1 + _c0*lambda___prev)) * g__A
-            _c1 = g__A*response_mask
-            _c2 = _c1*(_F(0.0) if is_last != 0 else st__A__next)
+            _c2 = _c1*g__A
+            _c3 = g__A*response_mask
+            _c4 = _c3*(_F(0.0) if is_last != 0 else st__A__next)
             g__nv = (_F(0.0) if is_first != 0 else _c0*g__A__prev*(_F(0.0) if is_last__prev != 0 else _F(1.0))) + ((_F(0.0) if is_first != 0 else _sh2)) * g__nv
             if STORE_d__token_level_rewards:
-                _nk.put(d__token_level_rewards__a, _r1, _r2, _t, _c1)
+                _nk.put(d__token_level_rewards__a, _r1, _r2, _t, _c2)
             if STORE_d__values:
-                _nk.put(d__values__a, _r1, _r2, _t, gy__returns - _c1 + g__nv*response_mask)
+                _nk.put(d__values__a, _r1, _r2, _t, gy__returns - _c2 + _c1*g__nv)
             if STORE_d__gamma:
-                _nk.put(d__gamma__a, _r1, _r2, _t, _c1*(_F(0.0) if is_last != 0 else st__nv__next) + _c2*lambda_)
+                _nk.put(d__gamma__a, _r1, _r2, _t, _c3*(_F(0.0) if is_last != 0 else st__nv__next) + _c4*lambda_)
             if STORE_d__lambda_:
-                _nk.put(d__lambda___a, _r1, _r2, _t, _c2*gamma)
+                _nk.put(d__lambda___a, _r1, _r2, _t, _c4*gamma)
             _sh0__c = gamma*response_mask
             _sh1__c = -response_mask
             _sh2__c = _F(1.0) - response_mask
@@ -156,14 +158,16 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, token_level_rewards__a, values__a, 
                 st__A__next = _F(_nk.at1(_v_st__A__next, _j))
                 st__nv__next = _F(_nk.at1(_v_st__nv__next, _j))
                 _c0 = gamma__prev*response_mask__prev
+                _c1 = response_mask*_nk.where((response_mask != 0), _F(1.0), _F(0.0))
                 g__A = gy__advantages + gy__returns + (_nk.where((is_first != 0), _F(0.0), _F(1.0) - response_mask__prev + _c0*lambda___prev)) * g__A
-                _c1 = g__A*response_mask
-                _c2 = _c1*_nk.where((is_last != 0), _F(0.0), st__A__next)
+                _c2 = _c1*g__A
+                _c3 = g__A*response_mask
+                _c4 = _c3*_nk.where((is_last != 0), _F(0.0), st__A__next)
                 g__nv = _nk.where((is_first != 0), _F(0.0), _c0*g__A__prev*_nk.where((is_last__prev != 0), _F(0.0), _F(1.0))) + (_nk.where((is_first != 0), _F(0.0), _F(1.0) - response_mask__prev)) * g__nv
-                _nk.put1(_w_d__token_level_rewards, _j, _c1)
-                _nk.put1(_w_d__values, _j, gy__returns - _c1 + g__nv*response_mask)
-                _nk.put1(_w_d__gamma, _j, _c1*_nk.where((is_last != 0), _F(0.0), st__nv__next) + _c2*lambda_)
-                _nk.put1(_w_d__lambda_, _j, _c2*gamma)
+                _nk.put1(_w_d__token_level_rewards, _j, _c2)
+                _nk.put1(_w_d__values, _j, gy__returns - _c2 + _c1*g__nv)
+                _nk.put1(_w_d__gamma, _j, _c3*_nk.where((is_last != 0), _F(0.0), st__nv__next) + _c4*lambda_)
+                _nk.put1(_w_d__lambda_, _j, _c4*gamma)
 
                 g__A__c[_j] = g__A
                 g__nv__c[_j] = g__nv

@@ -229,16 +229,18 @@ def _masked_gae_grad_chunked_kernel(
         g__nv = _a + _b * g__nv__carry[:, None]
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
             g__nv__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__nv, 0.0), axis=1)
-        _e1 = g__A*response_mask
-        _e2 = _e1*tl.where((is_last != 0), 0.0, st__A__next)
+        _e1 = response_mask*(response_mask != 0).to(ACC)
+        _e2 = _e1*g__A
+        _e3 = g__A*response_mask
+        _e4 = _e3*tl.where((is_last != 0), 0.0, st__A__next)
         if STORE_d__token_level_rewards:
-            tl.store(d__token_level_rewards__optr + d__token_level_rewards__orow[:, None] + _t[None, :] * d__token_level_rewards__ost, (_zero + (_e1)).to(d__token_level_rewards__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__token_level_rewards__optr + d__token_level_rewards__orow[:, None] + _t[None, :] * d__token_level_rewards__ost, (_zero + (_e2)).to(d__token_level_rewards__optr.dtype.element_ty), mask=_ok)
         if STORE_d__values:
-            tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__returns - _e1 + g__nv*response_mask)).to(d__values__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__returns - _e2 + _e1*g__nv)).to(d__values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__gamma:
-            tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e1*tl.where((is_last != 0), 0.0, st__nv__next) + _e2*lambda___t)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e3*tl.where((is_last != 0), 0.0, st__nv__next) + _e4*lambda___t)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
         if STORE_d__lambda_:
-            tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e2*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
+            tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e4*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
 
 
 @triton.jit
@@ -580,16 +582,18 @@ def _masked_gae_grad_persist_kernel(
         g__nv = _a + _b * g__nv__carry[:, None]
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
             g__nv__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__nv, 0.0), axis=1)
-        _e1 = g__A*response_mask
-        _e2 = _e1*tl.where((is_last != 0), 0.0, st__A__next)
+        _e1 = response_mask*(response_mask != 0).to(ACC)
+        _e2 = _e1*g__A
+        _e3 = g__A*response_mask
+        _e4 = _e3*tl.where((is_last != 0), 0.0, st__A__next)
         if STORE_d__token_level_rewards:
-            tl.store(d__token_level_rewards__optr + d__token_level_rewards__orow[:, None] + _t[None, :] * d__token_level_rewards__ost, (_zero + (_e1)).to(d__token_level_rewards__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__token_level_rewards__optr + d__token_level_rewards__orow[:, None] + _t[None, :] * d__token_level_rewards__ost, (_zero + (_e2)).to(d__token_level_rewards__optr.dtype.element_ty), mask=_ok)
         if STORE_d__values:
-            tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__returns - _e1 + g__nv*response_mask)).to(d__values__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__returns - _e2 + _e1*g__nv)).to(d__values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__gamma:
-            tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e1*tl.where((is_last != 0), 0.0, st__nv__next) + _e2*lambda___t)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e3*tl.where((is_last != 0), 0.0, st__nv__next) + _e4*lambda___t)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
         if STORE_d__lambda_:
-            tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e2*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
+            tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e4*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
         if gamma__TENSOR:
             gamma__t__raw = gamma__t__raw__nx
         if gamma__TENSOR:
@@ -886,16 +890,18 @@ def _masked_gae_grad_lookback_kernel(
                                        _ws_w + 5 * _n_words, _slot, _step, _agg_a, _agg_b,
                                        g__nv__carry, BLOCK_N, LB_WINDOW, LB_SPIN, ACC)
         g__nv = _a + _b * g__nv__carry[:, None]
-    _e1 = g__A*response_mask
-    _e2 = _e1*tl.where((is_last != 0), 0.0, st__A__next)
+    _e1 = response_mask*(response_mask != 0).to(ACC)
+    _e2 = _e1*g__A
+    _e3 = g__A*response_mask
+    _e4 = _e3*tl.where((is_last != 0), 0.0, st__A__next)
     if STORE_d__token_level_rewards:
-        tl.store(d__token_level_rewards__optr + d__token_level_rewards__orow[:, None] + _t[None, :] * d__token_level_rewards__ost, (_zero + (_e1)).to(d__token_level_rewards__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__token_level_rewards__optr + d__token_level_rewards__orow[:, None] + _t[None, :] * d__token_level_rewards__ost, (_zero + (_e2)).to(d__token_level_rewards__optr.dtype.element_ty), mask=_ok)
     if STORE_d__values:
-        tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__returns - _e1 + g__nv*response_mask)).to(d__values__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__returns - _e2 + _e1*g__nv)).to(d__values__optr.dtype.element_ty), mask=_ok)
     if STORE_d__gamma:
-        tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e1*tl.where((is_last != 0), 0.0, st__nv__next) + _e2*lambda___t)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e3*tl.where((is_last != 0), 0.0, st__nv__next) + _e4*lambda___t)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
     if STORE_d__lambda_:
-        tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e2*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
+        tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e4*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
     if LB_PID:  # at the end, so that no load waits on the counter
         for _w in tl.static_range(6):  # no program of this call reads that half
             if BLOCK_N == 1:

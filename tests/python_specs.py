@@ -114,8 +114,10 @@ MASKED_GAE = Spec(
     signature=["token_level_rewards", "values", "response_mask", "gamma", "lambda_"],
     inputs=[Input("token_level_rewards"), Input("values"), Input("response_mask", kind="flag")],
     params=[Param("gamma", 1.0), Param("lambda_", 1.0)],
-    scans=[Scan("nv", update="response_mask * values + (1 - response_mask) * nv"),
-           Scan("A", update="response_mask * (token_level_rewards + gamma * next(nv, 0) - values"
+    let=[("v", "where(response_mask, values, 0)"),
+         ("r", "where(response_mask, token_level_rewards, 0)")],
+    scans=[Scan("nv", update="response_mask * v + (1 - response_mask) * nv"),
+           Scan("A", update="response_mask * (r + gamma * next(nv, 0) - v"
                             " + gamma * lambda_ * A) + (1 - response_mask) * A")],
     outputs=[Output("advantages", "A"), Output("returns", "A + values")])
 
