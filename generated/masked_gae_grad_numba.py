@@ -74,7 +74,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, token_level_rewards__a, values__a, re
             _sh1 = _sh1__c  # the step before computed it (scangen.compiler.numba_carries)
             _sh2 = _sh2__c  # the step before computed it (scangen.compiler.numba_carries)
             _c0 = _sh0
-            _c1 = response_mask*(_F(1.0) if response_mask != 0 else _F(0.0))
+            _c1 = (_F(1.0) if response_mask != 0 else _F(0.0))
             g__A = gy__advantages + gy__returns + ((_F(0.0) if is_first != 0 else _F(1.0) + _sh1 + _c0*lambda___prev)) * g__A
             _c2 = _c1*g__A
             _c3 = g__A*response_mask
@@ -158,7 +158,7 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, token_level_rewards__a, values__a, 
                 st__A__next = _F(_nk.at1(_v_st__A__next, _j))
                 st__nv__next = _F(_nk.at1(_v_st__nv__next, _j))
                 _c0 = gamma__prev*response_mask__prev
-                _c1 = response_mask*_nk.where((response_mask != 0), _F(1.0), _F(0.0))
+                _c1 = _nk.where((response_mask != 0), _F(1.0), _F(0.0))
                 g__A = gy__advantages + gy__returns + (_nk.where((is_first != 0), _F(0.0), _F(1.0) - response_mask__prev + _c0*lambda___prev)) * g__A
                 _c2 = _c1*g__A
                 _c3 = g__A*response_mask

@@ -229,7 +229,7 @@ def _masked_gae_grad_chunked_kernel(
         g__nv = _a + _b * g__nv__carry[:, None]
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
             g__nv__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__nv, 0.0), axis=1)
-        _e1 = response_mask*(response_mask != 0).to(ACC)
+        _e1 = (response_mask != 0).to(ACC)
         _e2 = _e1*g__A
         _e3 = g__A*response_mask
         _e4 = _e3*tl.where((is_last != 0), 0.0, st__A__next)
@@ -582,7 +582,7 @@ def _masked_gae_grad_persist_kernel(
         g__nv = _a + _b * g__nv__carry[:, None]
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
             g__nv__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__nv, 0.0), axis=1)
-        _e1 = response_mask*(response_mask != 0).to(ACC)
+        _e1 = (response_mask != 0).to(ACC)
         _e2 = _e1*g__A
         _e3 = g__A*response_mask
         _e4 = _e3*tl.where((is_last != 0), 0.0, st__A__next)
@@ -890,7 +890,7 @@ def _masked_gae_grad_lookback_kernel(
                                        _ws_w + 5 * _n_words, _slot, _step, _agg_a, _agg_b,
                                        g__nv__carry, BLOCK_N, LB_WINDOW, LB_SPIN, ACC)
         g__nv = _a + _b * g__nv__carry[:, None]
-    _e1 = response_mask*(response_mask != 0).to(ACC)
+    _e1 = (response_mask != 0).to(ACC)
     _e2 = _e1*g__A
     _e3 = g__A*response_mask
     _e4 = _e3*tl.where((is_last != 0), 0.0, st__A__next)

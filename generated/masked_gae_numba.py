@@ -53,8 +53,9 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, token_level_rewards__a, values__a, re
             token_level_rewards = _F(_nk.at(token_level_rewards__a, _r1, _r2, _t))
             values = _F(_nk.at(values__a, _r1, _r2, _t))
             _c0 = (values if response_mask != 0 else _F(0.0))
-            nv = _c0*response_mask + (_F(1.0) - response_mask) * nv
-            A = response_mask*(-_c0 + gamma*(_F(0.0) if is_last != 0 else nv__next) + (token_level_rewards if response_mask != 0 else _F(0.0))) + (_F(1.0) - response_mask + gamma*lambda_*response_mask) * A
+            _c1 = gamma*response_mask
+            nv = _c0 + (_F(1.0) - response_mask) * nv
+            A = -_c0 + _c1*(_F(0.0) if is_last != 0 else nv__next) + (token_level_rewards if response_mask != 0 else _F(0.0)) + (_F(1.0) - response_mask + _c1*lambda_) * A
             if STORE_advantages:
                 _nk.put(advantages__a, _r1, _r2, _t, A)
             if STORE_returns:
@@ -112,8 +113,9 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, token_level_rewards__a, values__a, 
                 token_level_rewards = _F(_nk.at1(_v_token_level_rewards, _j))
                 values = _F(_nk.at1(_v_values, _j))
                 _c0 = _nk.where((response_mask != 0), values, _F(0.0))
-                nv = _c0*response_mask + (_F(1.0) - response_mask) * nv
-                A = response_mask*(-_c0 + gamma*_nk.where((is_last != 0), _F(0.0), nv__next) + _nk.where((response_mask != 0), token_level_rewards, _F(0.0))) + (_F(1.0) - response_mask + gamma*lambda_*response_mask) * A
+                _c1 = gamma*response_mask
+                nv = _c0 + (_F(1.0) - response_mask) * nv
+                A = -_c0 + _c1*_nk.where((is_last != 0), _F(0.0), nv__next) + _nk.where((response_mask != 0), token_level_rewards, _F(0.0)) + (_F(1.0) - response_mask + _c1*lambda_) * A
                 _nk.put1(_w_advantages, _j, A)
                 _nk.put1(_w_returns, _j, A + values)
                 _nk.put1(_w_st__nv, _j, nv)

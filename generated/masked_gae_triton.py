@@ -134,13 +134,13 @@ def _masked_gae_chunked_kernel(
         values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
         values = values__raw.to(ACC)
         # scans nv and A jointly: (A, nv)_t = [[p, q], [0, r]] (A, nv)_{t+1} + (u, v)
-        _e1 = gamma__t*response_mask
-        _e2 = tl.where((response_mask != 0), values, 0.0)
-        _jp = tl.where(_ok, _zero + (1.0 - response_mask + _e1*lambda___t), 1.0)  # the identity map past the window end
-        _jq = tl.where(_ok, _zero + (_e1*(~(is_last != 0)).to(ACC)), 0.0)
+        _e2 = gamma__t*response_mask
+        _e3 = tl.where((response_mask != 0), values, 0.0)
+        _jp = tl.where(_ok, _zero + (1.0 - response_mask + _e2*lambda___t), 1.0)  # the identity map past the window end
+        _jq = tl.where(_ok, _zero + (_e2*(~(is_last != 0)).to(ACC)), 0.0)
         _jr = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)
-        _ju = tl.where(_ok, _zero + (response_mask*(-_e2 + tl.where((response_mask != 0), token_level_rewards, 0.0))), 0.0)
-        _jv = tl.where(_ok, _zero + (_e2*response_mask), 0.0)
+        _ju = tl.where(_ok, _zero + (-_e3 + tl.where((response_mask != 0), token_level_rewards, 0.0)), 0.0)
+        _jv = tl.where(_ok, _zero + (_e3), 0.0)
         _jp, _jq, _jr, _ju, _jv = tl.associative_scan(
             (_flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jq, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jr, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_joint)
         _jp = _flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
@@ -358,13 +358,13 @@ def _masked_gae_persist_kernel(
         token_level_rewards = token_level_rewards__raw.to(ACC)
         values = values__raw.to(ACC)
         # scans nv and A jointly: (A, nv)_t = [[p, q], [0, r]] (A, nv)_{t+1} + (u, v)
-        _e1 = gamma__t*response_mask
-        _e2 = tl.where((response_mask != 0), values, 0.0)
-        _jp = tl.where(_ok, _zero + (1.0 - response_mask + _e1*lambda___t), 1.0)  # the identity map past the window end
-        _jq = tl.where(_ok, _zero + (_e1*(~(is_last != 0)).to(ACC)), 0.0)
+        _e2 = gamma__t*response_mask
+        _e3 = tl.where((response_mask != 0), values, 0.0)
+        _jp = tl.where(_ok, _zero + (1.0 - response_mask + _e2*lambda___t), 1.0)  # the identity map past the window end
+        _jq = tl.where(_ok, _zero + (_e2*(~(is_last != 0)).to(ACC)), 0.0)
         _jr = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)
-        _ju = tl.where(_ok, _zero + (response_mask*(-_e2 + tl.where((response_mask != 0), token_level_rewards, 0.0))), 0.0)
-        _jv = tl.where(_ok, _zero + (_e2*response_mask), 0.0)
+        _ju = tl.where(_ok, _zero + (-_e3 + tl.where((response_mask != 0), token_level_rewards, 0.0)), 0.0)
+        _jv = tl.where(_ok, _zero + (_e3), 0.0)
         _jp, _jq, _jr, _ju, _jv = tl.associative_scan(
             (_flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jq, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jr, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_joint)
         _jp = _flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
@@ -550,13 +550,13 @@ def _masked_gae_lookback_kernel(
     values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
     values = values__raw.to(ACC)
     # scans nv and A jointly: (A, nv)_t = [[p, q], [0, r]] (A, nv)_{t+1} + (u, v)
-    _e1 = gamma__t*response_mask
-    _e2 = tl.where((response_mask != 0), values, 0.0)
-    _jp = tl.where(_ok, _zero + (1.0 - response_mask + _e1*lambda___t), 1.0)  # the identity map past the window end
-    _jq = tl.where(_ok, _zero + (_e1*(~(is_last != 0)).to(ACC)), 0.0)
+    _e2 = gamma__t*response_mask
+    _e3 = tl.where((response_mask != 0), values, 0.0)
+    _jp = tl.where(_ok, _zero + (1.0 - response_mask + _e2*lambda___t), 1.0)  # the identity map past the window end
+    _jq = tl.where(_ok, _zero + (_e2*(~(is_last != 0)).to(ACC)), 0.0)
     _jr = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)
-    _ju = tl.where(_ok, _zero + (response_mask*(-_e2 + tl.where((response_mask != 0), token_level_rewards, 0.0))), 0.0)
-    _jv = tl.where(_ok, _zero + (_e2*response_mask), 0.0)
+    _ju = tl.where(_ok, _zero + (-_e3 + tl.where((response_mask != 0), token_level_rewards, 0.0)), 0.0)
+    _jv = tl.where(_ok, _zero + (_e3), 0.0)
     _jp, _jq, _jr, _ju, _jv = tl.associative_scan(
         (_flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jq, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jr, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_joint)
     _jp = _flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order

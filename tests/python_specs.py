@@ -116,9 +116,9 @@ MASKED_GAE = Spec(
     params=[Param("gamma", 1.0), Param("lambda_", 1.0)],
     let=[("v", "where(response_mask, values, 0)"),
          ("r", "where(response_mask, token_level_rewards, 0)")],
-    scans=[Scan("nv", update="response_mask * v + (1 - response_mask) * nv"),
-           Scan("A", update="response_mask * (r + gamma * next(nv, 0) - v"
-                            " + gamma * lambda_ * A) + (1 - response_mask) * A")],
+    scans=[Scan("nv", update="v + (1 - response_mask) * nv"),
+           Scan("A", update="r - v + response_mask * gamma * (next(nv, 0) + lambda_ * A)"
+                            " + (1 - response_mask) * A")],
     outputs=[Output("advantages", "A"), Output("returns", "A + values")])
 
 ALL = {s.name: s for s in (GAE, DISCOUNTED_RETURNS, VTRACE, RETRACE, LAMBDA_RETURNS,
