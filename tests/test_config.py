@@ -450,3 +450,22 @@ def test_maxnreg_reaches_tritons_launcher(monkeypatch):
     launch.launch(c, Kernel(), (1,), (), {}, cfg)
     assert "maxnreg" not in seen[0] and seen[1]["maxnreg"] == 168
     assert seen[1]["num_warps"] == 4
+
+
+@pytest.mark.parametrize("regs,threads,programs,cap", [
+    (134, 128, 512, 128),    # GAE 8x262144's look-back: 3 programs an SM, capped to fit 4
+    (134, 128, 396, 0),      # ... a grid that fits the 132 SMs at 3 an SM gains nothing
+    (140, 128, 512, 0),      # 12 registers over the cliff: more than the slack, would spill
+    (128, 128, 512, 0),      # already at 4 an SM: the next cliff is 104, too far
+    (130, 256, 1024, 128),   # 8 warps: 1 program an SM, capped to fit 2
+    (64, 128, 2048, 0),      # 8 programs an SM fit already (capped at 56: 4.5% slower)
+    (40, 128, 4096, 0),      # Retrace's 12 an SM (capped at 32: up to 7.7% slower)
+])
+def test_register_cliff_cap(regs, threads, programs, cap):
+    """runtime.launch.cliff_cap: one more program an SM where a few registers stand in the way
+    and the grid does not fit at once (bench/NOTES.md open question 18)."""
+    from scangen.runtime import launch
+    assert launch.cliff_cap(regs, threads, programs, 132) == cap
+    if cap:  # the cap lets exactly one more program share the SM
+        fit = launch._programs_an_sm(regs, threads)
+        assert launch._programs_an_sm(cap, threads) == fit + 1

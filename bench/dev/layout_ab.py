@@ -54,7 +54,9 @@ def set_constants(spec: str) -> list:
         mod, name = path.rsplit(".", 1)
         m = importlib.import_module(mod)
         old.append((m, name, getattr(m, name)))
-        setattr(m, name, type(getattr(m, name))(value))
+        kind = type(getattr(m, name))
+        # bool("0") is True: booleans read as integers
+        setattr(m, name, bool(int(value)) if kind is bool else kind(value))
     return old
 
 

@@ -51,6 +51,57 @@ LANES_VOLATILE = True  # lanes' volatile loads, for A/B runs
 LANES_ROWS_A_WARP = 8  # lanes: rows a warp at least (32 rows on 4 warps, a quarter of the steps each)
 MAXNREG = 0  # registers a thread at most (Triton's maxnreg; 0: ptxas decides), for A/B runs
 
+# Look-back kernels whose registers leave them just past an occupancy cliff (a few registers
+# more than would let one more program share each SM) are compiled again capped below it, when
+# the grid has more programs than fit at once. GAE's 4096-step, 4-warp look-back takes 134
+# registers: 3 programs an SM; capped at 128, 4 (H200, bench/NOTES.md open question 18: GAE
+# 8x262144 19.9 -> 16.6 us, 64x65536 29.1 -> 25.6, TD(lambda) 8x262144 20.0 -> 16.4). A cap far
+# below what ptxas chose spills (V-trace capped at 128: 2.4x slower), hence the slack.
+REG_CLIFF = True
+REG_CLIFF_SLACK = 8   # registers a thread the cap may take away, at most
+REG_CLIFF_MAX_FIT = 3  # ... only for kernels of this many programs an SM or fewer (GAE's
+# 2048-step tile, 64 registers, 8 programs: capped at 56 it ran 4.5% slower, Retrace's 40 at
+# 32 up to 7.7%: bench/results/h200-2026-12-04-ay-reg-cliff-off-rows.txt)
+REG_FILE = 65536      # 32-bit registers an SM (sm_70 to sm_90)
+CLIFF_CAPS: dict = {}  # kernel name -> (registers ptxas chose, cap or 0), as decided
+
+
+def _programs_an_sm(regs: int, threads: int) -> int:
+    """Programs of ``threads`` threads that fit an SM's registers at ``regs`` a thread
+    (allocated in units of 8)."""
+    return REG_FILE // (-(-regs // 8) * 8 * threads)
+
+
+def cliff_cap(regs: int, threads: int, programs: int, sms: int) -> int:
+    """The register cap that lets one more program share each SM, or 0: none within
+    REG_CLIFF_SLACK of ``regs``, more than REG_CLIFF_MAX_FIT programs an SM fit already, or
+    the grid's ``programs`` fit the ``sms`` at once."""
+    fit = _programs_an_sm(regs, threads)
+    if fit == 0 or fit > REG_CLIFF_MAX_FIT or programs <= fit * sms:
+        return 0
+    cap = REG_FILE // ((fit + 1) * threads) // 8 * 8
+    return cap if 0 < regs - cap <= REG_CLIFF_SLACK else 0
+
+
+def _cliff_extra(c, kernel, grid, args, meta, cfg) -> dict:
+    """``{"maxnreg": cap}`` for a look-back kernel just past an occupancy cliff (REG_CLIFF),
+    else ``{}``: compiles the kernel (Triton's warmup, cached) to read its registers."""
+    from .tiles import sm_count
+    try:
+        k = kernel.warmup(*args, **meta, grid=grid, num_warps=cfg.num_warps,
+                          num_stages=cfg.num_stages, enable_fp_fusion=True)
+        if hasattr(k, "_init_handles"):
+            k._init_handles()
+        regs = int(k.n_regs)
+    except Exception:  # a Triton without warmup or n_regs: ptxas decides, as before
+        return {}
+    programs = 1
+    for g in grid:
+        programs *= g
+    cap = cliff_cap(regs, cfg.num_warps * 32, programs, sm_count(c.device))
+    CLIFF_CAPS[getattr(kernel, "__name__", str(kernel))] = (regs, cap)
+    return {"maxnreg": cap} if cap else {}
+
 
 def lean_layout(c) -> dict | None:
     """The shared stride sets of a call that can take the lean kernels (``{"NT": (s1, s2, st),
@@ -145,6 +196,8 @@ def launch(c, kernel, grid, args: tuple, meta: dict, cfg) -> None:
     # FMA fusion pinned on: the combines are written as a * b + c, and Triton 3.10 turns it
     # off by default (3.9 warns that it will).
     extra = {"maxnreg": MAXNREG} if MAXNREG and not interpreting() else {}
+    if not extra and REG_CLIFF and cfg.family == "lookback" and not interpreting():
+        extra = _cliff_extra(c, kernel, grid, args, meta, cfg)
     compiled = kernel[grid](*args, **meta, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                             enable_fp_fusion=True, **extra)
     if not interpreting() and hasattr(compiled, "packed_metadata") and hasattr(compiled, "run"):
