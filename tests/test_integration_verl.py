@@ -439,3 +439,24 @@ def test_cuda_matches_verl():
     for got, exp in zip(sv.compute_gae_advantage_return(r, v, m, 0.99, 0.95),
                         verl_core.compute_gae_advantage_return(r, v, m, 0.99, 0.95)):
         assert_close(got, exp, **TOL_VERL[torch.float32])
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("junk", (float("nan"), float("inf")), ids=("nan", "inf"))
+def test_placeholders_on_masked_tokens_change_nothing(junk, backend):
+    """NaN or inf rewards and values on masked tokens (tool output, padding) reach no output at a
+    response token, and no GAE advantage anywhere: bit for bit the call with zeros there."""
+    r, v, m = make_inputs("multi_turn", 6, 57, torch.float32, seed=5)
+    skipped = m == 0
+    assert skipped.any() and (~skipped).any()
+    r0, v0 = r.masked_fill(skipped, 0.0), v.masked_fill(skipped, 0.0)
+    adv, ret = sv.compute_gae_advantage_return(r0, v0, m, 0.99, 0.95, backend=backend)
+    rpp_adv, rpp_ret = sv.compute_reinforce_plus_plus_outcome_advantage(
+        r0, m, _Config(gamma=0.97), backend=backend)
+    for rj, vj in ((r0.masked_fill(skipped, junk), v0), (r0, v0.masked_fill(skipped, junk))):
+        got_adv, got_ret = sv.compute_gae_advantage_return(rj, vj, m, 0.99, 0.95, backend=backend)
+        assert torch.equal(got_adv, adv)
+        assert torch.equal(got_ret[~skipped], ret[~skipped])
+    got = sv.compute_reinforce_plus_plus_outcome_advantage(
+        r0.masked_fill(skipped, junk), m, _Config(gamma=0.97), backend=backend)
+    assert torch.equal(got[0], rpp_adv) and torch.equal(got[1], rpp_ret)

@@ -56,9 +56,12 @@ inputs:
   response_mask: {kind: flag, doc: "m_t: 1 on tokens the policy generated, 0 elsewhere."}
 params:
   gamma: {default: 1.0, doc: discount factor}
+let:
+  # a masked token's reward selected away (NaN or inf included), never multiplied by 0
+  r: where(response_mask, token_level_rewards, 0)
 scans:
   C:
-    update: response_mask * (token_level_rewards + gamma * C) + (1 - response_mask) * C
+    update: r + response_mask * gamma * C + (1 - response_mask) * C
 outputs:
   returns: {expr: response_mask * C, doc: "m_t * C_t."}
 """
