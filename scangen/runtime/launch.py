@@ -11,6 +11,8 @@ builds its pointer tuple.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .. import abi
@@ -55,8 +57,8 @@ MAXNREG = 0  # registers a thread at most (Triton's maxnreg; 0: ptxas decides), 
 # more than would let one more program share each SM) are compiled again capped below it, when
 # the grid has more programs than fit at once. GAE's 4096-step, 4-warp look-back takes 134
 # registers: 3 programs an SM; capped at 128, 4 (H200, bench/NOTES.md open question 18: GAE
-# 8x262144 19.9 -> 16.6 us, 64x65536 29.1 -> 25.6, TD(lambda) 8x262144 20.0 -> 16.4). A cap far
-# below what ptxas chose spills (V-trace capped at 128: 2.4x slower), hence the slack.
+# 8x262144 19.7 -> 16.3 us, bench/results/h200-2026-12-04-az-reg-cliff-off-rows.txt). A cap
+# far below what ptxas chose spills (V-trace's 255 capped at 128: 2.4x slower), hence the slack.
 REG_CLIFF = True
 REG_CLIFF_SLACK = 8   # registers a thread the cap may take away, at most
 REG_CLIFF_MAX_FIT = 3  # ... only for kernels of this many programs an SM or fewer (GAE's
@@ -83,22 +85,19 @@ def cliff_cap(regs: int, threads: int, programs: int, sms: int) -> int:
     return cap if 0 < regs - cap <= REG_CLIFF_SLACK else 0
 
 
-def _cliff_extra(c, kernel, grid, args, meta, cfg) -> dict:
+def _cliff_extra(c, kernel, grid, args, meta, options: dict) -> dict:
     """``{"maxnreg": cap}`` for a look-back kernel just past an occupancy cliff (REG_CLIFF),
-    else ``{}``: compiles the kernel (Triton's warmup, cached) to read its registers."""
+    else ``{}``: compiles the kernel with the launch's ``options`` (Triton's warmup, cached) to
+    read its registers."""
     from .tiles import sm_count
     try:
-        k = kernel.warmup(*args, **meta, grid=grid, num_warps=cfg.num_warps,
-                          num_stages=cfg.num_stages, enable_fp_fusion=True)
+        k = kernel.warmup(*args, **meta, grid=grid, **options)
         if hasattr(k, "_init_handles"):
             k._init_handles()
         regs = int(k.n_regs)
     except Exception:  # a Triton without warmup or n_regs: ptxas decides, as before
         return {}
-    programs = 1
-    for g in grid:
-        programs *= g
-    cap = cliff_cap(regs, cfg.num_warps * 32, programs, sm_count(c.device))
+    cap = cliff_cap(regs, options["num_warps"] * 32, math.prod(grid), sm_count(c.device))
     CLIFF_CAPS[getattr(kernel, "__name__", str(kernel))] = (regs, cap)
     return {"maxnreg": cap} if cap else {}
 
@@ -195,11 +194,11 @@ def launch(c, kernel, grid, args: tuple, meta: dict, cfg) -> None:
         args = tuple(dummy if a is None else a for a in args)
     # FMA fusion pinned on: the combines are written as a * b + c, and Triton 3.10 turns it
     # off by default (3.9 warns that it will).
+    options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=True)
     extra = {"maxnreg": MAXNREG} if MAXNREG and not interpreting() else {}
     if not extra and REG_CLIFF and cfg.family == "lookback" and not interpreting():
-        extra = _cliff_extra(c, kernel, grid, args, meta, cfg)
-    compiled = kernel[grid](*args, **meta, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-                            enable_fp_fusion=True, **extra)
+        extra = _cliff_extra(c, kernel, grid, args, meta, options)
+    compiled = kernel[grid](*args, **meta, **options, **extra)
     if not interpreting() and hasattr(compiled, "packed_metadata") and hasattr(compiled, "run"):
         from triton.runtime.driver import driver
         try:
