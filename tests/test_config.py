@@ -469,3 +469,31 @@ def test_register_cliff_cap(regs, threads, programs, cap):
     if cap:  # the cap lets exactly one more program share the SM
         fit = launch._programs_an_sm(regs, threads)
         assert launch._programs_an_sm(cap, threads) == fit + 1
+
+
+def test_cliff_cap_reads_the_compiled_kernels_registers(monkeypatch):
+    """runtime.launch._cliff_extra: the registers of the kernel as Triton compiled it (its
+    warmup, with the launch's options), the grid's programs and the device's SMs give the cap;
+    a Triton that cannot say leaves ptxas to decide."""
+    from scangen.runtime import launch
+
+    class Compiled:  # what _cliff_extra reads of Triton's CompiledKernel
+        n_regs = 134
+
+    class Kernel:
+        __name__ = "_op_lookback_lean"
+
+        def warmup(self, *args, grid, **options):
+            assert grid == (512, 1, 1) and options["num_warps"] == 4
+            return Compiled()
+
+    class Broken(Kernel):
+        def warmup(self, *args, grid, **options):
+            raise TypeError("no warmup here")
+
+    monkeypatch.setattr(tiles, "_sm_count", lambda index: 132)
+    c = NS(device=torch.device("cuda", 0))
+    options = dict(num_warps=4, num_stages=3, enable_fp_fusion=True)
+    assert launch._cliff_extra(c, Kernel(), (512, 1, 1), (), {}, options) == {"maxnreg": 128}
+    assert launch.CLIFF_CAPS["_op_lookback_lean"] == (134, 128)
+    assert launch._cliff_extra(c, Broken(), (512, 1, 1), (), {}, options) == {}
