@@ -11,7 +11,6 @@ interleaved; outputs compared first.
 from __future__ import annotations
 
 import argparse
-import math
 import platform
 import time
 from pathlib import Path
@@ -20,7 +19,8 @@ import torch
 
 import scangen
 from scangen.benchmark.floors import cache_bytes
-from scangen.benchmark.inputs import as_tuple, tensor_bytes
+from scangen.benchmark.inputs import as_tuple
+from scangen.benchmark.suite import rotated
 from scangen.benchmark.timing import captured, device_interleaved
 from scangen.testing.helpers import make_inputs
 
@@ -51,11 +51,7 @@ def main() -> None:
         for shape in args.shapes.split(","):
             N, T = map(int, shape.split("x"))
             base = make_inputs(algo, N, T, seed=0, device=dev, A=8)
-            set_bytes = tensor_bytes(base)
-            k = max(1, min(16, math.ceil(3 * l2 / set_bytes), int(8e9 // set_bytes)))
-            sets = [base] + [{a: v.clone() if torch.is_tensor(v) else v for a, v in base.items()}
-                             for _ in range(k - 1)]
-            sets = [time_major(s) for s in sets] if args.time_major else sets
+            sets, _ = rotated(time_major(base) if args.time_major else base, 3 * l2, 16)
             old_out = as_tuple(fn(**sets[0], **kw))
             g_old, _ = captured([lambda s=s: fn(**s, **kw) for s in sets], CALLS)
             with settings(args.settings):
