@@ -5,6 +5,12 @@ on CPU tensors, one thread, interleaved (bench/results/cpu-2026-12-04-verl-rpp-s
     PYTHONPATH=. python3 bench/dev/rpp_select_ab.py
 """
 import platform
+import time
+
+import numba
+import torch
+
+import scangen
 from scangen.integrations import verl as sv
 from scangen.benchmark.timing import interleaved
 torch.set_num_threads(1); numba.set_num_threads(1)
