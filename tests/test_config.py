@@ -455,7 +455,10 @@ def test_maxnreg_reaches_tritons_launcher(monkeypatch):
 @pytest.mark.parametrize("regs,threads,programs,cap", [
     (134, 128, 512, 128),    # GAE 8x262144's look-back: 3 programs an SM, capped to fit 4
     (134, 128, 396, 0),      # ... a grid that fits the 132 SMs at 3 an SM gains nothing
-    (140, 128, 512, 0),      # 12 registers over the cliff: more than the slack, would spill
+    (164, 128, 512, 128),    # TD(lambda) 8x262144's: 36 over, 19.75 -> 16.20 us capped
+    (172, 128, 512, 168),    # 176 allocated: 2 programs an SM; 3 at 168
+    (215, 128, 512, 0),      # masked GAE's: 47 over 168, more than the slack (1.1x-1.2x slower)
+    (255, 128, 512, 0),      # V-trace's: 2 an SM, 87 over 168 (spills: 2.4x slower)
     (128, 128, 512, 0),      # already at 4 an SM: the next cliff is 104, too far
     (130, 256, 1024, 128),   # 8 warps: 1 program an SM, capped to fit 2
     (64, 128, 2048, 0),      # 8 programs an SM fit already (capped at 56: 4.5% slower)

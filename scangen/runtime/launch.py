@@ -57,10 +57,12 @@ MAXNREG = 0  # registers a thread at most (Triton's maxnreg; 0: ptxas decides), 
 # more than would let one more program share each SM) are compiled again capped below it, when
 # the grid has more programs than fit at once. GAE's 4096-step, 4-warp look-back takes 134
 # registers: 3 programs an SM; capped at 128, 4 (H200, bench/NOTES.md open question 18: GAE
-# 8x262144 19.7 -> 16.3 us, bench/results/h200-2026-12-04-az-reg-cliff-off-rows.txt). A cap
-# far below what ptxas chose spills (V-trace's 255 capped at 128: 2.4x slower), hence the slack.
+# 8x262144 19.7 -> 16.3 us, bench/results/h200-2026-12-04-az-reg-cliff-off-rows.txt); TD(lambda)'s
+# takes 164: capped at 128, 19.75 -> 16.20 us (-ba-slack40-rows.txt). A cap far below what ptxas
+# chose spills (V-trace's 255 capped at 128: 2.4x slower, masked GAE's 215 1.1x-1.2x), hence the
+# slack, which takes TD(lambda) and leaves those two.
 REG_CLIFF = True
-REG_CLIFF_SLACK = 8   # registers a thread the cap may take away, at most
+REG_CLIFF_SLACK = 40  # registers a thread the cap may take away, at most
 REG_CLIFF_MAX_FIT = 3  # ... only for kernels of this many programs an SM or fewer (GAE's
 # 2048-step tile, 64 registers, 8 programs: capped at 56 it ran 4.5% slower, Retrace's 40 at
 # 32 up to 7.7%: bench/results/h200-2026-12-04-ay-reg-cliff-off-rows.txt)
