@@ -57,6 +57,10 @@ p.add_argument("--seed", type=int, default=0)
 p.add_argument("--rounds", type=int, default=3, help="samples per callable (host-timed: 2 more, of 10 ms)")
 p.add_argument("--rep-ms", type=float, default=20.0, help="do_bench's rep (its warmup: a quarter of it)")
 p.add_argument("--graph-calls", type=int, default=20)
+p.add_argument("--ceiling", action="store_true", help="device time of a plain streaming kernel that reads "
+               "scangen's input bytes and writes its output bytes (no scan; the best of a few tiles), and of "
+               "an empty kernel, both by graph replay beside the two sides: what one kernel launch moving "
+               "those bytes can reach at that size")
 p.add_argument("--ref-rows", type=int, default=32, help="rows checked against float64")
 p.add_argument("--ref-window", type=int, default=2048, help="steps checked against float64")
 p.add_argument("--sg-configs", default="", help="device time of scangen with forced launch configs too, "
@@ -69,6 +73,7 @@ if ARGS.device == "cpu":
 
 import torch  # noqa: E402
 import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 import scangen  # noqa: E402
 from scangen.testing import make_inputs, tolerance  # noqa: E402
@@ -109,6 +114,31 @@ if timing.empty_launch is None:
 
 def launch():  # the empty-launch floor: an empty @triton.jit kernel (a pointer, an int) from Python
     timing.empty_launch(_X, 1)
+
+
+@triton.jit
+def _stream(src, dst, n_src, n_dst, BLOCK: tl.constexpr):
+    """--ceiling: words src[i] read for i < n_src, dst[i] = src[i] + 1 written for i < n_dst (the
+    store's mask is a runtime value, so no load is dropped)."""
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(src + i, mask=i < n_src, other=0)
+    tl.store(dst + i, x + 1, mask=i < n_dst)
+
+
+CEILING_TILES = ((1024, 4), (2048, 4), (4096, 8), (8192, 8))  # words a program, warps
+
+
+def ceiling(row, k):
+    """--ceiling: {name: [thunks over k buffer sets]}: the streaming kernel per tile moving scangen's
+    bytes in and out, and the empty kernel."""
+    n_src = -(-(row["sg_bytes"] - row["sg_out_bytes"]) // 4)
+    n_dst = -(-row["sg_out_bytes"] // 4)
+    bufs = [(torch.zeros(n_src, dtype=torch.int32, device=DEV), torch.empty(n_dst, dtype=torch.int32, device=DEV))
+            for _ in range(k)]
+    thunks = {f"map{b}w{w}": [lambda s=s, d=d, b=b, w=w: _stream[(triton.cdiv(max(n_src, n_dst), b),)](
+        s, d, n_src, n_dst, BLOCK=b, num_warps=w) for s, d in bufs] for b, w in CEILING_TILES}
+    thunks["empty"] = [launch]
+    return thunks
 
 
 def _rt_on_cpu(fn, kw):
@@ -282,6 +312,7 @@ def run_cell(name, N, T):
                 SYNC()
             row[f"{s}_first_s"], row[f"status_{s}"] = time.perf_counter() - t0, "ok"
             row[f"{s}_bytes"] = io_bytes(kws[s], outs[s], info["part"])
+            row[f"{s}_out_bytes"] = timing.tensor_bytes(outs[s])
         except Exception as exc:  # noqa: BLE001 - shape limits, asserts, out of memory: the cell says why
             outs[s], row[f"status_{s}"] = None, "skip: " + timing.short_error(exc, 120)
             if CUDA:
@@ -330,8 +361,18 @@ def run_cell(name, N, T):
                 fns[s + "_graph"] = graphs[s][0].replay
             except Exception as exc:  # noqa: BLE001
                 notes.append(f"{s} graph: {timing.short_error(exc, 80)}")
+        if ARGS.ceiling and "sg" in ok:
+            for name, th in ceiling(row, k).items():
+                for f in th:
+                    f()
+                fns[name + "_graph"] = capture(th)[0].replay
         t = timing.device_interleaved(fns, rounds=ARGS.rounds, warmup_ms=ARGS.rep_ms / 4, rep_ms=ARGS.rep_ms)
         row.update({f"{s}_bench_us": t[s].median_s * 1e6 for s in (*ok, "launch")})
+        if ARGS.ceiling and "sg" in ok:
+            maps = {n: t[n].median_s * 1e6 / ARGS.graph_calls for n in t if n.startswith("map")}
+            best = min(maps, key=maps.get)
+            row["map_graph_us"], row["map_tile"] = maps[best], best.removesuffix("_graph")
+            row["empty_graph_us"] = t["empty_graph"].median_s * 1e6 / ARGS.graph_calls
         for s, (_, last) in graphs.items():
             if errors(last, outs[s], {})[0] > 1:
                 notes.append(f"{s}: the graph's result differs from the eager call's")
@@ -416,6 +457,8 @@ def derive(r, bw):
             r[f"{s}_floor_us"] = r[f"{s}_bytes"] / bw * 1e6
             dev_us = r.get(f"{s}_graph_us") or r.get(f"{s}_bench_us")
             r[f"{s}_pct_floor"] = 100 * r[f"{s}_floor_us"] / dev_us if dev_us else None
+    if r.get("map_graph_us") and r.get("sg_floor_us"):
+        r["map_pct_floor"] = 100 * r["sg_floor_us"] / r["map_graph_us"]
         if r.get(f"{s}_call_us") and r.get("launch_call_us"):
             r[f"{s}_x_launch"] = r[f"{s}_call_us"] / r["launch_call_us"]
 
@@ -428,7 +471,8 @@ COLUMNS = ("algo", "N", "T", "K", "trunc", "sg_flags", "status_sg", "status_rt",
            "rt_bytes", "copy_GBps", "launch_call_us", "launch_bench_us", "sg_call_us", "rt_call_us", "call_ratio",
            "sg_bench_us", "rt_bench_us", "bench_ratio", "sg_graph_us", "rt_graph_us", "graph_ratio",
            "sg_floor_us", "rt_floor_us", "sg_pct_floor", "rt_pct_floor", "sg_x_launch", "rt_x_launch", "note",
-           "sg_graph2_us", "rt_graph2_us", "configs",
+           "sg_graph2_us", "rt_graph2_us", "configs", "sg_out_bytes", "map_graph_us", "map_tile", "map_pct_floor",
+           "empty_graph_us",
            "error")
 
 
@@ -462,6 +506,17 @@ def save(out, rows, meta):
               f"{pair(r, 'graph_us')} | {fnum(r.get('graph_ratio'))} | {pair(r, 'bench_us')} | "
               f"{fnum(r.get('bench_ratio'))} | {fnum(r.get('launch_call_us'))} | {pair(r, 'floor_us')} | "
               f"{pair(r, 'pct_floor', '{:.0f}')} | {check_cell(r)} |" for r in rows]
+    ceil = [r for r in rows if r.get("map_graph_us")]
+    if ceil:
+        lines += ["", "Ceiling (--ceiling): device time of one streaming kernel (no scan) that reads scangen's "
+                  "input bytes and writes its output bytes, the best of its tiles, and of an empty kernel, "
+                  "each one of the calls of a replayed CUDA graph, beside the sides above:", "",
+                  "| algo | N x T | scangen device us | streaming kernel us (tile) | empty kernel us | floor us "
+                  "| % floor scangen / streaming kernel |", "|" + "---|" * 7]
+        lines += [f"| {r['algo']} | {r['N']}x{r['T']} | {fnum(r.get('sg_graph_us'))} | "
+                  f"{fnum(r.get('map_graph_us'))} ({r.get('map_tile')}) | {fnum(r.get('empty_graph_us'))} | "
+                  f"{fnum(r.get('sg_floor_us'))} | {fnum(r.get('sg_pct_floor'), '{:.0f}')} / "
+                  f"{fnum(r.get('map_pct_floor'), '{:.0f}')} |" for r in ceil]
     forced = [r for r in rows if r.get("configs")]
     if forced:
         lines += ["", "Forced launch configs (--sg-configs), device us, replayed interleaved with both "

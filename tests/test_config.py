@@ -171,8 +171,9 @@ def test_lookback_constants_are_fixed_for_the_other_families(T):
 
 
 @pytest.mark.parametrize("N,T,K,spin", [
-    (1, 1048576, 8, True),    # Retrace: 8192 chunks of 128 steps a row
-    (8, 262144, 8, False),    # 2048 chunks
+    (1, 1 << 22, 8, True),    # Retrace: 8192 chunks of 512 steps a row
+    (1, 1048576, 8, False),   # 2048 chunks
+    (8, 262144, 8, False),    # 512 chunks
     (1, 1048576, 1, False),   # 128 chunks of 8192 steps
     (64, 65536, 1, False),
 ])
@@ -219,9 +220,15 @@ def test_no_persist_with_a_trailing_axis_or_time_major():
 def test_trailing_axis_counts_in_the_tile():
     cfg = _choose(16384, 1024, K=8)
     assert (cfg.block_n, cfg.block_t, cfg.block_k) == (1, 128, 8)
-    assert _choose(1, 1048576, K=8).block_t == 128
-    lb = _choose(256, 8192, K=8)  # the look-back keeps 1024 elements on 4 warps with K > 1
-    assert (lb.block_t, lb.num_warps, lb.family) == (128, 4, "lookback")
+    # the look-back with K > 1: 4096 elements a chunk on 8 warps where a row holds more than 32
+    # chunks of 1024, else 1024 on 4
+    lb = _choose(256, 8192, K=8)
+    assert (lb.block_t, lb.num_warps, lb.family) == (512, 8, "lookback")
+    assert _choose(128, 4096, K=8)[:4] == (1, 128, 8, 4)
+    assert _choose(200, 2048, K=8)[:4] == (1, 128, 8, 4)
+    assert _choose(1, 1048576, K=8)[:4] == (1, 512, 8, 8)
+    assert _choose(8, 262144, K=2)[:4] == (1, 2048, 2, 8)  # 2048 steps of 2
+    assert _choose(8, 262144, K=64)[:4] == (1, 256, 16, 8)  # K in slices of MAX_BLOCK_K
 
 
 @pytest.mark.parametrize("N,T,expected", [
