@@ -111,6 +111,8 @@ LOOKBACK_K_LONG_CHUNKS = 32  # a warp per K_WHOLE_ROW_WARP elements: fewer links
 # process (H200, bench/results/h200-2026-12-04-bb-retrace-lookback-rule.txt): 8x262144 125 ->
 # 90 us, 1x1048576 101 -> 73, 2x131072 28 -> 19, 64x65536 159 -> 140, 32x16384 30 -> 26,
 # 256x8192 76 -> 72; rows of 32 chunks or fewer lose (128x4096 24.4 -> 25.2, 200x2048 20.4 -> 21.5)
+# (those timings with runtime.launch's register-cliff cap, 80 -> 64 registers; without it 1.01x-1.12x
+# slower: -be-retrace-reg-cliff-off.txt)
 PERSIST_TILE = 512       # tile of persist calls chosen for the tensors they move (one row)
 FAMILIES = ("stream", "persist", "lookback")
 def _forced_family() -> str | None:
