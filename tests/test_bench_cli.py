@@ -151,3 +151,34 @@ def test_bench_scripts_import_the_package_library():
     for name in ("bench.py", "cpu.py"):
         assert "scangen.benchmark" in (ROOT / "bench" / name).read_text()
 
+
+
+def test_a_timed_block_pays_for_the_allocators_deferred_work():
+    """timing.block_time settles glibc's malloc inside the block (timing.settle_allocator): the
+    small blocks a callable freed are merged before the block's clock stops, not at the next
+    callable's first allocation (a per-step torch loop left 19-20 ms to whoever came next:
+    bench/CPU.md). Read through glibc's mallinfo2: fastbin blocks left after the block."""
+    import ctypes
+
+    from scangen.benchmark import timing
+    fns = timing._libc_malloc()
+    if fns is None or not hasattr(ctypes.CDLL(None), "mallinfo2"):
+        pytest.skip("glibc 2.33 or later only (malloc, mallinfo2)")
+    malloc, free = fns
+
+    class Mallinfo2(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                   "fsmblks", "uordblks", "fordblks", "keepcost")]
+    mallinfo2 = ctypes.CDLL(None).mallinfo2
+    mallinfo2.restype = Mallinfo2
+
+    def frees_small_blocks():  # beyond the thread cache's 7 a size: fastbins
+        for p in [malloc(48) for _ in range(2000)]:
+            free(p)
+
+    frees_small_blocks()
+    assert mallinfo2().smblks > 1000  # what a block would leave behind without the settle
+    timing.settle_allocator()
+    assert mallinfo2().smblks == 0
+    timing.block_time(frees_small_blocks, 3)
+    assert mallinfo2().smblks == 0
