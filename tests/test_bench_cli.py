@@ -153,32 +153,51 @@ def test_bench_scripts_import_the_package_library():
 
 
 
-def test_a_timed_block_pays_for_the_allocators_deferred_work():
+def test_a_timed_block_pays_for_the_allocators_deferred_work(tmp_path):
     """timing.block_time settles glibc's malloc inside the block (timing.settle_allocator): the
     small blocks a callable freed are merged before the block's clock stops, not at the next
     callable's first allocation (a per-step torch loop left 19-20 ms to whoever came next:
-    bench/CPU.md). Read through glibc's mallinfo2: fastbin blocks left after the block."""
+    bench/CPU.md). Read through glibc's malloc_info (every arena: pytest-xdist runs tests on a
+    thread of their own): fast-bin blocks left after the block."""
     import ctypes
+    import re
 
     from scangen.benchmark import timing
     fns = timing._libc_malloc()
-    if fns is None or not hasattr(ctypes.CDLL(None), "mallinfo2"):
-        pytest.skip("glibc 2.33 or later only (malloc, mallinfo2)")
+    libc = ctypes.CDLL(None)
+    if fns is None or not hasattr(libc, "malloc_info"):
+        pytest.skip("glibc only (malloc, malloc_info)")
     malloc, free = fns
+    libc.fopen.restype, libc.fopen.argtypes = ctypes.c_void_p, [ctypes.c_char_p, ctypes.c_char_p]
+    libc.fclose.argtypes = [ctypes.c_void_p]
+    libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    libc.setvbuf.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+    report = tmp_path / "malloc_info.xml"
+    stdio_buffer = ctypes.create_string_buffer(1 << 20)
 
-    class Mallinfo2(ctypes.Structure):
-        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                                                   "fsmblks", "uordblks", "fordblks", "keepcost")]
-    mallinfo2 = ctypes.CDLL(None).mallinfo2
-    mallinfo2.restype = Mallinfo2
+    def fast_blocks():  # the last <total type="fast"> is every arena's
+        # the report's FILE and buffer are taken before it is written: a stdio buffer taken from
+        # malloc (4 KB) would itself merge the fast bins first
+        f = libc.fopen(str(report).encode(), b"w")
+        libc.setvbuf(f, stdio_buffer, 0, len(stdio_buffer))  # _IOFBF, our buffer
+        return f
 
-    def frees_small_blocks():  # beyond the thread cache's 7 a size: fastbins
+    def count(f):
+        libc.malloc_info(0, f)
+        libc.fclose(f)
+        return int(re.findall(r'<total type="fast" count="(\d+)"', report.read_text())[-1])
+
+    def frees_small_blocks():  # beyond the thread cache's 7 a size: fast bins
         for p in [malloc(48) for _ in range(2000)]:
             free(p)
 
+    f = fast_blocks()
     frees_small_blocks()
-    assert mallinfo2().smblks > 1000  # what a block would leave behind without the settle
+    assert count(f) > 1000  # what a block leaves behind without the settle
+    f = fast_blocks()
+    frees_small_blocks()
     timing.settle_allocator()
-    assert mallinfo2().smblks == 0
+    assert count(f) < 100  # not 0: other threads (pytest-xdist's) free small blocks too
+    f = fast_blocks()
     timing.block_time(frees_small_blocks, 3)
-    assert mallinfo2().smblks == 0
+    assert count(f) < 100
