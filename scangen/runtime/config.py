@@ -104,15 +104,18 @@ LOOKBACK_BLOCK_T = 2048
 LOOKBACK_WARPS = 4
 LOOKBACK_PROGRAMS_PER_SM = 8
 LOOKBACK_LONG_PROGRAMS_PER_SM = 2
-LOOKBACK_K_TILE = 1024   # elements (K included) per program when K > 1, on NUM_WARPS warps;
-LOOKBACK_K_LONG_TILE = 4096  # ... where a row holds more than LOOKBACK_K_LONG_CHUNKS of those,
-LOOKBACK_K_LONG_CHUNKS = 32  # a warp per K_WHOLE_ROW_WARP elements: fewer links in each row's
-# chain of look-backs. Retrace (K = 8), 512-step chunks on 8 warps against 128 on 4, one
-# process (H200, bench/results/h200-2026-12-04-bb-retrace-lookback-rule.txt): 8x262144 125 ->
-# 90 us, 1x1048576 101 -> 73, 2x131072 28 -> 19, 64x65536 159 -> 140, 32x16384 30 -> 26,
-# 256x8192 76 -> 72; rows of 32 chunks or fewer lose (128x4096 24.4 -> 25.2, 200x2048 20.4 -> 21.5)
-# (those timings with runtime.launch's register-cliff cap, 80 -> 64 registers; without it 1.01x-1.12x
-# slower: -be-retrace-reg-cliff-off.txt)
+# Look-backs over a trailing axis (K > 1): LOOKBACK_K_TILE elements (K included) a chunk on
+# NUM_WARPS warps; where a row holds more than LOOKBACK_K_LONG_CHUNKS of those, LOOKBACK_K_LONG_TILE
+# on a warp per K_WHOLE_ROW_WARP elements, so each row's chain of look-backs has fewer links.
+# Retrace (K = 8), 512-step chunks on 8 warps against 128 on 4, one process (H200,
+# bench/results/h200-2026-12-04-bb-retrace-lookback-rule.txt): 8x262144 125 -> 90 us, 1x1048576
+# 101 -> 73, 2x131072 28 -> 19, 64x65536 159 -> 140, 32x16384 30 -> 26, 256x8192 76 -> 72; rows
+# of 32 chunks or fewer lose (128x4096 24.4 -> 25.2, 200x2048 20.4 -> 21.5). Those timings include
+# runtime.launch's register-cliff cap (80 -> 64 registers), without which the long tiles run
+# 1.01x-1.12x slower (-be-retrace-reg-cliff-off.txt).
+LOOKBACK_K_TILE = 1024
+LOOKBACK_K_LONG_TILE = 4096
+LOOKBACK_K_LONG_CHUNKS = 32
 PERSIST_TILE = 512       # tile of persist calls chosen for the tensors they move (one row)
 FAMILIES = ("stream", "persist", "lookback")
 def _forced_family() -> str | None:
