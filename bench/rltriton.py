@@ -492,6 +492,13 @@ def check_cell(r):
     return ("; ".join(parts) + (f" ({r['note']})" if r.get("note") else "")).replace("|", "/")
 
 
+def md_table(header, cells, rows) -> list:
+    """A markdown table's lines: ``header``, then per row of ``rows`` its algo and shape before its
+    ``cells``."""
+    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            + [f"| {r['algo']} | {r['N']}x{r['T']} | " + " | ".join(c) + " |" for r, c in zip(rows, cells)])
+
+
 def save(out, rows, meta):
     timing.write_csv(out / "rltriton.csv", rows, COLUMNS, meta)
     lines = ["# scangen beside rl-triton", "", *(f"- {k}: {v}" for k, v in meta.items()), "",
@@ -499,24 +506,24 @@ def save(out, rows, meta):
              f"{ARGS.graph_calls} calls captured in a CUDA graph; do_bench: median, L2 flushed; floor: each "
              "side's bytes in + out / copy bandwidth; % floor: of the device time; x: rl-triton / scangen "
              "(> 1: scangen faster); check: max error / fp32 tolerance against float64 (rl-triton's Retrace "
-             "advantages at T-1 and truncations left out). Not in rl-triton 0.1.3: compute_masked_gae.", "",
-             "| algo | N x T | call us sg / rt | x | device us sg / rt | x | do_bench us sg / rt | x | launch us "
-             "| floor us sg / rt | % floor sg / rt | check |", "|" + "---|" * 12]
-    lines += [f"| {r['algo']} | {r['N']}x{r['T']} | {pair(r, 'call_us')} | {fnum(r.get('call_ratio'))} | "
-              f"{pair(r, 'graph_us')} | {fnum(r.get('graph_ratio'))} | {pair(r, 'bench_us')} | "
-              f"{fnum(r.get('bench_ratio'))} | {fnum(r.get('launch_call_us'))} | {pair(r, 'floor_us')} | "
-              f"{pair(r, 'pct_floor', '{:.0f}')} | {check_cell(r)} |" for r in rows]
+             "advantages at T-1 and truncations left out). Not in rl-triton 0.1.3: compute_masked_gae.", ""]
+    lines += md_table(("algo", "N x T", "call us sg / rt", "x", "device us sg / rt", "x", "do_bench us sg / rt",
+                       "x", "launch us", "floor us sg / rt", "% floor sg / rt", "check"),
+                      [(pair(r, "call_us"), fnum(r.get("call_ratio")), pair(r, "graph_us"),
+                        fnum(r.get("graph_ratio")), pair(r, "bench_us"), fnum(r.get("bench_ratio")),
+                        fnum(r.get("launch_call_us")), pair(r, "floor_us"), pair(r, "pct_floor", "{:.0f}"),
+                        check_cell(r)) for r in rows], rows)
     ceil = [r for r in rows if r.get("map_graph_us")]
     if ceil:
         lines += ["", "Ceiling (--ceiling): device time of one streaming kernel (no scan) that reads scangen's "
                   "input bytes and writes its output bytes, the best of its tiles, and of an empty kernel, "
-                  "each one of the calls of a replayed CUDA graph, beside the sides above:", "",
-                  "| algo | N x T | scangen device us | streaming kernel us (tile) | empty kernel us | floor us "
-                  "| % floor scangen / streaming kernel |", "|" + "---|" * 7]
-        lines += [f"| {r['algo']} | {r['N']}x{r['T']} | {fnum(r.get('sg_graph_us'))} | "
-                  f"{fnum(r.get('map_graph_us'))} ({r.get('map_tile')}) | {fnum(r.get('empty_graph_us'))} | "
-                  f"{fnum(r.get('sg_floor_us'))} | {fnum(r.get('sg_pct_floor'), '{:.0f}')} / "
-                  f"{fnum(r.get('map_pct_floor'), '{:.0f}')} |" for r in ceil]
+                  "each one of the calls of a replayed CUDA graph, beside the sides above:", ""]
+        lines += md_table(("algo", "N x T", "scangen device us", "streaming kernel us (tile)", "empty kernel us",
+                           "floor us", "% floor scangen / streaming kernel"),
+                          [(fnum(r.get("sg_graph_us")), f"{fnum(r.get('map_graph_us'))} ({r.get('map_tile')})",
+                            fnum(r.get("empty_graph_us")), fnum(r.get("sg_floor_us")),
+                            f"{fnum(r.get('sg_pct_floor'), '{:.0f}')} / {fnum(r.get('map_pct_floor'), '{:.0f}')}")
+                           for r in ceil], ceil)
     forced = [r for r in rows if r.get("configs")]
     if forced:
         lines += ["", "Forced launch configs (--sg-configs), device us, replayed interleaved with both "
