@@ -58,7 +58,8 @@ p.add_argument("--rounds", type=int, default=3, help="samples per callable (host
 p.add_argument("--rep-ms", type=float, default=20.0, help="do_bench's rep (its warmup: a quarter of it)")
 p.add_argument("--graph-calls", type=int, default=20)
 p.add_argument("--ceiling", action="store_true", help="device time of a plain streaming kernel that reads "
-               "scangen's input bytes and writes its output bytes (no scan; the best of a few tiles), and of "
+               "scangen's input bytes and writes its output bytes (no scan; the best of a few tiles, one block a "
+               "program or persistent with the next block's loads pipelined), and of "
                "an empty kernel, both by graph replay beside the two sides: what one kernel launch moving "
                "those bytes can reach at that size")
 p.add_argument("--ref-rows", type=int, default=32, help="rows checked against float64")
@@ -125,18 +126,35 @@ def _stream(src, dst, n_src, n_dst, BLOCK: tl.constexpr):
     tl.store(dst + i, x + 1, mask=i < n_dst)
 
 
+@triton.jit
+def _stream_loop(src, dst, n_src, n_dst, n_blocks, BLOCK: tl.constexpr):
+    """--ceiling, persistent: each program takes every num_programs-th block of _stream's, the
+    next block's loads pipelined (num_stages) while it stores the current one."""
+    for b in tl.range(tl.program_id(0), n_blocks, tl.num_programs(0), num_stages=3):
+        i = b * BLOCK + tl.arange(0, BLOCK)  # words < 2**31 (buffers of a few hundred MB)
+        x = tl.load(src + i, mask=i < n_src, other=0)
+        tl.store(dst + i, x + 1, mask=i < n_dst)
+
+
 CEILING_TILES = ((1024, 4), (2048, 4), (4096, 8), (8192, 8))  # words a program, warps
+CEILING_LOOPS = ((2048, 4, 8), (4096, 8, 4))  # persistent: words a block, warps, programs an SM
 
 
 def ceiling(row, k):
     """--ceiling: {name: [thunks over k buffer sets]}: the streaming kernel per tile moving scangen's
-    bytes in and out, and the empty kernel."""
+    bytes in and out (one block a program, and persistent), and the empty kernel."""
     n_src = -(-(row["sg_bytes"] - row["sg_out_bytes"]) // 4)
     n_dst = -(-row["sg_out_bytes"] // 4)
     bufs = [(torch.zeros(n_src, dtype=torch.int32, device=DEV), torch.empty(n_dst, dtype=torch.int32, device=DEV))
             for _ in range(k)]
     thunks = {f"map{b}w{w}": [lambda s=s, d=d, b=b, w=w: _stream[(triton.cdiv(max(n_src, n_dst), b),)](
         s, d, n_src, n_dst, BLOCK=b, num_warps=w) for s, d in bufs] for b, w in CEILING_TILES}
+    sms = torch.cuda.get_device_properties(DEV).multi_processor_count if CUDA else 2
+    for b, w, per_sm in CEILING_LOOPS:
+        n_blocks = triton.cdiv(max(n_src, n_dst), b)
+        thunks[f"map{b}w{w}x{per_sm}loop"] = [
+            lambda s=s, d=d, b=b, w=w, g=min(n_blocks, per_sm * sms), n=n_blocks: _stream_loop[(g,)](
+                s, d, n_src, n_dst, n, BLOCK=b, num_warps=w) for s, d in bufs]
     thunks["empty"] = [launch]
     return thunks
 
