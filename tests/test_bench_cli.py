@@ -153,51 +153,62 @@ def test_bench_scripts_import_the_package_library():
 
 
 
+ALLOCATOR_PROBE = r"""
+import ctypes, json, re, sys
+from scangen.benchmark import timing
+fns = timing._libc_malloc()
+libc = ctypes.CDLL(None)
+if fns is None or not hasattr(libc, "malloc_info"):
+    print(json.dumps(None)); sys.exit()
+malloc, free = fns
+libc.fopen.restype, libc.fopen.argtypes = ctypes.c_void_p, [ctypes.c_char_p, ctypes.c_char_p]
+libc.fclose.argtypes = [ctypes.c_void_p]
+libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+libc.setvbuf.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+report, buf = sys.argv[1], ctypes.create_string_buffer(1 << 20)
+
+def opened():  # the report's FILE and its buffer taken before the frees: a stdio buffer from
+    f = libc.fopen(report.encode(), b"w")  # malloc (4 KB) would itself merge the fast bins
+    libc.setvbuf(f, buf, 0, len(buf))
+    return f
+
+def fast_blocks(f):  # the last <total type="fast"> counts every arena's
+    libc.malloc_info(0, f)
+    libc.fclose(f)
+    return int(re.findall(r'<total type="fast" count="(\d+)"', open(report).read())[-1])
+
+ptrs = (ctypes.c_void_p * 2000)()  # no list of them: freeing a list's array next to the heap's
+                                   # top would itself merge the fast bins
+
+def frees_small_blocks():  # beyond the thread cache's 7 a size: fast bins
+    for i in range(len(ptrs)):
+        ptrs[i] = malloc(48)
+    for p in ptrs:
+        free(p)
+
+counts = []
+f = opened(); frees_small_blocks(); counts.append(fast_blocks(f))
+f = opened(); frees_small_blocks(); timing.settle_allocator(); counts.append(fast_blocks(f))
+f = opened(); timing.block_time(frees_small_blocks, 3); counts.append(fast_blocks(f))
+print(json.dumps(counts))
+"""
+
+
 def test_a_timed_block_pays_for_the_allocators_deferred_work(tmp_path):
     """timing.block_time settles glibc's malloc inside the block (timing.settle_allocator): the
     small blocks a callable freed are merged before the block's clock stops, not at the next
     callable's first allocation (a per-step torch loop left 19-20 ms to whoever came next:
-    bench/CPU.md). Read through glibc's malloc_info (every arena: pytest-xdist runs tests on a
-    thread of their own): fast-bin blocks left after the block."""
-    import ctypes
-    import re
+    bench/CPU.md). Counted with glibc's malloc_info in a process of its own (under pytest-xdist
+    another thread's allocations may merge the fast bins between the frees and the count)."""
+    import json
+    import subprocess
 
-    from scangen.benchmark import timing
-    fns = timing._libc_malloc()
-    libc = ctypes.CDLL(None)
-    if fns is None or not hasattr(libc, "malloc_info"):
+    out = subprocess.run([sys.executable, "-c", ALLOCATOR_PROBE, str(tmp_path / "malloc_info.xml")],
+                         capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    counts = json.loads(out.stdout.strip().splitlines()[-1])
+    if counts is None:
         pytest.skip("glibc only (malloc, malloc_info)")
-    malloc, free = fns
-    libc.fopen.restype, libc.fopen.argtypes = ctypes.c_void_p, [ctypes.c_char_p, ctypes.c_char_p]
-    libc.fclose.argtypes = [ctypes.c_void_p]
-    libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
-    libc.setvbuf.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
-    report = tmp_path / "malloc_info.xml"
-    stdio_buffer = ctypes.create_string_buffer(1 << 20)
-
-    def fast_blocks():  # the last <total type="fast"> is every arena's
-        # the report's FILE and buffer are taken before it is written: a stdio buffer taken from
-        # malloc (4 KB) would itself merge the fast bins first
-        f = libc.fopen(str(report).encode(), b"w")
-        libc.setvbuf(f, stdio_buffer, 0, len(stdio_buffer))  # _IOFBF, our buffer
-        return f
-
-    def count(f):
-        libc.malloc_info(0, f)
-        libc.fclose(f)
-        return int(re.findall(r'<total type="fast" count="(\d+)"', report.read_text())[-1])
-
-    def frees_small_blocks():  # beyond the thread cache's 7 a size: fast bins
-        for p in [malloc(48) for _ in range(2000)]:
-            free(p)
-
-    f = fast_blocks()
-    frees_small_blocks()
-    assert count(f) > 1000  # what a block leaves behind without the settle
-    f = fast_blocks()
-    frees_small_blocks()
-    timing.settle_allocator()
-    assert count(f) < 100  # not 0: other threads (pytest-xdist's) free small blocks too
-    f = fast_blocks()
-    timing.block_time(frees_small_blocks, 3)
-    assert count(f) < 100
+    left, settled, timed = counts
+    assert left > 1000  # what a block leaves behind without the settle
+    assert settled == 0 and timed == 0
