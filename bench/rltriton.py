@@ -137,7 +137,7 @@ def _stream_loop(src, dst, n_src, n_dst, n_blocks, BLOCK: tl.constexpr):
         tl.store(dst + i, x + 1, mask=i < n_dst)
 
 
-CEILING_TILES = ((1024, 4), (2048, 4), (4096, 8), (8192, 8))  # words a program, warps
+CEILING_TILES = ((1024, 4), (2048, 4), (4096, 8), (8192, 8), (8192, 4), (16384, 8))  # words a program, warps
 CEILING_LOOPS = ((2048, 4, 8), (4096, 8, 4))  # persistent: words a block, warps, programs an SM
 
 
@@ -391,6 +391,7 @@ def run_cell(name, N, T):
             maps = {n: t[n].median_s * 1e6 / ARGS.graph_calls for n in t if n.startswith("map")}
             best = min(maps, key=maps.get)
             row["map_graph_us"], row["map_tile"] = maps[best], best.removesuffix("_graph")
+            row["map_tiles"] = " ".join(f"{n.removesuffix('_graph')}={v:.3g}" for n, v in maps.items())
             row["empty_graph_us"] = t["empty_graph"].median_s * 1e6 / ARGS.graph_calls
         for s, (_, last) in graphs.items():
             if errors(last, outs[s], {})[0] > 1:
@@ -491,6 +492,7 @@ COLUMNS = ("algo", "N", "T", "K", "trunc", "sg_flags", "status_sg", "status_rt",
            "sg_bench_us", "rt_bench_us", "bench_ratio", "sg_graph_us", "rt_graph_us", "graph_ratio",
            "sg_floor_us", "rt_floor_us", "sg_pct_floor", "rt_pct_floor", "sg_x_launch", "rt_x_launch", "note",
            "sg_graph2_us", "rt_graph2_us", "configs", "sg_out_bytes", "map_graph_us", "map_tile", "map_pct_floor",
+           "map_tiles",
            "empty_graph_us",
            "error")
 

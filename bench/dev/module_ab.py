@@ -32,6 +32,7 @@ from scangen.benchmark.timing import captured, device_interleaved, interleaved
 from scangen.testing import make_inputs
 
 from layout_ab import time_major  # bench/dev, beside this script
+from rule_ab import variant  # bench/dev: name[:out+out][-input+input]
 
 SHAPES = "4096x128,16384x64,1024x1024,16384x1024,64x65536"
 CALLS = 20
@@ -71,7 +72,8 @@ def main() -> None:
     ap.add_argument("--base", type=Path, required=True, help="a folder of generated modules")
     ap.add_argument("--new", type=Path, default=None, help="a folder of generated modules (default: the checkout's)")
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
-    ap.add_argument("--algos", default="gae,vtrace,lambda_returns,discounted_returns")
+    ap.add_argument("--algos", default="gae,vtrace,lambda_returns,discounted_returns",
+                    help="names, each optionally name[:out+out][-input+input], as rule_ab.py's")
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--time-major", action="store_true", help="[T, N] inputs (time_dim=0), as layout_ab.py")
     ap.add_argument("--rounds", type=int, default=3)
@@ -96,19 +98,23 @@ def main() -> None:
               f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}"),
              (f"# base {args.base}, new {args.new or 'the checkout'}, layout "
               f"{'time-major' if args.time_major else 'rows'}; {what}")]
-    for algo in args.algos.split(","):
+    for spec in args.algos.split(","):
+        algo, kw_algo = variant(spec, kw)
+        drop = kw_algo.pop("_drop", ())
         new = (base_function(args.new, algo, tmp, "new") if args.new
                else getattr(scangen, f"compute_{algo}"))
         old = base_function(args.base, algo, tmp)
         for shape in args.shapes.split(","):
             N, T = map(int, shape.split("x"))
             base_set = make_inputs(algo, N, T, seed=0, device=dev, A=8)
+            for name in drop:
+                base_set.pop(name)
             base_set = time_major(base_set) if args.time_major else base_set
             diff = max(float((p - q).abs().max())
-                       for p, q in zip(as_tuple(new(**base_set, **kw)), as_tuple(old(**base_set, **kw))))
+                       for p, q in zip(as_tuple(new(**base_set, **kw_algo)), as_tuple(old(**base_set, **kw_algo))))
             timed = _host_us if args.cpu else _device_us
-            b_us, n_us = timed(old, new, base_set, kw, args.rounds)
-            line = (f"{algo:20s} {shape:>10s}  base {b_us:8.2f} us  new {n_us:8.2f} us  "
+            b_us, n_us = timed(old, new, base_set, kw_algo, args.rounds)
+            line = (f"{spec:20s} {shape:>10s}  base {b_us:8.2f} us  new {n_us:8.2f} us  "
                     f"{n_us / b_us:5.3f}x  max diff {diff:.1e}")
             print(line, flush=True)
             lines.append(line)

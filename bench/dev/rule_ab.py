@@ -27,30 +27,47 @@ from scangen.testing.helpers import make_inputs
 from layout_ab import ALGOS, CALLS, settings, time_major  # bench/dev, beside this script
 
 
+def variant(spec: str, kw: dict) -> tuple[str, dict]:
+    """--algos entries: ``name[:out+out][-drop+drop]``, e.g. ``gae:advantages+returns`` (outputs=)
+    or ``vtrace-truncateds+bootstrap_values`` (those inputs left out, to their defaults)."""
+    spec, _, drop = spec.partition("-")
+    algo, _, outs = spec.partition(":")
+    kw = dict(kw)
+    if outs:
+        kw["outputs"] = tuple(outs.split("+"))
+    if drop:
+        kw["_drop"] = tuple(drop.split("+"))
+    return algo, kw
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--settings", required=True, help="pkg.mod.NAME=int,... for the new side")
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--shapes", default="256x8192,64x65536,8x262144,1x1048576")
-    ap.add_argument("--algos", default=",".join(ALGOS))
+    ap.add_argument("--algos", default=",".join(ALGOS), help="names, each optionally name[:out+out][-input+input] "
+                    "(outputs asked for; inputs left to their defaults)")
     ap.add_argument("--time-major", action="store_true", help="[T, N] inputs (time_dim=0)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tag", default="rule-ab")
     args = ap.parse_args()
     dev = torch.device("cuda")
     l2 = cache_bytes(dev)
-    kw = {"time_dim": 0} if args.time_major else {}
     lines = [(f"# {args.tag}: {torch.cuda.get_device_name()}, torch {torch.__version__}, triton "
               f"{__import__('triton').__version__}, {platform.node()}, "
               f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}"),
              (f"# default against {args.settings}, layout "
               f"{'time-major' if args.time_major else 'rows'}; device time per call (one of "
               f"{CALLS} in a CUDA graph), medians of interleaved replays")]
-    for algo in args.algos.split(","):
+    for spec in args.algos.split(","):
+        algo, kw = variant(spec, {"time_dim": 0} if args.time_major else {})
+        drop = kw.pop("_drop", ())
         fn = getattr(scangen, f"compute_{algo}")
         for shape in args.shapes.split(","):
             N, T = map(int, shape.split("x"))
             base = make_inputs(algo, N, T, seed=0, device=dev, A=8)
+            for name in drop:
+                base.pop(name)
             sets, _ = rotated(time_major(base) if args.time_major else base, 3 * l2, 16)
             old_out = as_tuple(fn(**sets[0], **kw))
             g_old, _ = captured([lambda s=s: fn(**s, **kw) for s in sets], CALLS)
@@ -61,7 +78,7 @@ def main() -> None:
             t = device_interleaved({"old": g_old.replay, "new": g_new.replay},
                                    rounds=args.rounds, warmup_ms=5.0, rep_ms=20.0)
             o_us, n_us = (t[s].median_s * 1e6 / CALLS for s in ("old", "new"))
-            line = (f"{algo:20s} {shape:>10s}  default {o_us:8.2f} us  new {n_us:8.2f} us  "
+            line = (f"{spec:20s} {shape:>10s}  default {o_us:8.2f} us  new {n_us:8.2f} us  "
                     f"{n_us / o_us:5.3f}x  max diff {diff:.1e}")
             print(line, flush=True)
             lines.append(line)
