@@ -54,7 +54,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, log_pi_target__a, log_pi_behavior__a,
     _G = 4
     _n_groups = 0  # a backward module: every row in one pass
     _hb__c3 = _np.empty(T, _F)
-    _hb__c6 = _np.empty(T, _F)
+    _hb__c5 = _np.empty(T, _F)
     _n_left = _hi - _lo - _G * _n_groups
     for _left in range(_n_left):  # a reverse scan from the last row down: one stream in memory
         _r = _lo + _G * _n_groups + _left
@@ -71,16 +71,16 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, log_pi_target__a, log_pi_behavior__a,
             log_pi_target = _F(_nk.at(log_pi_target__a, _r1, _r2, _t))
             log_pi_target__prev = _F(_nk.at(log_pi_target__a, _r1, _r2, _tp))
             _nk.put1(_hb__c3, _t, _nk.exp_as(log_pi_target__prev - log_pi_behavior__prev, _F))
-            _nk.put1(_hb__c6, _t, _nk.exp_as(log_pi_target - log_pi_behavior, _F))
+            _nk.put1(_hb__c5, _t, _nk.exp_as(log_pi_target - log_pi_behavior, _F))
         _t = 0  # the row's first step
         _tp = max(_t - 1, 0)
         gamma__prev = _F(_nk.at(gamma__a, _r1, _r2, _tp))
         lambda___prev = _F(_nk.at(lambda___a, _r1, _r2, _tp))
         terminateds__prev = _F(_nk.at(terminateds__a, _r1, _r2, _tp))
         truncateds__prev = _F(_nk.at(truncateds__a, _r1, _r2, _tp))
-        _sh0__c = (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)
-        _sh1__c = -terminateds__prev
-        _sh2__c = gamma__prev*(_F(1.0) - terminateds__prev)
+        _sh0__c = gamma__prev*lambda___prev
+        _sh1__c = (terminateds__prev if (terminateds__prev >= truncateds__prev) else truncateds__prev)
+        _sh2__c = (_F(0.0) if terminateds__prev != 0 else _F(1.0))
         _sh3__c = _F(1.0) - lambda___prev
         for _i in range(T):
             _t = _i
@@ -115,71 +115,68 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, log_pi_target__a, log_pi_behavior__a,
             values = _F(_nk.at(values__a, _r1, _r2, _t))
             values__next = _F(_nk.at(values__a, _r1, _r2, _tn))
             _c3 = _nk.at1(_hb__c3, _t)
-            _c6 = _nk.at1(_hb__c6, _t)
+            _c5 = _nk.at1(_hb__c5, _t)
             _sh0 = _sh0__c  # the step before computed it (scangen.compiler.numba_carries)
             _sh1 = _sh1__c  # the step before computed it (scangen.compiler.numba_carries)
             _sh2 = _sh2__c  # the step before computed it (scangen.compiler.numba_carries)
             _sh3 = _sh3__c  # the step before computed it (scangen.compiler.numba_carries)
             _c0 = _sh0
-            _c1 = (_F(0.0) if is_last__prev != 0 else _F(1.0))*(_F(0.0) if _sh1 + (_F(1.0) if is_last__prev != 0 else _c0) != 0 else _F(1.0))
-            _c2 = _c1*lambda___prev
-            _c4 = _sh2
-            _c5 = _c4*gy__pg_advantages__prev*(pg_rho_bar__prev if (pg_rho_bar__prev <= _c3) else _c3)
-            _c7 = (rho_bar <= _c6)
-            _c8 = (terminateds if (terminateds >= truncateds) else truncateds)
-            _c9 = -terminateds + (_F(1.0) if is_last != 0 else _c8)
-            _c10 = (bootstrap_values + last_value if is_last != 0 else bootstrap_values)
-            _c11 = (_F(0.0) if is_last != 0 else values__next)
-            _c12 = (_c10 if _c9 != 0 else _c11)
-            _c13 = _F(1.0) - terminateds
-            _c14 = _c13*gamma
-            _c15 = rewards - values
-            _c17 = (pg_rho_bar <= _c6)
-            _c18 = (_c10 if _c9 != 0 else _c11 + (_F(0.0) if is_last != 0 else st__A__next))
-            _c19 = _F(1.0) - lambda_
-            _c20 = _c12*_c19 + _c18*lambda_
-            _c21 = gy__pg_advantages*(_c15 + _c14*_c20)
-            _c22 = (c_bar <= _c6)
-            _c23 = _F(1.0) - _c8
-            _c24 = (_F(0.0) if is_last != 0 else st__A__next)
-            _c28 = gy__pg_advantages*(pg_rho_bar if _c17 != 0 else _c6)
-            _c29 = (_F(1.0) if is_last != 0 else _F(0.0))
-            _c30 = (_F(1.0) if _c9 != 0 else _F(0.0))
-            _c31 = _c30*(_c29 + (_F(0.0) if is_last != 0 else _F(1.0)))
-            _c32 = _c14*_c28
-            _c34 = _c29*_c30
-            g__A = gy__targets + (_F(0.0) if is_first != 0 else _c2*_c5) + ((_F(0.0) if is_first != 0 else gamma__prev*lambda___prev*(_F(1.0) - _c0)*(c_bar__prev if (c_bar__prev <= _c3) else _c3))) * g__A
-            _c16 = g__A*(_c15 + _c12*_c14)
-            _c25 = _c23*_c24*g__A*gamma*lambda_
-            _c26 = _c16*_c6*(_F(0.0) if _c7 != 0 else _F(1.0)) + _c21*_c6*(_F(0.0) if _c17 != 0 else _F(1.0)) + _c25*_c6*(_F(0.0) if _c22 != 0 else _F(1.0))
-            _c27 = g__A*(rho_bar if _c7 != 0 else _c6)
-            _c33 = _c14*_c27
-            _c35 = _c23*_c24*g__A*(c_bar if _c22 != 0 else _c6)
+            _c1 = _sh1
+            _c2 = _sh2*(_F(0.0) if is_last__prev != 0 else _F(1.0))*(_F(0.0) if (_F(1.0) if is_last__prev != 0 else _c1) != 0 else _F(1.0))
+            _c4 = gy__pg_advantages__prev*(pg_rho_bar__prev if (pg_rho_bar__prev <= _c3) else _c3)
+            _c6 = (rho_bar <= _c5)
+            _c7 = (terminateds if (terminateds >= truncateds) else truncateds)
+            _c8 = (_F(1.0) if is_last != 0 else _c7)
+            _c9 = (bootstrap_values + last_value if is_last != 0 else bootstrap_values)
+            _c10 = (_F(0.0) if is_last != 0 else values__next)
+            _c11 = (_F(0.0) if terminateds != 0 else (_c9 if _c8 != 0 else _c10))
+            _c12 = rewards - values
+            _c14 = (pg_rho_bar <= _c5)
+            _c15 = (_F(0.0) if terminateds != 0 else (_c9 if _c8 != 0 else _c10 + (_F(0.0) if is_last != 0 else st__A__next)))
+            _c16 = _F(1.0) - lambda_
+            _c17 = _c11*_c16 + _c15*lambda_
+            _c18 = gy__pg_advantages*(_c12 + _c17*gamma)
+            _c19 = (c_bar <= _c5)
+            _c20 = _F(1.0) - _c7
+            _c21 = (_F(0.0) if is_last != 0 else st__A__next)
+            _c25 = gy__pg_advantages*(pg_rho_bar if _c14 != 0 else _c5)
+            _c26 = (_F(1.0) if is_last != 0 else _F(0.0))
+            _c27 = (_F(1.0) if _c8 != 0 else _F(0.0))*(_F(0.0) if terminateds != 0 else _F(1.0))
+            _c28 = _c27*(_c26 + (_F(0.0) if is_last != 0 else _F(1.0)))
+            _c29 = _c25*gamma
+            _c31 = _c26*_c27
+            g__A = gy__targets + (_F(0.0) if is_first != 0 else _c0*_c2*_c4) + ((_F(0.0) if is_first != 0 else _c0*(_F(1.0) - _c1)*(c_bar__prev if (c_bar__prev <= _c3) else _c3))) * g__A
+            _c13 = g__A*(_c12 + _c11*gamma)
+            _c22 = _c20*_c21*g__A*gamma*lambda_
+            _c23 = _c13*_c5*(_F(0.0) if _c6 != 0 else _F(1.0)) + _c18*_c5*(_F(0.0) if _c14 != 0 else _F(1.0)) + _c22*_c5*(_F(0.0) if _c19 != 0 else _F(1.0))
+            _c24 = g__A*(rho_bar if _c6 != 0 else _c5)
+            _c30 = _c24*gamma
+            _c32 = _c20*_c21*g__A*(c_bar if _c19 != 0 else _c5)
             if STORE_d__log_pi_target:
-                _nk.put(d__log_pi_target__a, _r1, _r2, _t, _c26)
+                _nk.put(d__log_pi_target__a, _r1, _r2, _t, _c23)
             if STORE_d__log_pi_behavior:
-                _nk.put(d__log_pi_behavior__a, _r1, _r2, _t, -_c26)
+                _nk.put(d__log_pi_behavior__a, _r1, _r2, _t, -_c23)
             if STORE_d__values:
-                _nk.put(d__values__a, _r1, _r2, _t, gy__targets - _c27 - _c28 + (_F(0.0) if is_first != 0 else _c5*(_c2 + _c1*_sh3)) + (_F(0.0) if is_first != 0 else _c1*_c4*g__A__prev*(rho_bar__prev if (rho_bar__prev <= _c3) else _c3)))
+                _nk.put(d__values__a, _r1, _r2, _t, gy__targets - _c24 - _c25 + (_F(0.0) if is_first != 0 else _c4*gamma__prev*(_c2*_sh3 + _c2*lambda___prev)) + (_F(0.0) if is_first != 0 else _c2*g__A__prev*gamma__prev*(rho_bar__prev if (rho_bar__prev <= _c3) else _c3)))
             if STORE_d__rewards:
-                _nk.put(d__rewards__a, _r1, _r2, _t, _c27 + _c28)
+                _nk.put(d__rewards__a, _r1, _r2, _t, _c24 + _c25)
             if STORE_d__bootstrap_values:
-                _nk.put(d__bootstrap_values__a, _r1, _r2, _t, _c31*_c33 + _c32*(_c19*_c31 + _c31*lambda_))
+                _nk.put(d__bootstrap_values__a, _r1, _r2, _t, _c28*_c30 + _c29*(_c16*_c28 + _c28*lambda_))
             if STORE_d__last_value:
-                _nk.put(d__last_value__a, _r1, _r2, _t, _c32*(_c19*_c34 + _c34*lambda_) + _c33*_c34)
+                _nk.put(d__last_value__a, _r1, _r2, _t, _c29*(_c16*_c31 + _c31*lambda_) + _c30*_c31)
             if STORE_d__gamma:
-                _nk.put(d__gamma__a, _r1, _r2, _t, _c35*lambda_ + _c12*_c13*_c27 + _c13*_c20*_c28)
+                _nk.put(d__gamma__a, _r1, _r2, _t, _c11*_c24 + _c17*_c25 + _c32*lambda_)
             if STORE_d__rho_bar:
-                _nk.put(d__rho_bar__a, _r1, _r2, _t, _c16*(_F(1.0) if _c7 != 0 else _F(0.0)))
+                _nk.put(d__rho_bar__a, _r1, _r2, _t, _c13*(_F(1.0) if _c6 != 0 else _F(0.0)))
             if STORE_d__c_bar:
-                _nk.put(d__c_bar__a, _r1, _r2, _t, _c25*(_F(1.0) if _c22 != 0 else _F(0.0)))
+                _nk.put(d__c_bar__a, _r1, _r2, _t, _c22*(_F(1.0) if _c19 != 0 else _F(0.0)))
             if STORE_d__lambda_:
-                _nk.put(d__lambda___a, _r1, _r2, _t, _c32*(_c18 - _c12) + _c35*gamma)
+                _nk.put(d__lambda___a, _r1, _r2, _t, _c29*(_c15 - _c11) + _c32*gamma)
             if STORE_d__pg_rho_bar:
-                _nk.put(d__pg_rho_bar__a, _r1, _r2, _t, _c21*(_F(1.0) if _c17 != 0 else _F(0.0)))
-            _sh0__c = (terminateds if (terminateds >= truncateds) else truncateds)
-            _sh1__c = -terminateds
-            _sh2__c = gamma*(_F(1.0) - terminateds)
+                _nk.put(d__pg_rho_bar__a, _r1, _r2, _t, _c18*(_F(1.0) if _c14 != 0 else _F(0.0)))
+            _sh0__c = gamma*lambda_
+            _sh1__c = (terminateds if (terminateds >= truncateds) else truncateds)
+            _sh2__c = (_F(0.0) if terminateds != 0 else _F(1.0))
             _sh3__c = _F(1.0) - lambda_
 
 
@@ -252,10 +249,10 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, log_pi_target__a, log_pi_behavior__
             log_pi_target__prev = _F(_nk.at1(_v_log_pi_target__prev, _j))
             terminateds__prev = _F(_nk.at1(_v_terminateds__prev, _j))
             truncateds__prev = _F(_nk.at1(_v_truncateds__prev, _j))
-            _sh0__c[_j] = _nk.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
-            _sh1__c[_j] = -terminateds__prev
-            _sh2__c[_j] = _nk.exp_as(log_pi_target__prev - log_pi_behavior__prev, _F)
-            _sh3__c[_j] = gamma__prev*(_F(1.0) - terminateds__prev)
+            _sh0__c[_j] = gamma__prev*lambda___prev
+            _sh1__c[_j] = _nk.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
+            _sh2__c[_j] = _nk.where((terminateds__prev != 0), _F(0.0), _F(1.0))
+            _sh3__c[_j] = _nk.exp_as(log_pi_target__prev - log_pi_behavior__prev, _F)
             _sh4__c[_j] = _F(1.0) - lambda___prev
         for _i in range(T):
             _t = _i
@@ -333,57 +330,54 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, log_pi_target__a, log_pi_behavior__
                 _sh3 = _sh3__c[_j]  # the step before computed it (scangen.compiler.numba_carries)
                 _sh4 = _sh4__c[_j]  # the step before computed it (scangen.compiler.numba_carries)
                 _c0 = _sh0
-                _c1 = _nk.where((is_last__prev != 0), _F(0.0), _F(1.0))*_nk.where((_sh1 + _nk.where((is_last__prev != 0), _F(1.0), _c0) != 0), _F(0.0), _F(1.0))
-                _c2 = _c1*lambda___prev
-                _c3 = _sh2
-                _c4 = _sh3
-                _c5 = _c4*gy__pg_advantages__prev*_nk.where((pg_rho_bar__prev <= _c3), pg_rho_bar__prev, _c3)
-                _c6 = _nk.exp_as(log_pi_target - log_pi_behavior, _F)
-                _c7 = (rho_bar <= _c6)
-                _c8 = _nk.where((terminateds >= truncateds), terminateds, truncateds)
-                _c9 = -terminateds + _nk.where((is_last != 0), _F(1.0), _c8)
-                _c10 = _nk.where((is_last != 0), bootstrap_values + last_value, bootstrap_values)
-                _c11 = _nk.where((is_last != 0), _F(0.0), values__next)
-                _c12 = _nk.where((_c9 != 0), _c10, _c11)
-                _c13 = _F(1.0) - terminateds
-                _c14 = _c13*gamma
-                _c15 = rewards - values
-                _c17 = (pg_rho_bar <= _c6)
-                _c18 = _nk.where((_c9 != 0), _c10, _c11 + _nk.where((is_last != 0), _F(0.0), st__A__next))
-                _c19 = _F(1.0) - lambda_
-                _c20 = _c12*_c19 + _c18*lambda_
-                _c21 = gy__pg_advantages*(_c15 + _c14*_c20)
-                _c22 = (c_bar <= _c6)
-                _c23 = _F(1.0) - _c8
-                _c24 = _nk.where((is_last != 0), _F(0.0), st__A__next)
-                _c28 = gy__pg_advantages*_nk.where((_c17 != 0), pg_rho_bar, _c6)
-                _c29 = _nk.where((is_last != 0), _F(1.0), _F(0.0))
-                _c30 = _nk.where((_c9 != 0), _F(1.0), _F(0.0))
-                _c31 = _c30*(_c29 + _nk.where((is_last != 0), _F(0.0), _F(1.0)))
-                _c32 = _c14*_c28
-                _c34 = _c29*_c30
-                g__A = gy__targets + _nk.where((is_first != 0), _F(0.0), _c2*_c5) + (_nk.where((is_first != 0), _F(0.0), gamma__prev*lambda___prev*(_F(1.0) - _c0)*_nk.where((c_bar__prev <= _c3), c_bar__prev, _c3))) * g__A
-                _c16 = g__A*(_c15 + _c12*_c14)
-                _c25 = _c23*_c24*g__A*gamma*lambda_
-                _c26 = _c16*_c6*_nk.where((_c7 != 0), _F(0.0), _F(1.0)) + _c21*_c6*_nk.where((_c17 != 0), _F(0.0), _F(1.0)) + _c25*_c6*_nk.where((_c22 != 0), _F(0.0), _F(1.0))
-                _c27 = g__A*_nk.where((_c7 != 0), rho_bar, _c6)
-                _c33 = _c14*_c27
-                _c35 = _c23*_c24*g__A*_nk.where((_c22 != 0), c_bar, _c6)
-                _nk.put1(_w_d__log_pi_target, _j, _c26)
-                _nk.put1(_w_d__log_pi_behavior, _j, -_c26)
-                _nk.put1(_w_d__values, _j, gy__targets - _c27 - _c28 + _nk.where((is_first != 0), _F(0.0), _c5*(_c2 + _c1*_sh4)) + _nk.where((is_first != 0), _F(0.0), _c1*_c4*g__A__prev*_nk.where((rho_bar__prev <= _c3), rho_bar__prev, _c3)))
-                _nk.put1(_w_d__rewards, _j, _c27 + _c28)
-                _nk.put1(_w_d__bootstrap_values, _j, _c31*_c33 + _c32*(_c19*_c31 + _c31*lambda_))
-                _nk.put1(_w_d__last_value, _j, _c32*(_c19*_c34 + _c34*lambda_) + _c33*_c34)
-                _nk.put1(_w_d__gamma, _j, _c35*lambda_ + _c12*_c13*_c27 + _c13*_c20*_c28)
-                _nk.put1(_w_d__rho_bar, _j, _c16*_nk.where((_c7 != 0), _F(1.0), _F(0.0)))
-                _nk.put1(_w_d__c_bar, _j, _c25*_nk.where((_c22 != 0), _F(1.0), _F(0.0)))
-                _nk.put1(_w_d__lambda_, _j, _c32*(_c18 - _c12) + _c35*gamma)
-                _nk.put1(_w_d__pg_rho_bar, _j, _c21*_nk.where((_c17 != 0), _F(1.0), _F(0.0)))
-                _sh0__c[_j] = _nk.where((terminateds >= truncateds), terminateds, truncateds)
-                _sh1__c[_j] = -terminateds
-                _sh2__c[_j] = _nk.exp_as(log_pi_target - log_pi_behavior, _F)
-                _sh3__c[_j] = gamma*(_F(1.0) - terminateds)
+                _c1 = _sh1
+                _c2 = _sh2*_nk.where((is_last__prev != 0), _F(0.0), _F(1.0))*_nk.where((_nk.where((is_last__prev != 0), _F(1.0), _c1) != 0), _F(0.0), _F(1.0))
+                _c3 = _sh3
+                _c4 = gy__pg_advantages__prev*_nk.where((pg_rho_bar__prev <= _c3), pg_rho_bar__prev, _c3)
+                _c5 = _nk.exp_as(log_pi_target - log_pi_behavior, _F)
+                _c6 = (rho_bar <= _c5)
+                _c7 = _nk.where((terminateds >= truncateds), terminateds, truncateds)
+                _c8 = _nk.where((is_last != 0), _F(1.0), _c7)
+                _c9 = _nk.where((is_last != 0), bootstrap_values + last_value, bootstrap_values)
+                _c10 = _nk.where((is_last != 0), _F(0.0), values__next)
+                _c11 = _nk.where((terminateds != 0), _F(0.0), _nk.where((_c8 != 0), _c9, _c10))
+                _c12 = rewards - values
+                _c14 = (pg_rho_bar <= _c5)
+                _c15 = _nk.where((terminateds != 0), _F(0.0), _nk.where((_c8 != 0), _c9, _c10 + _nk.where((is_last != 0), _F(0.0), st__A__next)))
+                _c16 = _F(1.0) - lambda_
+                _c17 = _c11*_c16 + _c15*lambda_
+                _c18 = gy__pg_advantages*(_c12 + _c17*gamma)
+                _c19 = (c_bar <= _c5)
+                _c20 = _F(1.0) - _c7
+                _c21 = _nk.where((is_last != 0), _F(0.0), st__A__next)
+                _c25 = gy__pg_advantages*_nk.where((_c14 != 0), pg_rho_bar, _c5)
+                _c26 = _nk.where((is_last != 0), _F(1.0), _F(0.0))
+                _c27 = _nk.where((_c8 != 0), _F(1.0), _F(0.0))*_nk.where((terminateds != 0), _F(0.0), _F(1.0))
+                _c28 = _c27*(_c26 + _nk.where((is_last != 0), _F(0.0), _F(1.0)))
+                _c29 = _c25*gamma
+                _c31 = _c26*_c27
+                g__A = gy__targets + _nk.where((is_first != 0), _F(0.0), _c0*_c2*_c4) + (_nk.where((is_first != 0), _F(0.0), _c0*(_F(1.0) - _c1)*_nk.where((c_bar__prev <= _c3), c_bar__prev, _c3))) * g__A
+                _c13 = g__A*(_c12 + _c11*gamma)
+                _c22 = _c20*_c21*g__A*gamma*lambda_
+                _c23 = _c13*_c5*_nk.where((_c6 != 0), _F(0.0), _F(1.0)) + _c18*_c5*_nk.where((_c14 != 0), _F(0.0), _F(1.0)) + _c22*_c5*_nk.where((_c19 != 0), _F(0.0), _F(1.0))
+                _c24 = g__A*_nk.where((_c6 != 0), rho_bar, _c5)
+                _c30 = _c24*gamma
+                _c32 = _c20*_c21*g__A*_nk.where((_c19 != 0), c_bar, _c5)
+                _nk.put1(_w_d__log_pi_target, _j, _c23)
+                _nk.put1(_w_d__log_pi_behavior, _j, -_c23)
+                _nk.put1(_w_d__values, _j, gy__targets - _c24 - _c25 + _nk.where((is_first != 0), _F(0.0), _c4*gamma__prev*(_c2*_sh4 + _c2*lambda___prev)) + _nk.where((is_first != 0), _F(0.0), _c2*g__A__prev*gamma__prev*_nk.where((rho_bar__prev <= _c3), rho_bar__prev, _c3)))
+                _nk.put1(_w_d__rewards, _j, _c24 + _c25)
+                _nk.put1(_w_d__bootstrap_values, _j, _c28*_c30 + _c29*(_c16*_c28 + _c28*lambda_))
+                _nk.put1(_w_d__last_value, _j, _c29*(_c16*_c31 + _c31*lambda_) + _c30*_c31)
+                _nk.put1(_w_d__gamma, _j, _c11*_c24 + _c17*_c25 + _c32*lambda_)
+                _nk.put1(_w_d__rho_bar, _j, _c13*_nk.where((_c6 != 0), _F(1.0), _F(0.0)))
+                _nk.put1(_w_d__c_bar, _j, _c22*_nk.where((_c19 != 0), _F(1.0), _F(0.0)))
+                _nk.put1(_w_d__lambda_, _j, _c29*(_c15 - _c11) + _c32*gamma)
+                _nk.put1(_w_d__pg_rho_bar, _j, _c18*_nk.where((_c14 != 0), _F(1.0), _F(0.0)))
+                _sh0__c[_j] = gamma*lambda_
+                _sh1__c[_j] = _nk.where((terminateds >= truncateds), terminateds, truncateds)
+                _sh2__c[_j] = _nk.where((terminateds != 0), _F(0.0), _F(1.0))
+                _sh3__c[_j] = _nk.exp_as(log_pi_target - log_pi_behavior, _F)
                 _sh4__c[_j] = _F(1.0) - lambda_
 
                 g__A__c[_j] = g__A

@@ -398,11 +398,11 @@ def _vtrace_grad_chunked_kernel(
             _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
             values__next = tl.where((_cols == _rem - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
-        _e1 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
-        _e2 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
+        _e1 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
+        _e2 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
         _e3 = gamma__prev__t*lambda___prev__t
-        _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*(~(is_last__prev != 0)).to(ACC)*(~(-terminateds__prev + tl.where((is_last__prev != 0), 1.0, _e1) != 0)).to(ACC)*tl.where((pg_rho_bar__prev__t <= _e2), pg_rho_bar__prev__t, _e2))), 0.0)
-        _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e1)*tl.where((c_bar__prev__t <= _e2), c_bar__prev__t, _e2))), 1.0)  # identity past the window end
+        _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(~(is_last__prev != 0)).to(ACC)*(~(terminateds__prev != 0)).to(ACC)*tl.where((pg_rho_bar__prev__t <= _e1), pg_rho_bar__prev__t, _e1)*(~(tl.where((is_last__prev != 0), 1.0, _e2) != 0)).to(ACC))), 0.0)
+        _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*tl.where((c_bar__prev__t <= _e1), c_bar__prev__t, _e1))), 1.0)  # identity past the window end
         _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
         g__A = _a + _b * g__A__carry[:, None]
         g__A__prev = _ea + _eb * g__A__carry[:, None]  # the state one step nearer the carry
@@ -411,58 +411,55 @@ def _vtrace_grad_chunked_kernel(
         _e4 = tl.exp(log_pi_target - log_pi_behavior)
         _e5 = (rho_bar__t <= _e4)
         _e6 = tl.where((terminateds >= truncateds), terminateds, truncateds)
-        _e7 = -terminateds + tl.where((is_last != 0), 1.0, _e6)
+        _e7 = tl.where((is_last != 0), 1.0, _e6)
         _e8 = tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values)
         _e9 = tl.where((is_last != 0), 0.0, values__next)
-        _e10 = tl.where((_e7 != 0), _e8, _e9)
-        _e11 = 1.0 - terminateds
-        _e12 = _e11*gamma__t
-        _e13 = rewards - values
-        _e14 = g__A*(_e13 + _e10*_e12)
-        _e15 = (pg_rho_bar__t <= _e4)
-        _e16 = tl.where((_e7 != 0), _e8, _e9 + tl.where((is_last != 0), 0.0, st__A__next))
-        _e17 = 1.0 - lambda___t
-        _e18 = _e10*_e17 + _e16*lambda___t
-        _e19 = gy__pg_advantages*(_e13 + _e12*_e18)
-        _e20 = (c_bar__t <= _e4)
-        _e21 = 1.0 - _e6
-        _e22 = tl.where((is_last != 0), 0.0, st__A__next)
-        _e23 = _e21*_e22*g__A*gamma__t*lambda___t
-        _e24 = _e14*_e4*(~(_e5 != 0)).to(ACC) + _e19*_e4*(~(_e15 != 0)).to(ACC) + _e23*_e4*(~(_e20 != 0)).to(ACC)
-        _e25 = g__A*tl.where((_e5 != 0), rho_bar__t, _e4)
-        _e26 = gy__pg_advantages*tl.where((_e15 != 0), pg_rho_bar__t, _e4)
-        _e27 = (~(is_last__prev != 0)).to(ACC)*(~(-terminateds__prev + tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0)).to(ACC)
-        _e28 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
-        _e29 = gamma__prev__t*(1.0 - terminateds__prev)
-        _e30 = (is_last != 0).to(ACC)
-        _e31 = (_e7 != 0).to(ACC)
-        _e32 = _e31*(_e30 + (~(is_last != 0)).to(ACC))
-        _e33 = _e12*_e26
-        _e34 = _e12*_e25
-        _e35 = _e30*_e31
-        _e36 = _e21*_e22*g__A*tl.where((_e20 != 0), c_bar__t, _e4)
+        _e10 = tl.where((terminateds != 0), 0.0, tl.where((_e7 != 0), _e8, _e9))
+        _e11 = rewards - values
+        _e12 = g__A*(_e11 + _e10*gamma__t)
+        _e13 = (pg_rho_bar__t <= _e4)
+        _e14 = tl.where((terminateds != 0), 0.0, tl.where((_e7 != 0), _e8, _e9 + tl.where((is_last != 0), 0.0, st__A__next)))
+        _e15 = 1.0 - lambda___t
+        _e16 = _e10*_e15 + _e14*lambda___t
+        _e17 = gy__pg_advantages*(_e11 + _e16*gamma__t)
+        _e18 = (c_bar__t <= _e4)
+        _e19 = 1.0 - _e6
+        _e20 = tl.where((is_last != 0), 0.0, st__A__next)
+        _e21 = _e19*_e20*g__A*gamma__t*lambda___t
+        _e22 = _e12*_e4*(~(_e5 != 0)).to(ACC) + _e17*_e4*(~(_e13 != 0)).to(ACC) + _e21*_e4*(~(_e18 != 0)).to(ACC)
+        _e23 = g__A*tl.where((_e5 != 0), rho_bar__t, _e4)
+        _e24 = gy__pg_advantages*tl.where((_e13 != 0), pg_rho_bar__t, _e4)
+        _e25 = (~(is_last__prev != 0)).to(ACC)*(~(terminateds__prev != 0)).to(ACC)*(~(tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0)).to(ACC)
+        _e26 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
+        _e27 = (is_last != 0).to(ACC)
+        _e28 = (_e7 != 0).to(ACC)*(~(terminateds != 0)).to(ACC)
+        _e29 = _e28*(_e27 + (~(is_last != 0)).to(ACC))
+        _e30 = _e24*gamma__t
+        _e31 = _e23*gamma__t
+        _e32 = _e27*_e28
+        _e33 = _e19*_e20*g__A*tl.where((_e18 != 0), c_bar__t, _e4)
         if STORE_d__log_pi_target:
-            tl.store(d__log_pi_target__optr + d__log_pi_target__orow[:, None] + _t[None, :] * d__log_pi_target__ost, (_zero + (_e24)).to(d__log_pi_target__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__log_pi_target__optr + d__log_pi_target__orow[:, None] + _t[None, :] * d__log_pi_target__ost, (_zero + (_e22)).to(d__log_pi_target__optr.dtype.element_ty), mask=_ok)
         if STORE_d__log_pi_behavior:
-            tl.store(d__log_pi_behavior__optr + d__log_pi_behavior__orow[:, None] + _t[None, :] * d__log_pi_behavior__ost, (_zero + (-_e24)).to(d__log_pi_behavior__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__log_pi_behavior__optr + d__log_pi_behavior__orow[:, None] + _t[None, :] * d__log_pi_behavior__ost, (_zero + (-_e22)).to(d__log_pi_behavior__optr.dtype.element_ty), mask=_ok)
         if STORE_d__values:
-            tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__targets - _e25 - _e26 + tl.where((is_first != 0), 0.0, _e27*_e29*g__A__prev*tl.where((rho_bar__prev__t <= _e28), rho_bar__prev__t, _e28)) + tl.where((is_first != 0), 0.0, _e29*gy__pg_advantages__prev*(_e27*lambda___prev__t + _e27*(1.0 - lambda___prev__t))*tl.where((pg_rho_bar__prev__t <= _e28), pg_rho_bar__prev__t, _e28)))).to(d__values__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__targets - _e23 - _e24 + tl.where((is_first != 0), 0.0, _e25*g__A__prev*gamma__prev__t*tl.where((rho_bar__prev__t <= _e26), rho_bar__prev__t, _e26)) + tl.where((is_first != 0), 0.0, gamma__prev__t*gy__pg_advantages__prev*(_e25*lambda___prev__t + _e25*(1.0 - lambda___prev__t))*tl.where((pg_rho_bar__prev__t <= _e26), pg_rho_bar__prev__t, _e26)))).to(d__values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__rewards:
-            tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (_e25 + _e26)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (_e23 + _e24)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
         if STORE_d__bootstrap_values:
-            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e32*_e34 + _e33*(_e17*_e32 + _e32*lambda___t))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e29*_e31 + _e30*(_e15*_e29 + _e29*lambda___t))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__last_value:
-            tl.store(d__last_value__optr + d__last_value__orow[:, None] + _t[None, :] * d__last_value__ost, (_zero + (_e33*(_e17*_e35 + _e35*lambda___t) + _e34*_e35)).to(d__last_value__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__last_value__optr + d__last_value__orow[:, None] + _t[None, :] * d__last_value__ost, (_zero + (_e30*(_e15*_e32 + _e32*lambda___t) + _e31*_e32)).to(d__last_value__optr.dtype.element_ty), mask=_ok)
         if STORE_d__gamma:
-            tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e36*lambda___t + _e10*_e11*_e25 + _e11*_e18*_e26)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e10*_e23 + _e16*_e24 + _e33*lambda___t)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
         if STORE_d__rho_bar:
-            tl.store(d__rho_bar__optr + d__rho_bar__orow[:, None] + _t[None, :] * d__rho_bar__ost, (_zero + (_e14*(_e5 != 0).to(ACC))).to(d__rho_bar__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__rho_bar__optr + d__rho_bar__orow[:, None] + _t[None, :] * d__rho_bar__ost, (_zero + (_e12*(_e5 != 0).to(ACC))).to(d__rho_bar__optr.dtype.element_ty), mask=_ok)
         if STORE_d__c_bar:
-            tl.store(d__c_bar__optr + d__c_bar__orow[:, None] + _t[None, :] * d__c_bar__ost, (_zero + (_e23*(_e20 != 0).to(ACC))).to(d__c_bar__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__c_bar__optr + d__c_bar__orow[:, None] + _t[None, :] * d__c_bar__ost, (_zero + (_e21*(_e18 != 0).to(ACC))).to(d__c_bar__optr.dtype.element_ty), mask=_ok)
         if STORE_d__lambda_:
-            tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e33*(_e16 - _e10) + _e36*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
+            tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e30*(_e14 - _e10) + _e33*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
         if STORE_d__pg_rho_bar:
-            tl.store(d__pg_rho_bar__optr + d__pg_rho_bar__orow[:, None] + _t[None, :] * d__pg_rho_bar__ost, (_zero + (_e19*(_e15 != 0).to(ACC))).to(d__pg_rho_bar__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__pg_rho_bar__optr + d__pg_rho_bar__orow[:, None] + _t[None, :] * d__pg_rho_bar__ost, (_zero + (_e17*(_e13 != 0).to(ACC))).to(d__pg_rho_bar__optr.dtype.element_ty), mask=_ok)
 
 
 @triton.jit
@@ -1056,11 +1053,11 @@ def _vtrace_grad_persist_kernel(
             _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
             values__next = tl.where((_cols == _rem - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
-        _e1 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
-        _e2 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
+        _e1 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
+        _e2 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
         _e3 = gamma__prev__t*lambda___prev__t
-        _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*(~(is_last__prev != 0)).to(ACC)*(~(-terminateds__prev + tl.where((is_last__prev != 0), 1.0, _e1) != 0)).to(ACC)*tl.where((pg_rho_bar__prev__t <= _e2), pg_rho_bar__prev__t, _e2))), 0.0)
-        _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e1)*tl.where((c_bar__prev__t <= _e2), c_bar__prev__t, _e2))), 1.0)  # identity past the window end
+        _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(~(is_last__prev != 0)).to(ACC)*(~(terminateds__prev != 0)).to(ACC)*tl.where((pg_rho_bar__prev__t <= _e1), pg_rho_bar__prev__t, _e1)*(~(tl.where((is_last__prev != 0), 1.0, _e2) != 0)).to(ACC))), 0.0)
+        _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*tl.where((c_bar__prev__t <= _e1), c_bar__prev__t, _e1))), 1.0)  # identity past the window end
         _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
         g__A = _a + _b * g__A__carry[:, None]
         g__A__prev = _ea + _eb * g__A__carry[:, None]  # the state one step nearer the carry
@@ -1069,58 +1066,55 @@ def _vtrace_grad_persist_kernel(
         _e4 = tl.exp(log_pi_target - log_pi_behavior)
         _e5 = (rho_bar__t <= _e4)
         _e6 = tl.where((terminateds >= truncateds), terminateds, truncateds)
-        _e7 = -terminateds + tl.where((is_last != 0), 1.0, _e6)
+        _e7 = tl.where((is_last != 0), 1.0, _e6)
         _e8 = tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values)
         _e9 = tl.where((is_last != 0), 0.0, values__next)
-        _e10 = tl.where((_e7 != 0), _e8, _e9)
-        _e11 = 1.0 - terminateds
-        _e12 = _e11*gamma__t
-        _e13 = rewards - values
-        _e14 = g__A*(_e13 + _e10*_e12)
-        _e15 = (pg_rho_bar__t <= _e4)
-        _e16 = tl.where((_e7 != 0), _e8, _e9 + tl.where((is_last != 0), 0.0, st__A__next))
-        _e17 = 1.0 - lambda___t
-        _e18 = _e10*_e17 + _e16*lambda___t
-        _e19 = gy__pg_advantages*(_e13 + _e12*_e18)
-        _e20 = (c_bar__t <= _e4)
-        _e21 = 1.0 - _e6
-        _e22 = tl.where((is_last != 0), 0.0, st__A__next)
-        _e23 = _e21*_e22*g__A*gamma__t*lambda___t
-        _e24 = _e14*_e4*(~(_e5 != 0)).to(ACC) + _e19*_e4*(~(_e15 != 0)).to(ACC) + _e23*_e4*(~(_e20 != 0)).to(ACC)
-        _e25 = g__A*tl.where((_e5 != 0), rho_bar__t, _e4)
-        _e26 = gy__pg_advantages*tl.where((_e15 != 0), pg_rho_bar__t, _e4)
-        _e27 = (~(is_last__prev != 0)).to(ACC)*(~(-terminateds__prev + tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0)).to(ACC)
-        _e28 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
-        _e29 = gamma__prev__t*(1.0 - terminateds__prev)
-        _e30 = (is_last != 0).to(ACC)
-        _e31 = (_e7 != 0).to(ACC)
-        _e32 = _e31*(_e30 + (~(is_last != 0)).to(ACC))
-        _e33 = _e12*_e26
-        _e34 = _e12*_e25
-        _e35 = _e30*_e31
-        _e36 = _e21*_e22*g__A*tl.where((_e20 != 0), c_bar__t, _e4)
+        _e10 = tl.where((terminateds != 0), 0.0, tl.where((_e7 != 0), _e8, _e9))
+        _e11 = rewards - values
+        _e12 = g__A*(_e11 + _e10*gamma__t)
+        _e13 = (pg_rho_bar__t <= _e4)
+        _e14 = tl.where((terminateds != 0), 0.0, tl.where((_e7 != 0), _e8, _e9 + tl.where((is_last != 0), 0.0, st__A__next)))
+        _e15 = 1.0 - lambda___t
+        _e16 = _e10*_e15 + _e14*lambda___t
+        _e17 = gy__pg_advantages*(_e11 + _e16*gamma__t)
+        _e18 = (c_bar__t <= _e4)
+        _e19 = 1.0 - _e6
+        _e20 = tl.where((is_last != 0), 0.0, st__A__next)
+        _e21 = _e19*_e20*g__A*gamma__t*lambda___t
+        _e22 = _e12*_e4*(~(_e5 != 0)).to(ACC) + _e17*_e4*(~(_e13 != 0)).to(ACC) + _e21*_e4*(~(_e18 != 0)).to(ACC)
+        _e23 = g__A*tl.where((_e5 != 0), rho_bar__t, _e4)
+        _e24 = gy__pg_advantages*tl.where((_e13 != 0), pg_rho_bar__t, _e4)
+        _e25 = (~(is_last__prev != 0)).to(ACC)*(~(terminateds__prev != 0)).to(ACC)*(~(tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0)).to(ACC)
+        _e26 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
+        _e27 = (is_last != 0).to(ACC)
+        _e28 = (_e7 != 0).to(ACC)*(~(terminateds != 0)).to(ACC)
+        _e29 = _e28*(_e27 + (~(is_last != 0)).to(ACC))
+        _e30 = _e24*gamma__t
+        _e31 = _e23*gamma__t
+        _e32 = _e27*_e28
+        _e33 = _e19*_e20*g__A*tl.where((_e18 != 0), c_bar__t, _e4)
         if STORE_d__log_pi_target:
-            tl.store(d__log_pi_target__optr + d__log_pi_target__orow[:, None] + _t[None, :] * d__log_pi_target__ost, (_zero + (_e24)).to(d__log_pi_target__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__log_pi_target__optr + d__log_pi_target__orow[:, None] + _t[None, :] * d__log_pi_target__ost, (_zero + (_e22)).to(d__log_pi_target__optr.dtype.element_ty), mask=_ok)
         if STORE_d__log_pi_behavior:
-            tl.store(d__log_pi_behavior__optr + d__log_pi_behavior__orow[:, None] + _t[None, :] * d__log_pi_behavior__ost, (_zero + (-_e24)).to(d__log_pi_behavior__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__log_pi_behavior__optr + d__log_pi_behavior__orow[:, None] + _t[None, :] * d__log_pi_behavior__ost, (_zero + (-_e22)).to(d__log_pi_behavior__optr.dtype.element_ty), mask=_ok)
         if STORE_d__values:
-            tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__targets - _e25 - _e26 + tl.where((is_first != 0), 0.0, _e27*_e29*g__A__prev*tl.where((rho_bar__prev__t <= _e28), rho_bar__prev__t, _e28)) + tl.where((is_first != 0), 0.0, _e29*gy__pg_advantages__prev*(_e27*lambda___prev__t + _e27*(1.0 - lambda___prev__t))*tl.where((pg_rho_bar__prev__t <= _e28), pg_rho_bar__prev__t, _e28)))).to(d__values__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__targets - _e23 - _e24 + tl.where((is_first != 0), 0.0, _e25*g__A__prev*gamma__prev__t*tl.where((rho_bar__prev__t <= _e26), rho_bar__prev__t, _e26)) + tl.where((is_first != 0), 0.0, gamma__prev__t*gy__pg_advantages__prev*(_e25*lambda___prev__t + _e25*(1.0 - lambda___prev__t))*tl.where((pg_rho_bar__prev__t <= _e26), pg_rho_bar__prev__t, _e26)))).to(d__values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__rewards:
-            tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (_e25 + _e26)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (_e23 + _e24)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
         if STORE_d__bootstrap_values:
-            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e32*_e34 + _e33*(_e17*_e32 + _e32*lambda___t))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e29*_e31 + _e30*(_e15*_e29 + _e29*lambda___t))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__last_value:
-            tl.store(d__last_value__optr + d__last_value__orow[:, None] + _t[None, :] * d__last_value__ost, (_zero + (_e33*(_e17*_e35 + _e35*lambda___t) + _e34*_e35)).to(d__last_value__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__last_value__optr + d__last_value__orow[:, None] + _t[None, :] * d__last_value__ost, (_zero + (_e30*(_e15*_e32 + _e32*lambda___t) + _e31*_e32)).to(d__last_value__optr.dtype.element_ty), mask=_ok)
         if STORE_d__gamma:
-            tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e36*lambda___t + _e10*_e11*_e25 + _e11*_e18*_e26)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e10*_e23 + _e16*_e24 + _e33*lambda___t)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
         if STORE_d__rho_bar:
-            tl.store(d__rho_bar__optr + d__rho_bar__orow[:, None] + _t[None, :] * d__rho_bar__ost, (_zero + (_e14*(_e5 != 0).to(ACC))).to(d__rho_bar__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__rho_bar__optr + d__rho_bar__orow[:, None] + _t[None, :] * d__rho_bar__ost, (_zero + (_e12*(_e5 != 0).to(ACC))).to(d__rho_bar__optr.dtype.element_ty), mask=_ok)
         if STORE_d__c_bar:
-            tl.store(d__c_bar__optr + d__c_bar__orow[:, None] + _t[None, :] * d__c_bar__ost, (_zero + (_e23*(_e20 != 0).to(ACC))).to(d__c_bar__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__c_bar__optr + d__c_bar__orow[:, None] + _t[None, :] * d__c_bar__ost, (_zero + (_e21*(_e18 != 0).to(ACC))).to(d__c_bar__optr.dtype.element_ty), mask=_ok)
         if STORE_d__lambda_:
-            tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e33*(_e16 - _e10) + _e36*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
+            tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e30*(_e14 - _e10) + _e33*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
         if STORE_d__pg_rho_bar:
-            tl.store(d__pg_rho_bar__optr + d__pg_rho_bar__orow[:, None] + _t[None, :] * d__pg_rho_bar__ost, (_zero + (_e19*(_e15 != 0).to(ACC))).to(d__pg_rho_bar__optr.dtype.element_ty), mask=_ok)
+            tl.store(d__pg_rho_bar__optr + d__pg_rho_bar__orow[:, None] + _t[None, :] * d__pg_rho_bar__ost, (_zero + (_e17*(_e13 != 0).to(ACC))).to(d__pg_rho_bar__optr.dtype.element_ty), mask=_ok)
         if HAS_bootstrap_values:
             bootstrap_values__raw = bootstrap_values__raw__nx
         if c_bar__TENSOR:
@@ -1583,11 +1577,11 @@ def _vtrace_grad_lookback_kernel(
         _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
         values__next = tl.where((_cols == _rem - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
-    _e1 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
-    _e2 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
+    _e1 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
+    _e2 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
     _e3 = gamma__prev__t*lambda___prev__t
-    _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(1.0 - terminateds__prev)*(~(is_last__prev != 0)).to(ACC)*(~(-terminateds__prev + tl.where((is_last__prev != 0), 1.0, _e1) != 0)).to(ACC)*tl.where((pg_rho_bar__prev__t <= _e2), pg_rho_bar__prev__t, _e2))), 0.0)
-    _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e1)*tl.where((c_bar__prev__t <= _e2), c_bar__prev__t, _e2))), 1.0)  # identity past the window end
+    _alpha = tl.where(_ok, _zero + (gy__targets + tl.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*(~(is_last__prev != 0)).to(ACC)*(~(terminateds__prev != 0)).to(ACC)*tl.where((pg_rho_bar__prev__t <= _e1), pg_rho_bar__prev__t, _e1)*(~(tl.where((is_last__prev != 0), 1.0, _e2) != 0)).to(ACC))), 0.0)
+    _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*tl.where((c_bar__prev__t <= _e1), c_bar__prev__t, _e1))), 1.0)  # identity past the window end
     _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
     # look back over earlier chunks for the carry (decoupled look-back).
@@ -1610,58 +1604,55 @@ def _vtrace_grad_lookback_kernel(
     _e4 = tl.exp(log_pi_target - log_pi_behavior)
     _e5 = (rho_bar__t <= _e4)
     _e6 = tl.where((terminateds >= truncateds), terminateds, truncateds)
-    _e7 = -terminateds + tl.where((is_last != 0), 1.0, _e6)
+    _e7 = tl.where((is_last != 0), 1.0, _e6)
     _e8 = tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values)
     _e9 = tl.where((is_last != 0), 0.0, values__next)
-    _e10 = tl.where((_e7 != 0), _e8, _e9)
-    _e11 = 1.0 - terminateds
-    _e12 = _e11*gamma__t
-    _e13 = rewards - values
-    _e14 = g__A*(_e13 + _e10*_e12)
-    _e15 = (pg_rho_bar__t <= _e4)
-    _e16 = tl.where((_e7 != 0), _e8, _e9 + tl.where((is_last != 0), 0.0, st__A__next))
-    _e17 = 1.0 - lambda___t
-    _e18 = _e10*_e17 + _e16*lambda___t
-    _e19 = gy__pg_advantages*(_e13 + _e12*_e18)
-    _e20 = (c_bar__t <= _e4)
-    _e21 = 1.0 - _e6
-    _e22 = tl.where((is_last != 0), 0.0, st__A__next)
-    _e23 = _e21*_e22*g__A*gamma__t*lambda___t
-    _e24 = _e14*_e4*(~(_e5 != 0)).to(ACC) + _e19*_e4*(~(_e15 != 0)).to(ACC) + _e23*_e4*(~(_e20 != 0)).to(ACC)
-    _e25 = g__A*tl.where((_e5 != 0), rho_bar__t, _e4)
-    _e26 = gy__pg_advantages*tl.where((_e15 != 0), pg_rho_bar__t, _e4)
-    _e27 = (~(is_last__prev != 0)).to(ACC)*(~(-terminateds__prev + tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0)).to(ACC)
-    _e28 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
-    _e29 = gamma__prev__t*(1.0 - terminateds__prev)
-    _e30 = (is_last != 0).to(ACC)
-    _e31 = (_e7 != 0).to(ACC)
-    _e32 = _e31*(_e30 + (~(is_last != 0)).to(ACC))
-    _e33 = _e12*_e26
-    _e34 = _e12*_e25
-    _e35 = _e30*_e31
-    _e36 = _e21*_e22*g__A*tl.where((_e20 != 0), c_bar__t, _e4)
+    _e10 = tl.where((terminateds != 0), 0.0, tl.where((_e7 != 0), _e8, _e9))
+    _e11 = rewards - values
+    _e12 = g__A*(_e11 + _e10*gamma__t)
+    _e13 = (pg_rho_bar__t <= _e4)
+    _e14 = tl.where((terminateds != 0), 0.0, tl.where((_e7 != 0), _e8, _e9 + tl.where((is_last != 0), 0.0, st__A__next)))
+    _e15 = 1.0 - lambda___t
+    _e16 = _e10*_e15 + _e14*lambda___t
+    _e17 = gy__pg_advantages*(_e11 + _e16*gamma__t)
+    _e18 = (c_bar__t <= _e4)
+    _e19 = 1.0 - _e6
+    _e20 = tl.where((is_last != 0), 0.0, st__A__next)
+    _e21 = _e19*_e20*g__A*gamma__t*lambda___t
+    _e22 = _e12*_e4*(~(_e5 != 0)).to(ACC) + _e17*_e4*(~(_e13 != 0)).to(ACC) + _e21*_e4*(~(_e18 != 0)).to(ACC)
+    _e23 = g__A*tl.where((_e5 != 0), rho_bar__t, _e4)
+    _e24 = gy__pg_advantages*tl.where((_e13 != 0), pg_rho_bar__t, _e4)
+    _e25 = (~(is_last__prev != 0)).to(ACC)*(~(terminateds__prev != 0)).to(ACC)*(~(tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0)).to(ACC)
+    _e26 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
+    _e27 = (is_last != 0).to(ACC)
+    _e28 = (_e7 != 0).to(ACC)*(~(terminateds != 0)).to(ACC)
+    _e29 = _e28*(_e27 + (~(is_last != 0)).to(ACC))
+    _e30 = _e24*gamma__t
+    _e31 = _e23*gamma__t
+    _e32 = _e27*_e28
+    _e33 = _e19*_e20*g__A*tl.where((_e18 != 0), c_bar__t, _e4)
     if STORE_d__log_pi_target:
-        tl.store(d__log_pi_target__optr + d__log_pi_target__orow[:, None] + _t[None, :] * d__log_pi_target__ost, (_zero + (_e24)).to(d__log_pi_target__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__log_pi_target__optr + d__log_pi_target__orow[:, None] + _t[None, :] * d__log_pi_target__ost, (_zero + (_e22)).to(d__log_pi_target__optr.dtype.element_ty), mask=_ok)
     if STORE_d__log_pi_behavior:
-        tl.store(d__log_pi_behavior__optr + d__log_pi_behavior__orow[:, None] + _t[None, :] * d__log_pi_behavior__ost, (_zero + (-_e24)).to(d__log_pi_behavior__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__log_pi_behavior__optr + d__log_pi_behavior__orow[:, None] + _t[None, :] * d__log_pi_behavior__ost, (_zero + (-_e22)).to(d__log_pi_behavior__optr.dtype.element_ty), mask=_ok)
     if STORE_d__values:
-        tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__targets - _e25 - _e26 + tl.where((is_first != 0), 0.0, _e27*_e29*g__A__prev*tl.where((rho_bar__prev__t <= _e28), rho_bar__prev__t, _e28)) + tl.where((is_first != 0), 0.0, _e29*gy__pg_advantages__prev*(_e27*lambda___prev__t + _e27*(1.0 - lambda___prev__t))*tl.where((pg_rho_bar__prev__t <= _e28), pg_rho_bar__prev__t, _e28)))).to(d__values__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__values__optr + d__values__orow[:, None] + _t[None, :] * d__values__ost, (_zero + (gy__targets - _e23 - _e24 + tl.where((is_first != 0), 0.0, _e25*g__A__prev*gamma__prev__t*tl.where((rho_bar__prev__t <= _e26), rho_bar__prev__t, _e26)) + tl.where((is_first != 0), 0.0, gamma__prev__t*gy__pg_advantages__prev*(_e25*lambda___prev__t + _e25*(1.0 - lambda___prev__t))*tl.where((pg_rho_bar__prev__t <= _e26), pg_rho_bar__prev__t, _e26)))).to(d__values__optr.dtype.element_ty), mask=_ok)
     if STORE_d__rewards:
-        tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (_e25 + _e26)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__rewards__optr + d__rewards__orow[:, None] + _t[None, :] * d__rewards__ost, (_zero + (_e23 + _e24)).to(d__rewards__optr.dtype.element_ty), mask=_ok)
     if STORE_d__bootstrap_values:
-        tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e32*_e34 + _e33*(_e17*_e32 + _e32*lambda___t))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (_e29*_e31 + _e30*(_e15*_e29 + _e29*lambda___t))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
     if STORE_d__last_value:
-        tl.store(d__last_value__optr + d__last_value__orow[:, None] + _t[None, :] * d__last_value__ost, (_zero + (_e33*(_e17*_e35 + _e35*lambda___t) + _e34*_e35)).to(d__last_value__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__last_value__optr + d__last_value__orow[:, None] + _t[None, :] * d__last_value__ost, (_zero + (_e30*(_e15*_e32 + _e32*lambda___t) + _e31*_e32)).to(d__last_value__optr.dtype.element_ty), mask=_ok)
     if STORE_d__gamma:
-        tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e36*lambda___t + _e10*_e11*_e25 + _e11*_e18*_e26)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e10*_e23 + _e16*_e24 + _e33*lambda___t)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
     if STORE_d__rho_bar:
-        tl.store(d__rho_bar__optr + d__rho_bar__orow[:, None] + _t[None, :] * d__rho_bar__ost, (_zero + (_e14*(_e5 != 0).to(ACC))).to(d__rho_bar__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__rho_bar__optr + d__rho_bar__orow[:, None] + _t[None, :] * d__rho_bar__ost, (_zero + (_e12*(_e5 != 0).to(ACC))).to(d__rho_bar__optr.dtype.element_ty), mask=_ok)
     if STORE_d__c_bar:
-        tl.store(d__c_bar__optr + d__c_bar__orow[:, None] + _t[None, :] * d__c_bar__ost, (_zero + (_e23*(_e20 != 0).to(ACC))).to(d__c_bar__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__c_bar__optr + d__c_bar__orow[:, None] + _t[None, :] * d__c_bar__ost, (_zero + (_e21*(_e18 != 0).to(ACC))).to(d__c_bar__optr.dtype.element_ty), mask=_ok)
     if STORE_d__lambda_:
-        tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e33*(_e16 - _e10) + _e36*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
+        tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e30*(_e14 - _e10) + _e33*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
     if STORE_d__pg_rho_bar:
-        tl.store(d__pg_rho_bar__optr + d__pg_rho_bar__orow[:, None] + _t[None, :] * d__pg_rho_bar__ost, (_zero + (_e19*(_e15 != 0).to(ACC))).to(d__pg_rho_bar__optr.dtype.element_ty), mask=_ok)
+        tl.store(d__pg_rho_bar__optr + d__pg_rho_bar__orow[:, None] + _t[None, :] * d__pg_rho_bar__ost, (_zero + (_e17*(_e13 != 0).to(ACC))).to(d__pg_rho_bar__optr.dtype.element_ty), mask=_ok)
     if LB_PID:  # at the end, so that no load waits on the counter
         for _w in tl.static_range(3):  # no program of this call reads that half
             if BLOCK_N == 1:

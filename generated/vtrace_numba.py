@@ -46,7 +46,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, log_pi_target__a, log_pi_behavior__a,
     _al_A = _np.empty(_G * (_C + 1), _F)  # alpha, then the state
     _be_A = _np.empty(_G * (_C + 1), _F)
     _cy_A = _np.empty(_G, _F)  # the state carried from chunk to chunk
-    _tb__c7 = _np.empty(_G * _C, _F)
+    _tb__c6 = _np.empty(_G * _C, _F)
     _rr1 = _np.empty(_G, _np.int64)  # the group's rows (_r1, _r2): a division a row, not a phase
     _rr2 = _np.empty(_G, _np.int64)
     for _g in range(_n_groups):
@@ -101,16 +101,15 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, log_pi_target__a, log_pi_behavior__a,
                     values = _F(_nk.at1(_v_values, _t))
                     values__next = _F(_nk.at1(_v_values, _tn))
                     _c0 = _nk.maximum(terminateds, truncateds)
-                    _c1 = -terminateds + _nk.where((is_last != 0), _F(1.0), _c0)
+                    _c1 = _nk.where((is_last != 0), _F(1.0), _c0)
                     _c2 = _nk.where((is_last != 0), bootstrap_values + last_value, bootstrap_values)
                     _c3 = _nk.where((is_last != 0), _F(0.0), values__next)
-                    _c4 = _nk.where((_c1 != 0), _c2, _c3)
-                    _c5 = gamma*(_F(1.0) - terminateds)
-                    _c6 = rewards - values
-                    _c7 = _nk.exp_as(log_pi_target - log_pi_behavior, _F)
-                    _nk.put1(_tb__c7, _o + _j, _c7)
-                    _nk.put1(_al_A, _os + _j, (_c6 + _c4*_c5)*_nk.minimum(_c7, rho_bar))
-                    _nk.put1(_be_A, _os + _j, gamma*lambda_*(_F(1.0) - _c0)*_nk.minimum(_c7, c_bar))
+                    _c4 = _nk.where((terminateds != 0), _F(0.0), _nk.where((_c1 != 0), _c2, _c3))
+                    _c5 = rewards - values
+                    _c6 = _nk.exp_as(log_pi_target - log_pi_behavior, _F)
+                    _nk.put1(_tb__c6, _o + _j, _c6)
+                    _nk.put1(_al_A, _os + _j, (_c5 + _c4*gamma)*_nk.minimum(_c6, rho_bar))
+                    _nk.put1(_be_A, _os + _j, gamma*lambda_*(_F(1.0) - _c0)*_nk.minimum(_c6, c_bar))
 
                 for _e in range(_n - (_jb - _ja)):
                     _j = _e if _e < _ja else _e + (_jb - _ja)
@@ -130,16 +129,15 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, log_pi_target__a, log_pi_behavior__a,
                     values = _F(_nk.at1(_v_values, _t))
                     values__next = _F(_nk.at1(_v_values, _tn))
                     _c0 = _nk.maximum(terminateds, truncateds)
-                    _c1 = -terminateds + _nk.where((is_last != 0), _F(1.0), _c0)
+                    _c1 = _nk.where((is_last != 0), _F(1.0), _c0)
                     _c2 = _nk.where((is_last != 0), bootstrap_values + last_value, bootstrap_values)
                     _c3 = _nk.where((is_last != 0), _F(0.0), values__next)
-                    _c4 = _nk.where((_c1 != 0), _c2, _c3)
-                    _c5 = gamma*(_F(1.0) - terminateds)
-                    _c6 = rewards - values
-                    _c7 = _nk.exp_as(log_pi_target - log_pi_behavior, _F)
-                    _nk.put1(_tb__c7, _o + _j, _c7)
-                    _nk.put1(_al_A, _os + _j, (_c6 + _c4*_c5)*_nk.minimum(_c7, rho_bar))
-                    _nk.put1(_be_A, _os + _j, gamma*lambda_*(_F(1.0) - _c0)*_nk.minimum(_c7, c_bar))
+                    _c4 = _nk.where((terminateds != 0), _F(0.0), _nk.where((_c1 != 0), _c2, _c3))
+                    _c5 = rewards - values
+                    _c6 = _nk.exp_as(log_pi_target - log_pi_behavior, _F)
+                    _nk.put1(_tb__c6, _o + _j, _c6)
+                    _nk.put1(_al_A, _os + _j, (_c5 + _c4*gamma)*_nk.minimum(_c6, rho_bar))
+                    _nk.put1(_be_A, _os + _j, gamma*lambda_*(_F(1.0) - _c0)*_nk.minimum(_c6, c_bar))
 
 
             # A: the chains of the group's rows, in the scan's direction
@@ -192,7 +190,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, log_pi_target__a, log_pi_behavior__a,
                     _tn = _t + 1
                     A = _nk.at1(_al_A, _os + _j)
                     A__next = _nk.at1(_al_A, _os + _j + 1)
-                    _c7 = _nk.at1(_tb__c7, _o + _j)
+                    _c6 = _nk.at1(_tb__c6, _o + _j)
                     bootstrap_values = _F(_nk.at1(_v_bootstrap_values, _t))
                     gamma = _F(_nk.at1(_v_gamma, _t))
                     is_last = _nk.where(_t == T - 1, _F(1.0), _F(0.0))
@@ -204,14 +202,13 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, log_pi_target__a, log_pi_behavior__a,
                     values = _F(_nk.at1(_v_values, _t))
                     values__next = _F(_nk.at1(_v_values, _tn))
                     _c0 = _nk.maximum(terminateds, truncateds)
-                    _c1 = -terminateds + _nk.where((is_last != 0), _F(1.0), _c0)
+                    _c1 = _nk.where((is_last != 0), _F(1.0), _c0)
                     _c2 = _nk.where((is_last != 0), bootstrap_values + last_value, bootstrap_values)
                     _c3 = _nk.where((is_last != 0), _F(0.0), values__next)
-                    _c4 = _nk.where((_c1 != 0), _c2, _c3)
-                    _c5 = gamma*(_F(1.0) - terminateds)
-                    _c6 = rewards - values
+                    _c4 = _nk.where((terminateds != 0), _F(0.0), _nk.where((_c1 != 0), _c2, _c3))
+                    _c5 = rewards - values
                     if STORE_targets: _nk.put1(_w_targets, _j, A + values)
-                    if STORE_pg_advantages: _nk.put1(_w_pg_advantages, _j, (_c6 + _c5*(_c4*(_F(1.0) - lambda_) + lambda_*_nk.where((_c1 != 0), _c2, _c3 + _nk.where((is_last != 0), _F(0.0), A__next))))*_nk.minimum(_c7, pg_rho_bar))
+                    if STORE_pg_advantages: _nk.put1(_w_pg_advantages, _j, (_c5 + gamma*(_c4*(_F(1.0) - lambda_) + lambda_*_nk.where((terminateds != 0), _F(0.0), _nk.where((_c1 != 0), _c2, _c3 + _nk.where((is_last != 0), _F(0.0), A__next)))))*_nk.minimum(_c6, pg_rho_bar))
                     if STORE_st__A: _nk.put1(_w_st__A, _j, A)
 
                 for _e in range(_n - (_jb - _ja)):
@@ -220,7 +217,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, log_pi_target__a, log_pi_behavior__a,
                     _tn = min(_t + 1, T - 1)
                     A = _nk.at1(_al_A, _os + _j)
                     A__next = _nk.at1(_al_A, _os + _j + 1)
-                    _c7 = _nk.at1(_tb__c7, _o + _j)
+                    _c6 = _nk.at1(_tb__c6, _o + _j)
                     bootstrap_values = _F(_nk.at1(_v_bootstrap_values, _t))
                     gamma = _F(_nk.at1(_v_gamma, _t))
                     is_last = _nk.where(_t == T - 1, _F(1.0), _F(0.0))
@@ -232,18 +229,17 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, log_pi_target__a, log_pi_behavior__a,
                     values = _F(_nk.at1(_v_values, _t))
                     values__next = _F(_nk.at1(_v_values, _tn))
                     _c0 = _nk.maximum(terminateds, truncateds)
-                    _c1 = -terminateds + _nk.where((is_last != 0), _F(1.0), _c0)
+                    _c1 = _nk.where((is_last != 0), _F(1.0), _c0)
                     _c2 = _nk.where((is_last != 0), bootstrap_values + last_value, bootstrap_values)
                     _c3 = _nk.where((is_last != 0), _F(0.0), values__next)
-                    _c4 = _nk.where((_c1 != 0), _c2, _c3)
-                    _c5 = gamma*(_F(1.0) - terminateds)
-                    _c6 = rewards - values
+                    _c4 = _nk.where((terminateds != 0), _F(0.0), _nk.where((_c1 != 0), _c2, _c3))
+                    _c5 = rewards - values
                     if STORE_targets: _nk.put1(_w_targets, _j, A + values)
-                    if STORE_pg_advantages: _nk.put1(_w_pg_advantages, _j, (_c6 + _c5*(_c4*(_F(1.0) - lambda_) + lambda_*_nk.where((_c1 != 0), _c2, _c3 + _nk.where((is_last != 0), _F(0.0), A__next))))*_nk.minimum(_c7, pg_rho_bar))
+                    if STORE_pg_advantages: _nk.put1(_w_pg_advantages, _j, (_c5 + gamma*(_c4*(_F(1.0) - lambda_) + lambda_*_nk.where((terminateds != 0), _F(0.0), _nk.where((_c1 != 0), _c2, _c3 + _nk.where((is_last != 0), _F(0.0), A__next)))))*_nk.minimum(_c6, pg_rho_bar))
                     if STORE_st__A: _nk.put1(_w_st__A, _j, A)
 
 
-    _hb__c7 = _np.empty(T, _F)
+    _hb__c6 = _np.empty(T, _F)
     _n_left = _hi - _lo - _G * _n_groups
     for _left in range(_n_left):  # a reverse scan from the last row down: one stream in memory
         _r = _hi - 1 - _left
@@ -256,7 +252,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, log_pi_target__a, log_pi_behavior__a,
         for _t in range(T):
             log_pi_behavior = _F(_nk.at(log_pi_behavior__a, _r1, _r2, _t))
             log_pi_target = _F(_nk.at(log_pi_target__a, _r1, _r2, _t))
-            _nk.put1(_hb__c7, _t, _nk.exp_as(log_pi_target - log_pi_behavior, _F))
+            _nk.put1(_hb__c6, _t, _nk.exp_as(log_pi_target - log_pi_behavior, _F))
         for _i in range(T):
             _t = T - 1 - _i
             A__next = A
@@ -275,19 +271,18 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, log_pi_target__a, log_pi_behavior__a,
             truncateds = _F(_nk.at(truncateds__a, _r1, _r2, _t))
             values = _F(_nk.at(values__a, _r1, _r2, _t))
             values__next = _F(_nk.at(values__a, _r1, _r2, _tn))
-            _c7 = _nk.at1(_hb__c7, _t)
+            _c6 = _nk.at1(_hb__c6, _t)
             _c0 = _nk.maximum(terminateds, truncateds)
-            _c1 = -terminateds + (_F(1.0) if is_last != 0 else _c0)
+            _c1 = (_F(1.0) if is_last != 0 else _c0)
             _c2 = (bootstrap_values + last_value if is_last != 0 else bootstrap_values)
             _c3 = (_F(0.0) if is_last != 0 else values__next)
-            _c4 = (_c2 if _c1 != 0 else _c3)
-            _c5 = gamma*(_F(1.0) - terminateds)
-            _c6 = rewards - values
-            A = (_c6 + _c4*_c5)*_nk.minimum(_c7, rho_bar) + (gamma*lambda_*(_F(1.0) - _c0)*_nk.minimum(_c7, c_bar)) * A
+            _c4 = (_F(0.0) if terminateds != 0 else (_c2 if _c1 != 0 else _c3))
+            _c5 = rewards - values
+            A = (_c5 + _c4*gamma)*_nk.minimum(_c6, rho_bar) + (gamma*lambda_*(_F(1.0) - _c0)*_nk.minimum(_c6, c_bar)) * A
             if STORE_targets:
                 _nk.put(targets__a, _r1, _r2, _t, A + values)
             if STORE_pg_advantages:
-                _nk.put(pg_advantages__a, _r1, _r2, _t, (_c6 + _c5*(_c4*(_F(1.0) - lambda_) + lambda_*(_c2 if _c1 != 0 else _c3 + (_F(0.0) if is_last != 0 else A__next))))*_nk.minimum(_c7, pg_rho_bar))
+                _nk.put(pg_advantages__a, _r1, _r2, _t, (_c5 + gamma*(_c4*(_F(1.0) - lambda_) + lambda_*(_F(0.0) if terminateds != 0 else (_c2 if _c1 != 0 else _c3 + (_F(0.0) if is_last != 0 else A__next)))))*_nk.minimum(_c6, pg_rho_bar))
             if STORE_st__A:
                 _nk.put(st__A__a, _r1, _r2, _t, A)
 
@@ -358,16 +353,15 @@ def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, log_pi_target__a, log_pi_behavior__
                 values = _F(_nk.at1(_v_values, _j))
                 values__next = _F(_nk.at1(_v_values__next, _j))
                 _c0 = _nk.maximum(terminateds, truncateds)
-                _c1 = -terminateds + _nk.where((is_last != 0), _F(1.0), _c0)
+                _c1 = _nk.where((is_last != 0), _F(1.0), _c0)
                 _c2 = _nk.where((is_last != 0), bootstrap_values + last_value, bootstrap_values)
                 _c3 = _nk.where((is_last != 0), _F(0.0), values__next)
-                _c4 = _nk.where((_c1 != 0), _c2, _c3)
-                _c5 = gamma*(_F(1.0) - terminateds)
-                _c6 = rewards - values
-                _c7 = _nk.exp_as(log_pi_target - log_pi_behavior, _F)
-                A = (_c6 + _c4*_c5)*_nk.minimum(_c7, rho_bar) + (gamma*lambda_*(_F(1.0) - _c0)*_nk.minimum(_c7, c_bar)) * A
+                _c4 = _nk.where((terminateds != 0), _F(0.0), _nk.where((_c1 != 0), _c2, _c3))
+                _c5 = rewards - values
+                _c6 = _nk.exp_as(log_pi_target - log_pi_behavior, _F)
+                A = (_c5 + _c4*gamma)*_nk.minimum(_c6, rho_bar) + (gamma*lambda_*(_F(1.0) - _c0)*_nk.minimum(_c6, c_bar)) * A
                 _nk.put1(_w_targets, _j, A + values)
-                _nk.put1(_w_pg_advantages, _j, (_c6 + _c5*(_c4*(_F(1.0) - lambda_) + lambda_*_nk.where((_c1 != 0), _c2, _c3 + _nk.where((is_last != 0), _F(0.0), A__next))))*_nk.minimum(_c7, pg_rho_bar))
+                _nk.put1(_w_pg_advantages, _j, (_c5 + gamma*(_c4*(_F(1.0) - lambda_) + lambda_*_nk.where((terminateds != 0), _F(0.0), _nk.where((_c1 != 0), _c2, _c3 + _nk.where((is_last != 0), _F(0.0), A__next)))))*_nk.minimum(_c6, pg_rho_bar))
                 _nk.put1(_w_st__A, _j, A)
 
                 A__c[_j] = A

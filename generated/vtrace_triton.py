@@ -227,7 +227,7 @@ def _vtrace_chunked_kernel(
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _e1 = tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)
         _e2 = tl.exp(log_pi_target - log_pi_behavior)
-        _alpha = tl.where(_ok, _zero + ((rewards - values + gamma__t*(1.0 - terminateds)*tl.where((-terminateds + tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next)))*tl.minimum(_e2, rho_bar__t, propagate_nan=tl.PropagateNan.ALL)), 0.0)
+        _alpha = tl.where(_ok, _zero + ((rewards - values + gamma__t*tl.where((terminateds != 0), 0.0, tl.where((tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next))))*tl.minimum(_e2, rho_bar__t, propagate_nan=tl.PropagateNan.ALL)), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - _e1)*tl.minimum(_e2, c_bar__t, propagate_nan=tl.PropagateNan.ALL)), 1.0)  # identity past the window end
         _a, _b, _ea, _eb = tl.associative_scan(
             (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero + 1.0, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_excl)
@@ -239,13 +239,13 @@ def _vtrace_chunked_kernel(
         A__next = _ea + _eb * A__carry[:, None]  # the state one step nearer the carry
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
             A__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, A, 0.0), axis=1)
-        _e3 = -terminateds + tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL))
+        _e3 = tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL))
         _e4 = tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values)
         _e5 = tl.where((is_last != 0), 0.0, values__next)
         if STORE_targets:
             tl.store(targets__optr + targets__orow[:, None] + _t[None, :] * targets__ost, (_zero + (A + values)).to(targets__optr.dtype.element_ty), mask=_ok)
         if STORE_pg_advantages:
-            tl.store(pg_advantages__optr + pg_advantages__orow[:, None] + _t[None, :] * pg_advantages__ost, (_zero + ((rewards - values + gamma__t*(1.0 - terminateds)*(lambda___t*tl.where((_e3 != 0), _e4, _e5 + tl.where((is_last != 0), 0.0, A__next)) + (1.0 - lambda___t)*tl.where((_e3 != 0), _e4, _e5)))*tl.minimum(pg_rho_bar__t, tl.exp(log_pi_target - log_pi_behavior), propagate_nan=tl.PropagateNan.ALL))).to(pg_advantages__optr.dtype.element_ty), mask=_ok)
+            tl.store(pg_advantages__optr + pg_advantages__orow[:, None] + _t[None, :] * pg_advantages__ost, (_zero + ((rewards - values + gamma__t*(lambda___t*tl.where((terminateds != 0), 0.0, tl.where((_e3 != 0), _e4, _e5 + tl.where((is_last != 0), 0.0, A__next))) + (1.0 - lambda___t)*tl.where((terminateds != 0), 0.0, tl.where((_e3 != 0), _e4, _e5))))*tl.minimum(pg_rho_bar__t, tl.exp(log_pi_target - log_pi_behavior), propagate_nan=tl.PropagateNan.ALL))).to(pg_advantages__optr.dtype.element_ty), mask=_ok)
         if STORE_st__A:
             tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
 
@@ -578,7 +578,7 @@ def _vtrace_persist_kernel(
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _e1 = tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)
         _e2 = tl.exp(log_pi_target - log_pi_behavior)
-        _alpha = tl.where(_ok, _zero + ((rewards - values + gamma__t*(1.0 - terminateds)*tl.where((-terminateds + tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next)))*tl.minimum(_e2, rho_bar__t, propagate_nan=tl.PropagateNan.ALL)), 0.0)
+        _alpha = tl.where(_ok, _zero + ((rewards - values + gamma__t*tl.where((terminateds != 0), 0.0, tl.where((tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next))))*tl.minimum(_e2, rho_bar__t, propagate_nan=tl.PropagateNan.ALL)), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - _e1)*tl.minimum(_e2, c_bar__t, propagate_nan=tl.PropagateNan.ALL)), 1.0)  # identity past the window end
         _a, _b, _ea, _eb = tl.associative_scan(
             (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero + 1.0, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_excl)
@@ -590,13 +590,13 @@ def _vtrace_persist_kernel(
         A__next = _ea + _eb * A__carry[:, None]  # the state one step nearer the carry
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
             A__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, A, 0.0), axis=1)
-        _e3 = -terminateds + tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL))
+        _e3 = tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL))
         _e4 = tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values)
         _e5 = tl.where((is_last != 0), 0.0, values__next)
         if STORE_targets:
             tl.store(targets__optr + targets__orow[:, None] + _t[None, :] * targets__ost, (_zero + (A + values)).to(targets__optr.dtype.element_ty), mask=_ok)
         if STORE_pg_advantages:
-            tl.store(pg_advantages__optr + pg_advantages__orow[:, None] + _t[None, :] * pg_advantages__ost, (_zero + ((rewards - values + gamma__t*(1.0 - terminateds)*(lambda___t*tl.where((_e3 != 0), _e4, _e5 + tl.where((is_last != 0), 0.0, A__next)) + (1.0 - lambda___t)*tl.where((_e3 != 0), _e4, _e5)))*tl.minimum(pg_rho_bar__t, tl.exp(log_pi_target - log_pi_behavior), propagate_nan=tl.PropagateNan.ALL))).to(pg_advantages__optr.dtype.element_ty), mask=_ok)
+            tl.store(pg_advantages__optr + pg_advantages__orow[:, None] + _t[None, :] * pg_advantages__ost, (_zero + ((rewards - values + gamma__t*(lambda___t*tl.where((terminateds != 0), 0.0, tl.where((_e3 != 0), _e4, _e5 + tl.where((is_last != 0), 0.0, A__next))) + (1.0 - lambda___t)*tl.where((terminateds != 0), 0.0, tl.where((_e3 != 0), _e4, _e5))))*tl.minimum(pg_rho_bar__t, tl.exp(log_pi_target - log_pi_behavior), propagate_nan=tl.PropagateNan.ALL))).to(pg_advantages__optr.dtype.element_ty), mask=_ok)
         if STORE_st__A:
             tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
         if HAS_bootstrap_values:
@@ -869,7 +869,7 @@ def _vtrace_lookback_kernel(
     # scan A: A_t = alpha_t + beta_t * A_{t+1}
     _e1 = tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)
     _e2 = tl.exp(log_pi_target - log_pi_behavior)
-    _alpha = tl.where(_ok, _zero + ((rewards - values + gamma__t*(1.0 - terminateds)*tl.where((-terminateds + tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next)))*tl.minimum(_e2, rho_bar__t, propagate_nan=tl.PropagateNan.ALL)), 0.0)
+    _alpha = tl.where(_ok, _zero + ((rewards - values + gamma__t*tl.where((terminateds != 0), 0.0, tl.where((tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next))))*tl.minimum(_e2, rho_bar__t, propagate_nan=tl.PropagateNan.ALL)), 0.0)
     _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - _e1)*tl.minimum(_e2, c_bar__t, propagate_nan=tl.PropagateNan.ALL)), 1.0)  # identity past the window end
     _a, _b, _ea, _eb = tl.associative_scan(
         (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero + 1.0, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_excl)
@@ -895,13 +895,13 @@ def _vtrace_lookback_kernel(
                                        A__carry, BLOCK_N, LB_WINDOW, LB_SPIN, ACC)
         A = _a + _b * A__carry[:, None]
         A__next = _ea + _eb * A__carry[:, None]  # the state one step nearer the carry
-    _e3 = -terminateds + tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL))
+    _e3 = tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL))
     _e4 = tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values)
     _e5 = tl.where((is_last != 0), 0.0, values__next)
     if STORE_targets:
         tl.store(targets__optr + targets__orow[:, None] + _t[None, :] * targets__ost, (_zero + (A + values)).to(targets__optr.dtype.element_ty), mask=_ok)
     if STORE_pg_advantages:
-        tl.store(pg_advantages__optr + pg_advantages__orow[:, None] + _t[None, :] * pg_advantages__ost, (_zero + ((rewards - values + gamma__t*(1.0 - terminateds)*(lambda___t*tl.where((_e3 != 0), _e4, _e5 + tl.where((is_last != 0), 0.0, A__next)) + (1.0 - lambda___t)*tl.where((_e3 != 0), _e4, _e5)))*tl.minimum(pg_rho_bar__t, tl.exp(log_pi_target - log_pi_behavior), propagate_nan=tl.PropagateNan.ALL))).to(pg_advantages__optr.dtype.element_ty), mask=_ok)
+        tl.store(pg_advantages__optr + pg_advantages__orow[:, None] + _t[None, :] * pg_advantages__ost, (_zero + ((rewards - values + gamma__t*(lambda___t*tl.where((terminateds != 0), 0.0, tl.where((_e3 != 0), _e4, _e5 + tl.where((is_last != 0), 0.0, A__next))) + (1.0 - lambda___t)*tl.where((terminateds != 0), 0.0, tl.where((_e3 != 0), _e4, _e5))))*tl.minimum(pg_rho_bar__t, tl.exp(log_pi_target - log_pi_behavior), propagate_nan=tl.PropagateNan.ALL))).to(pg_advantages__optr.dtype.element_ty), mask=_ok)
     if STORE_st__A:
         tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
     if LB_PID:  # at the end, so that no load waits on the counter

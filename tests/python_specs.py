@@ -44,14 +44,12 @@ VTRACE = Spec(
     params=[Param("gamma", 0.99), Param("rho_bar", 1.0), Param("c_bar", 1.0),
             Param("lambda_", 1.0), Param("pg_rho_bar", "rho_bar")],
     let=[("ratio", "exp(log_pi_target - log_pi_behavior)")] + DONE_CUT + [
-        BOOT, ("boot_at", "cut - terminateds"),
-        ("v_next", "where(boot_at, boot, next(values, 0))"),
-        ("vs_next", "where(boot_at, boot, next(values, 0) + next(A, 0))"),
-        ("discount", "gamma * (1 - terminateds)")],
-    scans=[Scan("A", update="min(rho_bar, ratio) * (rewards + discount * v_next - values)"
+        BOOT, ("v_next", "where(terminateds, 0, where(cut, boot, next(values, 0)))"),
+        ("vs_next", "where(terminateds, 0, where(cut, boot, next(values, 0) + next(A, 0)))")],
+    scans=[Scan("A", update="min(rho_bar, ratio) * (rewards + gamma * v_next - values)"
                             " + gamma * lambda_ * min(c_bar, ratio) * (1 - done) * A")],
     outputs=[Output("targets", "values + A"),
-             Output("pg_advantages", "min(pg_rho_bar, ratio) * (rewards + discount * "
+             Output("pg_advantages", "min(pg_rho_bar, ratio) * (rewards + gamma * "
                                      "(lambda_ * vs_next + (1 - lambda_) * v_next) - values)")])
 
 RETRACE = Spec(
