@@ -123,9 +123,11 @@ def test_persist_for_calls_that_move_many_tensors(N, T, streams, family):
 
 
 @pytest.mark.parametrize("N,T,streams,chunk", [
-    (64, 65536, 9, 1024),    # many tensors and >= 8 programs per SM: shorter chunks
+    (64, 65536, 9, 1024),    # many tensors (LOOKBACK_SHORT_TENSORS): shorter chunks on 4 warps
     (64, 65536, 7, 2048),
-    (1, 1048576, 9, 8192),   # too few programs: long chunks whatever the tensors
+    (8, 262144, 8, 1024),    # ... also where the chunk was doubled for the programs' count
+    (8, 262144, 7, 4096),
+    (1, 1048576, 9, 8192),   # too few programs for 4096: the 8-warp tile whatever the tensors
 ])
 def test_lookback_chunk_for_calls_that_move_many_tensors(N, T, streams, chunk):
     cfg = _choose(N, T, streams=streams)
@@ -136,6 +138,7 @@ def test_lookback_chunk_for_calls_that_move_many_tensors(N, T, streams, chunk):
     (64, 65536, 7, 32),      # 32 chunks of 2048 a row: a 32-wide window
     (64, 65536, 9, 128),     # 64 chunks of 1024 on 4 warps
     (8, 262144, 7, 128),     # 64 chunks of 4096 on 4 warps
+    (8, 262144, 9, 128),     # 256 chunks of 1024 on 4 warps
     (1, 1048576, 7, 512),    # 128 chunks of 8192 on 8 warps: one wide window
 ])
 def test_lookback_window(N, T, streams, window):

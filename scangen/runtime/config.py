@@ -22,7 +22,7 @@ import contextlib
 
 from . import timemajor
 from .env import ENV
-from .tiles import LOOKBACK_MANY_TENSORS, NUM_WARPS, Config, pow2, sm_count, streams
+from .tiles import NUM_WARPS, Config, pow2, sm_count, streams
 
 TILE = 2048          # elements (K included) of one [BLOCK_N, BLOCK_T, BLOCK_K] tile, short chunks
 MIN_TILE = 512       # ... halved down to this while the grid has fewer than SHORT_PROGRAMS_PER_SM
@@ -95,15 +95,23 @@ def fresh_plans():
 
 # The look-back family (T split across programs): chunks of 2048 steps on 4 warps, longer
 # where that would leave too few programs per SM (4096; then 8192 on 8 warps, 32 steps a thread
-# as 4096 on 4), shorter (1024) for calls that move LOOKBACK_MANY_TENSORS or more [N, T]
-# tensors, whose registers at 2048 cost more than the extra programs; at most half the padded
-# row, so that a row has two chunks or more. Specs that sum over a trailing axis (K > 1,
-# Retrace) keep 1024 elements on 4 warps. The sweeps behind each number: bench/NOTES.md.
+# as 4096 on 4); calls that move LOOKBACK_SHORT_TENSORS or more [N, T] tensors (V-trace with
+# truncations and bootstrap values) take LOOKBACK_SHORT_BLOCK_T steps on 4 warps instead, whose
+# registers at 2048-4096 cost more than the extra programs, unless the tile is the 8-warp one
+# of few programs (rule against none, one process, H200, bench/results/h200-2026-12-04-bl-
+# lookback-short-rule-vtrace-f15.txt: 128x16384 26.4 -> 23.0 us, 32x65536 27.1 -> 25.4,
+# 8x262144 28.0 -> 27.7, 4x524288 29.1 -> 30.2, and 64x65536, where it applied before too,
+# 42.6 -> 43.9 with V-trace's spec of 2026-12-04; kept for the net gain). Calls of 7 tensors
+# keep the longer chunks (V-trace without truncations lost 6-15% on 1024 steps there, GAE with
+# both outputs gained 4-14%: -bi-lookback-short-rule.txt, -bl-; no property of the call tells
+# them apart). At most half the padded row, so that a row has two chunks or more.
 LOOKBACK_MIN_T = 2048    # rows at least this long may be split
 LOOKBACK_BLOCK_T = 2048
 LOOKBACK_WARPS = 4
 LOOKBACK_PROGRAMS_PER_SM = 8
 LOOKBACK_LONG_PROGRAMS_PER_SM = 2
+LOOKBACK_SHORT_TENSORS = 8
+LOOKBACK_SHORT_BLOCK_T = 1024
 # Look-backs over a trailing axis (K > 1): LOOKBACK_K_TILE elements (K included) a chunk on
 # NUM_WARPS warps; where a row holds more than LOOKBACK_K_LONG_CHUNKS of those, LOOKBACK_K_LONG_TILE
 # on a warp per K_WHOLE_ROW_WARP elements, so each row's chain of look-backs has fewer links.
@@ -201,8 +209,8 @@ def _lookback_config(c, rows: int, block_k: int, kk: int, time_major: bool = Fal
         block_t *= 2
         if programs(block_t) < LOOKBACK_LONG_PROGRAMS_PER_SM * sms:
             block_t, warps = block_t * 2, warps * 2
-    elif sms and streams(c) >= LOOKBACK_MANY_TENSORS:
-        block_t //= 2
+    if sms and warps == LOOKBACK_WARPS and streams(c) >= LOOKBACK_SHORT_TENSORS:
+        block_t = LOOKBACK_SHORT_BLOCK_T
     if block_t > pow2(c.T) // 2:
         block_t, warps = max(16, pow2(c.T) // 2), LOOKBACK_WARPS
     return Config(1, block_t, block_k, warps, "lookback")
