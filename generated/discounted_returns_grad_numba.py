@@ -67,7 +67,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, terminateds__a, truncated
             terminateds = _F(_nk.at(terminateds__a, _r1, _r2, _t))
             truncateds = _F(_nk.at(truncateds__a, _r1, _r2, _t))
             _sh0 = _sh0__c  # the step before computed it (scangen.compiler.numba_carries)
-            _c0 = (_F(1.0) if is_last != 0 else (terminateds if (terminateds >= truncateds) else truncateds))
+            _c0 = _nk.where((is_last != 0), _F(1.0), (terminateds if (terminateds >= truncateds) else truncateds))
             g__G = gy__returns + ((_F(0.0) if is_first != 0 else gamma__prev*(_F(1.0) - (_F(1.0) if is_last__prev != 0 else _sh0)))) * g__G
             if STORE_d__rewards:
                 _nk.put(d__rewards__a, _r1, _r2, _t, g__G)

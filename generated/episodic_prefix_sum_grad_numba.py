@@ -58,11 +58,11 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, inputs__a, dones__a, seed_values__a, 
             is_first = _F(1.0) if _t == 0 else _F(0.0)
             is_first__next = _F(1.0) if _t + 1 == 0 else _F(0.0)
             is_last = _F(1.0) if _t == T - 1 else _F(0.0)
-            g__C = gy__sums + ((_F(0.0) if is_last != 0 else _F(1.0) - (dones__next if boundary__next != 0 else (_F(0.0) if is_first__next != 0 else dones)))) * g__C
+            g__C = gy__sums + ((_F(0.0) if is_last != 0 else _F(1.0) - _nk.where((boundary__next != 0), dones__next, (_F(0.0) if is_first__next != 0 else dones)))) * g__C
             if STORE_d__inputs:
                 _nk.put(d__inputs__a, _r1, _r2, _t, g__C)
             if STORE_d__seed_values:
-                _nk.put(d__seed_values__a, _r1, _r2, _t, (g__C*(_F(1.0) - (dones if boundary != 0 else (_F(0.0) if is_first != 0 else dones__prev))) if is_first != 0 else _F(0.0)))
+                _nk.put(d__seed_values__a, _r1, _r2, _t, (g__C*(_F(1.0) - _nk.where((boundary != 0), dones, (_F(0.0) if is_first != 0 else dones__prev))) if is_first != 0 else _F(0.0)))
             if STORE_d__boundary:
                 _nk.put(d__boundary__a, _r1, _r2, _t, _F(0.0))
 

@@ -149,7 +149,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, inputs__a, dones__a, seed_values__a, 
             dones__prev = _F(_nk.at(dones__a, _r1, _r2, _tp))
             inputs = _F(_nk.at(inputs__a, _r1, _r2, _t))
             is_first = _F(1.0) if _t == 0 else _F(0.0)
-            C = inputs + (_F(1.0) - (dones if boundary != 0 else (_F(0.0) if is_first != 0 else dones__prev))) * C
+            C = inputs + (_F(1.0) - _nk.where((boundary != 0), dones, (_F(0.0) if is_first != 0 else dones__prev))) * C
             if STORE_sums:
                 _nk.put(sums__a, _r1, _r2, _t, C)
             if STORE_st__C:

@@ -74,7 +74,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, rewards__a, next_values__a, terminate
             _sh0 = _sh0__c  # the step before computed it (scangen.compiler.numba_carries)
             _c0 = _hf_bootstrap_values*(_F(1.0) if is_last != 0 else truncateds)
             _c1 = _F(1.0) - terminateds
-            _c2 = _F(-1.0) + (_F(1.0) if is_last != 0 else (terminateds if (terminateds >= truncateds) else truncateds))
+            _c2 = _F(-1.0) + _nk.where((is_last != 0), _F(1.0), (terminateds if (terminateds >= truncateds) else truncateds))
             _c3 = -_c2
             _c4 = _c3*lambda_
             _c8 = ((_F(0.0) if terminateds != 0 else bootstrap_values) if _c0 != 0 else next_values)

@@ -129,7 +129,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, log_pi_target__a, log_pi_behavior__a,
             _c8 = (_F(1.0) if is_last != 0 else _c7)
             _c9 = (bootstrap_values + last_value if is_last != 0 else bootstrap_values)
             _c10 = (_F(0.0) if is_last != 0 else values__next)
-            _c11 = (_F(0.0) if terminateds != 0 else (_c9 if _c8 != 0 else _c10))
+            _c11 = _nk.where((terminateds != 0), _F(0.0), (_c9 if _c8 != 0 else _c10))
             _c12 = rewards - values
             _c14 = (pg_rho_bar <= _c5)
             _c15 = (_F(0.0) if terminateds != 0 else (_c9 if _c8 != 0 else _c10 + (_F(0.0) if is_last != 0 else st__A__next)))

@@ -276,7 +276,7 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, log_pi_target__a, log_pi_behavior__a,
             _c1 = (_F(1.0) if is_last != 0 else _c0)
             _c2 = (bootstrap_values + last_value if is_last != 0 else bootstrap_values)
             _c3 = (_F(0.0) if is_last != 0 else values__next)
-            _c4 = (_F(0.0) if terminateds != 0 else (_c2 if _c1 != 0 else _c3))
+            _c4 = _nk.where((terminateds != 0), _F(0.0), (_c2 if _c1 != 0 else _c3))
             _c5 = rewards - values
             A = (_c5 + _c4*gamma)*_nk.minimum(_c6, rho_bar) + (gamma*lambda_*(_F(1.0) - _c0)*_nk.minimum(_c6, c_bar)) * A
             if STORE_targets:

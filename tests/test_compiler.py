@@ -196,3 +196,23 @@ def test_associative_scan_combine_order(reverse):
         carry = a[t] + b[t] * carry
         expected[t] = carry
     torch.testing.assert_close(out.cpu().double(), expected, atol=1e-4, rtol=1e-4)
+
+
+def test_numba_scalar_where_is_a_branch_but_a_ladder_head_of_computed_sides_a_select():
+    """NumbaPrinter (the row kernels' scalar loops): a where is a branch, so that only the side
+    taken is computed; the head of where(c1, x, where(c2, y, z)) over names and numbers is a select
+    (_nk.where) around the inner branch, which random flags cannot mispredict (bench/CPU.md)."""
+    import sympy
+
+    from scangen.compiler.expr import Where
+    from scangen.compiler.printers import NumbaPrinter, print_expr
+
+    t, c, b, v, w = sympy.symbols("t c b v w", real=True)
+    ladder = print_expr(NumbaPrinter, Where(t, 0, Where(c, b, v)), {}, "spec")
+    assert ladder == "_nk.where((t != 0), _F(0.0), (b if c != 0 else v))"
+    # the inner where on the true side, a side still to compute, or no ladder: branches
+    assert print_expr(NumbaPrinter, Where(t, Where(c, b, v), w), {}, "spec") == \
+        "((b if c != 0 else v) if t != 0 else w)"
+    assert print_expr(NumbaPrinter, Where(t, 0, Where(c, b + w, v)), {}, "spec") == \
+        "(_F(0.0) if t != 0 else (b + w if c != 0 else v))"
+    assert print_expr(NumbaPrinter, Where(t, b, v), {}, "spec") == "(b if t != 0 else v)"

@@ -201,8 +201,17 @@ class NumbaPrinter(_Printer):
     def num(self, text: str) -> str:
         return f"_F({text})"
 
-    def _print_Where(self, expr):  # a branch: a scalar loop computes only the side it takes
+    def _print_Where(self, expr):
+        # A branch, so that a scalar loop computes only the side it takes, except the head of a
+        # ladder where(c1, x, where(c2, y, z)) whose sides are already computed (names, numbers):
+        # a select (_nk.where), which a step's random flags cannot mispredict, around the inner
+        # branch. V-trace's one-row loop with where(terminateds, 0, where(cut, boot, next(values,
+        # 0))) as two branches ran 1.2x-1.35x slower than f974f43's one, so 1.06x-1.09x; every
+        # where of computed sides as a select cost GAE 1.6x, and a select whose true side is the
+        # inner where TD(lambda) 1.04x (bench/CPU.md, results/cpu-2026-12-04-module-ab-round25-*).
         c, a, b = expr.args
+        if _computed(a) and isinstance(b, Where) and _computed(b):
+            return super()._print_Where(expr)
         cond = self._print(c) if isinstance(c, Indicator) else f"{self._print(c)} != 0"
         return f"({self._print(a)} if {cond} else {self._print(b)})"
 
@@ -227,6 +236,11 @@ class NumbaVectorPrinter(NumbaPrinter):
 
     def _print_exp(self, expr):  # float32 arithmetic in float32 kernels, else float64
         return f"_nk.exp_as({self._print(expr.args[0])}, _F)"
+
+
+def _computed(e) -> bool:
+    """Nothing left to compute: a name, a number, or a select of such (NumbaPrinter)."""
+    return e.is_Atom or (isinstance(e, Where) and all(_computed(x) for x in e.args[1:]))
 
 
 def print_expr(printer_cls, expr, symbols, spec_name) -> str:
