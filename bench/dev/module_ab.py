@@ -99,8 +99,7 @@ def main() -> None:
              (f"# base {args.base}, new {args.new or 'the checkout'}, layout "
               f"{'time-major' if args.time_major else 'rows'}; {what}")]
     for spec in args.algos.split(","):
-        algo, kw_algo = variant(spec, kw)
-        drop = kw_algo.pop("_drop", ())
+        algo, kw_algo, drop = variant(spec, kw)
         new = (base_function(args.new, algo, tmp, "new") if args.new
                else getattr(scangen, f"compute_{algo}"))
         old = base_function(args.base, algo, tmp)

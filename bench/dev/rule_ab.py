@@ -27,17 +27,13 @@ from scangen.testing.helpers import make_inputs
 from layout_ab import ALGOS, CALLS, settings, time_major  # bench/dev, beside this script
 
 
-def variant(spec: str, kw: dict) -> tuple[str, dict]:
+def variant(spec: str, kw: dict) -> tuple[str, dict, tuple]:
     """--algos entries: ``name[:out+out][-drop+drop]``, e.g. ``gae:advantages+returns`` (outputs=)
-    or ``vtrace-truncateds+bootstrap_values`` (those inputs left out, to their defaults)."""
+    or ``vtrace-truncateds+bootstrap_values`` (those inputs left out, to their defaults): the op's
+    name, the call's keywords (``kw`` and outputs=) and the inputs to leave out."""
     spec, _, drop = spec.partition("-")
     algo, _, outs = spec.partition(":")
-    kw = dict(kw)
-    if outs:
-        kw["outputs"] = tuple(outs.split("+"))
-    if drop:
-        kw["_drop"] = tuple(drop.split("+"))
-    return algo, kw
+    return algo, {**kw, **({"outputs": tuple(outs.split("+"))} if outs else {})}, tuple(filter(None, drop.split("+")))
 
 
 def main() -> None:
@@ -60,8 +56,7 @@ def main() -> None:
               f"{'time-major' if args.time_major else 'rows'}; device time per call (one of "
               f"{CALLS} in a CUDA graph), medians of interleaved replays")]
     for spec in args.algos.split(","):
-        algo, kw = variant(spec, {"time_dim": 0} if args.time_major else {})
-        drop = kw.pop("_drop", ())
+        algo, kw, drop = variant(spec, {"time_dim": 0} if args.time_major else {})
         fn = getattr(scangen, f"compute_{algo}")
         for shape in args.shapes.split(","):
             N, T = map(int, shape.split("x"))
