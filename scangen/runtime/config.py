@@ -102,9 +102,9 @@ def fresh_plans():
 # lookback-short-rule-vtrace-f15.txt: 128x16384 26.4 -> 23.0 us, 32x65536 27.1 -> 25.4,
 # 8x262144 28.0 -> 27.7, 4x524288 29.1 -> 30.2, and 64x65536, where it applied before too,
 # 42.6 -> 43.9 with V-trace's spec of 2026-12-04; kept for the net gain). Calls of 7 tensors
-# keep the longer chunks (V-trace without truncations lost 6-15% on 1024 steps there, GAE with
-# both outputs gained 4-14%: -bi-lookback-short-rule.txt, -bl-; no property of the call tells
-# them apart). At most half the padded row, so that a row has two chunks or more.
+# keep the longer chunks (V-trace without truncations lost 6-17% on 1024 steps at four of five
+# shapes, GAE with both outputs gained 4-14%: -bi-lookback-short-rule.txt, -bl-; no property of
+# the call tells them apart). At most half the padded row, so that a row has two chunks or more.
 LOOKBACK_MIN_T = 2048    # rows at least this long may be split
 LOOKBACK_BLOCK_T = 2048
 LOOKBACK_WARPS = 4
