@@ -67,17 +67,21 @@ def grid_copy(x, y, N, T, R: tl.constexpr, S: tl.constexpr, ROWS_FIRST: tl.const
     tl.store(y + o, tl.load(x + o))
 
 
+def copy_bandwidth(dev) -> float:
+    """Bytes a second of a torch copy of 2 GiB (read + write)."""
+    src = torch.empty(1 << 29, device=dev)
+    dst = torch.empty_like(src)
+    ms = triton.testing.do_bench(lambda: dst.copy_(src), rep=200, return_mode="median")
+    return 2 * src.numel() * 4 / (ms * 1e-3)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="16384x1024,4096x128,1024x1024,64x65536")
     ap.add_argument("--rep", type=int, default=100)
     args = ap.parse_args()
     dev = "cuda"
-    big = torch.empty(1 << 29, device=dev)  # 2 GiB
-    big2 = torch.empty_like(big)
-    ms = triton.testing.do_bench(lambda: big2.copy_(big), rep=200, return_mode="median")
-    bw = 2 * big.numel() * 4 / (ms * 1e-3)
-    del big, big2
+    bw = copy_bandwidth(dev)
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}; "
           f"copy bandwidth {bw / 1e9:,.0f} GB/s (torch copy of 2 GiB)", flush=True)
     for shape in args.shapes.split(","):
@@ -85,7 +89,8 @@ def main():
         x = torch.randn(n * t, device=dev)
         y = torch.empty_like(x)
         floor_us = 2 * x.numel() * 4 / bw * 1e6
-        cases = [("rows BT=1024 w4", lambda: rows_copy[(n,)](x, y, t, BT=min(1024, t), num_warps=4))]
+        cases = [("rows BT=1024 w4", lambda n=n, t=t, x=x, y=y: rows_copy[(n,)](
+            x, y, t, BT=min(1024, t), num_warps=4))]
         for r, s, w in [(16, 16, 2), (32, 16, 1), (32, 32, 1), (32, 32, 2), (32, 64, 4), (64, 32, 2),
                         (128, 16, 4), (128, 32, 4), (256, 16, 4), (256, 16, 8), (512, 8, 8)]:
             if n % r or t % s:
@@ -94,16 +99,16 @@ def main():
                 if scalar and r != 32:
                     continue
                 name = f"walk{'1' if scalar else ''} R={r} S={s} w{w}"
-                cases.append((name, lambda r=r, s=s, w=w, sc=scalar: walk_copy[(n // r,)](
+                cases.append((name, lambda r=r, s=s, w=w, sc=scalar, n=n, t=t, x=x, y=y: walk_copy[(n // r,)](
                     x, y, n, t, R=r, S=s, SCALAR=sc, num_warps=w)))
         for r, s, w in [(32, 32, 2), (32, 128, 4), (128, 32, 4), (256, 16, 4)]:
             if n % r or t % s:
                 continue
             for first in (True, False):
                 name = f"grid R={r} S={s} w{w} {'rows' if first else 'steps'}-first"
-                cases.append((name, lambda r=r, s=s, w=w, f=first: grid_copy[((n // r) * (t // s),)](
+                cases.append((name, lambda r=r, s=s, w=w, f=first, n=n, t=t, x=x, y=y: grid_copy[(
+                    (n // r) * (t // s),)](
                     x, y, n, t, R=r, S=s, ROWS_FIRST=f, num_warps=w)))
-        xt = x.view(t, n)
         for name, fn in cases:
             y.zero_()
             fn()
@@ -111,7 +116,7 @@ def main():
             us = triton.testing.do_bench(fn, rep=args.rep, return_mode="median") * 1e3
             print(f"{shape:>10s}  {name:32s} {us:8.2f} us  {100 * floor_us / us:5.1f}% of floor"
                   f"{'' if ok else '  WRONG'}", flush=True)
-        del x, y, xt
+        del x, y
 
 
 if __name__ == "__main__":
