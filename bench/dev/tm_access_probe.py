@@ -13,6 +13,9 @@ Variants (one fp32 input, one fp32 output, N x T elements each):
                 (the stream / persist families' pattern over time-major buffers)
   walk1 R S w   the same with the rows' alignment hidden (tl.multiple_of(rows, 1)), so each
                 lane loads 4 bytes a step: the lane tiles' scalar loads
+  walkscan R S w, walkscan1 R S w (--scan)   walk and walk1 with a prefix sum along time
+                carried from block to block (the scan's work and the join of the warps that split
+                a block's steps)
   grid R S o    [T, N], a program per S x R tile, no walk; o = rows: consecutive programs take
                 adjacent row tiles at the same steps; o = steps: consecutive programs take a row
                 tile's consecutive step blocks (the look-back family's chunk-major order is
@@ -51,6 +54,22 @@ def walk_copy(x, y, N, T, R: tl.constexpr, S: tl.constexpr, SCALAR: tl.constexpr
 
 
 @triton.jit
+def walk_scan(x, y, N, T, R: tl.constexpr, S: tl.constexpr, SCALAR: tl.constexpr):
+    """walk_copy with a prefix sum along time carried from block to block (the scan's work and
+    its join across the warps that split a block's steps, without an op's arithmetic)."""
+    rows = tl.program_id(0) * R + tl.arange(0, R)
+    if SCALAR:
+        rows = tl.multiple_of(rows, 1)
+    carry = tl.zeros([R], dtype=tl.float32)
+    for t0 in range(0, T, S):
+        ts = (t0 + tl.arange(0, S)).to(tl.int64)
+        o = ts[:, None] * N + rows[None, :]
+        v = tl.cumsum(tl.load(x + o), axis=0) + carry[None, :]
+        carry = tl.sum(tl.where(tl.arange(0, S)[:, None] == S - 1, v, 0.0), axis=0)
+        tl.store(y + o, v)
+
+
+@triton.jit
 def grid_copy(x, y, N, T, R: tl.constexpr, S: tl.constexpr, ROWS_FIRST: tl.constexpr):
     p = tl.program_id(0)
     n_r = N // R
@@ -79,6 +98,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="16384x1024,4096x128,1024x1024,64x65536")
     ap.add_argument("--rep", type=int, default=100)
+    ap.add_argument("--scan", action="store_true", help="also the walks with a prefix sum (walkscan)")
+    ap.add_argument("--only", default="", help="comma list of case-name prefixes to keep")
     args = ap.parse_args()
     dev = "cuda"
     bw = copy_bandwidth(dev)
@@ -91,7 +112,7 @@ def main():
         floor_us = 2 * x.numel() * 4 / bw * 1e6
         cases = [("rows BT=1024 w4", lambda n=n, t=t, x=x, y=y: rows_copy[(n,)](
             x, y, t, BT=min(1024, t), num_warps=4))]
-        for r, s, w in [(16, 16, 2), (32, 16, 1), (32, 32, 1), (32, 32, 2), (32, 64, 4), (64, 32, 2),
+        for r, s, w in [(16, 16, 2), (32, 16, 1), (32, 32, 1), (32, 32, 2), (32, 64, 2), (32, 64, 4), (32, 128, 4), (64, 32, 2),
                         (128, 16, 4), (128, 32, 4), (256, 16, 4), (256, 16, 8), (512, 8, 8)]:
             if n % r or t % s:
                 continue
@@ -101,6 +122,13 @@ def main():
                 name = f"walk{'1' if scalar else ''} R={r} S={s} w{w}"
                 cases.append((name, lambda r=r, s=s, w=w, sc=scalar, n=n, t=t, x=x, y=y: walk_copy[(n // r,)](
                     x, y, n, t, R=r, S=s, SCALAR=sc, num_warps=w)))
+        for r, s, w in [(32, 32, 1), (32, 32, 2), (32, 64, 2), (32, 64, 4), (32, 128, 4)]:
+            if n % r or t % s or not args.scan:
+                continue
+            for scalar in (False, True):
+                name = f"walkscan{'1' if scalar else ''} R={r} S={s} w{w}"
+                cases.append((name, lambda r=r, s=s, w=w, sc=scalar, n=n, t=t, x=x, y=y: walk_scan[(n // r,)](
+                    x, y, n, t, R=r, S=s, SCALAR=sc, num_warps=w)))
         for r, s, w in [(32, 32, 2), (32, 128, 4), (128, 32, 4), (256, 16, 4)]:
             if n % r or t % s:
                 continue
@@ -109,10 +137,14 @@ def main():
                 cases.append((name, lambda r=r, s=s, w=w, f=first, n=n, t=t, x=x, y=y: grid_copy[(
                     (n // r) * (t // s),)](
                     x, y, n, t, R=r, S=s, ROWS_FIRST=f, num_warps=w)))
+        keep = [p for p in args.only.split(",") if p]
         for name, fn in cases:
+            if keep and not any(name.startswith(p) for p in keep):
+                continue
             y.zero_()
             fn()
-            ok = torch.equal(y, x)
+            want = x.view(t, n).cumsum(0).view(-1) if name.startswith("walkscan") else x
+            ok = torch.allclose(y, want, rtol=1e-4, atol=1e-3 * t ** 0.5)
             us = triton.testing.do_bench(fn, rep=args.rep, return_mode="median") * 1e3
             print(f"{shape:>10s}  {name:32s} {us:8.2f} us  {100 * floor_us / us:5.1f}% of floor"
                   f"{'' if ok else '  WRONG'}", flush=True)
