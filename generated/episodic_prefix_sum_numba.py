@@ -8,8 +8,8 @@ registers. ``_rows`` takes rows contiguous in time,
 in groups of four scanned together (the coefficients, the four chains interleaved, the
 outputs), the rows left over one at a time.
 ``_tmajor`` keeps time outermost and sweeps a tile of rows innermost (time-major buffers).
-Both take the views named by ``ARRAYS``, the flags in ``_S`` and ``_F``, the type they compute
-in (scangen.compiler.render_numba); scangen.runtime.numba launches them.
+Both take the views named by ``ARRAYS``, the flags in ``_S`` and an empty array ``_Fz`` of the
+type ``_F`` they compute in (scangen.compiler.render_numba); scangen.runtime.numba launches them.
 """
 import numba as _nb
 import numpy as _np
@@ -24,13 +24,14 @@ FLAGS = ('HAS_seed_values', 'STORE_sums', 'STORE_st__C')
 
 
 @_nb.njit(**_nk.KERNEL)
-def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, inputs__a, dones__a, seed_values__a, boundary__a, sums__a, st__C__a):
+def _rows(_lo, _hi, R2, T, K, _CH, _S, _Fz, inputs__a, dones__a, seed_values__a, boundary__a, sums__a, st__C__a):
     # rows lo..hi-1 of the canonical [R1 * R2, T] index space; every view is [R1, R2, T]
     # ([R1, R2, T, K]; [R1, R2, 1] for [N] inputs). Groups of _G rows are scanned together, a
     # chunk of _CH steps at a time, in phases: each scan's coefficients in memory order, the
     # rows' chains interleaved in the scan's direction, each output in memory order
     # (scangen.compiler.numba_groups.grouped_rows). The rows left over (fewer than G), and every
     # row of a backward module, one at a time in one pass.
+    _F = _Fz.dtype.type
     HAS_seed_values = _S[0] != 0
     STORE_sums = _S[1] != 0
     STORE_st__C = _S[2] != 0
@@ -157,10 +158,11 @@ def _rows(_lo, _hi, R2, T, K, _CH, _S, _F, inputs__a, dones__a, seed_values__a, 
 
 
 @_nb.njit(**_nk.KERNEL)
-def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _F, inputs__a, dones__a, seed_values__a, boundary__a, sums__a, st__C__a):
+def _tmajor(_lo, _hi, R2, T, K, _TB, _S, _Fz, inputs__a, dones__a, seed_values__a, boundary__a, sums__a, st__C__a):
     # tiles lo..hi-1 of TB rows along R2 (each R1 index has ceil(R2 / TB) tiles); in every
     # tile, time outermost and the rows innermost, the states carried in one array per scan;
     # every view is [R1, T, R2] ([R1, T, R2, K]; [R1, 1, R2] for [N] inputs)
+    _F = _Fz.dtype.type
     HAS_seed_values = _S[0] != 0
     STORE_sums = _S[1] != 0
     STORE_st__C = _S[2] != 0

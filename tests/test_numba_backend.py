@@ -457,3 +457,52 @@ def test_gradcheck_time_major(name):
         return out if isinstance(out, tuple) else (out,)
     leaves = [inputs[k].clone().requires_grad_(True) for k in names]
     assert torch.autograd.gradcheck(f, leaves, eps=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("name,layout", [("compute_gae", "rows"), ("compute_gae", "time-major"),
+                                         ("compute_gae", "view"), ("compute_retrace", "rows"),
+                                         ("compute_masked_gae", "time-major")])
+def test_the_kernels_arrays_are_views_of_the_calls_tensors(name, layout, monkeypatch):
+    """``_Plan.arrays`` builds a contiguous tensor's view with NumPy over the tensor's own
+    buffer: the same elements, strides and dtype as torch's view (``_view``), no copy; bool
+    flags as uint8; tensors of other layouts (a time-major ``[N, T]`` view) through ``_view``."""
+    inputs = make_inputs(name, 6, 40, seed=3)
+    if layout == "time-major":
+        inputs, kw = _time_major(inputs), {"time_dim": 0}
+    elif layout == "view":
+        inputs = {k: v.transpose(0, 1).contiguous().transpose(0, 1)
+                  if torch.is_tensor(v) and v.dim() >= 2 else v for k, v in inputs.items()}
+        kw = {}
+    else:
+        kw = {}
+    runtime.PLANS.clear()
+    fn = getattr(scangen, name)
+    fn(**inputs, **kw, backend="numba")
+    seen, arrays_of = [], numbapath._Plan.arrays
+
+    def record(self, c):
+        out = arrays_of(self, c)
+        seen.append((self, c, out[0]))
+        return out
+    monkeypatch.setattr(numbapath._Plan, "arrays", record)
+    got = fn(**inputs, **kw, backend="numba")  # the plan's second call, on the plan's views
+    ((p, c, arrays),) = seen
+    direct = 0
+    for (kind, what, shape, strides), arr, how in zip(p.sources, arrays, p.direct):
+        if kind not in ("tensor", "param", "out"):
+            continue
+        t = {"tensor": c.tensors, "param": c.params, "out": c.outs}[kind][what]
+        want = numbapath._view(t, shape, strides)
+        assert (arr.shape, arr.strides, arr.dtype) == (want.shape, want.strides, want.dtype), what
+        assert arr.ctypes.data == want.ctypes.data, what  # the tensor's memory, not a copy
+        np.testing.assert_array_equal(arr, want)
+        direct += t.is_contiguous() and how is not None
+    # rows and [T, N] buffers: every tensor NumPy's view; [N, T] views of [T, N]: torch's
+    arrays_in = [s for s in p.sources if s[0] in ("tensor", "param", "out")]
+    assert direct == (0 if layout == "view" else len(arrays_in))
+    want = REFERENCES[name](**(inputs if layout != "time-major" else
+                               make_inputs(name, 6, 40, seed=3)))
+    for g, w in zip(got if isinstance(got, tuple) else (got,),
+                    want if isinstance(want, tuple) else (want,)):
+        assert_close(g.transpose(0, 1) if layout == "time-major" else g, w, dtype=torch.float32)
+    runtime.PLANS.clear()
