@@ -12,7 +12,7 @@ import torch
 import scangen
 from scangen import abi
 from scangen.runtime import PLANS, launch
-from scangen.testing.helpers import make_inputs
+from scangen.testing.helpers import make_inputs, time_major_buffers
 
 from conftest import DEVICE
 
@@ -61,8 +61,7 @@ def test_lean_and_full_kernels_give_the_same_bits(name, layout, monkeypatch, lau
     kw = make_inputs(name, 5, 37, seed=2, device=DEVICE)
     extra = {}
     if layout == "time-major":
-        kw = {k: v.transpose(0, 1).contiguous() if torch.is_tensor(v) and v.dim() >= 2 else v
-              for k, v in kw.items()}
+        kw = time_major_buffers(kw)
         extra = {"time_dim": 0}
     fn = getattr(scangen, f"compute_{name}")
     op = _op(name)

@@ -18,16 +18,10 @@ from conftest import HAS_NUMBA
 from scangen import runtime
 from scangen.runtime import numba as numbapath
 from scangen.testing.reference import REFERENCES
-from scangen.testing import assert_close, make_inputs
+from scangen.testing import as_time_major, assert_close, make_inputs, time_major_buffers
 
 pytestmark = pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed")
 REPO = Path(__file__).resolve().parent.parent
-
-
-def _time_major(inputs: dict) -> dict:
-    """``inputs`` stored time-major: ``[T, N]`` and ``[T, N, K]`` copies (pass ``time_dim=0``)."""
-    return {k: v.transpose(0, 1).contiguous() if torch.is_tensor(v) and v.dim() >= 2 else v
-            for k, v in inputs.items()}
 
 
 def test_auto_picks_numba_for_cpu_tensors():
@@ -289,8 +283,7 @@ def test_a_time_major_view_of_n_by_t_runs_the_time_major_kernel(name):
     1024 x 1024 36 against 2.9 ms)."""
     inputs = make_inputs(name, 40, 64, seed=2)
     # [N, T(, K)] values over [T, N(, K)] storage
-    stored = {k: v.transpose(0, 1).contiguous().transpose(0, 1)
-              if torch.is_tensor(v) and v.dim() >= 2 else v for k, v in inputs.items()}
+    stored = as_time_major(inputs)
     runtime.PLANS.clear()
     got = getattr(scangen, name)(**stored, backend="numba")
     got = got if isinstance(got, tuple) else (got,)
@@ -325,7 +318,7 @@ def test_a_second_process_loads_cached_kernels_without_numbas_full_refresh(layou
     computes what this process computes."""
     kw = make_inputs("compute_vtrace", 6, 40, seed=3, dtype=torch.float32)
     if layout == "time-major":
-        kw = _time_major(kw)
+        kw = time_major_buffers(kw)
         kw["time_dim"] = 0
     want = scangen.compute_vtrace(**kw, backend="numba")  # compiled, or loaded, and cached
     torch.save((kw, want), tmp_path / "call.pt")
@@ -427,7 +420,7 @@ def test_no_array_a_kernel_writes_shares_memory_with_another_argument(name, layo
     inputs = make_inputs(name, 6, 9, seed=4, dtype=torch.float64)
     kw = {}
     if layout == "time-major":  # [T, N] and [T, N, K] storage, time_dim=0
-        inputs = _time_major(inputs)
+        inputs = time_major_buffers(inputs)
         kw = {"time_dim": 0}
     floats = [k for k, v in inputs.items() if torch.is_tensor(v) and v.is_floating_point()
               and v.dim() == 2]
@@ -443,12 +436,12 @@ def test_no_array_a_kernel_writes_shares_memory_with_another_argument(name, layo
 
 
 @pytest.mark.parametrize("name", sorted(REFERENCES))
-def test_gradcheck_time_major(name):
+def test_gradchecktime_major_buffers(name):
     """The backward kernels over time-major buffers (`_tmajor` of the `_grad_numba` modules,
     whose rows carry the neighbour step's values as the row kernels do): float64 gradcheck of
     `[T, N]` inputs with `time_dim=0`."""
     inputs = make_inputs(name, 5, 6, seed=13, dtype=torch.float64)
-    inputs = _time_major(inputs)
+    inputs = time_major_buffers(inputs)
     names = [k for k, v in inputs.items() if torch.is_tensor(v) and v.is_floating_point()]
     fn = getattr(scangen, name)
 
@@ -468,10 +461,9 @@ def test_the_kernels_arrays_are_views_of_the_calls_tensors(name, layout, monkeyp
     flags as uint8; tensors of other layouts (a time-major ``[N, T]`` view) through ``_view``."""
     inputs = make_inputs(name, 6, 40, seed=3)
     if layout == "time-major":
-        inputs, kw = _time_major(inputs), {"time_dim": 0}
+        inputs, kw = time_major_buffers(inputs), {"time_dim": 0}
     elif layout == "view":
-        inputs = {k: v.transpose(0, 1).contiguous().transpose(0, 1)
-                  if torch.is_tensor(v) and v.dim() >= 2 else v for k, v in inputs.items()}
+        inputs = as_time_major(inputs)
         kw = {}
     else:
         kw = {}

@@ -5,11 +5,12 @@ a call's tensors built by NumPy against torch's, with the other costs of the cal
     python bench/dev/cpu_call_ab.py --views
 
 ``--base``: alternating processes, one a side a round (the two trees cannot share a process: the
-generated modules and the runtime change together), each timing every case (best of 7 repeats of
-back-to-back calls after 20 warm-up calls, one thread, the numba disk cache warm); the medians
-over rounds and their ratio. ``--views``: one process; each case's plan with NumPy's views of
-contiguous tensors (``runtime.numba._array``) and with torch's (``_Plan.direct`` emptied),
-interleaved, outputs compared first. CPU.md records the runs.
+generated modules and the runtime change together), each timing every case
+(``scangen.benchmark.timing.interleaved``: the median of 7 blocks of ~20 ms after 20 warm-up
+calls, one thread, the numba disk cache warm); the medians over rounds and their ratio.
+``--views``: one process; each case's plan with NumPy's views of contiguous tensors
+(``runtime.numba._array``) and with torch's (``_Plan.direct`` emptied), the two interleaved
+(``interleaved``, 15 rounds), outputs compared first. CPU.md records the runs.
 """
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ import os
 import statistics
 import subprocess
 import sys
-import timeit
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,11 +32,12 @@ def _call(algo, N, T, tm):
     import torch
 
     import scangen
-    from scangen.testing import make_inputs
+    from scangen.testing import as_time_major, make_inputs
     kw = make_inputs(algo, N, T, seed=0, device="cpu")
-    if tm:  # [T, N] buffers
-        kw = {k: v.transpose(0, 1).contiguous() if torch.is_tensor(v) and v.dim() >= 2 else v
-              for k, v in kw.items()}
+    if tm:  # [T, N] buffers: as_time_major's views transposed (scangen.testing's
+        # time_major_buffers, which a --base tree may predate)
+        kw = {k: v.transpose(0, 1) if torch.is_tensor(v) and v.dim() >= 2 else v
+              for k, v in as_time_major(kw).items()}
         kw["time_dim"] = 0
     f = getattr(scangen, f"compute_{algo}")
     return lambda: f(**kw)
@@ -47,16 +48,17 @@ def _name(algo, N, T, tm):
 
 
 def measure() -> dict:
-    """Every case's time a call in this process (us): best of 7 repeats."""
+    """Every case's time a call in this process (us): the median of 7 blocks."""
     import torch
+
+    from scangen.benchmark.timing import interleaved
     torch.set_num_threads(1)
     out = {}
     for case in CASES:
         call = _call(*case)
         for _ in range(20):
             call()
-        n = 2000 if case[1] * case[2] < 10000 else 300
-        out[_name(*case)] = min(timeit.repeat(call, number=n, repeat=7)) / n * 1e6
+        out[_name(*case)] = interleaved({"call": call}, rounds=7)["call"].median_s * 1e6
     return out
 
 
@@ -82,10 +84,11 @@ def base_ab(base: Path, rounds: int) -> None:
 def views_ab() -> None:
     import torch
 
+    from scangen.benchmark.timing import interleaved
     from scangen.runtime import plans
     torch.set_num_threads(1)
     print("# one process; views of contiguous tensors by NumPy (new) against torch's (old), "
-          "interleaved; us a call, medians of 15 rounds")
+          "interleaved; us a call, medians of 15 blocks")
     for case in CASES:
         call = _call(*case)
         for _ in range(5):
@@ -104,14 +107,10 @@ def views_ab() -> None:
             r = call()
             outs[new] = r if isinstance(r, tuple) else (r,)
         same = all(torch.equal(a, b) for a, b in zip(outs[False], outs[True]))
-        ts = {False: [], True: []}
-        n = 500 if N * T < 10000 else 100
-        for _ in range(15):
-            for new in (False, True):
-                mode(new)
-                ts[new].append(timeit.timeit(call, number=n) / n * 1e6)
+        t = interleaved({"old": call, "new": call}, rounds=15,
+                        settings={"old": (lambda: mode(False), None), "new": (lambda: mode(True), None)})
         mode(True)
-        o, w = statistics.median(ts[False]), statistics.median(ts[True])
+        o, w = t["old"].median_s * 1e6, t["new"].median_s * 1e6
         print(f"{_name(*case):32s} torch views {o:8.1f}  NumPy views {w:8.1f}  new/old {w / o:.3f}"
               f"  outputs equal {same}", flush=True)
 

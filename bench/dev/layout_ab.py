@@ -26,7 +26,7 @@ import scangen
 from scangen.benchmark.floors import cache_bytes
 from scangen.benchmark.inputs import tensor_bytes
 from scangen.benchmark.timing import captured, device_interleaved
-from scangen.testing.helpers import make_inputs
+from scangen.testing.helpers import make_inputs, time_major_buffers
 
 ALGOS = ("gae", "vtrace", "retrace", "lambda_returns", "discounted_returns",
          "eligibility_traces", "episodic_prefix_sum", "masked_gae")
@@ -38,11 +38,6 @@ def max_diff(rows_out, tm_out) -> float:
     """The largest difference between a call's rows outputs and its time-major ones."""
     as_tuple = [o if isinstance(o, tuple) else (o,) for o in (rows_out, tm_out)]
     return max(float((p - q.transpose(0, 1)).abs().max()) for p, q in zip(*as_tuple))
-
-
-def time_major(kw):
-    return {k: v.transpose(0, 1).contiguous() if torch.is_tensor(v) and v.dim() >= 2 else v
-            for k, v in kw.items()}
 
 
 def set_constants(spec: str) -> list:
@@ -103,7 +98,7 @@ def main() -> None:
             k = max(1, min(16, math.ceil(3 * l2 / set_bytes), int(8e9 // set_bytes)))
             sets = [base] + [{a: v.clone() if torch.is_tensor(v) else v for a, v in base.items()}
                              for _ in range(k - 1)]
-            tm_sets = [time_major(s) for s in sets]
+            tm_sets = [time_major_buffers(s) for s in sets]
             r_out = fn(**sets[0])
             t_out = fn(**tm_sets[0], time_dim=0)
             diff = max_diff(r_out, t_out)

@@ -22,7 +22,7 @@ algo = os.environ.get("ALGO", "gae"); N, T = int(os.environ.get("N", 4096)), int
 FN = os.environ.get("FN", "compute_gae")
 kw = testing.make_inputs(algo, N, T, seed=0, dtype=torch.float32, **({"A": int(os.environ["A"])} if os.environ.get("A") else {}))
 if os.environ.get("TM"):
-    kw = {k: (v.transpose(0, 1).contiguous().transpose(0, 1) if torch.is_tensor(v) and v.dim() >= 2 else v) for k, v in kw.items()}
+    kw = testing.as_time_major(kw)
 fn = getattr(scangen, FN)
 runtime.PLANS.clear()
 OUTS = os.environ.get("OUTS")
@@ -46,9 +46,11 @@ n_args = len(arrays)
 
 
 def lead(f):
-    """The kernel's leading arguments: a row kernel of before 2026-12-02 takes no chunk."""
-    n = len(inspect.signature(f.py_func).parameters) - 2 - n_args
-    return head if n == len(head) else head[:3] + head[4:]
+    """The kernel's leading arguments: a row kernel of before 2026-12-02 takes no chunk, and a
+    kernel of before 2026-12-04 (4cedd07) its compute type ``_F`` itself, not an array ``_Fz``."""
+    params = inspect.signature(f.py_func).parameters
+    h = head if "_Fz" in params else (*head[:-1], head[-1].dtype.type)
+    return h if len(params) - 2 - n_args == len(h) else h[:3] + h[4:]
 
 
 res = {}

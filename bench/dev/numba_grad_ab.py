@@ -17,7 +17,7 @@ from scangen.runtime import numba as nbp
 torch.set_num_threads(1)
 algo = os.environ.get("ALGO", "vtrace"); N, T = int(os.environ.get("N", 1024)), int(os.environ.get("T", 1024))
 kw = testing.make_inputs(algo, N, T, seed=0, dtype=torch.float32)
-kw = {k: v.transpose(0, 1).contiguous() if torch.is_tensor(v) and v.dim() >= 2 else v for k, v in kw.items()}
+kw = testing.time_major_buffers(kw)
 names = [k for k, v in kw.items() if torch.is_tensor(v) and v.is_floating_point()]
 cap = []
 orig = nbp._Plan.arrays
@@ -33,15 +33,18 @@ assert plan.time_major
 _, items, head = plan.split(1)
 spec = importlib.util.spec_from_file_location("old", sys.argv[1]); m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
 kerns = {"new": plan.kernel, "old": m._tmajor}
+# a module of before 2026-12-04 (4cedd07) takes its compute type _F itself, not an array _Fz
+heads = {k: head if "_Fz" in f.py_func.__code__.co_varnames else (*head[:-1], head[-1].dtype.type)
+         for k, f in kerns.items()}
 outs = [i for i, s in enumerate(plan.sources) if s[0] == "out"]
 res = {}
 for k, f in kerns.items():
     for i in outs: arrs[i][...] = np.nan
-    f(0, items, *head, *arrs); res[k] = [arrs[i].copy() for i in outs]
+    f(0, items, *heads[k], *arrs); res[k] = [arrs[i].copy() for i in outs]
 for a, b in zip(res["new"], res["old"]):
     assert np.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True), np.nanmax(abs(a - b))
 ts = {k: [] for k in kerns}
 for _ in range(int(os.environ.get("REPS", 11))):
     for k, f in kerns.items():
-        t0 = time.thread_time(); f(0, items, *head, *arrs); ts[k].append(time.thread_time() - t0)
+        t0 = time.thread_time(); f(0, items, *heads[k], *arrs); ts[k].append(time.thread_time() - t0)
 print(algo, f"{N}x{T} grad tm", " ".join(f"{k} {np.median(v)*1e3:.3f} ms" for k, v in ts.items()), f"old/new {np.median(ts['old'])/np.median(ts['new']):.2f}x")

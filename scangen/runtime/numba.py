@@ -83,13 +83,17 @@ def _view(t: torch.Tensor, shape: tuple, strides: tuple) -> np.ndarray:
     return t.as_strided(shape, strides, t.storage_offset()).numpy()
 
 
+def _np_dtype(dtype: torch.dtype) -> np.dtype:
+    """NumPy's dtype for a torch dtype NumPy has."""
+    return torch.empty(0, dtype=dtype).numpy().dtype
+
+
 def _direct(t: torch.Tensor, strides: tuple) -> tuple | None:
     """What :func:`_array` needs to view ``t`` without torch: its NumPy dtype (bool as uint8)
     and the view's strides in bytes; None for the dtypes :func:`_view` widens."""
     if t.dtype in _HALF:
         return None
-    dtype = (np.dtype(np.uint8) if t.dtype == torch.bool
-             else torch.empty(0, dtype=t.dtype).numpy().dtype)
+    dtype = np.dtype(np.uint8) if t.dtype == torch.bool else _np_dtype(t.dtype)
     return dtype, tuple(s * dtype.itemsize for s in strides)
 
 
@@ -134,8 +138,7 @@ class _Plan:
         R1, R2 = (1, c.R1) if moved else (c.R1, c.R2)
         rows = (R1, R2, moved)
         tm = R2 > 1 and (s1 if moved else s2) < st  # time-major: rows adjacent in memory
-        dummy = np.empty((0,) * 3, np.float32 if c.out_dtype in _HALF else
-                         torch.empty(0, dtype=c.out_dtype).numpy().dtype)
+        dummy = np.empty((0,) * 3, np.float32 if c.out_dtype in _HALF else _np_dtype(c.out_dtype))
         self.sources = []  # (kind, name or value, shape, strides)
         for name, role in zip(module.ARRAYS, module.ROLES):
             if role == "input" and name in c.strides:

@@ -197,13 +197,24 @@ _GENERATORS = {
 }
 
 
+def time_major_buffers(inputs):
+    """``[T, N(, K)]`` contiguous copies of ``[N, T(, K)]`` values, to pass with ``time_dim=0``,
+    for a tensor or a dict of arguments; tensors of one dimension and non-tensors pass unchanged."""
+    if isinstance(inputs, dict):
+        return {k: time_major_buffers(v) for k, v in inputs.items()}
+    if torch.is_tensor(inputs) and inputs.dim() >= 2:
+        return inputs.transpose(0, 1).contiguous()
+    return inputs
+
+
 def as_time_major(inputs):
-    """The same logical ``[N, T(, K)]`` values stored time-major (rows adjacent in memory), for
-    a tensor or a dict of arguments; tensors of one dimension and non-tensors pass unchanged."""
+    """The same logical ``[N, T(, K)]`` values stored time-major (rows adjacent in memory): the
+    ``[N, T(, K)]`` views of :func:`time_major_buffers`, for a tensor or a dict of arguments;
+    tensors of one dimension and non-tensors pass unchanged."""
     if isinstance(inputs, dict):
         return {k: as_time_major(v) for k, v in inputs.items()}
     if torch.is_tensor(inputs) and inputs.dim() >= 2:
-        return inputs.transpose(0, 1).contiguous().transpose(0, 1)
+        return time_major_buffers(inputs).transpose(0, 1)
     return inputs
 
 
