@@ -81,6 +81,7 @@ def _eligibility_traces_grad_chunked_kernel(
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
     # carrying each row's scan state across chunks (reverse in time).
@@ -109,13 +110,20 @@ def _eligibility_traces_grad_chunked_kernel(
         seed_values = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     g__z__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
+    if LANE_WARPS > 1:  # lane tiles whose warps split the steps (runtime.launch.lane_warps): Triton
+        # gives warp w the columns w, w + W, w + 2W, ...; column j takes scan position
+        # (j % W) * (BLOCK_T / W) + j // W, so each warp holds a run of consecutive steps, scans it
+        # in registers, and the warps join once a chunk (scan_tiles) instead of at every step
+        _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
+    else:
+        _pos = _cols
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
     # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
     # order, the steps of each group in order, so loads keep their vectors, and _flip_groups (in
     # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
     # recurrence without the lane reversal of a reverse associative_scan.
-    _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
+    _tcol = (BLOCK_T - SHIFT_G) - (_pos // SHIFT_G) * SHIFT_G + _pos % SHIFT_G
     _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
@@ -195,10 +203,28 @@ def _eligibility_traces_grad_chunked_kernel(
         # scan g__z: g__z_t = alpha_t + beta_t * g__z_{t+1}
         _alpha = tl.where(_ok, _zero + (gy__traces), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, gamma__next__t*lambda___next__t*(1.0 - tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end
-        _a, _b = tl.associative_scan(
-            (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine)
-        _a = _flip_groups(_a, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
-        _b = _flip_groups(_b, BLOCK_N, BLOCK_T, SHIFT_G)
+        if LANE_WARPS > 1:
+            tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
+            _S: tl.constexpr = BLOCK_T // LANE_WARPS
+            _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
+            _a_r, _b_r = tl.associative_scan(
+                (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine)
+            _far = (tl.arange(0, _S) == _S - 1)[None, :, None]  # a run's far end in scan order
+            _a_w = tl.sum(tl.where(_far, _a_r, 0.0), axis=1)  # [BN, W] each run's map
+            _b_w = tl.sum(tl.where(_far, _b_r, 0.0), axis=1)
+            _a_w, _b_w = tl.associative_scan((_a_w, _b_w), 1, _combine)
+            _from = tl.broadcast_to(tl.maximum(_run - 1, 0), (BLOCK_N, LANE_WARPS))
+            _a_w = tl.gather(_a_w, _from, 1)[:, None, :]  # the runs before each run, composed
+            _b_w = tl.gather(_b_w, _from, 1)[:, None, :]
+            _a_c, _b_c = _combine(_a_w, _b_w, _a_r, _b_r)
+            _first = (_run == 0)[:, None, :]  # the run nearest the carry
+            _a = tl.reshape(tl.where(_first, _a_r, _a_c), (BLOCK_N, BLOCK_T))
+            _b = tl.reshape(tl.where(_first, _b_r, _b_c), (BLOCK_N, BLOCK_T))
+        else:
+            _a, _b = tl.associative_scan(
+                (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine)
+            _a = _flip_groups(_a, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
+            _b = _flip_groups(_b, BLOCK_N, BLOCK_T, SHIFT_G)
         g__z = _a + _b * g__z__carry[:, None]
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
             g__z__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, g__z, 0.0), axis=1)
@@ -277,6 +303,7 @@ def _eligibility_traces_grad_persist_kernel(
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
     # through time in chunks of BLOCK_T steps (reverse in time), one item (tile, chunk)
@@ -285,13 +312,20 @@ def _eligibility_traces_grad_persist_kernel(
     _pid = tl.program_id(0)
     _P = tl.num_programs(0)
     _cols = tl.arange(0, BLOCK_T)
+    if LANE_WARPS > 1:  # lane tiles whose warps split the steps (runtime.launch.lane_warps): Triton
+        # gives warp w the columns w, w + W, w + 2W, ...; column j takes scan position
+        # (j % W) * (BLOCK_T / W) + j // W, so each warp holds a run of consecutive steps, scans it
+        # in registers, and the warps join once a chunk (scan_tiles) instead of at every step
+        _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
+    else:
+        _pos = _cols
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
     # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
     # order, the steps of each group in order, so loads keep their vectors, and _flip_groups (in
     # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
     # recurrence without the lane reversal of a reverse associative_scan.
-    _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
+    _tcol = (BLOCK_T - SHIFT_G) - (_pos // SHIFT_G) * SHIFT_G + _pos % SHIFT_G
     _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
@@ -505,10 +539,28 @@ def _eligibility_traces_grad_persist_kernel(
         # scan g__z: g__z_t = alpha_t + beta_t * g__z_{t+1}
         _alpha = tl.where(_ok, _zero + (gy__traces), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, gamma__next__t*lambda___next__t*(1.0 - tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end
-        _a, _b = tl.associative_scan(
-            (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine)
-        _a = _flip_groups(_a, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
-        _b = _flip_groups(_b, BLOCK_N, BLOCK_T, SHIFT_G)
+        if LANE_WARPS > 1:
+            tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
+            _S: tl.constexpr = BLOCK_T // LANE_WARPS
+            _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
+            _a_r, _b_r = tl.associative_scan(
+                (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine)
+            _far = (tl.arange(0, _S) == _S - 1)[None, :, None]  # a run's far end in scan order
+            _a_w = tl.sum(tl.where(_far, _a_r, 0.0), axis=1)  # [BN, W] each run's map
+            _b_w = tl.sum(tl.where(_far, _b_r, 0.0), axis=1)
+            _a_w, _b_w = tl.associative_scan((_a_w, _b_w), 1, _combine)
+            _from = tl.broadcast_to(tl.maximum(_run - 1, 0), (BLOCK_N, LANE_WARPS))
+            _a_w = tl.gather(_a_w, _from, 1)[:, None, :]  # the runs before each run, composed
+            _b_w = tl.gather(_b_w, _from, 1)[:, None, :]
+            _a_c, _b_c = _combine(_a_w, _b_w, _a_r, _b_r)
+            _first = (_run == 0)[:, None, :]  # the run nearest the carry
+            _a = tl.reshape(tl.where(_first, _a_r, _a_c), (BLOCK_N, BLOCK_T))
+            _b = tl.reshape(tl.where(_first, _b_r, _b_c), (BLOCK_N, BLOCK_T))
+        else:
+            _a, _b = tl.associative_scan(
+                (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine)
+            _a = _flip_groups(_a, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
+            _b = _flip_groups(_b, BLOCK_N, BLOCK_T, SHIFT_G)
         g__z = _a + _b * g__z__carry[:, None]
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
             g__z__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, g__z, 0.0), axis=1)
@@ -602,6 +654,7 @@ def _eligibility_traces_grad_lookback_kernel(
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # Few rows, long T: the whole GPU works on every row. Each (row tile, chunk) is one ticket
     # (a tile: one row, or BLOCK_N adjacent rows of a time-major buffer; all tiles' first
@@ -670,13 +723,20 @@ def _eligibility_traces_grad_lookback_kernel(
         seed_values = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     g__z__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
+    if LANE_WARPS > 1:  # lane tiles whose warps split the steps (runtime.launch.lane_warps): Triton
+        # gives warp w the columns w, w + W, w + 2W, ...; column j takes scan position
+        # (j % W) * (BLOCK_T / W) + j // W, so each warp holds a run of consecutive steps, scans it
+        # in registers, and the warps join once a chunk (scan_tiles) instead of at every step
+        _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
+    else:
+        _pos = _cols
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
     # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
     # order, the steps of each group in order, so loads keep their vectors, and _flip_groups (in
     # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
     # recurrence without the lane reversal of a reverse associative_scan.
-    _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
+    _tcol = (BLOCK_T - SHIFT_G) - (_pos // SHIFT_G) * SHIFT_G + _pos % SHIFT_G
     _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
@@ -755,10 +815,28 @@ def _eligibility_traces_grad_lookback_kernel(
     # scan g__z: g__z_t = alpha_t + beta_t * g__z_{t+1}
     _alpha = tl.where(_ok, _zero + (gy__traces), 0.0)
     _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, gamma__next__t*lambda___next__t*(1.0 - tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end
-    _a, _b = tl.associative_scan(
-        (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine)
-    _a = _flip_groups(_a, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
-    _b = _flip_groups(_b, BLOCK_N, BLOCK_T, SHIFT_G)
+    if LANE_WARPS > 1:
+        tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
+        _S: tl.constexpr = BLOCK_T // LANE_WARPS
+        _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
+        _a_r, _b_r = tl.associative_scan(
+            (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine)
+        _far = (tl.arange(0, _S) == _S - 1)[None, :, None]  # a run's far end in scan order
+        _a_w = tl.sum(tl.where(_far, _a_r, 0.0), axis=1)  # [BN, W] each run's map
+        _b_w = tl.sum(tl.where(_far, _b_r, 0.0), axis=1)
+        _a_w, _b_w = tl.associative_scan((_a_w, _b_w), 1, _combine)
+        _from = tl.broadcast_to(tl.maximum(_run - 1, 0), (BLOCK_N, LANE_WARPS))
+        _a_w = tl.gather(_a_w, _from, 1)[:, None, :]  # the runs before each run, composed
+        _b_w = tl.gather(_b_w, _from, 1)[:, None, :]
+        _a_c, _b_c = _combine(_a_w, _b_w, _a_r, _b_r)
+        _first = (_run == 0)[:, None, :]  # the run nearest the carry
+        _a = tl.reshape(tl.where(_first, _a_r, _a_c), (BLOCK_N, BLOCK_T))
+        _b = tl.reshape(tl.where(_first, _b_r, _b_c), (BLOCK_N, BLOCK_T))
+    else:
+        _a, _b = tl.associative_scan(
+            (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine)
+        _a = _flip_groups(_a, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
+        _b = _flip_groups(_b, BLOCK_N, BLOCK_T, SHIFT_G)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
     # look back over earlier chunks for the carry (decoupled look-back).
     if BLOCK_N == 1:
@@ -805,7 +883,7 @@ def _eligibility_traces_grad_chunked_lean(
     STORE_d__gamma: tl.constexpr, STORE_d__lambda_: tl.constexpr, EVEN: tl.constexpr,
     ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
     BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
-    LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LB_PID: tl.constexpr, LANES: tl.constexpr, LANE_WARPS: tl.constexpr,
 ):
     # _eligibility_traces_grad_chunked_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -816,7 +894,7 @@ def _eligibility_traces_grad_chunked_lean(
         0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K,
         HAS_seed_values, HAS_gy__traces, False, False, STORE_d__gradients, STORE_d__seed_values,
         STORE_d__gamma, STORE_d__lambda_, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC,
-        LB_WINDOW, LB_SPIN, LB_PID, LANES,
+        LB_WINDOW, LB_SPIN, LB_PID, LANES, LANE_WARPS,
     )
 
 
@@ -829,7 +907,7 @@ def _eligibility_traces_grad_persist_lean(
     STORE_d__gamma: tl.constexpr, STORE_d__lambda_: tl.constexpr, EVEN: tl.constexpr,
     ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
     BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
-    LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LB_PID: tl.constexpr, LANES: tl.constexpr, LANE_WARPS: tl.constexpr,
 ):
     # _eligibility_traces_grad_persist_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -840,7 +918,7 @@ def _eligibility_traces_grad_persist_lean(
         0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K,
         HAS_seed_values, HAS_gy__traces, False, False, STORE_d__gradients, STORE_d__seed_values,
         STORE_d__gamma, STORE_d__lambda_, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC,
-        LB_WINDOW, LB_SPIN, LB_PID, LANES,
+        LB_WINDOW, LB_SPIN, LB_PID, LANES, LANE_WARPS,
     )
 
 
@@ -853,7 +931,7 @@ def _eligibility_traces_grad_lookback_lean(
     STORE_d__gamma: tl.constexpr, STORE_d__lambda_: tl.constexpr, EVEN: tl.constexpr,
     ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
     BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
-    LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LB_PID: tl.constexpr, LANES: tl.constexpr, LANE_WARPS: tl.constexpr,
 ):
     # _eligibility_traces_grad_lookback_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -864,7 +942,7 @@ def _eligibility_traces_grad_lookback_lean(
         _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2,
         T, K, HAS_seed_values, HAS_gy__traces, False, False, STORE_d__gradients,
         STORE_d__seed_values, STORE_d__gamma, STORE_d__lambda_, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N,
-        BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES,
+        BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES, LANE_WARPS,
     )
 
 

@@ -61,6 +61,7 @@ def _eligibility_traces_chunked_kernel(
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
     # carrying each row's scan state across chunks (forward in time).
@@ -85,6 +86,13 @@ def _eligibility_traces_chunked_kernel(
         seed_values = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     z__carry = tl.zeros([BLOCK_N], dtype=ACC) + seed_values
     _cols = tl.arange(0, BLOCK_T)
+    if LANE_WARPS > 1:  # lane tiles whose warps split the steps (runtime.launch.lane_warps): Triton
+        # gives warp w the columns w, w + W, w + 2W, ...; column j takes scan position
+        # (j % W) * (BLOCK_T / W) + j // W, so each warp holds a run of consecutive steps, scans it
+        # in registers, and the warps join once a chunk (scan_tiles) instead of at every step
+        _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
+    else:
+        _pos = _cols
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
@@ -98,14 +106,14 @@ def _eligibility_traces_chunked_kernel(
         # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
         _t0 = _chunk * BLOCK_T
         _rem = T - _t0
-        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        _t = _t0.to(tl.int64) + _pos  # [BT] int64
         if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
-            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+            _ok = _row_ok[:, None] & (_pos < _rem)[None, :]  # [BN, BT]
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
@@ -119,7 +127,7 @@ def _eligibility_traces_chunked_kernel(
             dones__prev = dones__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
-            dones__prev = tl.where((_cols == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            dones__prev = tl.where((_pos == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         if gamma__TENSOR:
             gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
             gamma__t = gamma__t__raw.to(ACC)
@@ -135,7 +143,25 @@ def _eligibility_traces_chunked_kernel(
         # scan z: z_t = alpha_t + beta_t * z_{t-1}
         _alpha = tl.where(_ok, _zero + (gradients), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev))), 1.0)  # identity past the window end
-        _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
+        if LANE_WARPS > 1:
+            tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
+            _S: tl.constexpr = BLOCK_T // LANE_WARPS
+            _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
+            _a_r, _b_r = tl.associative_scan(
+                (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine)
+            _far = (tl.arange(0, _S) == _S - 1)[None, :, None]  # a run's far end in scan order
+            _a_w = tl.sum(tl.where(_far, _a_r, 0.0), axis=1)  # [BN, W] each run's map
+            _b_w = tl.sum(tl.where(_far, _b_r, 0.0), axis=1)
+            _a_w, _b_w = tl.associative_scan((_a_w, _b_w), 1, _combine)
+            _from = tl.broadcast_to(tl.maximum(_run - 1, 0), (BLOCK_N, LANE_WARPS))
+            _a_w = tl.gather(_a_w, _from, 1)[:, None, :]  # the runs before each run, composed
+            _b_w = tl.gather(_b_w, _from, 1)[:, None, :]
+            _a_c, _b_c = _combine(_a_w, _b_w, _a_r, _b_r)
+            _first = (_run == 0)[:, None, :]  # the run nearest the carry
+            _a = tl.reshape(tl.where(_first, _a_r, _a_c), (BLOCK_N, BLOCK_T))
+            _b = tl.reshape(tl.where(_first, _b_r, _b_c), (BLOCK_N, BLOCK_T))
+        else:
+            _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
         z = _a + _b * z__carry[:, None]
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
             z__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, z, 0.0), axis=1)
@@ -188,6 +214,7 @@ def _eligibility_traces_persist_kernel(
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
     # through time in chunks of BLOCK_T steps (forward in time), one item (tile, chunk)
@@ -196,6 +223,13 @@ def _eligibility_traces_persist_kernel(
     _pid = tl.program_id(0)
     _P = tl.num_programs(0)
     _cols = tl.arange(0, BLOCK_T)
+    if LANE_WARPS > 1:  # lane tiles whose warps split the steps (runtime.launch.lane_warps): Triton
+        # gives warp w the columns w, w + W, w + 2W, ...; column j takes scan position
+        # (j % W) * (BLOCK_T / W) + j // W, so each warp holds a run of consecutive steps, scans it
+        # in registers, and the warps join once a chunk (scan_tiles) instead of at every step
+        _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
+    else:
+        _pos = _cols
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
@@ -226,14 +260,14 @@ def _eligibility_traces_persist_kernel(
     # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
     _t0 = _chunk * BLOCK_T
     _rem = T - _t0
-    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    _t = _t0.to(tl.int64) + _pos  # [BT] int64
     if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
-        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+        _ok = _row_ok[:, None] & (_pos < _rem)[None, :]  # [BN, BT]
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_prev = tl.maximum(_t - 1, 0)
-    is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+    is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
     # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
@@ -271,14 +305,14 @@ def _eligibility_traces_persist_kernel(
         # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
         _t0 = _chunk * BLOCK_T
         _rem = T - _t0
-        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        _t = _t0.to(tl.int64) + _pos  # [BT] int64
         if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
-            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+            _ok = _row_ok[:, None] & (_pos < _rem)[None, :]  # [BN, BT]
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         dones__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
@@ -315,14 +349,14 @@ def _eligibility_traces_persist_kernel(
         # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
         _t0 = _chunk * BLOCK_T
         _rem = T - _t0
-        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        _t = _t0.to(tl.int64) + _pos  # [BT] int64
         if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
-            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+            _ok = _row_ok[:, None] & (_pos < _rem)[None, :]  # [BN, BT]
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         if HAS_seed_values:
             seed_values = tl.load(seed_values__ptr + seed_values__row, mask=_row_ok, other=0).to(ACC)
         else:
@@ -333,7 +367,7 @@ def _eligibility_traces_persist_kernel(
             dones__prev = dones__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
-            dones__prev = tl.where((_cols == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            dones__prev = tl.where((_pos == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         if gamma__TENSOR:
             gamma__t = gamma__t__raw.to(ACC)
         else:
@@ -346,7 +380,25 @@ def _eligibility_traces_persist_kernel(
         # scan z: z_t = alpha_t + beta_t * z_{t-1}
         _alpha = tl.where(_ok, _zero + (gradients), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev))), 1.0)  # identity past the window end
-        _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
+        if LANE_WARPS > 1:
+            tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
+            _S: tl.constexpr = BLOCK_T // LANE_WARPS
+            _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
+            _a_r, _b_r = tl.associative_scan(
+                (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine)
+            _far = (tl.arange(0, _S) == _S - 1)[None, :, None]  # a run's far end in scan order
+            _a_w = tl.sum(tl.where(_far, _a_r, 0.0), axis=1)  # [BN, W] each run's map
+            _b_w = tl.sum(tl.where(_far, _b_r, 0.0), axis=1)
+            _a_w, _b_w = tl.associative_scan((_a_w, _b_w), 1, _combine)
+            _from = tl.broadcast_to(tl.maximum(_run - 1, 0), (BLOCK_N, LANE_WARPS))
+            _a_w = tl.gather(_a_w, _from, 1)[:, None, :]  # the runs before each run, composed
+            _b_w = tl.gather(_b_w, _from, 1)[:, None, :]
+            _a_c, _b_c = _combine(_a_w, _b_w, _a_r, _b_r)
+            _first = (_run == 0)[:, None, :]  # the run nearest the carry
+            _a = tl.reshape(tl.where(_first, _a_r, _a_c), (BLOCK_N, BLOCK_T))
+            _b = tl.reshape(tl.where(_first, _b_r, _b_c), (BLOCK_N, BLOCK_T))
+        else:
+            _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
         z = _a + _b * z__carry[:, None]
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
             z__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, z, 0.0), axis=1)
@@ -407,6 +459,7 @@ def _eligibility_traces_lookback_kernel(
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # Few rows, long T: the whole GPU works on every row. Each (row tile, chunk) is one ticket
     # (a tile: one row, or BLOCK_N adjacent rows of a time-major buffer; all tiles' first
@@ -471,6 +524,13 @@ def _eligibility_traces_lookback_kernel(
         seed_values = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     z__carry = tl.zeros([BLOCK_N], dtype=ACC) + seed_values
     _cols = tl.arange(0, BLOCK_T)
+    if LANE_WARPS > 1:  # lane tiles whose warps split the steps (runtime.launch.lane_warps): Triton
+        # gives warp w the columns w, w + W, w + 2W, ...; column j takes scan position
+        # (j % W) * (BLOCK_T / W) + j // W, so each warp holds a run of consecutive steps, scans it
+        # in registers, and the warps join once a chunk (scan_tiles) instead of at every step
+        _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
+    else:
+        _pos = _cols
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
@@ -483,14 +543,14 @@ def _eligibility_traces_lookback_kernel(
     # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
     _t0 = _chunk * BLOCK_T
     _rem = T - _t0
-    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    _t = _t0.to(tl.int64) + _pos  # [BT] int64
     if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
-        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+        _ok = _row_ok[:, None] & (_pos < _rem)[None, :]  # [BN, BT]
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_prev = tl.maximum(_t - 1, 0)
-    is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+    is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
     # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
@@ -504,7 +564,7 @@ def _eligibility_traces_lookback_kernel(
         dones__prev = dones__prev__raw.to(ACC)
     else:
         _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
-        dones__prev = tl.where((_cols == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        dones__prev = tl.where((_pos == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     if gamma__TENSOR:
         gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
         gamma__t = gamma__t__raw.to(ACC)
@@ -520,7 +580,25 @@ def _eligibility_traces_lookback_kernel(
     # scan z: z_t = alpha_t + beta_t * z_{t-1}
     _alpha = tl.where(_ok, _zero + (gradients), 0.0)
     _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev))), 1.0)  # identity past the window end
-    _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
+    if LANE_WARPS > 1:
+        tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
+        _S: tl.constexpr = BLOCK_T // LANE_WARPS
+        _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
+        _a_r, _b_r = tl.associative_scan(
+            (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine)
+        _far = (tl.arange(0, _S) == _S - 1)[None, :, None]  # a run's far end in scan order
+        _a_w = tl.sum(tl.where(_far, _a_r, 0.0), axis=1)  # [BN, W] each run's map
+        _b_w = tl.sum(tl.where(_far, _b_r, 0.0), axis=1)
+        _a_w, _b_w = tl.associative_scan((_a_w, _b_w), 1, _combine)
+        _from = tl.broadcast_to(tl.maximum(_run - 1, 0), (BLOCK_N, LANE_WARPS))
+        _a_w = tl.gather(_a_w, _from, 1)[:, None, :]  # the runs before each run, composed
+        _b_w = tl.gather(_b_w, _from, 1)[:, None, :]
+        _a_c, _b_c = _combine(_a_w, _b_w, _a_r, _b_r)
+        _first = (_run == 0)[:, None, :]  # the run nearest the carry
+        _a = tl.reshape(tl.where(_first, _a_r, _a_c), (BLOCK_N, BLOCK_T))
+        _b = tl.reshape(tl.where(_first, _b_r, _b_c), (BLOCK_N, BLOCK_T))
+    else:
+        _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
     # look back over earlier chunks for the carry (decoupled look-back).
     if BLOCK_N == 1:
@@ -558,6 +636,7 @@ def _eligibility_traces_chunked_lean(
     STORE_st__z: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # _eligibility_traces_chunked_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -566,6 +645,7 @@ def _eligibility_traces_chunked_lean(
         st__z__optr, _s1, _s2, _st, _s1, _s2, _st, _n1, _n2, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st,
         _s1, _s2, _st, R1, R2, T, K, HAS_seed_values, False, False, STORE_traces, STORE_st__z, EVEN,
         ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES,
+        LANE_WARPS,
     )
 
 
@@ -576,6 +656,7 @@ def _eligibility_traces_persist_lean(
     STORE_st__z: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # _eligibility_traces_persist_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -584,6 +665,7 @@ def _eligibility_traces_persist_lean(
         st__z__optr, _s1, _s2, _st, _s1, _s2, _st, _n1, _n2, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st,
         _s1, _s2, _st, R1, R2, T, K, HAS_seed_values, False, False, STORE_traces, STORE_st__z, EVEN,
         ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES,
+        LANE_WARPS,
     )
 
 
@@ -594,7 +676,7 @@ def _eligibility_traces_lookback_lean(
     STORE_traces: tl.constexpr, STORE_st__z: tl.constexpr, EVEN: tl.constexpr,
     ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
     BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
-    LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LB_PID: tl.constexpr, LANES: tl.constexpr, LANE_WARPS: tl.constexpr,
 ):
     # _eligibility_traces_lookback_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -603,6 +685,7 @@ def _eligibility_traces_lookback_lean(
         st__z__optr, _ws, _s1, _s2, _st, _s1, _s2, _st, _n1, _n2, 0, 0, 0, 0, 0, 0, 0, _s1, _s2,
         _st, _s1, _s2, _st, R1, R2, T, K, HAS_seed_values, False, False, STORE_traces, STORE_st__z,
         EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES,
+        LANE_WARPS,
     )
 
 

@@ -90,6 +90,7 @@ def _masked_gae_grad_chunked_kernel(
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
     # carrying each row's scan state across chunks (forward in time).
@@ -118,6 +119,13 @@ def _masked_gae_grad_chunked_kernel(
     g__A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     g__nv__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
+    if LANE_WARPS > 1:  # lane tiles whose warps split the steps (runtime.launch.lane_warps): Triton
+        # gives warp w the columns w, w + W, w + 2W, ...; column j takes scan position
+        # (j % W) * (BLOCK_T / W) + j // W, so each warp holds a run of consecutive steps, scans it
+        # in registers, and the warps join once a chunk (scan_tiles) instead of at every step
+        _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
+    else:
+        _pos = _cols
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
@@ -131,17 +139,17 @@ def _masked_gae_grad_chunked_kernel(
         # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
         _t0 = _chunk * BLOCK_T
         _rem = T - _t0
-        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        _t = _t0.to(tl.int64) + _pos  # [BT] int64
         if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
-            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+            _ok = _row_ok[:, None] & (_pos < _rem)[None, :]  # [BN, BT]
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_pos == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last__prev = tl.where(_pos - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if gamma__TENSOR:
             gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
             gamma__t = gamma__t__raw.to(ACC)
@@ -185,7 +193,7 @@ def _masked_gae_grad_chunked_kernel(
             response_mask__prev = response_mask__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(response_mask__raw, (_M, SHIFT_G)), tl.reshape(response_mask__prev__raw, (_M,)), _M, SHIFT_G)
-            response_mask__prev = tl.where((_cols == 0 - _t0)[None, :], response_mask, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            response_mask__prev = tl.where((_pos == 0 - _t0)[None, :], response_mask, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
@@ -199,7 +207,7 @@ def _masked_gae_grad_chunked_kernel(
             st__A__next = st__A__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(st__A__next__raw, (_M,)), _M, SHIFT_G)
-            st__A__next = tl.where((_cols == _rem - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            st__A__next = tl.where((_pos == _rem - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # st__nv with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
         # steps per thread, and one strided load per group gives the step beyond the group
         st__nv__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t[None, :] * st__nv__st, mask=_ok, other=1, volatile=LANES == 2)
@@ -213,11 +221,35 @@ def _masked_gae_grad_chunked_kernel(
             st__nv__next = st__nv__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(st__nv__raw, (_M, SHIFT_G)), tl.reshape(st__nv__next__raw, (_M,)), _M, SHIFT_G)
-            st__nv__next = tl.where((_cols == _rem - 1)[None, :], st__nv, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            st__nv__next = tl.where((_pos == _rem - 1)[None, :], st__nv, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
         _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev + gamma__prev__t*lambda___prev__t*response_mask__prev)), 1.0)  # identity past the window end
-        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
+        if LANE_WARPS > 1:
+            tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
+            _S: tl.constexpr = BLOCK_T // LANE_WARPS
+            _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
+            _a_r, _b_r, _ea_r, _eb_r = tl.associative_scan(
+                (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero + 1.0, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_excl)
+            _far = (tl.arange(0, _S) == _S - 1)[None, :, None]  # a run's far end in scan order
+            _a_w = tl.sum(tl.where(_far, _a_r, 0.0), axis=1)  # [BN, W] each run's map
+            _b_w = tl.sum(tl.where(_far, _b_r, 0.0), axis=1)
+            _ea_w = tl.sum(tl.where(_far, _ea_r, 0.0), axis=1)
+            _eb_w = tl.sum(tl.where(_far, _eb_r, 0.0), axis=1)
+            _a_w, _b_w, _ea_w, _eb_w = tl.associative_scan((_a_w, _b_w, _ea_w, _eb_w), 1, _combine_excl)
+            _from = tl.broadcast_to(tl.maximum(_run - 1, 0), (BLOCK_N, LANE_WARPS))
+            _a_w = tl.gather(_a_w, _from, 1)[:, None, :]  # the runs before each run, composed
+            _b_w = tl.gather(_b_w, _from, 1)[:, None, :]
+            _ea_w = tl.gather(_ea_w, _from, 1)[:, None, :]
+            _eb_w = tl.gather(_eb_w, _from, 1)[:, None, :]
+            _a_c, _b_c, _ea_c, _eb_c = _combine_excl(_a_w, _b_w, _ea_w, _eb_w, _a_r, _b_r, _ea_r, _eb_r)
+            _first = (_run == 0)[:, None, :]  # the run nearest the carry
+            _a = tl.reshape(tl.where(_first, _a_r, _a_c), (BLOCK_N, BLOCK_T))
+            _b = tl.reshape(tl.where(_first, _b_r, _b_c), (BLOCK_N, BLOCK_T))
+            _ea = tl.reshape(tl.where(_first, _ea_r, _ea_c), (BLOCK_N, BLOCK_T))
+            _eb = tl.reshape(tl.where(_first, _eb_r, _eb_c), (BLOCK_N, BLOCK_T))
+        else:
+            _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
         g__A = _a + _b * g__A__carry[:, None]
         g__A__prev = _ea + _eb * g__A__carry[:, None]  # the state one step nearer the carry
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
@@ -225,7 +257,25 @@ def _masked_gae_grad_chunked_kernel(
         # scan g__nv: g__nv_t = alpha_t + beta_t * g__nv_{t-1}
         _alpha = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*response_mask__prev*(~(is_last__prev != 0)).to(ACC))), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev)), 1.0)  # identity past the window end
-        _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
+        if LANE_WARPS > 1:
+            tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
+            _S: tl.constexpr = BLOCK_T // LANE_WARPS
+            _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
+            _a_r, _b_r = tl.associative_scan(
+                (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine)
+            _far = (tl.arange(0, _S) == _S - 1)[None, :, None]  # a run's far end in scan order
+            _a_w = tl.sum(tl.where(_far, _a_r, 0.0), axis=1)  # [BN, W] each run's map
+            _b_w = tl.sum(tl.where(_far, _b_r, 0.0), axis=1)
+            _a_w, _b_w = tl.associative_scan((_a_w, _b_w), 1, _combine)
+            _from = tl.broadcast_to(tl.maximum(_run - 1, 0), (BLOCK_N, LANE_WARPS))
+            _a_w = tl.gather(_a_w, _from, 1)[:, None, :]  # the runs before each run, composed
+            _b_w = tl.gather(_b_w, _from, 1)[:, None, :]
+            _a_c, _b_c = _combine(_a_w, _b_w, _a_r, _b_r)
+            _first = (_run == 0)[:, None, :]  # the run nearest the carry
+            _a = tl.reshape(tl.where(_first, _a_r, _a_c), (BLOCK_N, BLOCK_T))
+            _b = tl.reshape(tl.where(_first, _b_r, _b_c), (BLOCK_N, BLOCK_T))
+        else:
+            _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
         g__nv = _a + _b * g__nv__carry[:, None]
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
             g__nv__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__nv, 0.0), axis=1)
@@ -313,6 +363,7 @@ def _masked_gae_grad_persist_kernel(
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
     # through time in chunks of BLOCK_T steps (forward in time), one item (tile, chunk)
@@ -321,6 +372,13 @@ def _masked_gae_grad_persist_kernel(
     _pid = tl.program_id(0)
     _P = tl.num_programs(0)
     _cols = tl.arange(0, BLOCK_T)
+    if LANE_WARPS > 1:  # lane tiles whose warps split the steps (runtime.launch.lane_warps): Triton
+        # gives warp w the columns w, w + W, w + 2W, ...; column j takes scan position
+        # (j % W) * (BLOCK_T / W) + j // W, so each warp holds a run of consecutive steps, scans it
+        # in registers, and the warps join once a chunk (scan_tiles) instead of at every step
+        _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
+    else:
+        _pos = _cols
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
@@ -358,17 +416,17 @@ def _masked_gae_grad_persist_kernel(
     # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
     _t0 = _chunk * BLOCK_T
     _rem = T - _t0
-    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    _t = _t0.to(tl.int64) + _pos  # [BT] int64
     if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
-        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+        _ok = _row_ok[:, None] & (_pos < _rem)[None, :]  # [BN, BT]
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
-    is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-    is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_pos == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_last__prev = tl.where(_pos - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if gamma__TENSOR:
         gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
     if gamma__TENSOR:
@@ -435,17 +493,17 @@ def _masked_gae_grad_persist_kernel(
         # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
         _t0 = _chunk * BLOCK_T
         _rem = T - _t0
-        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        _t = _t0.to(tl.int64) + _pos  # [BT] int64
         if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
-            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+            _ok = _row_ok[:, None] & (_pos < _rem)[None, :]  # [BN, BT]
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_pos == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last__prev = tl.where(_pos - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if gamma__TENSOR:
             gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
         if gamma__TENSOR:
@@ -511,17 +569,17 @@ def _masked_gae_grad_persist_kernel(
         # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
         _t0 = _chunk * BLOCK_T
         _rem = T - _t0
-        _t = _t0.to(tl.int64) + _cols  # [BT] int64
+        _t = _t0.to(tl.int64) + _pos  # [BT] int64
         if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
             _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
         else:
-            _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+            _ok = _row_ok[:, None] & (_pos < _rem)[None, :]  # [BN, BT]
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+        is_last = tl.where(_pos == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+        is_last__prev = tl.where(_pos - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
 
         g__A__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, g__A__carry)
         g__nv__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, g__nv__carry)
@@ -554,23 +612,47 @@ def _masked_gae_grad_persist_kernel(
             response_mask__prev = response_mask__prev__raw.to(ACC)
         else:
             _s = _shift_prev(tl.reshape(response_mask__raw, (_M, SHIFT_G)), tl.reshape(response_mask__prev__raw, (_M,)), _M, SHIFT_G)
-            response_mask__prev = tl.where((_cols == 0 - _t0)[None, :], response_mask, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            response_mask__prev = tl.where((_pos == 0 - _t0)[None, :], response_mask, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         st__A = st__A__raw.to(ACC)
         if SHIFT_G == 1:
             st__A__next = st__A__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(st__A__next__raw, (_M,)), _M, SHIFT_G)
-            st__A__next = tl.where((_cols == _rem - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            st__A__next = tl.where((_pos == _rem - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         st__nv = st__nv__raw.to(ACC)
         if SHIFT_G == 1:
             st__nv__next = st__nv__next__raw.to(ACC)
         else:
             _s = _shift_next(tl.reshape(st__nv__raw, (_M, SHIFT_G)), tl.reshape(st__nv__next__raw, (_M,)), _M, SHIFT_G)
-            st__nv__next = tl.where((_cols == _rem - 1)[None, :], st__nv, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            st__nv__next = tl.where((_pos == _rem - 1)[None, :], st__nv, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
         # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
         _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev + gamma__prev__t*lambda___prev__t*response_mask__prev)), 1.0)  # identity past the window end
-        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
+        if LANE_WARPS > 1:
+            tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
+            _S: tl.constexpr = BLOCK_T // LANE_WARPS
+            _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
+            _a_r, _b_r, _ea_r, _eb_r = tl.associative_scan(
+                (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero + 1.0, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_excl)
+            _far = (tl.arange(0, _S) == _S - 1)[None, :, None]  # a run's far end in scan order
+            _a_w = tl.sum(tl.where(_far, _a_r, 0.0), axis=1)  # [BN, W] each run's map
+            _b_w = tl.sum(tl.where(_far, _b_r, 0.0), axis=1)
+            _ea_w = tl.sum(tl.where(_far, _ea_r, 0.0), axis=1)
+            _eb_w = tl.sum(tl.where(_far, _eb_r, 0.0), axis=1)
+            _a_w, _b_w, _ea_w, _eb_w = tl.associative_scan((_a_w, _b_w, _ea_w, _eb_w), 1, _combine_excl)
+            _from = tl.broadcast_to(tl.maximum(_run - 1, 0), (BLOCK_N, LANE_WARPS))
+            _a_w = tl.gather(_a_w, _from, 1)[:, None, :]  # the runs before each run, composed
+            _b_w = tl.gather(_b_w, _from, 1)[:, None, :]
+            _ea_w = tl.gather(_ea_w, _from, 1)[:, None, :]
+            _eb_w = tl.gather(_eb_w, _from, 1)[:, None, :]
+            _a_c, _b_c, _ea_c, _eb_c = _combine_excl(_a_w, _b_w, _ea_w, _eb_w, _a_r, _b_r, _ea_r, _eb_r)
+            _first = (_run == 0)[:, None, :]  # the run nearest the carry
+            _a = tl.reshape(tl.where(_first, _a_r, _a_c), (BLOCK_N, BLOCK_T))
+            _b = tl.reshape(tl.where(_first, _b_r, _b_c), (BLOCK_N, BLOCK_T))
+            _ea = tl.reshape(tl.where(_first, _ea_r, _ea_c), (BLOCK_N, BLOCK_T))
+            _eb = tl.reshape(tl.where(_first, _eb_r, _eb_c), (BLOCK_N, BLOCK_T))
+        else:
+            _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
         g__A = _a + _b * g__A__carry[:, None]
         g__A__prev = _ea + _eb * g__A__carry[:, None]  # the state one step nearer the carry
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
@@ -578,7 +660,25 @@ def _masked_gae_grad_persist_kernel(
         # scan g__nv: g__nv_t = alpha_t + beta_t * g__nv_{t-1}
         _alpha = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*response_mask__prev*(~(is_last__prev != 0)).to(ACC))), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev)), 1.0)  # identity past the window end
-        _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
+        if LANE_WARPS > 1:
+            tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
+            _S: tl.constexpr = BLOCK_T // LANE_WARPS
+            _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
+            _a_r, _b_r = tl.associative_scan(
+                (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine)
+            _far = (tl.arange(0, _S) == _S - 1)[None, :, None]  # a run's far end in scan order
+            _a_w = tl.sum(tl.where(_far, _a_r, 0.0), axis=1)  # [BN, W] each run's map
+            _b_w = tl.sum(tl.where(_far, _b_r, 0.0), axis=1)
+            _a_w, _b_w = tl.associative_scan((_a_w, _b_w), 1, _combine)
+            _from = tl.broadcast_to(tl.maximum(_run - 1, 0), (BLOCK_N, LANE_WARPS))
+            _a_w = tl.gather(_a_w, _from, 1)[:, None, :]  # the runs before each run, composed
+            _b_w = tl.gather(_b_w, _from, 1)[:, None, :]
+            _a_c, _b_c = _combine(_a_w, _b_w, _a_r, _b_r)
+            _first = (_run == 0)[:, None, :]  # the run nearest the carry
+            _a = tl.reshape(tl.where(_first, _a_r, _a_c), (BLOCK_N, BLOCK_T))
+            _b = tl.reshape(tl.where(_first, _b_r, _b_c), (BLOCK_N, BLOCK_T))
+        else:
+            _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
         g__nv = _a + _b * g__nv__carry[:, None]
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
             g__nv__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__nv, 0.0), axis=1)
@@ -685,6 +785,7 @@ def _masked_gae_grad_lookback_kernel(
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # Few rows, long T: the whole GPU works on every row. Each (row tile, chunk) is one ticket
     # (a tile: one row, or BLOCK_N adjacent rows of a time-major buffer; all tiles' first
@@ -753,6 +854,13 @@ def _masked_gae_grad_lookback_kernel(
     g__A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     g__nv__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
+    if LANE_WARPS > 1:  # lane tiles whose warps split the steps (runtime.launch.lane_warps): Triton
+        # gives warp w the columns w, w + W, w + 2W, ...; column j takes scan position
+        # (j % W) * (BLOCK_T / W) + j // W, so each warp holds a run of consecutive steps, scans it
+        # in registers, and the warps join once a chunk (scan_tiles) instead of at every step
+        _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
+    else:
+        _pos = _cols
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
@@ -765,17 +873,17 @@ def _masked_gae_grad_lookback_kernel(
     # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
     _t0 = _chunk * BLOCK_T
     _rem = T - _t0
-    _t = _t0.to(tl.int64) + _cols  # [BT] int64
+    _t = _t0.to(tl.int64) + _pos  # [BT] int64
     if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
         _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
     else:
-        _ok = _row_ok[:, None] & (_cols < _rem)[None, :]  # [BN, BT]
+        _ok = _row_ok[:, None] & (_pos < _rem)[None, :]  # [BN, BT]
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
-    is_first = tl.where(_cols == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-    is_last = tl.where(_cols == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-    is_last__prev = tl.where(_cols - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
+    is_last = tl.where(_pos == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
+    is_last__prev = tl.where(_pos - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if gamma__TENSOR:
         gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
         gamma__t = gamma__t__raw.to(ACC)
@@ -819,7 +927,7 @@ def _masked_gae_grad_lookback_kernel(
         response_mask__prev = response_mask__prev__raw.to(ACC)
     else:
         _s = _shift_prev(tl.reshape(response_mask__raw, (_M, SHIFT_G)), tl.reshape(response_mask__prev__raw, (_M,)), _M, SHIFT_G)
-        response_mask__prev = tl.where((_cols == 0 - _t0)[None, :], response_mask, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        response_mask__prev = tl.where((_pos == 0 - _t0)[None, :], response_mask, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
@@ -833,7 +941,7 @@ def _masked_gae_grad_lookback_kernel(
         st__A__next = st__A__next__raw.to(ACC)
     else:
         _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(st__A__next__raw, (_M,)), _M, SHIFT_G)
-        st__A__next = tl.where((_cols == _rem - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        st__A__next = tl.where((_pos == _rem - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     # st__nv with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
     # steps per thread, and one strided load per group gives the step beyond the group
     st__nv__raw = tl.load(st__nv__ptr + st__nv__row[:, None] + _t[None, :] * st__nv__st, mask=_ok, other=1, volatile=LANES == 2)
@@ -847,11 +955,35 @@ def _masked_gae_grad_lookback_kernel(
         st__nv__next = st__nv__next__raw.to(ACC)
     else:
         _s = _shift_next(tl.reshape(st__nv__raw, (_M, SHIFT_G)), tl.reshape(st__nv__next__raw, (_M,)), _M, SHIFT_G)
-        st__nv__next = tl.where((_cols == _rem - 1)[None, :], st__nv, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        st__nv__next = tl.where((_pos == _rem - 1)[None, :], st__nv, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
     # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
     _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
     _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev + gamma__prev__t*lambda___prev__t*response_mask__prev)), 1.0)  # identity past the window end
-    _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
+    if LANE_WARPS > 1:
+        tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
+        _S: tl.constexpr = BLOCK_T // LANE_WARPS
+        _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
+        _a_r, _b_r, _ea_r, _eb_r = tl.associative_scan(
+            (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero + 1.0, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_excl)
+        _far = (tl.arange(0, _S) == _S - 1)[None, :, None]  # a run's far end in scan order
+        _a_w = tl.sum(tl.where(_far, _a_r, 0.0), axis=1)  # [BN, W] each run's map
+        _b_w = tl.sum(tl.where(_far, _b_r, 0.0), axis=1)
+        _ea_w = tl.sum(tl.where(_far, _ea_r, 0.0), axis=1)
+        _eb_w = tl.sum(tl.where(_far, _eb_r, 0.0), axis=1)
+        _a_w, _b_w, _ea_w, _eb_w = tl.associative_scan((_a_w, _b_w, _ea_w, _eb_w), 1, _combine_excl)
+        _from = tl.broadcast_to(tl.maximum(_run - 1, 0), (BLOCK_N, LANE_WARPS))
+        _a_w = tl.gather(_a_w, _from, 1)[:, None, :]  # the runs before each run, composed
+        _b_w = tl.gather(_b_w, _from, 1)[:, None, :]
+        _ea_w = tl.gather(_ea_w, _from, 1)[:, None, :]
+        _eb_w = tl.gather(_eb_w, _from, 1)[:, None, :]
+        _a_c, _b_c, _ea_c, _eb_c = _combine_excl(_a_w, _b_w, _ea_w, _eb_w, _a_r, _b_r, _ea_r, _eb_r)
+        _first = (_run == 0)[:, None, :]  # the run nearest the carry
+        _a = tl.reshape(tl.where(_first, _a_r, _a_c), (BLOCK_N, BLOCK_T))
+        _b = tl.reshape(tl.where(_first, _b_r, _b_c), (BLOCK_N, BLOCK_T))
+        _ea = tl.reshape(tl.where(_first, _ea_r, _ea_c), (BLOCK_N, BLOCK_T))
+        _eb = tl.reshape(tl.where(_first, _eb_r, _eb_c), (BLOCK_N, BLOCK_T))
+    else:
+        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=False)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
     # look back over earlier chunks for the carry (decoupled look-back).
     if BLOCK_N == 1:
@@ -873,7 +1005,25 @@ def _masked_gae_grad_lookback_kernel(
     # scan g__nv: g__nv_t = alpha_t + beta_t * g__nv_{t-1}
     _alpha = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, g__A__prev*gamma__prev__t*response_mask__prev*(~(is_last__prev != 0)).to(ACC))), 0.0)
     _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev)), 1.0)  # identity past the window end
-    _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
+    if LANE_WARPS > 1:
+        tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
+        _S: tl.constexpr = BLOCK_T // LANE_WARPS
+        _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
+        _a_r, _b_r = tl.associative_scan(
+            (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine)
+        _far = (tl.arange(0, _S) == _S - 1)[None, :, None]  # a run's far end in scan order
+        _a_w = tl.sum(tl.where(_far, _a_r, 0.0), axis=1)  # [BN, W] each run's map
+        _b_w = tl.sum(tl.where(_far, _b_r, 0.0), axis=1)
+        _a_w, _b_w = tl.associative_scan((_a_w, _b_w), 1, _combine)
+        _from = tl.broadcast_to(tl.maximum(_run - 1, 0), (BLOCK_N, LANE_WARPS))
+        _a_w = tl.gather(_a_w, _from, 1)[:, None, :]  # the runs before each run, composed
+        _b_w = tl.gather(_b_w, _from, 1)[:, None, :]
+        _a_c, _b_c = _combine(_a_w, _b_w, _a_r, _b_r)
+        _first = (_run == 0)[:, None, :]  # the run nearest the carry
+        _a = tl.reshape(tl.where(_first, _a_r, _a_c), (BLOCK_N, BLOCK_T))
+        _b = tl.reshape(tl.where(_first, _b_r, _b_c), (BLOCK_N, BLOCK_T))
+    else:
+        _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
     # look back over earlier chunks for the carry (decoupled look-back).
     if BLOCK_N == 1:
@@ -922,7 +1072,7 @@ def _masked_gae_grad_chunked_lean(
     STORE_d__gamma: tl.constexpr, STORE_d__lambda_: tl.constexpr, EVEN: tl.constexpr,
     ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
     BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
-    LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LB_PID: tl.constexpr, LANES: tl.constexpr, LANE_WARPS: tl.constexpr,
 ):
     # _masked_gae_grad_chunked_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -934,7 +1084,7 @@ def _masked_gae_grad_chunked_lean(
         _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2,
         T, K, HAS_gy__advantages, HAS_gy__returns, False, False, STORE_d__token_level_rewards,
         STORE_d__values, STORE_d__gamma, STORE_d__lambda_, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N,
-        BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES,
+        BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES, LANE_WARPS,
     )
 
 
@@ -948,7 +1098,7 @@ def _masked_gae_grad_persist_lean(
     STORE_d__gamma: tl.constexpr, STORE_d__lambda_: tl.constexpr, EVEN: tl.constexpr,
     ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
     BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
-    LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LB_PID: tl.constexpr, LANES: tl.constexpr, LANE_WARPS: tl.constexpr,
 ):
     # _masked_gae_grad_persist_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -960,7 +1110,7 @@ def _masked_gae_grad_persist_lean(
         _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2,
         T, K, HAS_gy__advantages, HAS_gy__returns, False, False, STORE_d__token_level_rewards,
         STORE_d__values, STORE_d__gamma, STORE_d__lambda_, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N,
-        BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES,
+        BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES, LANE_WARPS,
     )
 
 
@@ -974,7 +1124,7 @@ def _masked_gae_grad_lookback_lean(
     STORE_d__gamma: tl.constexpr, STORE_d__lambda_: tl.constexpr, EVEN: tl.constexpr,
     ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
     BLOCK_K: tl.constexpr, ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr,
-    LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LB_PID: tl.constexpr, LANES: tl.constexpr, LANE_WARPS: tl.constexpr,
 ):
     # _masked_gae_grad_lookback_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -986,7 +1136,7 @@ def _masked_gae_grad_lookback_lean(
         _s2, _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1,
         R2, T, K, HAS_gy__advantages, HAS_gy__returns, False, False, STORE_d__token_level_rewards,
         STORE_d__values, STORE_d__gamma, STORE_d__lambda_, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N,
-        BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES,
+        BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES, LANE_WARPS,
     )
 
 

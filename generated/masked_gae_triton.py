@@ -70,6 +70,7 @@ def _masked_gae_chunked_kernel(
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
     # carrying each row's scan state across chunks (reverse in time).
@@ -94,13 +95,20 @@ def _masked_gae_chunked_kernel(
     nv__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
+    if LANE_WARPS > 1:  # lane tiles whose warps split the steps (runtime.launch.lane_warps): Triton
+        # gives warp w the columns w, w + W, w + 2W, ...; column j takes scan position
+        # (j % W) * (BLOCK_T / W) + j // W, so each warp holds a run of consecutive steps, scans it
+        # in registers, and the warps join once a chunk (scan_tiles) instead of at every step
+        _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
+    else:
+        _pos = _cols
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
     # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
     # order, the steps of each group in order, so loads keep their vectors, and _flip_groups (in
     # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
     # recurrence without the lane reversal of a reverse associative_scan.
-    _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
+    _tcol = (BLOCK_T - SHIFT_G) - (_pos // SHIFT_G) * SHIFT_G + _pos % SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
     # the carry between chunks fold away at compile time
     _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
@@ -141,13 +149,40 @@ def _masked_gae_chunked_kernel(
         _jr = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)
         _ju = tl.where(_ok, _zero + (-_e3 + tl.where((response_mask != 0), token_level_rewards, 0.0)), 0.0)
         _jv = tl.where(_ok, _zero + (_e3), 0.0)
-        _jp, _jq, _jr, _ju, _jv = tl.associative_scan(
-            (_flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jq, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jr, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_joint)
-        _jp = _flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
-        _jq = _flip_groups(_jq, BLOCK_N, BLOCK_T, SHIFT_G)
-        _jr = _flip_groups(_jr, BLOCK_N, BLOCK_T, SHIFT_G)
-        _ju = _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G)
-        _jv = _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G)
+        if LANE_WARPS > 1:
+            tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
+            _S: tl.constexpr = BLOCK_T // LANE_WARPS
+            _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
+            _jp_r, _jq_r, _jr_r, _ju_r, _jv_r = tl.associative_scan(
+                (tl.reshape(_jp, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_jq, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_jr, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_ju, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_jv, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_joint)
+            _far = (tl.arange(0, _S) == _S - 1)[None, :, None]  # a run's far end in scan order
+            _jp_w = tl.sum(tl.where(_far, _jp_r, 0.0), axis=1)  # [BN, W] each run's map
+            _jq_w = tl.sum(tl.where(_far, _jq_r, 0.0), axis=1)
+            _jr_w = tl.sum(tl.where(_far, _jr_r, 0.0), axis=1)
+            _ju_w = tl.sum(tl.where(_far, _ju_r, 0.0), axis=1)
+            _jv_w = tl.sum(tl.where(_far, _jv_r, 0.0), axis=1)
+            _jp_w, _jq_w, _jr_w, _ju_w, _jv_w = tl.associative_scan((_jp_w, _jq_w, _jr_w, _ju_w, _jv_w), 1, _combine_joint)
+            _from = tl.broadcast_to(tl.maximum(_run - 1, 0), (BLOCK_N, LANE_WARPS))
+            _jp_w = tl.gather(_jp_w, _from, 1)[:, None, :]  # the runs before each run, composed
+            _jq_w = tl.gather(_jq_w, _from, 1)[:, None, :]
+            _jr_w = tl.gather(_jr_w, _from, 1)[:, None, :]
+            _ju_w = tl.gather(_ju_w, _from, 1)[:, None, :]
+            _jv_w = tl.gather(_jv_w, _from, 1)[:, None, :]
+            _jp_c, _jq_c, _jr_c, _ju_c, _jv_c = _combine_joint(_jp_w, _jq_w, _jr_w, _ju_w, _jv_w, _jp_r, _jq_r, _jr_r, _ju_r, _jv_r)
+            _first = (_run == 0)[:, None, :]  # the run nearest the carry
+            _jp = tl.reshape(tl.where(_first, _jp_r, _jp_c), (BLOCK_N, BLOCK_T))
+            _jq = tl.reshape(tl.where(_first, _jq_r, _jq_c), (BLOCK_N, BLOCK_T))
+            _jr = tl.reshape(tl.where(_first, _jr_r, _jr_c), (BLOCK_N, BLOCK_T))
+            _ju = tl.reshape(tl.where(_first, _ju_r, _ju_c), (BLOCK_N, BLOCK_T))
+            _jv = tl.reshape(tl.where(_first, _jv_r, _jv_c), (BLOCK_N, BLOCK_T))
+        else:
+            _jp, _jq, _jr, _ju, _jv = tl.associative_scan(
+                (_flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jq, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jr, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_joint)
+            _jp = _flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
+            _jq = _flip_groups(_jq, BLOCK_N, BLOCK_T, SHIFT_G)
+            _jr = _flip_groups(_jr, BLOCK_N, BLOCK_T, SHIFT_G)
+            _ju = _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G)
+            _jv = _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G)
         nv = _jv + _jr * nv__carry[:, None]
         A = _ju + _jp * A__carry[:, None] + _jq * nv__carry[:, None]
         if _c + 1 < _n_chunks:  # the row goes on: carry the states into its next chunk
@@ -215,6 +250,7 @@ def _masked_gae_persist_kernel(
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
     # through time in chunks of BLOCK_T steps (reverse in time), one item (tile, chunk)
@@ -223,13 +259,20 @@ def _masked_gae_persist_kernel(
     _pid = tl.program_id(0)
     _P = tl.num_programs(0)
     _cols = tl.arange(0, BLOCK_T)
+    if LANE_WARPS > 1:  # lane tiles whose warps split the steps (runtime.launch.lane_warps): Triton
+        # gives warp w the columns w, w + W, w + 2W, ...; column j takes scan position
+        # (j % W) * (BLOCK_T / W) + j // W, so each warp holds a run of consecutive steps, scans it
+        # in registers, and the warps join once a chunk (scan_tiles) instead of at every step
+        _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
+    else:
+        _pos = _cols
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
     # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
     # order, the steps of each group in order, so loads keep their vectors, and _flip_groups (in
     # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
     # recurrence without the lane reversal of a reverse associative_scan.
-    _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
+    _tcol = (BLOCK_T - SHIFT_G) - (_pos // SHIFT_G) * SHIFT_G + _pos % SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
     # the carry between chunks fold away at compile time
     _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
@@ -365,13 +408,40 @@ def _masked_gae_persist_kernel(
         _jr = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)
         _ju = tl.where(_ok, _zero + (-_e3 + tl.where((response_mask != 0), token_level_rewards, 0.0)), 0.0)
         _jv = tl.where(_ok, _zero + (_e3), 0.0)
-        _jp, _jq, _jr, _ju, _jv = tl.associative_scan(
-            (_flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jq, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jr, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_joint)
-        _jp = _flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
-        _jq = _flip_groups(_jq, BLOCK_N, BLOCK_T, SHIFT_G)
-        _jr = _flip_groups(_jr, BLOCK_N, BLOCK_T, SHIFT_G)
-        _ju = _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G)
-        _jv = _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G)
+        if LANE_WARPS > 1:
+            tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
+            _S: tl.constexpr = BLOCK_T // LANE_WARPS
+            _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
+            _jp_r, _jq_r, _jr_r, _ju_r, _jv_r = tl.associative_scan(
+                (tl.reshape(_jp, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_jq, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_jr, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_ju, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_jv, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_joint)
+            _far = (tl.arange(0, _S) == _S - 1)[None, :, None]  # a run's far end in scan order
+            _jp_w = tl.sum(tl.where(_far, _jp_r, 0.0), axis=1)  # [BN, W] each run's map
+            _jq_w = tl.sum(tl.where(_far, _jq_r, 0.0), axis=1)
+            _jr_w = tl.sum(tl.where(_far, _jr_r, 0.0), axis=1)
+            _ju_w = tl.sum(tl.where(_far, _ju_r, 0.0), axis=1)
+            _jv_w = tl.sum(tl.where(_far, _jv_r, 0.0), axis=1)
+            _jp_w, _jq_w, _jr_w, _ju_w, _jv_w = tl.associative_scan((_jp_w, _jq_w, _jr_w, _ju_w, _jv_w), 1, _combine_joint)
+            _from = tl.broadcast_to(tl.maximum(_run - 1, 0), (BLOCK_N, LANE_WARPS))
+            _jp_w = tl.gather(_jp_w, _from, 1)[:, None, :]  # the runs before each run, composed
+            _jq_w = tl.gather(_jq_w, _from, 1)[:, None, :]
+            _jr_w = tl.gather(_jr_w, _from, 1)[:, None, :]
+            _ju_w = tl.gather(_ju_w, _from, 1)[:, None, :]
+            _jv_w = tl.gather(_jv_w, _from, 1)[:, None, :]
+            _jp_c, _jq_c, _jr_c, _ju_c, _jv_c = _combine_joint(_jp_w, _jq_w, _jr_w, _ju_w, _jv_w, _jp_r, _jq_r, _jr_r, _ju_r, _jv_r)
+            _first = (_run == 0)[:, None, :]  # the run nearest the carry
+            _jp = tl.reshape(tl.where(_first, _jp_r, _jp_c), (BLOCK_N, BLOCK_T))
+            _jq = tl.reshape(tl.where(_first, _jq_r, _jq_c), (BLOCK_N, BLOCK_T))
+            _jr = tl.reshape(tl.where(_first, _jr_r, _jr_c), (BLOCK_N, BLOCK_T))
+            _ju = tl.reshape(tl.where(_first, _ju_r, _ju_c), (BLOCK_N, BLOCK_T))
+            _jv = tl.reshape(tl.where(_first, _jv_r, _jv_c), (BLOCK_N, BLOCK_T))
+        else:
+            _jp, _jq, _jr, _ju, _jv = tl.associative_scan(
+                (_flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jq, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jr, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_joint)
+            _jp = _flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
+            _jq = _flip_groups(_jq, BLOCK_N, BLOCK_T, SHIFT_G)
+            _jr = _flip_groups(_jr, BLOCK_N, BLOCK_T, SHIFT_G)
+            _ju = _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G)
+            _jv = _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G)
         nv = _jv + _jr * nv__carry[:, None]
         A = _ju + _jp * A__carry[:, None] + _jq * nv__carry[:, None]
         if _c + 1 < _n_chunks:  # the row goes on: carry the states into its next chunk
@@ -447,6 +517,7 @@ def _masked_gae_lookback_kernel(
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # Few rows, long T: the whole GPU works on every row. Each (row tile, chunk) is one ticket
     # (a tile: one row, or BLOCK_N adjacent rows of a time-major buffer; all tiles' first
@@ -511,13 +582,20 @@ def _masked_gae_lookback_kernel(
     nv__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
+    if LANE_WARPS > 1:  # lane tiles whose warps split the steps (runtime.launch.lane_warps): Triton
+        # gives warp w the columns w, w + W, w + 2W, ...; column j takes scan position
+        # (j % W) * (BLOCK_T / W) + j // W, so each warp holds a run of consecutive steps, scans it
+        # in registers, and the warps join once a chunk (scan_tiles) instead of at every step
+        _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
+    else:
+        _pos = _cols
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
     # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
     # order, the steps of each group in order, so loads keep their vectors, and _flip_groups (in
     # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
     # recurrence without the lane reversal of a reverse associative_scan.
-    _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
+    _tcol = (BLOCK_T - SHIFT_G) - (_pos // SHIFT_G) * SHIFT_G + _pos % SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
     # the carry between chunks fold away at compile time
     _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
@@ -557,13 +635,40 @@ def _masked_gae_lookback_kernel(
     _jr = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)
     _ju = tl.where(_ok, _zero + (-_e3 + tl.where((response_mask != 0), token_level_rewards, 0.0)), 0.0)
     _jv = tl.where(_ok, _zero + (_e3), 0.0)
-    _jp, _jq, _jr, _ju, _jv = tl.associative_scan(
-        (_flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jq, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jr, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_joint)
-    _jp = _flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
-    _jq = _flip_groups(_jq, BLOCK_N, BLOCK_T, SHIFT_G)
-    _jr = _flip_groups(_jr, BLOCK_N, BLOCK_T, SHIFT_G)
-    _ju = _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G)
-    _jv = _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G)
+    if LANE_WARPS > 1:
+        tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
+        _S: tl.constexpr = BLOCK_T // LANE_WARPS
+        _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
+        _jp_r, _jq_r, _jr_r, _ju_r, _jv_r = tl.associative_scan(
+            (tl.reshape(_jp, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_jq, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_jr, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_ju, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_jv, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_joint)
+        _far = (tl.arange(0, _S) == _S - 1)[None, :, None]  # a run's far end in scan order
+        _jp_w = tl.sum(tl.where(_far, _jp_r, 0.0), axis=1)  # [BN, W] each run's map
+        _jq_w = tl.sum(tl.where(_far, _jq_r, 0.0), axis=1)
+        _jr_w = tl.sum(tl.where(_far, _jr_r, 0.0), axis=1)
+        _ju_w = tl.sum(tl.where(_far, _ju_r, 0.0), axis=1)
+        _jv_w = tl.sum(tl.where(_far, _jv_r, 0.0), axis=1)
+        _jp_w, _jq_w, _jr_w, _ju_w, _jv_w = tl.associative_scan((_jp_w, _jq_w, _jr_w, _ju_w, _jv_w), 1, _combine_joint)
+        _from = tl.broadcast_to(tl.maximum(_run - 1, 0), (BLOCK_N, LANE_WARPS))
+        _jp_w = tl.gather(_jp_w, _from, 1)[:, None, :]  # the runs before each run, composed
+        _jq_w = tl.gather(_jq_w, _from, 1)[:, None, :]
+        _jr_w = tl.gather(_jr_w, _from, 1)[:, None, :]
+        _ju_w = tl.gather(_ju_w, _from, 1)[:, None, :]
+        _jv_w = tl.gather(_jv_w, _from, 1)[:, None, :]
+        _jp_c, _jq_c, _jr_c, _ju_c, _jv_c = _combine_joint(_jp_w, _jq_w, _jr_w, _ju_w, _jv_w, _jp_r, _jq_r, _jr_r, _ju_r, _jv_r)
+        _first = (_run == 0)[:, None, :]  # the run nearest the carry
+        _jp = tl.reshape(tl.where(_first, _jp_r, _jp_c), (BLOCK_N, BLOCK_T))
+        _jq = tl.reshape(tl.where(_first, _jq_r, _jq_c), (BLOCK_N, BLOCK_T))
+        _jr = tl.reshape(tl.where(_first, _jr_r, _jr_c), (BLOCK_N, BLOCK_T))
+        _ju = tl.reshape(tl.where(_first, _ju_r, _ju_c), (BLOCK_N, BLOCK_T))
+        _jv = tl.reshape(tl.where(_first, _jv_r, _jv_c), (BLOCK_N, BLOCK_T))
+    else:
+        _jp, _jq, _jr, _ju, _jv = tl.associative_scan(
+            (_flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jq, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jr, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_joint)
+        _jp = _flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
+        _jq = _flip_groups(_jq, BLOCK_N, BLOCK_T, SHIFT_G)
+        _jr = _flip_groups(_jr, BLOCK_N, BLOCK_T, SHIFT_G)
+        _ju = _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G)
+        _jv = _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G)
     # The chunk's aggregate (five words) and the carry from earlier chunks (decoupled look-back).
     if BLOCK_N == 1:
         A__carry, nv__carry = _lookback_joint(
@@ -613,6 +718,7 @@ def _masked_gae_chunked_lean(
     STORE_st__A: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # _masked_gae_chunked_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -622,6 +728,7 @@ def _masked_gae_chunked_lean(
         _s1, _s2, _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st,
         R1, R2, T, K, False, False, STORE_advantages, STORE_returns, STORE_st__nv, STORE_st__A,
         EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES,
+        LANE_WARPS,
     )
 
 
@@ -633,6 +740,7 @@ def _masked_gae_persist_lean(
     STORE_st__A: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # _masked_gae_persist_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -642,6 +750,7 @@ def _masked_gae_persist_lean(
         _s1, _s2, _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st,
         R1, R2, T, K, False, False, STORE_advantages, STORE_returns, STORE_st__nv, STORE_st__A,
         EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES,
+        LANE_WARPS,
     )
 
 
@@ -653,6 +762,7 @@ def _masked_gae_lookback_lean(
     STORE_st__A: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # _masked_gae_lookback_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -662,6 +772,7 @@ def _masked_gae_lookback_lean(
         _st, _s1, _s2, _st, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2, _st, _s1, _s2,
         _st, R1, R2, T, K, False, False, STORE_advantages, STORE_returns, STORE_st__nv, STORE_st__A,
         EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES,
+        LANE_WARPS,
     )
 
 

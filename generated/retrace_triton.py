@@ -107,6 +107,7 @@ def _retrace_chunked_kernel(
     GROUPED: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
     # carrying each row's scan state across chunks (reverse in time).
@@ -137,14 +138,21 @@ def _retrace_chunked_kernel(
 
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
+    if LANE_WARPS > 1:  # lane tiles whose warps split the steps (runtime.launch.lane_warps): Triton
+        # gives warp w the columns w, w + W, w + 2W, ...; column j takes scan position
+        # (j % W) * (BLOCK_T / W) + j // W, so each warp holds a run of consecutive steps, scans it
+        # in registers, and the warps join once a chunk (scan_tiles) instead of at every step
+        _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
+    else:
+        _pos = _cols
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     # The launch picks the step order (GROUPED, runtime.launch_params.grouped_order): the chunk's steps in
     # reverse, scanned forward (no lane reversal in the scan), or in order, scanned in reverse.
     if GROUPED:
-        _tcol = (BLOCK_T - 1) - _cols
+        _tcol = (BLOCK_T - 1) - _pos
         _carry_col = BLOCK_T - 1
     else:
-        _tcol = _cols
+        _tcol = _pos
         _carry_col = 0
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
@@ -261,10 +269,58 @@ def _retrace_chunked_kernel(
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _alpha = tl.where(_ok, _zero + (rewards - q_values + _sum0*gamma__t*(1.0 - terminateds)), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL))*tl.where((is_last != 0), 0.0, lambda___next__t*tl.minimum(c_bar__next__t, _gather0/action_probs_behavior__next, propagate_nan=tl.PropagateNan.ALL))), 1.0)  # identity past the window end
-        if GROUPED:
-            _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl)
+        if LANE_WARPS > 1:
+            if GROUPED:
+                tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
+                _S: tl.constexpr = BLOCK_T // LANE_WARPS
+                _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
+                _a_r, _b_r, _ea_r, _eb_r = tl.associative_scan(
+                    (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero + 1.0, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_excl)
+                _far = (tl.arange(0, _S) == _S - 1)[None, :, None]  # a run's far end in scan order
+                _a_w = tl.sum(tl.where(_far, _a_r, 0.0), axis=1)  # [BN, W] each run's map
+                _b_w = tl.sum(tl.where(_far, _b_r, 0.0), axis=1)
+                _ea_w = tl.sum(tl.where(_far, _ea_r, 0.0), axis=1)
+                _eb_w = tl.sum(tl.where(_far, _eb_r, 0.0), axis=1)
+                _a_w, _b_w, _ea_w, _eb_w = tl.associative_scan((_a_w, _b_w, _ea_w, _eb_w), 1, _combine_excl)
+                _from = tl.broadcast_to(tl.maximum(_run - 1, 0), (BLOCK_N, LANE_WARPS))
+                _a_w = tl.gather(_a_w, _from, 1)[:, None, :]  # the runs before each run, composed
+                _b_w = tl.gather(_b_w, _from, 1)[:, None, :]
+                _ea_w = tl.gather(_ea_w, _from, 1)[:, None, :]
+                _eb_w = tl.gather(_eb_w, _from, 1)[:, None, :]
+                _a_c, _b_c, _ea_c, _eb_c = _combine_excl(_a_w, _b_w, _ea_w, _eb_w, _a_r, _b_r, _ea_r, _eb_r)
+                _first = (_run == 0)[:, None, :]  # the run nearest the carry
+                _a = tl.reshape(tl.where(_first, _a_r, _a_c), (BLOCK_N, BLOCK_T))
+                _b = tl.reshape(tl.where(_first, _b_r, _b_c), (BLOCK_N, BLOCK_T))
+                _ea = tl.reshape(tl.where(_first, _ea_r, _ea_c), (BLOCK_N, BLOCK_T))
+                _eb = tl.reshape(tl.where(_first, _eb_r, _eb_c), (BLOCK_N, BLOCK_T))
+            else:
+                tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
+                _S: tl.constexpr = BLOCK_T // LANE_WARPS
+                _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
+                _a_r, _b_r, _ea_r, _eb_r = tl.associative_scan(
+                    (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero + 1.0, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_excl, reverse=True)
+                _far = (tl.arange(0, _S) == 0)[None, :, None]  # a run's far end in scan order
+                _a_w = tl.sum(tl.where(_far, _a_r, 0.0), axis=1)  # [BN, W] each run's map
+                _b_w = tl.sum(tl.where(_far, _b_r, 0.0), axis=1)
+                _ea_w = tl.sum(tl.where(_far, _ea_r, 0.0), axis=1)
+                _eb_w = tl.sum(tl.where(_far, _eb_r, 0.0), axis=1)
+                _a_w, _b_w, _ea_w, _eb_w = tl.associative_scan((_a_w, _b_w, _ea_w, _eb_w), 1, _combine_excl, reverse=True)
+                _from = tl.broadcast_to(tl.minimum(_run + 1, LANE_WARPS - 1), (BLOCK_N, LANE_WARPS))
+                _a_w = tl.gather(_a_w, _from, 1)[:, None, :]  # the runs before each run, composed
+                _b_w = tl.gather(_b_w, _from, 1)[:, None, :]
+                _ea_w = tl.gather(_ea_w, _from, 1)[:, None, :]
+                _eb_w = tl.gather(_eb_w, _from, 1)[:, None, :]
+                _a_c, _b_c, _ea_c, _eb_c = _combine_excl(_a_w, _b_w, _ea_w, _eb_w, _a_r, _b_r, _ea_r, _eb_r)
+                _first = (_run == LANE_WARPS - 1)[:, None, :]  # the run nearest the carry
+                _a = tl.reshape(tl.where(_first, _a_r, _a_c), (BLOCK_N, BLOCK_T))
+                _b = tl.reshape(tl.where(_first, _b_r, _b_c), (BLOCK_N, BLOCK_T))
+                _ea = tl.reshape(tl.where(_first, _ea_r, _ea_c), (BLOCK_N, BLOCK_T))
+                _eb = tl.reshape(tl.where(_first, _eb_r, _eb_c), (BLOCK_N, BLOCK_T))
         else:
-            _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
+            if GROUPED:
+                _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl)
+            else:
+                _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
         A = _a + _b * A__carry[:, None]
         A__next = _ea + _eb * A__carry[:, None]  # the state one step nearer the carry
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
@@ -366,6 +422,7 @@ def _retrace_persist_kernel(
     GROUPED: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
     # through time in chunks of BLOCK_T steps (reverse in time), one item (tile, chunk)
@@ -374,14 +431,21 @@ def _retrace_persist_kernel(
     _pid = tl.program_id(0)
     _P = tl.num_programs(0)
     _cols = tl.arange(0, BLOCK_T)
+    if LANE_WARPS > 1:  # lane tiles whose warps split the steps (runtime.launch.lane_warps): Triton
+        # gives warp w the columns w, w + W, w + 2W, ...; column j takes scan position
+        # (j % W) * (BLOCK_T / W) + j // W, so each warp holds a run of consecutive steps, scans it
+        # in registers, and the warps join once a chunk (scan_tiles) instead of at every step
+        _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
+    else:
+        _pos = _cols
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     # The launch picks the step order (GROUPED, runtime.launch_params.grouped_order): the chunk's steps in
     # reverse, scanned forward (no lane reversal in the scan), or in order, scanned in reverse.
     if GROUPED:
-        _tcol = (BLOCK_T - 1) - _cols
+        _tcol = (BLOCK_T - 1) - _pos
         _carry_col = BLOCK_T - 1
     else:
-        _tcol = _cols
+        _tcol = _pos
         _carry_col = 0
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
@@ -648,10 +712,58 @@ def _retrace_persist_kernel(
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _alpha = tl.where(_ok, _zero + (rewards - q_values + _sum0*gamma__t*(1.0 - terminateds)), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL))*tl.where((is_last != 0), 0.0, lambda___next__t*tl.minimum(c_bar__next__t, _gather0/action_probs_behavior__next, propagate_nan=tl.PropagateNan.ALL))), 1.0)  # identity past the window end
-        if GROUPED:
-            _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl)
+        if LANE_WARPS > 1:
+            if GROUPED:
+                tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
+                _S: tl.constexpr = BLOCK_T // LANE_WARPS
+                _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
+                _a_r, _b_r, _ea_r, _eb_r = tl.associative_scan(
+                    (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero + 1.0, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_excl)
+                _far = (tl.arange(0, _S) == _S - 1)[None, :, None]  # a run's far end in scan order
+                _a_w = tl.sum(tl.where(_far, _a_r, 0.0), axis=1)  # [BN, W] each run's map
+                _b_w = tl.sum(tl.where(_far, _b_r, 0.0), axis=1)
+                _ea_w = tl.sum(tl.where(_far, _ea_r, 0.0), axis=1)
+                _eb_w = tl.sum(tl.where(_far, _eb_r, 0.0), axis=1)
+                _a_w, _b_w, _ea_w, _eb_w = tl.associative_scan((_a_w, _b_w, _ea_w, _eb_w), 1, _combine_excl)
+                _from = tl.broadcast_to(tl.maximum(_run - 1, 0), (BLOCK_N, LANE_WARPS))
+                _a_w = tl.gather(_a_w, _from, 1)[:, None, :]  # the runs before each run, composed
+                _b_w = tl.gather(_b_w, _from, 1)[:, None, :]
+                _ea_w = tl.gather(_ea_w, _from, 1)[:, None, :]
+                _eb_w = tl.gather(_eb_w, _from, 1)[:, None, :]
+                _a_c, _b_c, _ea_c, _eb_c = _combine_excl(_a_w, _b_w, _ea_w, _eb_w, _a_r, _b_r, _ea_r, _eb_r)
+                _first = (_run == 0)[:, None, :]  # the run nearest the carry
+                _a = tl.reshape(tl.where(_first, _a_r, _a_c), (BLOCK_N, BLOCK_T))
+                _b = tl.reshape(tl.where(_first, _b_r, _b_c), (BLOCK_N, BLOCK_T))
+                _ea = tl.reshape(tl.where(_first, _ea_r, _ea_c), (BLOCK_N, BLOCK_T))
+                _eb = tl.reshape(tl.where(_first, _eb_r, _eb_c), (BLOCK_N, BLOCK_T))
+            else:
+                tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
+                _S: tl.constexpr = BLOCK_T // LANE_WARPS
+                _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
+                _a_r, _b_r, _ea_r, _eb_r = tl.associative_scan(
+                    (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero + 1.0, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_excl, reverse=True)
+                _far = (tl.arange(0, _S) == 0)[None, :, None]  # a run's far end in scan order
+                _a_w = tl.sum(tl.where(_far, _a_r, 0.0), axis=1)  # [BN, W] each run's map
+                _b_w = tl.sum(tl.where(_far, _b_r, 0.0), axis=1)
+                _ea_w = tl.sum(tl.where(_far, _ea_r, 0.0), axis=1)
+                _eb_w = tl.sum(tl.where(_far, _eb_r, 0.0), axis=1)
+                _a_w, _b_w, _ea_w, _eb_w = tl.associative_scan((_a_w, _b_w, _ea_w, _eb_w), 1, _combine_excl, reverse=True)
+                _from = tl.broadcast_to(tl.minimum(_run + 1, LANE_WARPS - 1), (BLOCK_N, LANE_WARPS))
+                _a_w = tl.gather(_a_w, _from, 1)[:, None, :]  # the runs before each run, composed
+                _b_w = tl.gather(_b_w, _from, 1)[:, None, :]
+                _ea_w = tl.gather(_ea_w, _from, 1)[:, None, :]
+                _eb_w = tl.gather(_eb_w, _from, 1)[:, None, :]
+                _a_c, _b_c, _ea_c, _eb_c = _combine_excl(_a_w, _b_w, _ea_w, _eb_w, _a_r, _b_r, _ea_r, _eb_r)
+                _first = (_run == LANE_WARPS - 1)[:, None, :]  # the run nearest the carry
+                _a = tl.reshape(tl.where(_first, _a_r, _a_c), (BLOCK_N, BLOCK_T))
+                _b = tl.reshape(tl.where(_first, _b_r, _b_c), (BLOCK_N, BLOCK_T))
+                _ea = tl.reshape(tl.where(_first, _ea_r, _ea_c), (BLOCK_N, BLOCK_T))
+                _eb = tl.reshape(tl.where(_first, _eb_r, _eb_c), (BLOCK_N, BLOCK_T))
         else:
-            _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
+            if GROUPED:
+                _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl)
+            else:
+                _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
         A = _a + _b * A__carry[:, None]
         A__next = _ea + _eb * A__carry[:, None]  # the state one step nearer the carry
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
@@ -772,6 +884,7 @@ def _retrace_lookback_kernel(
     GROUPED: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # Few rows, long T: the whole GPU works on every row. Each (row tile, chunk) is one ticket
     # (a tile: one row, or BLOCK_N adjacent rows of a time-major buffer; all tiles' first
@@ -842,14 +955,21 @@ def _retrace_lookback_kernel(
 
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
+    if LANE_WARPS > 1:  # lane tiles whose warps split the steps (runtime.launch.lane_warps): Triton
+        # gives warp w the columns w, w + W, w + 2W, ...; column j takes scan position
+        # (j % W) * (BLOCK_T / W) + j // W, so each warp holds a run of consecutive steps, scans it
+        # in registers, and the warps join once a chunk (scan_tiles) instead of at every step
+        _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
+    else:
+        _pos = _cols
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     # The launch picks the step order (GROUPED, runtime.launch_params.grouped_order): the chunk's steps in
     # reverse, scanned forward (no lane reversal in the scan), or in order, scanned in reverse.
     if GROUPED:
-        _tcol = (BLOCK_T - 1) - _cols
+        _tcol = (BLOCK_T - 1) - _pos
         _carry_col = BLOCK_T - 1
     else:
-        _tcol = _cols
+        _tcol = _pos
         _carry_col = 0
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
@@ -965,10 +1085,58 @@ def _retrace_lookback_kernel(
     # scan A: A_t = alpha_t + beta_t * A_{t+1}
     _alpha = tl.where(_ok, _zero + (rewards - q_values + _sum0*gamma__t*(1.0 - terminateds)), 0.0)
     _beta = tl.where(_ok, _zero + (gamma__t*(1.0 - tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL))*tl.where((is_last != 0), 0.0, lambda___next__t*tl.minimum(c_bar__next__t, _gather0/action_probs_behavior__next, propagate_nan=tl.PropagateNan.ALL))), 1.0)  # identity past the window end
-    if GROUPED:
-        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl)
+    if LANE_WARPS > 1:
+        if GROUPED:
+            tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
+            _S: tl.constexpr = BLOCK_T // LANE_WARPS
+            _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
+            _a_r, _b_r, _ea_r, _eb_r = tl.associative_scan(
+                (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero + 1.0, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_excl)
+            _far = (tl.arange(0, _S) == _S - 1)[None, :, None]  # a run's far end in scan order
+            _a_w = tl.sum(tl.where(_far, _a_r, 0.0), axis=1)  # [BN, W] each run's map
+            _b_w = tl.sum(tl.where(_far, _b_r, 0.0), axis=1)
+            _ea_w = tl.sum(tl.where(_far, _ea_r, 0.0), axis=1)
+            _eb_w = tl.sum(tl.where(_far, _eb_r, 0.0), axis=1)
+            _a_w, _b_w, _ea_w, _eb_w = tl.associative_scan((_a_w, _b_w, _ea_w, _eb_w), 1, _combine_excl)
+            _from = tl.broadcast_to(tl.maximum(_run - 1, 0), (BLOCK_N, LANE_WARPS))
+            _a_w = tl.gather(_a_w, _from, 1)[:, None, :]  # the runs before each run, composed
+            _b_w = tl.gather(_b_w, _from, 1)[:, None, :]
+            _ea_w = tl.gather(_ea_w, _from, 1)[:, None, :]
+            _eb_w = tl.gather(_eb_w, _from, 1)[:, None, :]
+            _a_c, _b_c, _ea_c, _eb_c = _combine_excl(_a_w, _b_w, _ea_w, _eb_w, _a_r, _b_r, _ea_r, _eb_r)
+            _first = (_run == 0)[:, None, :]  # the run nearest the carry
+            _a = tl.reshape(tl.where(_first, _a_r, _a_c), (BLOCK_N, BLOCK_T))
+            _b = tl.reshape(tl.where(_first, _b_r, _b_c), (BLOCK_N, BLOCK_T))
+            _ea = tl.reshape(tl.where(_first, _ea_r, _ea_c), (BLOCK_N, BLOCK_T))
+            _eb = tl.reshape(tl.where(_first, _eb_r, _eb_c), (BLOCK_N, BLOCK_T))
+        else:
+            tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
+            _S: tl.constexpr = BLOCK_T // LANE_WARPS
+            _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
+            _a_r, _b_r, _ea_r, _eb_r = tl.associative_scan(
+                (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero + 1.0, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_excl, reverse=True)
+            _far = (tl.arange(0, _S) == 0)[None, :, None]  # a run's far end in scan order
+            _a_w = tl.sum(tl.where(_far, _a_r, 0.0), axis=1)  # [BN, W] each run's map
+            _b_w = tl.sum(tl.where(_far, _b_r, 0.0), axis=1)
+            _ea_w = tl.sum(tl.where(_far, _ea_r, 0.0), axis=1)
+            _eb_w = tl.sum(tl.where(_far, _eb_r, 0.0), axis=1)
+            _a_w, _b_w, _ea_w, _eb_w = tl.associative_scan((_a_w, _b_w, _ea_w, _eb_w), 1, _combine_excl, reverse=True)
+            _from = tl.broadcast_to(tl.minimum(_run + 1, LANE_WARPS - 1), (BLOCK_N, LANE_WARPS))
+            _a_w = tl.gather(_a_w, _from, 1)[:, None, :]  # the runs before each run, composed
+            _b_w = tl.gather(_b_w, _from, 1)[:, None, :]
+            _ea_w = tl.gather(_ea_w, _from, 1)[:, None, :]
+            _eb_w = tl.gather(_eb_w, _from, 1)[:, None, :]
+            _a_c, _b_c, _ea_c, _eb_c = _combine_excl(_a_w, _b_w, _ea_w, _eb_w, _a_r, _b_r, _ea_r, _eb_r)
+            _first = (_run == LANE_WARPS - 1)[:, None, :]  # the run nearest the carry
+            _a = tl.reshape(tl.where(_first, _a_r, _a_c), (BLOCK_N, BLOCK_T))
+            _b = tl.reshape(tl.where(_first, _b_r, _b_c), (BLOCK_N, BLOCK_T))
+            _ea = tl.reshape(tl.where(_first, _ea_r, _ea_c), (BLOCK_N, BLOCK_T))
+            _eb = tl.reshape(tl.where(_first, _eb_r, _eb_c), (BLOCK_N, BLOCK_T))
     else:
-        _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
+        if GROUPED:
+            _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl)
+        else:
+            _a, _b, _ea, _eb = tl.associative_scan((_alpha, _beta, _zero, _zero + 1.0), 1, _combine_excl, reverse=True)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
     # look back over earlier chunks for the carry (decoupled look-back).
     if BLOCK_N == 1:
@@ -1013,6 +1181,7 @@ def _retrace_chunked_lean(
     ONE_CHUNK: tl.constexpr, K_DENSE: tl.constexpr, SHIFT_G: tl.constexpr, GROUPED: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # _retrace_chunked_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -1025,7 +1194,7 @@ def _retrace_chunked_lean(
         _st, _k1, _k2, _kt, _kk, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st,
         _s1, _s2, _st, R1, R2, T, K, HAS_truncateds, False, False, False, False, STORE_targets,
         STORE_advantages, STORE_st__A, EVEN, ONE_CHUNK, K_DENSE, SHIFT_G, GROUPED, BLOCK_N, BLOCK_T,
-        BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES,
+        BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES, LANE_WARPS,
     )
 
 
@@ -1039,6 +1208,7 @@ def _retrace_persist_lean(
     ONE_CHUNK: tl.constexpr, K_DENSE: tl.constexpr, SHIFT_G: tl.constexpr, GROUPED: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # _retrace_persist_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -1051,7 +1221,7 @@ def _retrace_persist_lean(
         _st, _k1, _k2, _kt, _kk, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2, _st,
         _s1, _s2, _st, R1, R2, T, K, HAS_truncateds, False, False, False, False, STORE_targets,
         STORE_advantages, STORE_st__A, EVEN, ONE_CHUNK, K_DENSE, SHIFT_G, GROUPED, BLOCK_N, BLOCK_T,
-        BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES,
+        BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES, LANE_WARPS,
     )
 
 
@@ -1065,7 +1235,7 @@ def _retrace_lookback_lean(
     EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, K_DENSE: tl.constexpr, SHIFT_G: tl.constexpr,
     GROUPED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
     ACC: tl.constexpr, LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr,
-    LANES: tl.constexpr,
+    LANES: tl.constexpr, LANE_WARPS: tl.constexpr,
 ):
     # _retrace_lookback_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -1078,7 +1248,7 @@ def _retrace_lookback_lean(
         _s2, _st, _k1, _k2, _kt, _kk, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, _s1, _s2, _st, _s1, _s2,
         _st, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds, False, False, False, False, STORE_targets,
         STORE_advantages, STORE_st__A, EVEN, ONE_CHUNK, K_DENSE, SHIFT_G, GROUPED, BLOCK_N, BLOCK_T,
-        BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES,
+        BLOCK_K, ACC, LB_WINDOW, LB_SPIN, LB_PID, LANES, LANE_WARPS,
     )
 
 

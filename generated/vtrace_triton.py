@@ -107,6 +107,7 @@ def _vtrace_chunked_kernel(
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
     # carrying each row's scan state across chunks (reverse in time).
@@ -140,13 +141,20 @@ def _vtrace_chunked_kernel(
         last_value = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
+    if LANE_WARPS > 1:  # lane tiles whose warps split the steps (runtime.launch.lane_warps): Triton
+        # gives warp w the columns w, w + W, w + 2W, ...; column j takes scan position
+        # (j % W) * (BLOCK_T / W) + j // W, so each warp holds a run of consecutive steps, scans it
+        # in registers, and the warps join once a chunk (scan_tiles) instead of at every step
+        _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
+    else:
+        _pos = _cols
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
     # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
     # order, the steps of each group in order, so loads keep their vectors, and _flip_groups (in
     # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
     # recurrence without the lane reversal of a reverse associative_scan.
-    _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
+    _tcol = (BLOCK_T - SHIFT_G) - (_pos // SHIFT_G) * SHIFT_G + _pos % SHIFT_G
     _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
@@ -229,12 +237,36 @@ def _vtrace_chunked_kernel(
         _e2 = tl.exp(log_pi_target - log_pi_behavior)
         _alpha = tl.where(_ok, _zero + ((rewards - values + gamma__t*tl.where((terminateds != 0), 0.0, tl.where((tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next))))*tl.minimum(_e2, rho_bar__t, propagate_nan=tl.PropagateNan.ALL)), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - _e1)*tl.minimum(_e2, c_bar__t, propagate_nan=tl.PropagateNan.ALL)), 1.0)  # identity past the window end
-        _a, _b, _ea, _eb = tl.associative_scan(
-            (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero + 1.0, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_excl)
-        _a = _flip_groups(_a, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
-        _b = _flip_groups(_b, BLOCK_N, BLOCK_T, SHIFT_G)
-        _ea = _flip_groups(_ea, BLOCK_N, BLOCK_T, SHIFT_G)
-        _eb = _flip_groups(_eb, BLOCK_N, BLOCK_T, SHIFT_G)
+        if LANE_WARPS > 1:
+            tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
+            _S: tl.constexpr = BLOCK_T // LANE_WARPS
+            _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
+            _a_r, _b_r, _ea_r, _eb_r = tl.associative_scan(
+                (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero + 1.0, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_excl)
+            _far = (tl.arange(0, _S) == _S - 1)[None, :, None]  # a run's far end in scan order
+            _a_w = tl.sum(tl.where(_far, _a_r, 0.0), axis=1)  # [BN, W] each run's map
+            _b_w = tl.sum(tl.where(_far, _b_r, 0.0), axis=1)
+            _ea_w = tl.sum(tl.where(_far, _ea_r, 0.0), axis=1)
+            _eb_w = tl.sum(tl.where(_far, _eb_r, 0.0), axis=1)
+            _a_w, _b_w, _ea_w, _eb_w = tl.associative_scan((_a_w, _b_w, _ea_w, _eb_w), 1, _combine_excl)
+            _from = tl.broadcast_to(tl.maximum(_run - 1, 0), (BLOCK_N, LANE_WARPS))
+            _a_w = tl.gather(_a_w, _from, 1)[:, None, :]  # the runs before each run, composed
+            _b_w = tl.gather(_b_w, _from, 1)[:, None, :]
+            _ea_w = tl.gather(_ea_w, _from, 1)[:, None, :]
+            _eb_w = tl.gather(_eb_w, _from, 1)[:, None, :]
+            _a_c, _b_c, _ea_c, _eb_c = _combine_excl(_a_w, _b_w, _ea_w, _eb_w, _a_r, _b_r, _ea_r, _eb_r)
+            _first = (_run == 0)[:, None, :]  # the run nearest the carry
+            _a = tl.reshape(tl.where(_first, _a_r, _a_c), (BLOCK_N, BLOCK_T))
+            _b = tl.reshape(tl.where(_first, _b_r, _b_c), (BLOCK_N, BLOCK_T))
+            _ea = tl.reshape(tl.where(_first, _ea_r, _ea_c), (BLOCK_N, BLOCK_T))
+            _eb = tl.reshape(tl.where(_first, _eb_r, _eb_c), (BLOCK_N, BLOCK_T))
+        else:
+            _a, _b, _ea, _eb = tl.associative_scan(
+                (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero + 1.0, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_excl)
+            _a = _flip_groups(_a, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
+            _b = _flip_groups(_b, BLOCK_N, BLOCK_T, SHIFT_G)
+            _ea = _flip_groups(_ea, BLOCK_N, BLOCK_T, SHIFT_G)
+            _eb = _flip_groups(_eb, BLOCK_N, BLOCK_T, SHIFT_G)
         A = _a + _b * A__carry[:, None]
         A__next = _ea + _eb * A__carry[:, None]  # the state one step nearer the carry
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
@@ -338,6 +370,7 @@ def _vtrace_persist_kernel(
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # Persistent programs: program p takes row tiles p, p + P, p + 2P, ... and streams each
     # through time in chunks of BLOCK_T steps (reverse in time), one item (tile, chunk)
@@ -346,13 +379,20 @@ def _vtrace_persist_kernel(
     _pid = tl.program_id(0)
     _P = tl.num_programs(0)
     _cols = tl.arange(0, BLOCK_T)
+    if LANE_WARPS > 1:  # lane tiles whose warps split the steps (runtime.launch.lane_warps): Triton
+        # gives warp w the columns w, w + W, w + 2W, ...; column j takes scan position
+        # (j % W) * (BLOCK_T / W) + j // W, so each warp holds a run of consecutive steps, scans it
+        # in registers, and the warps join once a chunk (scan_tiles) instead of at every step
+        _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
+    else:
+        _pos = _cols
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
     # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
     # order, the steps of each group in order, so loads keep their vectors, and _flip_groups (in
     # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
     # recurrence without the lane reversal of a reverse associative_scan.
-    _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
+    _tcol = (BLOCK_T - SHIFT_G) - (_pos // SHIFT_G) * SHIFT_G + _pos % SHIFT_G
     _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
@@ -580,12 +620,36 @@ def _vtrace_persist_kernel(
         _e2 = tl.exp(log_pi_target - log_pi_behavior)
         _alpha = tl.where(_ok, _zero + ((rewards - values + gamma__t*tl.where((terminateds != 0), 0.0, tl.where((tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next))))*tl.minimum(_e2, rho_bar__t, propagate_nan=tl.PropagateNan.ALL)), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - _e1)*tl.minimum(_e2, c_bar__t, propagate_nan=tl.PropagateNan.ALL)), 1.0)  # identity past the window end
-        _a, _b, _ea, _eb = tl.associative_scan(
-            (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero + 1.0, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_excl)
-        _a = _flip_groups(_a, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
-        _b = _flip_groups(_b, BLOCK_N, BLOCK_T, SHIFT_G)
-        _ea = _flip_groups(_ea, BLOCK_N, BLOCK_T, SHIFT_G)
-        _eb = _flip_groups(_eb, BLOCK_N, BLOCK_T, SHIFT_G)
+        if LANE_WARPS > 1:
+            tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
+            _S: tl.constexpr = BLOCK_T // LANE_WARPS
+            _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
+            _a_r, _b_r, _ea_r, _eb_r = tl.associative_scan(
+                (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero + 1.0, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_excl)
+            _far = (tl.arange(0, _S) == _S - 1)[None, :, None]  # a run's far end in scan order
+            _a_w = tl.sum(tl.where(_far, _a_r, 0.0), axis=1)  # [BN, W] each run's map
+            _b_w = tl.sum(tl.where(_far, _b_r, 0.0), axis=1)
+            _ea_w = tl.sum(tl.where(_far, _ea_r, 0.0), axis=1)
+            _eb_w = tl.sum(tl.where(_far, _eb_r, 0.0), axis=1)
+            _a_w, _b_w, _ea_w, _eb_w = tl.associative_scan((_a_w, _b_w, _ea_w, _eb_w), 1, _combine_excl)
+            _from = tl.broadcast_to(tl.maximum(_run - 1, 0), (BLOCK_N, LANE_WARPS))
+            _a_w = tl.gather(_a_w, _from, 1)[:, None, :]  # the runs before each run, composed
+            _b_w = tl.gather(_b_w, _from, 1)[:, None, :]
+            _ea_w = tl.gather(_ea_w, _from, 1)[:, None, :]
+            _eb_w = tl.gather(_eb_w, _from, 1)[:, None, :]
+            _a_c, _b_c, _ea_c, _eb_c = _combine_excl(_a_w, _b_w, _ea_w, _eb_w, _a_r, _b_r, _ea_r, _eb_r)
+            _first = (_run == 0)[:, None, :]  # the run nearest the carry
+            _a = tl.reshape(tl.where(_first, _a_r, _a_c), (BLOCK_N, BLOCK_T))
+            _b = tl.reshape(tl.where(_first, _b_r, _b_c), (BLOCK_N, BLOCK_T))
+            _ea = tl.reshape(tl.where(_first, _ea_r, _ea_c), (BLOCK_N, BLOCK_T))
+            _eb = tl.reshape(tl.where(_first, _eb_r, _eb_c), (BLOCK_N, BLOCK_T))
+        else:
+            _a, _b, _ea, _eb = tl.associative_scan(
+                (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero + 1.0, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_excl)
+            _a = _flip_groups(_a, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
+            _b = _flip_groups(_b, BLOCK_N, BLOCK_T, SHIFT_G)
+            _ea = _flip_groups(_ea, BLOCK_N, BLOCK_T, SHIFT_G)
+            _eb = _flip_groups(_eb, BLOCK_N, BLOCK_T, SHIFT_G)
         A = _a + _b * A__carry[:, None]
         A__next = _ea + _eb * A__carry[:, None]  # the state one step nearer the carry
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
@@ -710,6 +774,7 @@ def _vtrace_lookback_kernel(
     SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # Few rows, long T: the whole GPU works on every row. Each (row tile, chunk) is one ticket
     # (a tile: one row, or BLOCK_N adjacent rows of a time-major buffer; all tiles' first
@@ -783,13 +848,20 @@ def _vtrace_lookback_kernel(
         last_value = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols = tl.arange(0, BLOCK_T)
+    if LANE_WARPS > 1:  # lane tiles whose warps split the steps (runtime.launch.lane_warps): Triton
+        # gives warp w the columns w, w + W, w + 2W, ...; column j takes scan position
+        # (j % W) * (BLOCK_T / W) + j // W, so each warp holds a run of consecutive steps, scans it
+        # in registers, and the warps join once a chunk (scan_tiles) instead of at every step
+        _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
+    else:
+        _pos = _cols
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
     # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
     # order, the steps of each group in order, so loads keep their vectors, and _flip_groups (in
     # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
     # recurrence without the lane reversal of a reverse associative_scan.
-    _tcol = (BLOCK_T - SHIFT_G) - (_cols // SHIFT_G) * SHIFT_G + _cols % SHIFT_G
+    _tcol = (BLOCK_T - SHIFT_G) - (_pos // SHIFT_G) * SHIFT_G + _pos % SHIFT_G
     _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
@@ -871,12 +943,36 @@ def _vtrace_lookback_kernel(
     _e2 = tl.exp(log_pi_target - log_pi_behavior)
     _alpha = tl.where(_ok, _zero + ((rewards - values + gamma__t*tl.where((terminateds != 0), 0.0, tl.where((tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values), tl.where((is_last != 0), 0.0, values__next))))*tl.minimum(_e2, rho_bar__t, propagate_nan=tl.PropagateNan.ALL)), 0.0)
     _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - _e1)*tl.minimum(_e2, c_bar__t, propagate_nan=tl.PropagateNan.ALL)), 1.0)  # identity past the window end
-    _a, _b, _ea, _eb = tl.associative_scan(
-        (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero + 1.0, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_excl)
-    _a = _flip_groups(_a, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
-    _b = _flip_groups(_b, BLOCK_N, BLOCK_T, SHIFT_G)
-    _ea = _flip_groups(_ea, BLOCK_N, BLOCK_T, SHIFT_G)
-    _eb = _flip_groups(_eb, BLOCK_N, BLOCK_T, SHIFT_G)
+    if LANE_WARPS > 1:
+        tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
+        _S: tl.constexpr = BLOCK_T // LANE_WARPS
+        _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
+        _a_r, _b_r, _ea_r, _eb_r = tl.associative_scan(
+            (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero + 1.0, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_excl)
+        _far = (tl.arange(0, _S) == _S - 1)[None, :, None]  # a run's far end in scan order
+        _a_w = tl.sum(tl.where(_far, _a_r, 0.0), axis=1)  # [BN, W] each run's map
+        _b_w = tl.sum(tl.where(_far, _b_r, 0.0), axis=1)
+        _ea_w = tl.sum(tl.where(_far, _ea_r, 0.0), axis=1)
+        _eb_w = tl.sum(tl.where(_far, _eb_r, 0.0), axis=1)
+        _a_w, _b_w, _ea_w, _eb_w = tl.associative_scan((_a_w, _b_w, _ea_w, _eb_w), 1, _combine_excl)
+        _from = tl.broadcast_to(tl.maximum(_run - 1, 0), (BLOCK_N, LANE_WARPS))
+        _a_w = tl.gather(_a_w, _from, 1)[:, None, :]  # the runs before each run, composed
+        _b_w = tl.gather(_b_w, _from, 1)[:, None, :]
+        _ea_w = tl.gather(_ea_w, _from, 1)[:, None, :]
+        _eb_w = tl.gather(_eb_w, _from, 1)[:, None, :]
+        _a_c, _b_c, _ea_c, _eb_c = _combine_excl(_a_w, _b_w, _ea_w, _eb_w, _a_r, _b_r, _ea_r, _eb_r)
+        _first = (_run == 0)[:, None, :]  # the run nearest the carry
+        _a = tl.reshape(tl.where(_first, _a_r, _a_c), (BLOCK_N, BLOCK_T))
+        _b = tl.reshape(tl.where(_first, _b_r, _b_c), (BLOCK_N, BLOCK_T))
+        _ea = tl.reshape(tl.where(_first, _ea_r, _ea_c), (BLOCK_N, BLOCK_T))
+        _eb = tl.reshape(tl.where(_first, _eb_r, _eb_c), (BLOCK_N, BLOCK_T))
+    else:
+        _a, _b, _ea, _eb = tl.associative_scan(
+            (_flip_groups(_alpha, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_beta, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_zero + 1.0, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_excl)
+        _a = _flip_groups(_a, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
+        _b = _flip_groups(_b, BLOCK_N, BLOCK_T, SHIFT_G)
+        _ea = _flip_groups(_ea, BLOCK_N, BLOCK_T, SHIFT_G)
+        _eb = _flip_groups(_eb, BLOCK_N, BLOCK_T, SHIFT_G)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
     # look back over earlier chunks for the carry (decoupled look-back).
     if BLOCK_N == 1:
@@ -924,6 +1020,7 @@ def _vtrace_chunked_lean(
     STORE_st__A: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # _vtrace_chunked_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -936,7 +1033,7 @@ def _vtrace_chunked_lean(
         _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values,
         HAS_last_value, False, False, False, False, False, STORE_targets, STORE_pg_advantages,
         STORE_st__A, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN,
-        LB_PID, LANES,
+        LB_PID, LANES, LANE_WARPS,
     )
 
 
@@ -950,6 +1047,7 @@ def _vtrace_persist_lean(
     STORE_st__A: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # _vtrace_persist_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -962,7 +1060,7 @@ def _vtrace_persist_lean(
         _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values,
         HAS_last_value, False, False, False, False, False, STORE_targets, STORE_pg_advantages,
         STORE_st__A, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN,
-        LB_PID, LANES,
+        LB_PID, LANES, LANE_WARPS,
     )
 
 
@@ -976,6 +1074,7 @@ def _vtrace_lookback_lean(
     STORE_st__A: tl.constexpr, EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
+    LANE_WARPS: tl.constexpr,
 ):
     # _vtrace_lookback_kernel for a call whose tensors of one shape share one stride set and whose
     # params are floats (scangen.abi.lean_args): fewer arguments for the launcher to pass
@@ -988,7 +1087,7 @@ def _vtrace_lookback_lean(
         _s2, _st, _s1, _s2, _st, _s1, _s2, _st, R1, R2, T, K, HAS_truncateds, HAS_bootstrap_values,
         HAS_last_value, False, False, False, False, False, STORE_targets, STORE_pg_advantages,
         STORE_st__A, EVEN, ONE_CHUNK, SHIFT_G, BLOCK_N, BLOCK_T, BLOCK_K, ACC, LB_WINDOW, LB_SPIN,
-        LB_PID, LANES,
+        LB_PID, LANES, LANE_WARPS,
     )
 
 

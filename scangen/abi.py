@@ -203,7 +203,7 @@ def kernel_args(inputs, params, outputs, *, workspace: bool, k_dense: bool,
 
 # The constexprs every kernel takes last, set from the launch's Config and tuning.
 TILE_CONSTEXPRS = ("BLOCK_N", "BLOCK_T", "BLOCK_K", "ACC", "LB_WINDOW", "LB_SPIN", "LB_PID",
-                   "LANES")
+                   "LANES", "LANE_WARPS")
 
 
 def op_kernel_args(op: OpInfo, *, workspace: bool, lean: bool = False) -> tuple[Arg, ...]:

@@ -212,3 +212,43 @@ def test_a_timed_block_pays_for_the_allocators_deferred_work(tmp_path):
     left, settled, timed = counts
     assert left > 1000  # what a block leaves behind without the settle
     assert settled == 0 and timed == 0
+
+
+def _top_level_names(path: Path) -> set[str]:
+    """The names a Python file defines at its top level (functions, classes, assignments,
+    imports), read from its syntax tree without running it."""
+    import ast
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "bench").rglob("*.py")))
+def test_bench_scripts_import_what_exists(script):
+    """Every name a benchmark script imports from scangen or from a script beside it exists
+    (the scripts run on the GPU machine only, so a helper renamed here would otherwise surface
+    there first): checked from the syntax tree, without running the script."""
+    import ast
+    import importlib
+    (path,) = [p for p in (ROOT / "bench").rglob(script)]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+            continue
+        sibling = path.parent / f"{node.module}.py"
+        if sibling.exists():
+            have = _top_level_names(sibling)
+            missing = [a.name for a in node.names if a.name not in have]
+        elif node.module.split(".")[0] == "scangen":
+            module = importlib.import_module(node.module)
+            missing = [a.name for a in node.names if not hasattr(module, a.name)
+                       and importlib.util.find_spec(f"{node.module}.{a.name}") is None]
+        else:
+            continue
+        assert not missing, f"{path.relative_to(ROOT)}: from {node.module} import {missing}"

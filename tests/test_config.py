@@ -442,6 +442,22 @@ def test_which_tiles_take_a_row_a_lane(cfg, time_major, bootstrap, streams, expe
     assert launch.lanes(c, cfg) == expected
 
 
+@pytest.mark.parametrize("cfg,lanes,shift_g,expected", [
+    (config.Config(32, 32, 1, 1), 1, 1, 1),    # one warp: its steps in registers already
+    (config.Config(32, 32, 1, 2), 1, 1, 2),    # 32 rows on 2 warps: each a run of 16 steps
+    (config.Config(32, 128, 1, 4), 2, 1, 4),   # ... on 4 warps, volatile loads alike
+    (config.Config(64, 32, 1, 2), 1, 1, 1),    # 64 rows on 2 warps: the warps take the rows
+    (config.Config(64, 32, 1, 8), 1, 1, 4),    # ... 2 warps on the rows, 4 on the steps
+    (config.Config(32, 32, 1, 2), 0, 1, 1),    # no lanes: the columns keep their order
+    (config.Config(32, 32, 1, 2), 1, 4, 1),    # register shift groups: steps in column order
+])
+def test_which_lane_tiles_split_their_steps_in_runs(cfg, lanes, shift_g, expected):
+    """runtime.launch.lane_warps: the LANE_WARPS constexpr (warps over a lane tile's steps, each
+    taking a run of consecutive steps) from the tile, its LANES and its SHIFT_G."""
+    from scangen.runtime import launch
+    assert launch.lane_warps(cfg, lanes, shift_g) == expected
+
+
 def test_maxnreg_reaches_tritons_launcher(monkeypatch):
     """runtime.launch.MAXNREG (A/B runs: registers a thread at most) is passed to Triton's
     launcher as ``maxnreg``; 0, the default, passes nothing."""

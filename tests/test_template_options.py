@@ -265,7 +265,7 @@ def test_variant_source_differs():
     """The options change the generated kernels where they apply (not silently ignored)."""
     default = _triton_source("gae")
     gathered = _triton_source("gae", Options(input_shift="gather"))
-    assert "tl.gather(values, _idx_next, 1)" in gathered and "tl.gather" not in default
+    assert "tl.gather(values, _idx_next, 1)" in gathered and "tl.gather(values" not in default
     assert "_shift_next(" in default and "_shift_next(" not in gathered
     state = _triton_source("vtrace", Options(shift="gather"))
     assert "tl.gather(A, _idx_next, 1)" in state
@@ -309,3 +309,45 @@ def test_gathers_scan_in_natural_order(option):
     gathered = _triton_source("gae", Options(**option))
     assert "_flip_groups(" in default and "reverse=True" not in default
     assert "_flip_groups(" not in gathered and "reverse=True" in gathered
+
+
+@pytest.mark.parametrize("warps,steps", [(2, 16), (2, 32), (4, 16), (4, 32)])
+@pytest.mark.parametrize("family", ["stream", "persist", "lookback"])
+@pytest.mark.parametrize("name,options", [
+    ("gae", {}), ("gae", {"scan_order": "natural"}), ("gae", {"input_shift": "gather"}),
+    ("eligibility_traces", {}), ("masked_gae", {}), ("masked_gae", {"chain": "sequential"}),
+    ("vtrace", {}), ("discounted_returns", {"scan_order": "natural"}), ("retrace", {})])
+def test_lane_tiles_in_runs_of_steps(name, options, family, warps, steps, cache):
+    """Time-major lane tiles of 32 rows whose warps split the steps (runtime.launch.lane_warps):
+    each warp scans a run of consecutive steps and the runs join once a chunk (the template's
+    warp_run_scan), forward, reverse over reversed columns (the default scan order), reverse in
+    natural order, chained and joint scans, and Retrace's launch-chosen order (one action, so
+    that its tiles take lanes); with column gathers (input_shift="gather") the columns keep their
+    order. 40 rows (a partial second tile), T = 50: chunks of 16 or 32 steps, the last partial,
+    against the float64 reference (the look-back's lanes forced where the rule would decline a
+    thread's loads)."""
+    fn = compile_variant(name, cache, **options) if options else getattr(scangen, f"compute_{name}")
+    inputs = make_inputs(name, 40, 50, seed=steps + warps, A=1)
+    expected = _tuple(reference.REFERENCES[f"compute_{name}"](**inputs))
+    tm = as_time_major({k: v.to(DEVICE) if torch.is_tensor(v) else v
+                        for k, v in inputs.items()})
+    seen = []
+    real = runtime.launch.launch
+
+    def spy(c, kernel, grid, args, meta, cfg):
+        seen.append((meta["LANES"] > 0, meta["LANE_WARPS"]))
+        return real(c, kernel, grid, args, meta, cfg)
+
+    runtime.PLANS.clear()
+    try:
+        with config.override(lambda c: config.Config(32, steps, 1, warps, family, 3)), \
+                mock.patch.object(runtime.timemajor, "lookback_lanes", lambda c, cfg: True), \
+                mock.patch.object(runtime.launch, "launch", spy):
+            got = _tuple(fn(**tm, backend="triton"))
+    finally:
+        runtime.PLANS.clear()
+    for g, e in zip(got, expected):
+        assert_close(g.cpu(), e, dtype=g.dtype, name=f"{name} {options} {family} {warps} warps")
+    assert seen and all(s == (True, warps) for s in seen), seen
+    gathers = options.get("input_shift") == "gather"
+    assert ("if LANE_WARPS > 1:" in _kernel_source(fn)) is not gathers

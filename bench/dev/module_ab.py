@@ -29,9 +29,8 @@ from scangen.benchmark.floors import cache_bytes
 from scangen.benchmark.inputs import as_tuple
 from scangen.benchmark.suite import rotated
 from scangen.benchmark.timing import captured, device_interleaved, interleaved
-from scangen.testing import make_inputs
+from scangen.testing import make_inputs, time_major_buffers
 
-from layout_ab import time_major  # bench/dev, beside this script
 from rule_ab import variant  # bench/dev: name[:out+out][-input+input]
 
 SHAPES = "4096x128,16384x64,1024x1024,16384x1024,64x65536"
@@ -108,7 +107,7 @@ def main() -> None:
             base_set = make_inputs(algo, N, T, seed=0, device=dev, A=8)
             for name in drop:
                 base_set.pop(name)
-            base_set = time_major(base_set) if args.time_major else base_set
+            base_set = time_major_buffers(base_set) if args.time_major else base_set
             diff = max(float((p - q).abs().max())
                        for p, q in zip(as_tuple(new(**base_set, **kw_algo)), as_tuple(old(**base_set, **kw_algo))))
             timed = _host_us if args.cpu else _device_us

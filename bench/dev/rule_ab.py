@@ -22,9 +22,9 @@ from scangen.benchmark.floors import cache_bytes
 from scangen.benchmark.inputs import as_tuple
 from scangen.benchmark.suite import rotated
 from scangen.benchmark.timing import captured, device_interleaved
-from scangen.testing.helpers import make_inputs
+from scangen.testing.helpers import make_inputs, time_major_buffers
 
-from layout_ab import ALGOS, CALLS, settings, time_major  # bench/dev, beside this script
+from layout_ab import ALGOS, CALLS, settings  # bench/dev, beside this script
 
 
 def variant(spec: str, kw: dict) -> tuple[str, dict, tuple]:
@@ -63,7 +63,7 @@ def main() -> None:
             base = make_inputs(algo, N, T, seed=0, device=dev, A=8)
             for name in drop:
                 base.pop(name)
-            sets, _ = rotated(time_major(base) if args.time_major else base, 3 * l2, 16)
+            sets, _ = rotated(time_major_buffers(base) if args.time_major else base, 3 * l2, 16)
             old_out = as_tuple(fn(**sets[0], **kw))
             g_old, _ = captured([lambda s=s: fn(**s, **kw) for s in sets], CALLS)
             with settings(args.settings):

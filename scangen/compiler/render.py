@@ -96,7 +96,7 @@ def _triton_context(plan: Plan, sy: _Symbols, options: Options) -> NS:
     tp = plan_triton(plan, options)
     rev = ir.reverse
     # the chunk column's step, relative to the chunk
-    tcol = "_tcol" if tp.grouped or tp.grouped_choice else "_cols"
+    tcol = "_tcol" if tp.grouped or tp.grouped_choice else "_pos"
     tile = sy.table(sy.triton_tile, [s for sp in plan.sums for s, _ in sp.block.assigns])
     pr = functools.partial(print_expr, TritonPrinter, symbols=tile, spec_name=ir.name)
     # Row offsets: one per tensor (inputs, params, outputs), from its first two strides.
@@ -171,6 +171,8 @@ def _triton_context(plan: Plan, sy: _Symbols, options: Options) -> NS:
               chunk_index="_n_chunks - 1 - _c" if rev else "_c", reverse=str(rev),
               step="+1" if rev else "-1", grouped=tp.grouped, tcol=tcol,
               grouped_choice=tp.grouped_choice,
+              # runs of steps a warp (LANE_WARPS) reorder the columns: not with column gathers
+              warp_runs=not (tp.gather_next or tp.gather_prev),
               carry_col=("BLOCK_T - SHIFT_G" if tp.grouped else "_carry_col" if tp.grouped_choice
                          else "0" if rev else "BLOCK_T - 1"),
               edge_col="BLOCK_T - 1" if rev else "0",

@@ -137,6 +137,7 @@ def _first_launch(c, cfg, lp, persist: bool) -> None:
                 ACC=_acc(c.acc), LB_WINDOW=launch_params.lookback_window(c, cfg, ks.lb_words),
                 LB_SPIN=launch_params.lookback_spin(c, cfg),
                 LB_PID=launch_params.lookback_pid(c, cfg), LANES=lanes(c, cfg))
+    tile["LANE_WARPS"] = lane_warps(cfg, tile["LANES"], tile["SHIFT_G"])
     strides = {"input": c.strides, "param": c.pstrides, "output": c.out_strides}
     ints, meta = [], {}
     for a in abi.op_kernel_args(c.op, workspace=False, lean=lp.lean):
@@ -157,6 +158,10 @@ def _first_launch(c, cfg, lp, persist: bool) -> None:
             meta[a.name] = a.of in c.outs
         else:
             meta[a.name] = c.is_tensor(a.of)
+    # a module generated before a tile constexpr existed runs without it, as it was generated
+    # (LANE_WARPS: the columns' own order); the direct launches pass the constexprs in order
+    known = abi.triton_kernels(c.op).stream.arg_names
+    meta = {k: v for k, v in meta.items() if k in known or k not in abi.TILE_CONSTEXPRS}
     tiles = -(-(c.R1 * c.R2) // cfg.block_n)  # row tiles
     if cfg.family == "lookback":  # one program per ticket (row, chunk)
         grid = (launch_params.lookback_tickets(c, cfg),)
@@ -295,6 +300,21 @@ def lanes(c, cfg) -> int:
             and (cfg.family != "lookback" or timemajor.lookback_lanes(c, cfg))):
         return 2 if LANES_VOLATILE and timemajor.lanes_volatile(c) else 1
     return 0
+
+
+def lane_warps(cfg, lanes: int, shift_g: int = 1) -> int:
+    """The warps that split a lane tile's steps (``LANE_WARPS``, 1 if none): Triton's layout of a
+    lane tile puts 32 rows on a warp's threads and its warps on the rows first, then on the steps,
+    where warp w would take the columns w, w + W, w + 2W, ... and the scan would join the warps at
+    every step through shared memory. With ``LANE_WARPS`` = W > 1 the kernels give each warp a run
+    of ``BLOCK_T / W`` consecutive steps instead, scanned in its registers, and join the runs once
+    a chunk (the template's ``warp_run_scan``; eligibility traces' 32 x 128 stream tile on 4 warps,
+    sm_90: 255 -> 96 registers, 256 -> 11 shared-memory loads a thread; bench/NOTES.md, the
+    twenty-seventh round)."""
+    if not lanes or shift_g != 1:
+        return 1
+    on_rows = max(1, min(cfg.num_warps, cfg.block_n // 32))
+    return max(1, min(cfg.num_warps // on_rows, cfg.block_t))
 
 
 def k_dense(c, cfg) -> bool:

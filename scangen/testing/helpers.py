@@ -241,7 +241,7 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
                     even: bool | None = None, lb_window: int = 128, lb_spin: bool = False,
                     lb_pid: bool = False, lean: bool = False, grouped: bool = False,
                     fixed: dict | None = None, one_chunk: bool = False, lanes: int = 0,
-                    maxnreg: int = 0):
+                    lane_warps: int | None = None, maxnreg: int = 0):
     """Compile one generated kernel to a cubin for ``sm_<arch>`` with no GPU (Triton's frontend,
     its NVIDIA passes and the bundled ptxas): catches what the interpreter lets through (types
     that change across branches or loop iterations) and gives the PTX for a resource report.
@@ -257,7 +257,8 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
     GROUPED step order of kernels that take it (runtime.launch_params.grouped_order; SHIFT_G is then 1).
     ``one_chunk``: the ONE_CHUNK constexpr (runtime.launch.one_chunk: T <= BLOCK_T).
     ``lanes``: the LANES constexpr (runtime.launch.lanes: time-major tiles, a row a lane; 2 with
-    volatile loads).
+    volatile loads). ``lane_warps``: the LANE_WARPS constexpr (default: runtime.launch.lane_warps
+    for the tile; 1 gives the columns' own order, each warp's steps interleaved).
     ``fixed``: integer arguments compiled as constants (``{"T": 1024}``), for what-if reports.
     ``maxnreg``: registers a thread at most (runtime.launch.MAXNREG; 0: ptxas decides).
     """
@@ -267,7 +268,9 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
     from triton.compiler import ASTSource
 
     from ..abi import op_kernel_args, triton_kernels
+    from ..runtime.launch import lane_warps as _lane_warps
     from ..runtime.launch import layout_steps
+    from ..runtime.tiles import Config
 
     op = module.OP
     kernel = getattr(triton_kernels(op), f"lean_{family}" if lean else family)
@@ -280,6 +283,8 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
     tile = dict(BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=block_k, ACC=acc,
                 EVEN=family != "persist" if even is None else even, LB_WINDOW=lb_window,
                 ONE_CHUNK=one_chunk, LANES=lanes,
+                LANE_WARPS=(_lane_warps(Config(block_n, block_t, block_k, num_warps, family), lanes)
+                            if lane_warps is None else lane_warps),
                 LB_SPIN=lb_spin, LB_PID=lb_pid, GROUPED=grouped, **({"SHIFT_G": 1} if grouped else {}))
     sig, consts, attrs = {}, {}, {}
     for i, a in enumerate(args):
