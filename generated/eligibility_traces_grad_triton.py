@@ -117,6 +117,7 @@ def _eligibility_traces_grad_chunked_kernel(
         _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
     else:
         _pos = _cols
+    _S: tl.constexpr = BLOCK_T // LANE_WARPS  # the steps of a warp's run
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
     # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
@@ -205,7 +206,6 @@ def _eligibility_traces_grad_chunked_kernel(
         _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, gamma__next__t*lambda___next__t*(1.0 - tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end
         if LANE_WARPS > 1:
             tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-            _S: tl.constexpr = BLOCK_T // LANE_WARPS
             _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
             _a_r, _b_r = tl.associative_scan(
                 (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine)
@@ -319,6 +319,7 @@ def _eligibility_traces_grad_persist_kernel(
         _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
     else:
         _pos = _cols
+    _S: tl.constexpr = BLOCK_T // LANE_WARPS  # the steps of a warp's run
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
     # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
@@ -541,7 +542,6 @@ def _eligibility_traces_grad_persist_kernel(
         _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, gamma__next__t*lambda___next__t*(1.0 - tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end
         if LANE_WARPS > 1:
             tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-            _S: tl.constexpr = BLOCK_T // LANE_WARPS
             _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
             _a_r, _b_r = tl.associative_scan(
                 (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine)
@@ -730,6 +730,7 @@ def _eligibility_traces_grad_lookback_kernel(
         _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
     else:
         _pos = _cols
+    _S: tl.constexpr = BLOCK_T // LANE_WARPS  # the steps of a warp's run
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
     # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
@@ -817,7 +818,6 @@ def _eligibility_traces_grad_lookback_kernel(
     _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, gamma__next__t*lambda___next__t*(1.0 - tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end
     if LANE_WARPS > 1:
         tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-        _S: tl.constexpr = BLOCK_T // LANE_WARPS
         _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
         _a_r, _b_r = tl.associative_scan(
             (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine)

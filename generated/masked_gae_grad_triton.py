@@ -126,6 +126,7 @@ def _masked_gae_grad_chunked_kernel(
         _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
     else:
         _pos = _cols
+    _S: tl.constexpr = BLOCK_T // LANE_WARPS  # the steps of a warp's run
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
@@ -227,7 +228,6 @@ def _masked_gae_grad_chunked_kernel(
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev + gamma__prev__t*lambda___prev__t*response_mask__prev)), 1.0)  # identity past the window end
         if LANE_WARPS > 1:
             tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-            _S: tl.constexpr = BLOCK_T // LANE_WARPS
             _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
             _a_r, _b_r, _ea_r, _eb_r = tl.associative_scan(
                 (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero + 1.0, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_excl)
@@ -259,7 +259,6 @@ def _masked_gae_grad_chunked_kernel(
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev)), 1.0)  # identity past the window end
         if LANE_WARPS > 1:
             tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-            _S: tl.constexpr = BLOCK_T // LANE_WARPS
             _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
             _a_r, _b_r = tl.associative_scan(
                 (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine)
@@ -379,6 +378,7 @@ def _masked_gae_grad_persist_kernel(
         _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
     else:
         _pos = _cols
+    _S: tl.constexpr = BLOCK_T // LANE_WARPS  # the steps of a warp's run
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
@@ -630,7 +630,6 @@ def _masked_gae_grad_persist_kernel(
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev + gamma__prev__t*lambda___prev__t*response_mask__prev)), 1.0)  # identity past the window end
         if LANE_WARPS > 1:
             tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-            _S: tl.constexpr = BLOCK_T // LANE_WARPS
             _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
             _a_r, _b_r, _ea_r, _eb_r = tl.associative_scan(
                 (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero + 1.0, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_excl)
@@ -662,7 +661,6 @@ def _masked_gae_grad_persist_kernel(
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev)), 1.0)  # identity past the window end
         if LANE_WARPS > 1:
             tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-            _S: tl.constexpr = BLOCK_T // LANE_WARPS
             _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
             _a_r, _b_r = tl.associative_scan(
                 (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine)
@@ -861,6 +859,7 @@ def _masked_gae_grad_lookback_kernel(
         _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
     else:
         _pos = _cols
+    _S: tl.constexpr = BLOCK_T // LANE_WARPS  # the steps of a warp's run
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
@@ -961,7 +960,6 @@ def _masked_gae_grad_lookback_kernel(
     _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev + gamma__prev__t*lambda___prev__t*response_mask__prev)), 1.0)  # identity past the window end
     if LANE_WARPS > 1:
         tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-        _S: tl.constexpr = BLOCK_T // LANE_WARPS
         _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
         _a_r, _b_r, _ea_r, _eb_r = tl.associative_scan(
             (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero + 1.0, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_excl)
@@ -1007,7 +1005,6 @@ def _masked_gae_grad_lookback_kernel(
     _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, 1.0 - response_mask__prev)), 1.0)  # identity past the window end
     if LANE_WARPS > 1:
         tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-        _S: tl.constexpr = BLOCK_T // LANE_WARPS
         _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
         _a_r, _b_r = tl.associative_scan(
             (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine)

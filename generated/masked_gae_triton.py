@@ -102,6 +102,7 @@ def _masked_gae_chunked_kernel(
         _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
     else:
         _pos = _cols
+    _S: tl.constexpr = BLOCK_T // LANE_WARPS  # the steps of a warp's run
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
     # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
@@ -151,7 +152,6 @@ def _masked_gae_chunked_kernel(
         _jv = tl.where(_ok, _zero + (_e3), 0.0)
         if LANE_WARPS > 1:
             tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-            _S: tl.constexpr = BLOCK_T // LANE_WARPS
             _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
             _jp_r, _jq_r, _jr_r, _ju_r, _jv_r = tl.associative_scan(
                 (tl.reshape(_jp, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_jq, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_jr, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_ju, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_jv, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_joint)
@@ -266,6 +266,7 @@ def _masked_gae_persist_kernel(
         _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
     else:
         _pos = _cols
+    _S: tl.constexpr = BLOCK_T // LANE_WARPS  # the steps of a warp's run
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
     # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
@@ -410,7 +411,6 @@ def _masked_gae_persist_kernel(
         _jv = tl.where(_ok, _zero + (_e3), 0.0)
         if LANE_WARPS > 1:
             tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-            _S: tl.constexpr = BLOCK_T // LANE_WARPS
             _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
             _jp_r, _jq_r, _jr_r, _ju_r, _jv_r = tl.associative_scan(
                 (tl.reshape(_jp, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_jq, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_jr, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_ju, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_jv, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_joint)
@@ -589,6 +589,7 @@ def _masked_gae_lookback_kernel(
         _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
     else:
         _pos = _cols
+    _S: tl.constexpr = BLOCK_T // LANE_WARPS  # the steps of a warp's run
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
     # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
@@ -637,7 +638,6 @@ def _masked_gae_lookback_kernel(
     _jv = tl.where(_ok, _zero + (_e3), 0.0)
     if LANE_WARPS > 1:
         tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-        _S: tl.constexpr = BLOCK_T // LANE_WARPS
         _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
         _jp_r, _jq_r, _jr_r, _ju_r, _jv_r = tl.associative_scan(
             (tl.reshape(_jp, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_jq, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_jr, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_ju, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_jv, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_joint)

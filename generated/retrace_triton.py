@@ -145,6 +145,7 @@ def _retrace_chunked_kernel(
         _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
     else:
         _pos = _cols
+    _S: tl.constexpr = BLOCK_T // LANE_WARPS  # the steps of a warp's run
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     # The launch picks the step order (GROUPED, runtime.launch_params.grouped_order): the chunk's steps in
     # reverse, scanned forward (no lane reversal in the scan), or in order, scanned in reverse.
@@ -272,7 +273,6 @@ def _retrace_chunked_kernel(
         if LANE_WARPS > 1:
             if GROUPED:
                 tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-                _S: tl.constexpr = BLOCK_T // LANE_WARPS
                 _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
                 _a_r, _b_r, _ea_r, _eb_r = tl.associative_scan(
                     (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero + 1.0, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_excl)
@@ -295,7 +295,6 @@ def _retrace_chunked_kernel(
                 _eb = tl.reshape(tl.where(_first, _eb_r, _eb_c), (BLOCK_N, BLOCK_T))
             else:
                 tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-                _S: tl.constexpr = BLOCK_T // LANE_WARPS
                 _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
                 _a_r, _b_r, _ea_r, _eb_r = tl.associative_scan(
                     (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero + 1.0, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_excl, reverse=True)
@@ -438,6 +437,7 @@ def _retrace_persist_kernel(
         _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
     else:
         _pos = _cols
+    _S: tl.constexpr = BLOCK_T // LANE_WARPS  # the steps of a warp's run
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     # The launch picks the step order (GROUPED, runtime.launch_params.grouped_order): the chunk's steps in
     # reverse, scanned forward (no lane reversal in the scan), or in order, scanned in reverse.
@@ -715,7 +715,6 @@ def _retrace_persist_kernel(
         if LANE_WARPS > 1:
             if GROUPED:
                 tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-                _S: tl.constexpr = BLOCK_T // LANE_WARPS
                 _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
                 _a_r, _b_r, _ea_r, _eb_r = tl.associative_scan(
                     (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero + 1.0, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_excl)
@@ -738,7 +737,6 @@ def _retrace_persist_kernel(
                 _eb = tl.reshape(tl.where(_first, _eb_r, _eb_c), (BLOCK_N, BLOCK_T))
             else:
                 tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-                _S: tl.constexpr = BLOCK_T // LANE_WARPS
                 _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
                 _a_r, _b_r, _ea_r, _eb_r = tl.associative_scan(
                     (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero + 1.0, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_excl, reverse=True)
@@ -962,6 +960,7 @@ def _retrace_lookback_kernel(
         _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
     else:
         _pos = _cols
+    _S: tl.constexpr = BLOCK_T // LANE_WARPS  # the steps of a warp's run
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     # The launch picks the step order (GROUPED, runtime.launch_params.grouped_order): the chunk's steps in
     # reverse, scanned forward (no lane reversal in the scan), or in order, scanned in reverse.
@@ -1088,7 +1087,6 @@ def _retrace_lookback_kernel(
     if LANE_WARPS > 1:
         if GROUPED:
             tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-            _S: tl.constexpr = BLOCK_T // LANE_WARPS
             _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
             _a_r, _b_r, _ea_r, _eb_r = tl.associative_scan(
                 (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero + 1.0, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_excl)
@@ -1111,7 +1109,6 @@ def _retrace_lookback_kernel(
             _eb = tl.reshape(tl.where(_first, _eb_r, _eb_c), (BLOCK_N, BLOCK_T))
         else:
             tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-            _S: tl.constexpr = BLOCK_T // LANE_WARPS
             _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
             _a_r, _b_r, _ea_r, _eb_r = tl.associative_scan(
                 (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero + 1.0, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_excl, reverse=True)

@@ -213,6 +213,7 @@ def _vtrace_grad_chunked_kernel(
         _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
     else:
         _pos = _cols
+    _S: tl.constexpr = BLOCK_T // LANE_WARPS  # the steps of a warp's run
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
@@ -413,7 +414,6 @@ def _vtrace_grad_chunked_kernel(
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*tl.where((c_bar__prev__t <= _e1), c_bar__prev__t, _e1))), 1.0)  # identity past the window end
         if LANE_WARPS > 1:
             tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-            _S: tl.constexpr = BLOCK_T // LANE_WARPS
             _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
             _a_r, _b_r, _ea_r, _eb_r = tl.associative_scan(
                 (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero + 1.0, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_excl)
@@ -652,6 +652,7 @@ def _vtrace_grad_persist_kernel(
         _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
     else:
         _pos = _cols
+    _S: tl.constexpr = BLOCK_T // LANE_WARPS  # the steps of a warp's run
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
@@ -1100,7 +1101,6 @@ def _vtrace_grad_persist_kernel(
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*tl.where((c_bar__prev__t <= _e1), c_bar__prev__t, _e1))), 1.0)  # identity past the window end
         if LANE_WARPS > 1:
             tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-            _S: tl.constexpr = BLOCK_T // LANE_WARPS
             _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
             _a_r, _b_r, _ea_r, _eb_r = tl.associative_scan(
                 (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero + 1.0, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_excl)
@@ -1457,6 +1457,7 @@ def _vtrace_grad_lookback_kernel(
         _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
     else:
         _pos = _cols
+    _S: tl.constexpr = BLOCK_T // LANE_WARPS  # the steps of a warp's run
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
@@ -1656,7 +1657,6 @@ def _vtrace_grad_lookback_kernel(
     _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*tl.where((c_bar__prev__t <= _e1), c_bar__prev__t, _e1))), 1.0)  # identity past the window end
     if LANE_WARPS > 1:
         tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-        _S: tl.constexpr = BLOCK_T // LANE_WARPS
         _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
         _a_r, _b_r, _ea_r, _eb_r = tl.associative_scan(
             (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero + 1.0, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_excl)

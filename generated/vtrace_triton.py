@@ -148,6 +148,7 @@ def _vtrace_chunked_kernel(
         _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
     else:
         _pos = _cols
+    _S: tl.constexpr = BLOCK_T // LANE_WARPS  # the steps of a warp's run
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
     # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
@@ -239,7 +240,6 @@ def _vtrace_chunked_kernel(
         _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - _e1)*tl.minimum(_e2, c_bar__t, propagate_nan=tl.PropagateNan.ALL)), 1.0)  # identity past the window end
         if LANE_WARPS > 1:
             tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-            _S: tl.constexpr = BLOCK_T // LANE_WARPS
             _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
             _a_r, _b_r, _ea_r, _eb_r = tl.associative_scan(
                 (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero + 1.0, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_excl)
@@ -386,6 +386,7 @@ def _vtrace_persist_kernel(
         _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
     else:
         _pos = _cols
+    _S: tl.constexpr = BLOCK_T // LANE_WARPS  # the steps of a warp's run
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
     # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
@@ -622,7 +623,6 @@ def _vtrace_persist_kernel(
         _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - _e1)*tl.minimum(_e2, c_bar__t, propagate_nan=tl.PropagateNan.ALL)), 1.0)  # identity past the window end
         if LANE_WARPS > 1:
             tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-            _S: tl.constexpr = BLOCK_T // LANE_WARPS
             _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
             _a_r, _b_r, _ea_r, _eb_r = tl.associative_scan(
                 (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero + 1.0, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_excl)
@@ -855,6 +855,7 @@ def _vtrace_lookback_kernel(
         _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
     else:
         _pos = _cols
+    _S: tl.constexpr = BLOCK_T // LANE_WARPS  # the steps of a warp's run
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
     # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
@@ -945,7 +946,6 @@ def _vtrace_lookback_kernel(
     _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - _e1)*tl.minimum(_e2, c_bar__t, propagate_nan=tl.PropagateNan.ALL)), 1.0)  # identity past the window end
     if LANE_WARPS > 1:
         tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-        _S: tl.constexpr = BLOCK_T // LANE_WARPS
         _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
         _a_r, _b_r, _ea_r, _eb_r = tl.associative_scan(
             (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_zero + 1.0, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_excl)

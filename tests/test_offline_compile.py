@@ -328,3 +328,55 @@ def test_float64_kernels_keep_the_specs_numbers(f64_constants, kernel, family):
     assert any(ty == "f64" for _, ty in constants), constants  # the IR was read
     rounded = [(v, ty) for v, ty in constants if _float32_rounded(v, ty)]
     assert not rounded, rounded
+
+
+LANE_RUNS = r"""
+import importlib, json, sys, tempfile, traceback
+from pathlib import Path
+from scangen.testing import compile_offline, compile_variant
+cache = Path(tempfile.mkdtemp())
+out = {}
+for name, option in json.loads(sys.argv[1]):
+    if option:
+        module = sys.modules[compile_variant(name, cache, **dict([option.split("=")])).__module__]
+    else:
+        module = importlib.import_module("scangen.generated." + name)
+    for family, bt, nw in (("stream", 32, 2), ("persist", 32, 4), ("lookback", 64, 4)):
+        key = f"{name}[{option}]/{family}"
+        try:
+            shared = []
+            for runs in (None, 1):  # the rule's LANE_WARPS (the warps), then the columns' order
+                c = compile_offline(module, family, block_n=32, block_t=bt, num_warps=nw,
+                                    time_major=True, lanes=1, lane_warps=runs)
+                shared.append(c.asm["ptx"].count("ld.shared") if c.asm.get("cubin") else -1)
+            out[key] = shared
+        except Exception as exc:
+            out[key] = "".join(traceback.format_exception_only(exc))[-2000:]
+print("RESULTS " + json.dumps(out))
+"""
+LANE_RUN_OPS = [(m, "") for m in MODULES if m != "retrace"] + [
+    ("masked_gae", "chain=sequential"), ("gae", "scan_order=natural"), ("vtrace", "shift=gather")]
+
+
+@pytest.fixture(scope="module")
+def lane_run_results():
+    return _child(LANE_RUNS, json.dumps(LANE_RUN_OPS), timeout=1200)
+
+
+@pytest.mark.parametrize("family", ["stream", "persist", "lookback"])
+@pytest.mark.parametrize("name,option", LANE_RUN_OPS)
+def test_lane_tiles_in_runs_of_steps_compile_for_sm90(lane_run_results, name, option, family):
+    """Time-major lane tiles of 32 rows whose 2 or 4 warps split the steps compile for sm_90 in
+    every family with LANE_WARPS from the rule (runtime.launch.lane_warps: each warp scans a run of
+    consecutive steps, the template's warp_run_scan) and with the columns' own order, for every
+    built-in without a trailing axis and the template variants (two scans in one kernel, a
+    reverse scan in natural order, column gathers); the runs join the warps with fewer
+    shared-memory loads than a join at every step (bench/NOTES.md, twenty-seventh round)."""
+    got = lane_run_results[f"{name}[{option}]/{family}"]
+    assert isinstance(got, list), got
+    runs, interleaved = got
+    assert runs >= 0 and interleaved >= 0, got
+    if option != "shift=gather":  # its column gathers keep the columns' order: one kernel
+        assert runs < interleaved, got
+    else:
+        assert runs == interleaved, got

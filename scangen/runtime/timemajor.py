@@ -35,6 +35,17 @@ TM_TILE = 1024       # ... else tiles of this many elements
 # Fewer programs (a tile of 32 rows a SM less an eighth, T >= 64): TM_LANES_FEW_TILE elements
 # (half for volatile and joint calls) on four warps, each over a quarter of the steps: eligibility
 # traces 4096x128 5.3 -> 3.6 us, GAE 7.0 -> 6.1, masked GAE 7.7 -> 7.0 (-q-tm-lanes.txt).
+# Since the warps of a lane tile scan runs of steps (runtime.launch.lane_warps, twenty-seventh
+# round: a fraction of the registers), the tiles were swept again (sweep.py --tm-lanes, graph
+# replays, h200-2026-12-04-bs-sweeps.txt): plain calls of rows of TM_LANES_PERSIST_MIN_T steps
+# or more stream TM_LANES_PLAIN_STEPS-step chunks on four warps instead of persisting (16384x1024:
+# eligibility traces 53.3 -> 41.7 us, episodic sums 53.2 -> 44.1); joint pairs persist on two
+# warps there (masked GAE 94.4 -> 82.2), and volatile calls whose loads fit two warps persist on
+# four (discounted returns 73.1 -> 69.7; GAE, TD(lambda) keep their stream tiles); the
+# few-program tiles are halved only from TM_LANES_FEW_HALVE_STREAMS [N, T] inputs (4096x128:
+# masked GAE 4.5 -> 4.0, discounted returns 3.9 -> 3.7; GAE 4.4 against 5.3 on 128 steps).
+TM_LANES_PLAIN_STEPS = 128
+TM_LANES_FEW_HALVE_STREAMS = 5
 TM_LANES_STREAMS = 6
 TM_LANES_ROWS = 32
 TM_LANES_STEPS = 32
@@ -84,8 +95,16 @@ TM_LB_LANES_LOADS = 128
 # -> 15.4 us, 256x8192 42.3 -> 36.1, 2048x512 24.0 -> 15.4; 64x65536 lost, 81.9 -> 85.0 in a
 # sweep); and from TM_LB_LANES_HALVE_MIN_T steps, calls whose loads exceed TM_LB_LANES_LOADS
 # halve their steps until they fit (GAE and TD(lambda), 5 x 16 on 32 x 64: 512x4096 31.8 -> 25.4
-# and 31.0 -> 23.9, 256x8192 33.8 -> 28.1 and 32.1 -> 26.8; shorter rows lost, 1024x1024 14.4 ->
-# 15.6, and so did 64x65536; results/h200-2026-12-03-t-layout-ab.txt).
+# and 31.0 -> 23.9, 256x8192 33.8 -> 28.1 and 32.1 -> 26.8; results/h200-2026-12-03-t-layout-ab.txt;
+# shorter rows lost, 1024x1024 14.4 -> 15.6, and so did 64x65536). Since a lane tile's warps scan
+# runs of steps (runtime.launch.lane_warps), small grids of calls of fewer than
+# LOOKBACK_MANY_TENSORS tensors take 32-row lane tiles of TM_LB_MIN_STEPS steps where a thread's
+# loads fit and that leaves a quarter of a program an SM, instead of halving rows (128x1024, 64
+# programs of 32 x 64 against 256 of 8 x 64, layout_ab.py, h200-2026-12-04-bs/-bt-layout-ab.md:
+# GAE 6.49 -> 6.20 us, TD(lambda) 6.45 -> 6.13, discounted returns 6.16 -> 5.82, eligibility
+# traces 5.82 -> 5.41, masked GAE 7.81 -> 7.37, episodic sums 5.75 -> 5.85; V-trace, 8 tensors,
+# lost, 7.02 -> 7.79; fewer programs were not measured). Halving GAE's and TD(lambda)'s steps at
+# 1024x1024 too split them (TD(lambda) 14.5 -> 13.6 us, GAE 14.5 -> 16.7): not taken.
 TM_LB_LANES_MAX_T = 8192
 TM_LB_LANES_HALVE_MIN_T = 4096
 # Calls of one scan moving fewer than LOOKBACK_MANY_TENSORS tensors, with rows of
@@ -162,18 +181,24 @@ def stream_tile(c, rows: int, block_k: int, kk: int, sms: int) -> Config:
     light = sms and streams(c) <= TM_LANES_STREAMS
     tiles = -(-rows // TM_LANES_ROWS)
     if light and not many and c.T >= 64 and tiles >= sms - sms // 8 and TM_LANES_FEW_TILE:
-        steps = TM_LANES_FEW_TILE // TM_LANES_ROWS // (2 if volatile or joint else 1)
+        halve = streams(c, outputs=False) >= TM_LANES_FEW_HALVE_STREAMS
+        steps = TM_LANES_FEW_TILE // TM_LANES_ROWS // (2 if halve else 1)
         return Config(TM_LANES_ROWS, min(steps, pow2(c.T)), block_k, 4, "stream")
     if (light and many and not joint and (not volatile or c.T >= TM_LANES_STEPS)
             or sms and joint and rows >= TM_LANES_JOINT_MIN_ROWS):
         steps = max(16, min(TM_LANES_STEPS, pow2(c.T)))
-        if not (volatile or joint) and c.T >= TM_LANES_PERSIST_MIN_T > 0:
+        long_rows = c.T >= TM_LANES_PERSIST_MIN_T > 0
+        if long_rows and not (volatile or joint):
+            return Config(TM_LANES_ROWS, min(TM_LANES_PLAIN_STEPS, pow2(c.T)), block_k, 4, "stream")
+        if long_rows and joint:
             return Config(TM_LANES_ROWS, steps, block_k, 2, "persist")
         if not (volatile or joint) and TM_LANES_STEPS < c.T <= TM_LANES_PLAIN_ROW:
             return Config(TM_LANES_ROWS, pow2(c.T), block_k, 2, "stream")
         warps = TM_LANES_VOLATILE_WARPS if volatile and not joint else 1
         if warps > 1 and streams(c, outputs=False) * steps > TM_LANES_LOADS * warps:
             warps *= 2
+        elif warps > 1 and long_rows:
+            return Config(TM_LANES_ROWS, steps, block_k, 2 * warps, "persist")
         return Config(TM_LANES_ROWS, steps, block_k, warps, "stream")
     if many:
         return Config(block_n, 16, block_k, 2, "stream")
@@ -204,6 +229,12 @@ def lookback_tile(c, rows: int, block_k: int, kk: int) -> Config:
             cfg = cfg._replace(block_t=cfg.block_t // 2)
     if kk == 1 and c.device.type == "cuda":
         want = TM_LB_MIN_PROGRAMS_PER_SM * sm_count(c.device)
+        small = cfg._replace(block_t=min(cfg.block_t, TM_LB_MIN_STEPS))
+        if (lanes and cfg.block_n == TM_LB_ROWS and streams(c) < LOOKBACK_MANY_TENSORS
+                and -(-rows // cfg.block_n) * -(-c.T // cfg.block_t) < want
+                and 4 * -(-rows // TM_LB_ROWS) * -(-c.T // small.block_t) >= want
+                and lookback_lanes(c, small)):
+            return small  # a small grid of lane tiles: 32 rows, TM_LB_MIN_STEPS steps
         while -(-rows // cfg.block_n) * -(-c.T // cfg.block_t) < want:
             if cfg.block_n > TM_LB_MIN_ROWS:
                 cfg = cfg._replace(block_n=cfg.block_n // 2)
