@@ -498,3 +498,95 @@ def test_the_kernels_arrays_are_views_of_the_calls_tensors(name, layout, monkeyp
                     want if isinstance(want, tuple) else (want,)):
         assert_close(g.transpose(0, 1) if layout == "time-major" else g, w, dtype=torch.float32)
     runtime.PLANS.clear()
+
+
+def _tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+@pytest.mark.parametrize("name,layout,kw", [
+    ("compute_gae", "rows", {}), ("compute_gae", "time-major", {}),
+    ("compute_vtrace", "rows", {}), ("compute_retrace", "rows", {}),
+    ("compute_masked_gae", "time-major", {}), ("compute_discounted_returns", "rows",
+                                               {"outputs": "returns"})])
+def test_small_calls_take_the_fast_path(name, layout, kw, monkeypatch):
+    """From a plan's third call, a call small enough for one thread goes from its arguments
+    straight to the numba kernel (``fastpath.build_numba``), the guarded path first: no
+    signature is built, and the outputs are those of the general path bit for bit and the
+    float64 reference's; a call of another shape misses the guard and takes its own plan."""
+    from scangen.runtime import plans
+    fn = getattr(scangen, name)
+    tm = {"time_dim": 0} if layout == "time-major" else {}
+
+    def args(seed, N=6, T=40):
+        x = make_inputs(name, N, T, seed=seed)
+        return (time_major_buffers(x) if tm else x), x
+
+    runtime.PLANS.clear()
+    for seed in (1, 2):  # the plan's first call, then its second: the fast path built after it
+        fn(**args(seed)[0], **tm, **kw, backend="numba")
+    (plan,) = runtime.PLANS.values()
+    assert plan.lp.fast is not None and plan.lp.guarded is not None
+    fn(**args(7)[0], **tm, **kw, backend="numba")  # the third: the fast path, then guarded ones
+    signatures = []
+    real = plans.signature
+    monkeypatch.setattr(plans, "signature", lambda *a: signatures.append(1) or real(*a))
+    given, values = args(3)
+    fast = fn(**given, **tm, **kw, backend="numba")
+    assert signatures == []  # the guarded fast path took it
+    runtime.PLANS.clear()  # the general path, a fresh plan
+    general = fn(**given, **tm, **kw, backend="numba")
+    want = _tuple(REFERENCES[name](**values))
+    if "outputs" in kw:
+        want = want[:1]
+    for f, g, w in zip(_tuple(fast), _tuple(general), want):
+        assert torch.equal(f, g)
+        assert_close(f.t() if tm else f, w, dtype=f.dtype, name=name)  # [T, N] outputs
+    other, values = args(4, N=5, T=24)  # another shape: the guard misses
+    got = fn(**other, **tm, **kw, backend="numba")
+    assert signatures
+    for g, w in zip(_tuple(got), _tuple(REFERENCES[name](**values))):
+        assert_close(g.t() if tm else g, w, dtype=g.dtype, name=name)
+
+
+def test_fast_path_declines_what_it_does_not_cover():
+    """Tensor params keep the general path; calls large enough for threads and strided inputs
+    take the fast path (the plan's threads, torch's views); an input that requires a gradient,
+    under no_grad, misses the guard and still gets the right answer through the signature's fast
+    path."""
+    runtime.PLANS.clear()
+    x = make_inputs("compute_gae", 6, 40, seed=1)
+    gamma = torch.full((6, 1), 0.97)
+    for _ in range(2):
+        scangen.compute_gae(**{**x, "gamma": gamma}, backend="numba")
+    (plan,) = runtime.PLANS.values()
+    assert plan.lp.fast is None
+    runtime.PLANS.clear()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:  # two threads: the plan times one against two on its calls, the fast path's included
+        for seed in range(10):
+            big = make_inputs("compute_gae", 64, 2 * numbapath.MIN_PARALLEL_STEPS // 64, seed=seed)
+            got = scangen.compute_gae(**big, backend="numba")
+    finally:
+        torch.set_num_threads(threads)
+    (plan,) = runtime.PLANS.values()
+    assert plan.lp.fast is not None and plan.lp.numba.best
+    assert_close(got, REFERENCES["compute_gae"](**big), dtype=got.dtype, name="gae")
+    runtime.PLANS.clear()
+    for seed in (3, 4, 5):
+        strided = {k: (v[:, ::2] if torch.is_tensor(v) and v.dim() == 2 else v) for k, v in
+                   make_inputs("compute_gae", 6, 80, seed=seed).items()}
+        got = scangen.compute_gae(**strided, backend="numba")
+    assert next(iter(runtime.PLANS.values())).lp.fast is not None
+    assert_close(got, REFERENCES["compute_gae"](**strided), dtype=got.dtype, name="gae")
+    runtime.PLANS.clear()
+    for seed in (1, 2):
+        scangen.compute_gae(**make_inputs("compute_gae", 6, 40, seed=seed), backend="numba")
+    y = make_inputs("compute_gae", 6, 40, seed=5)
+    y["values"].requires_grad_(True)
+    with torch.no_grad():
+        got = scangen.compute_gae(**y, backend="numba")
+    assert_close(got, REFERENCES["compute_gae"](**{k: v.detach() if torch.is_tensor(v) else v
+                                                   for k, v in y.items()}),
+                 dtype=got.dtype, name="gae")

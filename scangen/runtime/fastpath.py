@@ -6,9 +6,11 @@ building the pointer tuple and allocating through the generic helpers. Everythin
 tensors, the float params and the outputs is fixed by the plan's signature, so the fast path
 (:func:`build`) reads the arguments in the kernel's order (:func:`scangen.abi.kernel_args`),
 allocates the outputs and calls the launcher with the plan's integers and constants.
+:func:`build_numba` does the same for plans of the numba target (CPU tensors).
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .. import abi
@@ -110,6 +112,75 @@ def build(c, values: dict, launches: list, how: tuple = (-1, None, None)):
     if not same:
         return None, None
     return fast, _guarded(c, values, how, slots, names, body, env)
+
+
+def build_numba(c, values: dict, how: tuple = (-1, None, None)):
+    """``(fast, guarded)`` for a plan of the numba target, as :func:`build` for Triton's: a
+    generated function from the call's arguments straight to the numba kernel (its outputs
+    allocated, each tensor passed as the plan's NumPy view of it, :func:`scangen.runtime.numba
+    ._array`) and run on the threads the plan takes (:func:`scangen.runtime.numba.execute`), or
+    ``(None, None)`` where the plan does not qualify: copied inputs, tensor params,
+    half-precision outputs (written through float32 buffers). Built on the plan's second call and
+    kept only if, on that call's own arguments, it passes the kernel the same arrays and numbers
+    as the general path just did (:meth:`scangen.runtime.numba._Plan.arrays`). A small call spends most
+    of its time on the host: the signature, binding the call and building its views (4 x 128
+    GAE, bench/CPU.md)."""
+    from . import numba as nb
+    plan = c.lp.numba
+    if (plan is None or c.copied or plan.half_outs
+            or any(kind == 2 for _, kind, _ in c.bind_params)):
+        return None, None
+    bind = {name: (kind, arg) for name, kind, arg in c.bind_params}
+    outs = {n: f"_o{k}" for k, n in enumerate(c.requested)}
+    env = {"_args": arguments, "_nan": float("nan"), "_execute": nb.execute, "_plan": plan,
+           "_array": nb._array, "_dtype": c.out_dtype, "_empty_like": torch.empty_like,
+           "_empty": torch.empty, "_shape": c.full_shape, "_dev": c.device}
+    slots = []
+    for k, ((kind, what, shape, strides), direct) in enumerate(zip(plan.sources, plan.direct)):
+        if kind in ("tensor", "out"):
+            env[f"_d{k}"], env[f"_s{k}"], env[f"_t{k}"] = direct, shape, strides
+            src = f"v[{what!r}]" if kind == "tensor" else outs[what]
+            slots.append(f"_array({src}, _d{k}, _s{k}, _t{k})")
+        elif kind == "const":
+            env[f"_c{k}"] = what
+            slots.append(f"_c{k}")
+        elif kind == "float" and bind[what][0] == 1:  # a float of this call
+            slots.append(f"float(v[{bind[what][1]!r}])")
+        elif kind == "float":  # fixed by the signature
+            env[f"_c{k}"] = float(bind[what][1])
+            slots.append(f"_c{k}")
+        else:  # a tensor param (excluded above)
+            return None, None
+    alloc = (f"_empty_like(v[{c.proto!r}], dtype=_dtype)" if c.proto is not None
+             else "_empty(_shape, dtype=_dtype, device=_dev)")
+    names = [outs[n] for n in c.requested]
+    ret = names[0] if c.single else f"({', '.join(names)},)"
+    body = [
+        *[f"    {o} = {alloc}" for o in names],
+        "    if _args.POISON_OUTPUTS:",
+        *[f"        {o}.fill_(_nan)" for o in names],
+        "    _execute(_plan, [{slots}])",
+        f"    return {ret}",
+    ]
+    src = "\n".join(["def fast(v):", *body]).replace("{slots}", ", ".join(slots))
+    exec(compile(src, f"<scangen numba fast path: {c.op.name}>", "exec"), env)
+    # the same arrays and numbers as the general path, for this call's values and outputs?
+    mine = eval(compile(f"({', '.join(slots)},)", "<scangen numba fast path check>", "eval"),
+                {**env, "v": values, **{outs[n]: o for n, o in c.outs.items()}})
+    general = getattr(c, "kernel_arrays", ())  # what numba.run passed the kernel just now
+    if len(mine) != len(general) or not all(map(_same_argument, mine, general)):
+        return None, None
+    return env["fast"], _guarded(c, values, how, slots, names, body, env)
+
+
+def _same_argument(a, b) -> bool:
+    """Two kernel arguments that are the same: one object, equal floats, or NumPy arrays over
+    the same memory with the same shape, strides and dtype."""
+    if a is b or (type(a) is float and type(b) is float and a == b):
+        return True
+    return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+            and a.__array_interface__["data"] == b.__array_interface__["data"]
+            and (a.shape, a.strides, a.dtype) == (b.shape, b.strides, b.dtype))
 
 
 def _guarded(c, values: dict, how: tuple, slots: list, outs: list, body: list, env: dict):

@@ -246,6 +246,15 @@ def run(c) -> None:
     if plan is None:
         plan = c.lp.numba = _Plan(c, kernels_of(c.op))
     arrays, widened = plan.arrays(c)
+    c.kernel_arrays = arrays  # what the fast path's check compares with (fastpath.build_numba)
+    execute(plan, arrays)
+    for o, wide in widened:
+        o.detach().as_strided((wide.numel(),), (1,), o.storage_offset()).copy_(wide)
+
+
+def execute(plan: _Plan, arrays: list) -> None:
+    """Run ``plan``'s kernel over ``arrays`` (:meth:`_Plan.arrays`) on the threads it takes for
+    this call (:meth:`_Plan.threads_for`, :meth:`_Plan.split`)."""
     threads, timed = plan.threads_for(torch.get_num_threads())
     start = time.perf_counter()
     threads, items, head = plan.split(threads)
@@ -261,8 +270,6 @@ def run(c) -> None:
             f.result()
     if timed is not None:
         timed.append(time.perf_counter() - start)
-    for o, wide in widened:
-        o.detach().as_strided((wide.numel(),), (1,), o.storage_offset()).copy_(wide)
 
 
 def _light_cache_loads(kernel) -> None:

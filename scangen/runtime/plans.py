@@ -143,6 +143,9 @@ def run(op, values, key, time_dim, outputs, backend):
         return c.result()
     TARGETS[c.backend](c)
     lp = c.lp
+    if c.backend == "numba" and plan is not None and not lp.fast_decided:
+        if lp.take_seen() is not None:  # a plan's second call: decide its fast path
+            lp.fast, lp.guarded = fastpath.build_numba(c, values, (time_dim, outputs, backend))
     if (c.backend == "triton" and plan is not None and not lp.fast_decided and lp.seen
             and lp.direct):
         # a plan's second launch (its first direct one): decide its fast path
