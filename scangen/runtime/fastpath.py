@@ -127,8 +127,7 @@ def build_numba(c, values: dict, how: tuple = (-1, None, None)):
     GAE, bench/CPU.md)."""
     from . import numba as nb
     plan = c.lp.numba
-    if (plan is None or c.copied or plan.half_outs
-            or any(kind == 2 for _, kind, _ in c.bind_params)):
+    if plan is None or c.copied or plan.half_outs:
         return None, None
     bind = {name: (kind, arg) for name, kind, arg in c.bind_params}
     outs = {n: f"_o{k}" for k, n in enumerate(c.requested)}
@@ -149,7 +148,7 @@ def build_numba(c, values: dict, how: tuple = (-1, None, None)):
         elif kind == "float":  # fixed by the signature
             env[f"_c{k}"] = float(bind[what][1])
             slots.append(f"_c{k}")
-        else:  # a tensor param (excluded above)
+        else:  # a tensor param: expanded to its target per call, on the general path
             return None, None
     alloc = (f"_empty_like(v[{c.proto!r}], dtype=_dtype)" if c.proto is not None
              else "_empty(_shape, dtype=_dtype, device=_dev)")

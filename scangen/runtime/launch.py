@@ -309,7 +309,7 @@ def lane_warps(cfg, lanes: int, shift_g: int = 1) -> int:
     every step through shared memory. With ``LANE_WARPS`` = W > 1 the kernels give each warp a run
     of ``BLOCK_T / W`` consecutive steps instead, scanned in its registers, and join the runs once
     a chunk (the template's ``warp_run_scan``; eligibility traces' 32 x 128 stream tile on 4 warps,
-    sm_90: 255 -> 96 registers, 256 -> 11 shared-memory loads a thread; bench/NOTES.md, the
+    sm_90: 255 -> 96 registers, 256 -> 6 shared-memory loads a thread; bench/NOTES.md, the
     twenty-seventh round)."""
     if not lanes or shift_g != 1:
         return 1
