@@ -37,6 +37,7 @@ import torch  # noqa: E402
 import scangen  # noqa: E402
 from scangen import runtime  # noqa: E402
 from scangen.benchmark.inputs import apply_no_trunc  # noqa: E402
+from scangen.compiler.store import triton_version  # noqa: E402
 from scangen.runtime import config as sg_config  # noqa: E402
 from scangen.runtime import tiles as sg_tiles  # noqa: E402
 from scangen.runtime import launch as sg_launch  # noqa: E402
@@ -379,7 +380,8 @@ def main() -> None:
         (args.out / f"sweep{'' if parts == 1 else part}.json").write_text(
             json.dumps(dict(bandwidth_gbs=bw, dtype=args.dtype, graph=args.graph, sets=args.sets,
                             tm_lb_window=sg_launch_params.TM_LB_WINDOW,
-                            gpu=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows),
+                            gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+                            triton=triton_version(), rows=rows),
                        indent=1))
     if args.compile_only:
         return
