@@ -132,14 +132,23 @@ def build_numba(c, values: dict, how: tuple = (-1, None, None)):
     bind = {name: (kind, arg) for name, kind, arg in c.bind_params}
     outs = {n: f"_o{k}" for k, n in enumerate(c.requested)}
     env = {"_args": arguments, "_nan": float("nan"), "_execute": nb.execute, "_plan": plan,
+           "_nd": np.ndarray,
            "_array": nb._array, "_dtype": c.out_dtype, "_empty_like": torch.empty_like,
            "_empty": torch.empty, "_shape": c.full_shape, "_dev": c.device}
-    slots = []
+    slots, checked = [], []  # checked: the guarded path's, whose tensors match the plan's
+    of = {"tensor": c.tensors, "out": c.outs}
     for k, ((kind, what, shape, strides), direct) in enumerate(zip(plan.sources, plan.direct)):
         if kind in ("tensor", "out"):
             env[f"_d{k}"], env[f"_s{k}"], env[f"_t{k}"] = direct, shape, strides
             src = f"v[{what!r}]" if kind == "tensor" else outs[what]
             slots.append(f"_array({src}, _d{k}, _s{k}, _t{k})")
+            if direct is not None and of[kind][what].is_contiguous():
+                # the guard holds strides and requires_grad: _array's own view, its checks done
+                env[f"_dt{k}"], env[f"_bs{k}"] = direct
+                checked.append(f"_nd(_s{k}, _dt{k}, {src}.numpy(), 0, _bs{k})")
+            else:
+                checked.append(slots[-1])
+            continue
         elif kind == "const":
             env[f"_c{k}"] = what
             slots.append(f"_c{k}")
@@ -150,6 +159,7 @@ def build_numba(c, values: dict, how: tuple = (-1, None, None)):
             slots.append(f"_c{k}")
         else:  # a tensor param: expanded to its target per call, on the general path
             return None, None
+        checked.append(slots[-1])
     alloc = (f"_empty_like(v[{c.proto!r}], dtype=_dtype)" if c.proto is not None
              else "_empty(_shape, dtype=_dtype, device=_dev)")
     names = [outs[n] for n in c.requested]
@@ -164,12 +174,13 @@ def build_numba(c, values: dict, how: tuple = (-1, None, None)):
     src = "\n".join(["def fast(v):", *body]).replace("{slots}", ", ".join(slots))
     exec(compile(src, f"<scangen numba fast path: {c.op.name}>", "exec"), env)
     # the same arrays and numbers as the general path, for this call's values and outputs?
-    mine = eval(compile(f"({', '.join(slots)},)", "<scangen numba fast path check>", "eval"),
-                {**env, "v": values, **{outs[n]: o for n, o in c.outs.items()}})
     general = getattr(c, "kernel_arrays", ())  # what numba.run passed the kernel just now
-    if len(mine) != len(general) or not all(map(_same_argument, mine, general)):
-        return None, None
-    return env["fast"], _guarded(c, values, how, slots, names, body, env)
+    for form in (slots, checked):
+        mine = eval(compile(f"({', '.join(form)},)", "<scangen numba fast path check>", "eval"),
+                    {**env, "v": values, **{outs[n]: o for n, o in c.outs.items()}})
+        if len(mine) != len(general) or not all(map(_same_argument, mine, general)):
+            return None, None
+    return env["fast"], _guarded(c, values, how, checked, names, body, env)
 
 
 def _same_argument(a, b) -> bool:
