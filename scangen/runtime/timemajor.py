@@ -108,7 +108,7 @@ TM_LB_LANES_LOADS = 128
 TM_LB_LANES_MAX_T = 8192
 TM_LB_LANES_HALVE_MIN_T = 4096
 # Calls of one scan moving fewer than LOOKBACK_MANY_TENSORS tensors, with rows of
-# TM_LB_LANES_HALVE_MIN_T steps or more and at least TM_LB_ROWS of them, take row tiles of
+# TM_LB_LONG_MIN_T steps or more and at least TM_LB_ROWS of them, take row tiles of
 # TM_LB_LONG_TILE elements instead (32 x 256: half the look-back links of 32 x 128), never a row
 # a lane (0: off). Same-process A/B (results/h200-2026-12-04-y-tm-lb-volatile.md, -aa-*): GAE
 # 64x65536 57.7 -> 49.9 us, 256x8192 28.2 -> 24.7, 512x4096 25.6 -> 22.9; TD(lambda) 55.9 ->
@@ -119,6 +119,7 @@ TM_LB_LANES_HALVE_MIN_T = 4096
 # rows are shorter (1024x1024 and 2048x512, 10-30%) or fewer (8x262144 on 8 x 1024 tiles: GAE
 # 31.2 -> 92.0), and for V-trace everywhere (8 tensors: 86.3 -> 258 us at 64x65536).
 TM_LB_LONG_TILE = 8192
+TM_LB_LONG_MIN_T = 4096  # (the same length as TM_LB_LANES_HALVE_MIN_T, set apart for A/B runs)
 
 
 def rows_contiguous(c) -> bool:
@@ -211,7 +212,7 @@ def lookback_tile(c, rows: int, block_k: int, kk: int) -> Config:
     TM_LB_K_ROWS, TM_LB_LANES_MAX_T)."""
     joint = c.op.kernels.lb_words > 3
     long_rows = (kk == 1 and not joint and TM_LB_LONG_TILE
-                 and streams(c) < LOOKBACK_MANY_TENSORS and c.T >= TM_LB_LANES_HALVE_MIN_T
+                 and streams(c) < LOOKBACK_MANY_TENSORS and c.T >= TM_LB_LONG_MIN_T
                  and rows >= TM_LB_ROWS)
     lanes = kk == 1 and c.T <= TM_LB_LANES_MAX_T and not long_rows
     if kk > 1:  # steps x K elements a row
