@@ -238,7 +238,7 @@ def make_inputs(algo_name, N, T, *, seed, dtype=torch.float32, device="cpu", tru
 def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps: int = 4,
                     block_n: int = 1, block_t: int = 1024, block_k: int = 1, acc=None,
                     present: bool = True, contiguous: bool = True, time_major: bool = False,
-                    even: bool | None = None, lb_window: int = 128, lb_spin: bool = False,
+                    even: bool | None = None, lb_window: int | None = None, lb_spin: bool = False,
                     lb_pid: bool = False, lean: bool = False, grouped: bool = False,
                     fixed: dict | None = None, one_chunk: bool = False, lanes: int = 0,
                     lane_warps: int | None = None, maxnreg: int = 0):
@@ -252,8 +252,11 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
     specialises as it does for time-major ``[T, N]`` buffers with N a multiple of 16 instead:
     row strides and ``R2`` equal to 1 (one row dimension), time strides divisible by 16.
     ``lb_window``, ``lb_spin``, ``lb_pid``: the look-back's window, wait and order
-    (runtime.launch_params.lookback_window, lookback_spin and lookback_pid). ``lean``: the family's
-    lean entry kernel (scangen.abi.lean_args), which calls the full one. ``grouped``: the
+    (runtime.launch_params.lookback_window, lookback_spin and lookback_pid); the window defaults
+    to the time-major look-back's (launch_params.TM_LB_WINDOW) with ``time_major``, else 128
+    (the window's tile is a large part of a look-back kernel's registers: count with the
+    launch's). ``lean``: the family's lean entry kernel (scangen.abi.lean_args), which calls the
+    full one. ``grouped``: the
     GROUPED step order of kernels that take it (runtime.launch_params.grouped_order; SHIFT_G is then 1).
     ``one_chunk``: the ONE_CHUNK constexpr (runtime.launch.one_chunk: T <= BLOCK_T).
     ``lanes``: the LANES constexpr (runtime.launch.lanes: time-major tiles, a row a lane; 2 with
@@ -270,6 +273,7 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
     from ..abi import op_kernel_args, triton_kernels
     from ..runtime.launch import lane_warps as _lane_warps
     from ..runtime.launch import layout_steps
+    from ..runtime.launch_params import TM_LB_WINDOW
     from ..runtime.tiles import Config
 
     op = module.OP
@@ -281,7 +285,9 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
     acc = acc or tl.float32
     fp = "*fp64" if acc == tl.float64 else "*fp32"
     tile = dict(BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=block_k, ACC=acc,
-                EVEN=family != "persist" if even is None else even, LB_WINDOW=lb_window,
+                EVEN=family != "persist" if even is None else even,
+                LB_WINDOW=(lb_window if lb_window is not None
+                           else TM_LB_WINDOW if time_major else 128),
                 ONE_CHUNK=one_chunk, LANES=lanes,
                 LANE_WARPS=(_lane_warps(Config(block_n, block_t, block_k, num_warps, family), lanes)
                             if lane_warps is None else lane_warps),
