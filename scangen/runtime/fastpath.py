@@ -194,9 +194,9 @@ def _same_argument(a, b) -> bool:
 
 
 def _guarded(c, values: dict, how: tuple, slots: list, outs: list, body: list, env: dict):
-    """The guarded fast path of :func:`_fast_path`, or None where torch has no C check of
-    tensor metadata, or the plan's tensors are not all 16-byte aligned, or one of them
-    requires a gradient."""
+    """The guarded fast path of :func:`build` or :func:`build_numba`, or None where torch has no
+    C check of tensor metadata, or the plan's tensors are not all 16-byte aligned, or one of
+    them requires a gradient."""
     tensors = [n for n, v in values.items() if isinstance(v, torch.Tensor)]
     if (_TensorGuards is None or not tensors
             or any(values[n].data_ptr() % 16 or values[n].requires_grad for n in tensors)):
