@@ -48,7 +48,7 @@ def build(c, values: dict, launches: list, how: tuple = (-1, None, None)):
     if entry is None or c.copied or c.acc == torch.float64:
         return None, None
     op = c.op
-    env = {"_args": arguments, "_nan": float("nan")}
+    env = {}
     lookback = c.config.family == "lookback"
     if lookback:  # the workspace, as the general path gets it
         if c.lp.lb_words is None:
@@ -86,27 +86,13 @@ def build(c, values: dict, launches: list, how: tuple = (-1, None, None)):
         return None, None
     run, function, packed, stream_of, device = entry
     env.update(_run=run, _function=function, _packed=packed, _stream=stream_of, _device=device,
-               _g0=grid[0], _g1=grid[1], _g2=grid[2], _tail=tail, _dtype=c.out_dtype,
-               _empty_like=torch.empty_like, _empty=torch.empty, _shape=c.full_shape,
-               _dev=c.device)
-    alloc = (f"_empty_like(v[{c.proto!r}], dtype=_dtype)" if c.proto is not None
-             else "_empty(_shape, dtype=_dtype, device=_dev)")
-    names = [outs[n] for n in c.requested]
-    ret = names[0] if c.single else f"({', '.join(names)},)"
-    body = [
-        *[f"    {o} = {alloc}" for o in names],
-        "    if _args.POISON_OUTPUTS:",
-        *[f"        {o}.fill_(_nan)" for o in names],
+               _g0=grid[0], _g1=grid[1], _g2=grid[2], _tail=tail)
+    names, body = _body(c, outs, env, [
         "    _run(_g0, _g1, _g2, _stream(_device), _function, _packed, None, None,",
-        "         None, {slots}, *_tail)",
-        f"    return {ret}",
-    ]
-    src = "\n".join(["def fast(v):", *body]).replace("{slots}", ", ".join(slots))
-    exec(compile(src, f"<scangen fast path: {op.name}>", "exec"), env)
-    fast = env["fast"]
+        "         None, {slots}, *_tail)"])
+    fast = _compile_fast(body, slots, env, f"<scangen fast path: {op.name}>")
     # the same arguments as the launch just made, for this call's values and outputs?
-    mine = eval(compile(f"({', '.join(slots)},)", "<scangen fast path check>", "eval"),
-                {**env, "v": values, **{outs[n]: o for n, o in c.outs.items()}})
+    mine = _arguments(slots, env, values, outs, c)
     same = all(a is b or (type(a) is float and a == b) or same_view(a, b)
                for a, b in zip(mine, seen))
     if not same:
@@ -131,56 +117,73 @@ def build_numba(c, values: dict, how: tuple = (-1, None, None)):
         return None, None
     bind = {name: (kind, arg) for name, kind, arg in c.bind_params}
     outs = {n: f"_o{k}" for k, n in enumerate(c.requested)}
-    env = {"_args": arguments, "_nan": float("nan"), "_execute": nb.execute, "_plan": plan,
-           "_nd": np.ndarray,
-           "_array": nb._array, "_dtype": c.out_dtype, "_empty_like": torch.empty_like,
-           "_empty": torch.empty, "_shape": c.full_shape, "_dev": c.device}
+    env = {"_execute": nb.execute, "_plan": plan, "_nd": np.ndarray, "_array": nb._array}
     slots, checked = [], []  # checked: the guarded path's, whose tensors match the plan's
     of = {"tensor": c.tensors, "out": c.outs}
     for k, ((kind, what, shape, strides), direct) in enumerate(zip(plan.sources, plan.direct)):
+        viewed = None  # a contiguous tensor's view for the guarded path
         if kind in ("tensor", "out"):
             env[f"_d{k}"], env[f"_s{k}"], env[f"_t{k}"] = direct, shape, strides
             src = f"v[{what!r}]" if kind == "tensor" else outs[what]
-            slots.append(f"_array({src}, _d{k}, _s{k}, _t{k})")
+            slot = f"_array({src}, _d{k}, _s{k}, _t{k})"
             if direct is not None and of[kind][what].is_contiguous():
                 # the guard holds strides and requires_grad: _array's own view, its checks done
                 env[f"_dt{k}"], env[f"_bs{k}"] = direct
-                checked.append(f"_nd(_s{k}, _dt{k}, {src}.numpy(), 0, _bs{k})")
-            else:
-                checked.append(slots[-1])
-            continue
+                viewed = f"_nd(_s{k}, _dt{k}, {src}.numpy(), 0, _bs{k})"
         elif kind == "const":
             env[f"_c{k}"] = what
-            slots.append(f"_c{k}")
+            slot = f"_c{k}"
         elif kind == "float" and bind[what][0] == 1:  # a float of this call
-            slots.append(f"float(v[{bind[what][1]!r}])")
+            slot = f"float(v[{bind[what][1]!r}])"
         elif kind == "float":  # fixed by the signature
             env[f"_c{k}"] = float(bind[what][1])
-            slots.append(f"_c{k}")
+            slot = f"_c{k}"
         else:  # a tensor param: expanded to its target per call, on the general path
             return None, None
-        checked.append(slots[-1])
+        slots.append(slot)
+        checked.append(viewed or slot)
+    names, body = _body(c, outs, env, ["    _execute(_plan, [{slots}])"])
+    fast = _compile_fast(body, slots, env, f"<scangen numba fast path: {c.op.name}>")
+    # the same arrays and numbers as the general path, for this call's values and outputs?
+    general = getattr(c, "kernel_arrays", ())  # what numba.run passed the kernel just now
+    for form in (slots, checked):
+        mine = _arguments(form, env, values, outs, c)
+        if len(mine) != len(general) or not all(map(_same_argument, mine, general)):
+            return None, None
+    return fast, _guarded(c, values, how, checked, names, body, env)
+
+
+def _body(c, outs: dict, env: dict, call: list) -> tuple[list, list]:
+    """``(names, lines)``: a fast path's body, its outputs allocated as
+    :meth:`~scangen.runtime.arguments.Call.allocate` does (poisoned where the tests ask), then
+    ``call`` (the kernel's, ``{slots}`` in place of its arguments), then the return; and the
+    outputs' names. Adds what the lines read to ``env``."""
+    env.update(_args=arguments, _nan=float("nan"), _dtype=c.out_dtype,
+               _empty_like=torch.empty_like, _empty=torch.empty, _shape=c.full_shape,
+               _dev=c.device)
     alloc = (f"_empty_like(v[{c.proto!r}], dtype=_dtype)" if c.proto is not None
              else "_empty(_shape, dtype=_dtype, device=_dev)")
     names = [outs[n] for n in c.requested]
     ret = names[0] if c.single else f"({', '.join(names)},)"
-    body = [
-        *[f"    {o} = {alloc}" for o in names],
-        "    if _args.POISON_OUTPUTS:",
-        *[f"        {o}.fill_(_nan)" for o in names],
-        "    _execute(_plan, [{slots}])",
-        f"    return {ret}",
-    ]
+    return names, [*[f"    {o} = {alloc}" for o in names],
+                   "    if _args.POISON_OUTPUTS:",
+                   *[f"        {o}.fill_(_nan)" for o in names],
+                   *call,
+                   f"    return {ret}"]
+
+
+def _compile_fast(body: list, slots: list, env: dict, name: str):
+    """``fast(v)`` from ``body`` with ``slots`` as the kernel's arguments."""
     src = "\n".join(["def fast(v):", *body]).replace("{slots}", ", ".join(slots))
-    exec(compile(src, f"<scangen numba fast path: {c.op.name}>", "exec"), env)
-    # the same arrays and numbers as the general path, for this call's values and outputs?
-    general = getattr(c, "kernel_arrays", ())  # what numba.run passed the kernel just now
-    for form in (slots, checked):
-        mine = eval(compile(f"({', '.join(form)},)", "<scangen numba fast path check>", "eval"),
-                    {**env, "v": values, **{outs[n]: o for n, o in c.outs.items()}})
-        if len(mine) != len(general) or not all(map(_same_argument, mine, general)):
-            return None, None
-    return env["fast"], _guarded(c, values, how, checked, names, body, env)
+    exec(compile(src, name, "exec"), env)
+    return env["fast"]
+
+
+def _arguments(slots: list, env: dict, values: dict, outs: dict, c) -> tuple:
+    """``slots`` evaluated on this call's ``values`` and its outputs ``c.outs``: what the fast
+    path would pass the kernel, to compare with what the general path passed."""
+    return eval(compile(f"({', '.join(slots)},)", "<scangen fast path check>", "eval"),
+                {**env, "v": values, **{outs[n]: o for n, o in c.outs.items()}})
 
 
 def _same_argument(a, b) -> bool:
