@@ -10,6 +10,7 @@ import importlib
 import json
 import os
 import pkgutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -57,10 +58,11 @@ ORDER_MODULES = [m for m in MODULES
 
 CHILD = r"""
 import importlib, json, sys, traceback
+import triton
 import triton.language as tl
 from scangen.testing import compile_offline
 modules, cases = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-out = {}
+out = {"triton": triton.__version__}
 for name in modules:
     module = importlib.import_module("scangen.generated." + name)
     k = 8 if any(i.shape == "NTK" for i in module.OP.inputs) else 1
@@ -80,11 +82,13 @@ print("RESULTS " + json.dumps(out))
 """
 
 
-def _child(code: str, *args: str, timeout: int):
+def _child(code: str, *args: str, timeout: int, triton_dir: str = ""):
     """Run ``code`` in a fresh Python without TRITON_INTERPRET (so Triton compiles for real) and
-    return the JSON it prints after ``RESULTS``."""
+    return the JSON it prints after ``RESULTS``; ``triton_dir``: a folder holding another Triton
+    (``pip install --target``), imported in place of the installed one."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [triton_dir, str(ROOT),
+                                                      env.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                           env=env, cwd=ROOT, timeout=timeout)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULTS ")), None)
@@ -380,3 +384,59 @@ def test_lane_tiles_in_runs_of_steps_compile_for_sm90(lane_run_results, name, op
         assert runs < interleaved, got
     else:
         assert runs == interleaved, got
+
+
+# The oldest Triton scangen supports (pyproject's lower bound): every built-in's kernels of each
+# family compile for sm_90 with it too, checked where SCANGEN_OLDEST_TRITON names a folder holding
+# that version (`pip install --no-deps --target DIR triton==<bound>`; .ci/run installs it). Triton
+# 3.4 fails here (a RecursionError in its frontend), 3.5 and 3.6 compile every case above.
+OLDEST_DIR = os.environ.get("SCANGEN_OLDEST_TRITON", "")
+OLDEST_CASES = {k: CASES[k] for k in ("stream-short", "stream-long", "persist-long", "lookback",
+                                      "lookback-rows", "stream-lean", "lookback-fp64-general")}
+OLDEST_LANE_OPS = [("eligibility_traces", ""), ("masked_gae", "chain=sequential"),
+                   ("vtrace", "shift=gather")]
+
+
+def oldest_triton() -> str:
+    """The lower bound of pyproject.toml's ``triton>=X.Y`` requirement."""
+    text = (ROOT / "pyproject.toml").read_text()
+    bound = re.search(r'"triton>=([0-9.]+)"', text)
+    assert bound, "pyproject.toml names no lower bound for triton"
+    return bound.group(1)
+
+
+def test_ci_installs_the_oldest_supported_triton():
+    """.ci/run puts pyproject's lower bound of triton where the tests below look for it."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert f"triton=={oldest_triton()}" in ci and "SCANGEN_OLDEST_TRITON" in ci
+
+
+@pytest.fixture(scope="module")
+def oldest_results():
+    if not OLDEST_DIR:
+        pytest.skip("SCANGEN_OLDEST_TRITON is not set (.ci/run sets it)")
+    got = _child(CHILD, json.dumps(MODULES), json.dumps(OLDEST_CASES), timeout=1200,
+                 triton_dir=OLDEST_DIR)
+    lanes = _child(LANE_RUNS, json.dumps(OLDEST_LANE_OPS), timeout=1200, triton_dir=OLDEST_DIR)
+    return got, lanes
+
+
+def test_oldest_triton_is_the_one_compiling(oldest_results):
+    got, _ = oldest_results
+    bound = oldest_triton().split(".")
+    assert got["triton"].split("+")[0].split(".")[:len(bound)] == bound, got["triton"]
+
+
+@pytest.mark.parametrize("case", sorted(OLDEST_CASES))
+@pytest.mark.parametrize("name", MODULES)
+def test_kernel_compiles_with_the_oldest_triton(oldest_results, name, case):
+    got, _ = oldest_results
+    assert got[f"{name}/{case}"] == "ok", got[f"{name}/{case}"]
+
+
+@pytest.mark.parametrize("family", ["stream", "persist", "lookback"])
+@pytest.mark.parametrize("name,option", OLDEST_LANE_OPS)
+def test_lane_tiles_compile_with_the_oldest_triton(oldest_results, name, option, family):
+    _, lanes = oldest_results
+    got = lanes[f"{name}[{option}]/{family}"]
+    assert isinstance(got, list) and min(got) >= 0, got
