@@ -352,6 +352,27 @@ def test_time_major_look_back_over_row_tiles(N, T, kw, expected):
     assert (cfg.block_n, cfg.block_t, cfg.block_k) == expected
 
 
+@pytest.mark.parametrize("algo_streams,lanes", [(3, 1), (6, 0)])
+def test_time_major_long_tiles_take_lanes_on_more_warps_for_ab_runs(algo_streams, lanes):
+    """timemajor.TM_LB_LONG_LANE_WARPS (0 in the rule, for A/B runs): the long row tiles of 32 x
+    256 take that many warps, and a row a lane where a thread's loads fit (3 tensors: 2 inputs x
+    32 steps a thread on 8 warps; 6 tensors: 5 x 32 > TM_LB_LANES_LOADS, no lanes)."""
+    from scangen.runtime import launch, timemajor
+    default = _choose(64, 65536, time_major=True, streams=algo_streams)
+    assert (default.block_n, default.block_t, default.num_warps) == (32, 256, 4)
+    with mock.patch.object(timemajor, "TM_LB_LONG_LANE_WARPS", 8), \
+            mock.patch.object(launch, "LANES_ROWS_A_WARP", 4):
+        cfg = _choose(64, 65536, time_major=True, streams=algo_streams)
+        assert (cfg.block_n, cfg.block_t, cfg.num_warps, cfg.family) == (32, 256, 8, "lookback")
+        c = NS(R1=64, R2=1, T=65536, K=1, device=torch.device("cuda", 0),
+               strides={f"x{i}": (1, 0, 64) for i in range(algo_streams - 1)},
+               tensors=dict.fromkeys(f"x{i}" for i in range(algo_streams - 1)),
+               outs={"out0": None},
+               op=NS(kernels=NS(lb_words=3), inputs=()))
+        with mock.patch.object(tiles, "_sm_count", lambda index: 132):
+            assert launch.lanes(c, cfg) == lanes
+
+
 @pytest.mark.parametrize("N,T,kw,window,pid", [
     (64, 65536, {}, 32, True),       # 32 x 256 tiles, 256 chunks a row
     (256, 8192, {"streams": 6, "bootstrap": True}, 32, True),   # 32 chunks a row

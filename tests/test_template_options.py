@@ -351,3 +351,12 @@ def test_lane_tiles_in_runs_of_steps(name, options, family, warps, steps, cache)
     assert seen and all(s == (True, warps) for s in seen), seen
     gathers = options.get("input_shift") == "gather"
     assert ("if LANE_WARPS > 1:" in _kernel_source(fn)) is not gathers
+
+
+@pytest.mark.parametrize("name", ["eligibility_traces", "discounted_returns", "gae"])
+def test_look_back_lane_tiles_on_eight_warps(name, cache):
+    """The look-back's lane tiles on eight warps (timemajor.TM_LB_LONG_LANE_WARPS, for A/B runs):
+    eight runs of two steps a chunk of 16, four chunks a row, against the float64 reference
+    (32 rows on 8 warps take lanes with runtime.launch.LANES_ROWS_A_WARP = 4, as in those runs)."""
+    with mock.patch.object(runtime.launch, "LANES_ROWS_A_WARP", 4):
+        test_lane_tiles_in_runs_of_steps(name, {}, "lookback", 8, 16, cache)

@@ -120,6 +120,11 @@ TM_LB_LANES_HALVE_MIN_T = 4096
 # 31.2 -> 92.0), and for V-trace everywhere (8 tensors: 86.3 -> 258 us at 64x65536).
 TM_LB_LONG_TILE = 8192
 TM_LB_LONG_MIN_T = 4096  # (the same length as TM_LB_LANES_HALVE_MIN_T, set apart for A/B runs)
+# Warps of those long tiles that may then take a row a lane (a run of 32 steps a warp on 8
+# warps, where a thread's loads fit TM_LB_LANES_LOADS; 32 rows on 8 warps also need
+# runtime.launch.LANES_ROWS_A_WARP = 4); 0: row tiles on NUM_WARPS, as measured above. Not yet
+# measured after the warp runs (bench/NOTES.md, open question 21 (c)): for A/B runs only.
+TM_LB_LONG_LANE_WARPS = 0
 
 
 def rows_contiguous(c) -> bool:
@@ -147,7 +152,8 @@ def lookback_lanes(c, cfg: Config) -> bool:
     """Whether a look-back tile may take a row a lane (TM_LB_LANES_LOADS)."""
     loads = streams(c, outputs=False) * -(-cfg.block_t // cfg.num_warps)
     return loads <= TM_LB_LANES_LOADS and not (
-        TM_LB_LONG_TILE and cfg.block_n * cfg.block_t >= TM_LB_LONG_TILE)
+        TM_LB_LONG_TILE and cfg.block_n * cfg.block_t >= TM_LB_LONG_TILE
+        and not TM_LB_LONG_LANE_WARPS)
 
 
 def family(c, rows: int, cfg: Config) -> str:
@@ -224,7 +230,8 @@ def lookback_tile(c, rows: int, block_k: int, kk: int) -> Config:
         tile = TM_LB_TILE // (2 if streams(c) >= LOOKBACK_MANY_TENSORS else 1)
     block_n = min(tile_rows, pow2(rows))
     block_t = max(16, min(tile // block_n, pow2(c.T) // 2))
-    cfg = Config(block_n, block_t, block_k, NUM_WARPS, "lookback")
+    warps = TM_LB_LONG_LANE_WARPS if long_rows and TM_LB_LONG_LANE_WARPS else NUM_WARPS
+    cfg = Config(block_n, block_t, block_k, warps, "lookback")
     if lanes and not joint and block_n == TM_LB_ROWS and c.T >= TM_LB_LANES_HALVE_MIN_T:
         while not lookback_lanes(c, cfg) and cfg.block_t > TM_LB_MIN_STEPS:
             cfg = cfg._replace(block_t=cfg.block_t // 2)
