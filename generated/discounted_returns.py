@@ -65,15 +65,14 @@ def compute_discounted_returns(rewards, terminateds, truncateds=None, gamma=0.99
         rewards: [N, T] float. r_t, the reward of step t.
         terminateds: [N, T] flag. 1 where the episode terminated at step t.
         truncateds: [N, T] flag, optional (default 0). 1 where the episode was cut at step t.
-        bootstrap_values: [N, T] float, optional (default 0). V of the true successor at truncated steps and at t = T-1; ignored elsewhere.
         gamma: float or tensor broadcastable to [N, T] (default 0.99). discount factor
+        bootstrap_values: [N, T] float, optional (default 0). V of the true successor at truncated steps and at t = T-1; ignored elsewhere.
         time_dim: the time axis of the [N, T] inputs (-1: rows [N, T]; 0: time-major).
         outputs: output name(s) to compute; default returns.
         backend: 'auto' (Triton on CUDA, numba on CPU), 'triton', 'numba' or 'torch'.
     
     Returns:
-        returns: [N, T] in the inputs' floating dtype. G_t.
-        st__G: [N, T] in the inputs' floating dtype. the scan state, saved for the backward pass"""
+        returns: [N, T] in the inputs' floating dtype. G_t."""
     return _ops.call(OP, {
         "rewards": rewards,
         "terminateds": terminateds,

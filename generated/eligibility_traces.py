@@ -63,16 +63,15 @@ def compute_eligibility_traces(gradients, dones, gamma, lambda_, seed_values=Non
     Args:
         gradients: [N, T] float. g_t, [N, T] or [N, T, *F].
         dones: [N, T] flag. 1 where the episode ended at step t: the trace restarts at t+1.
-        seed_values: [N] float, optional (default 0). z_{-1}, the trace carried in from before the window ([N] or [N, *F]).
         gamma: float or tensor broadcastable to [N, T] (required). discount factor
         lambda_: float or tensor broadcastable to [N, T] (required). trace decay
+        seed_values: [N] float, optional (default 0). z_{-1}, the trace carried in from before the window ([N] or [N, *F]).
         time_dim: the time axis of the [N, T] inputs (-1: rows [N, T]; 0: time-major).
         outputs: output name(s) to compute; default traces.
         backend: 'auto' (Triton on CUDA, numba on CPU), 'triton', 'numba' or 'torch'.
     
     Returns:
-        traces: [N, T] in the inputs' floating dtype. z_t.
-        st__z: [N, T] in the inputs' floating dtype. the scan state, saved for the backward pass"""
+        traces: [N, T] in the inputs' floating dtype. z_t."""
     return _ops.call(OP, {
         "gradients": gradients,
         "dones": dones,

@@ -68,8 +68,7 @@ def compute_episodic_prefix_sum(inputs, dones, seed_values=None, boundary='ends_
         backend: 'auto' (Triton on CUDA, numba on CPU), 'triton', 'numba' or 'torch'.
     
     Returns:
-        sums: [N, T] in the inputs' floating dtype. C_t.
-        st__C: [N, T] in the inputs' floating dtype. the scan state, saved for the backward pass"""
+        sums: [N, T] in the inputs' floating dtype. C_t."""
     return _ops.call(OP, {
         "inputs": inputs,
         "dones": dones,

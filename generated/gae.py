@@ -75,18 +75,17 @@ def compute_gae(rewards, values, terminateds, truncateds=None, gamma=0.99, lambd
         values: [N, T] float. V(s_t), the critic's value of the state at step t.
         terminateds: [N, T] flag. 1 where the episode terminated at step t (no bootstrap).
         truncateds: [N, T] flag, optional (default 0). 1 where the episode was cut at step t (bootstrap from bootstrap_values).
-        bootstrap_values: [N, T] float, optional (default 0). V of the true successor at truncated steps and at t = T-1; ignored elsewhere.
-        last_value: [N] float, optional (default 0). V of the successor of the last step; shorthand for bootstrap_values at T-1.
         gamma: float or tensor broadcastable to [N, T] (default 0.99). discount factor
         lambda_: float or tensor broadcastable to [N, T] (default 0.95). GAE trace decay
+        bootstrap_values: [N, T] float, optional (default 0). V of the true successor at truncated steps and at t = T-1; ignored elsewhere.
+        last_value: [N] float, optional (default 0). V of the successor of the last step; shorthand for bootstrap_values at T-1.
         time_dim: the time axis of the [N, T] inputs (-1: rows [N, T]; 0: time-major).
         outputs: output name(s) to compute; default advantages.
         backend: 'auto' (Triton on CUDA, numba on CPU), 'triton', 'numba' or 'torch'.
     
     Returns:
         advantages: [N, T] in the inputs' floating dtype. A_t.
-        returns: [N, T] in the inputs' floating dtype. A_t + V_t, the TD(lambda) target.
-        st__A: [N, T] in the inputs' floating dtype. the scan state, saved for the backward pass"""
+        returns: [N, T] in the inputs' floating dtype. A_t + V_t, the TD(lambda) target."""
     return _ops.call(OP, {
         "rewards": rewards,
         "values": values,

@@ -71,16 +71,15 @@ def compute_lambda_returns(rewards, next_values, terminateds, truncateds=None, g
         next_values: [N, T] float. V(s_{t+1}) of the true successor of step t.
         terminateds: [N, T] flag. 1 where the episode terminated at step t.
         truncateds: [N, T] flag, optional (default 0). 1 where the episode was cut at step t.
-        bootstrap_values: [N, T] float, optional (default 0). overrides next_values at truncated steps and at t = T-1 when given.
         gamma: float or tensor broadcastable to [N, T] (default 0.99). discount factor
         lambda_: float or tensor broadcastable to [N, T] (default 0.95). trace decay
+        bootstrap_values: [N, T] float, optional (default 0). overrides next_values at truncated steps and at t = T-1 when given.
         time_dim: the time axis of the [N, T] inputs (-1: rows [N, T]; 0: time-major).
         outputs: output name(s) to compute; default returns.
         backend: 'auto' (Triton on CUDA, numba on CPU), 'triton', 'numba' or 'torch'.
     
     Returns:
-        returns: [N, T] in the inputs' floating dtype. G_t, the lambda-returns.
-        st__G: [N, T] in the inputs' floating dtype. the scan state, saved for the backward pass"""
+        returns: [N, T] in the inputs' floating dtype. G_t, the lambda-returns."""
     return _ops.call(OP, {
         "rewards": rewards,
         "next_values": next_values,

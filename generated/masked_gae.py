@@ -79,9 +79,7 @@ def compute_masked_gae(token_level_rewards, values, response_mask, gamma=1.0, la
     
     Returns:
         advantages: [N, T] in the inputs' floating dtype. A_t.
-        returns: [N, T] in the inputs' floating dtype. A_t + V_t.
-        st__nv: [N, T] in the inputs' floating dtype. the scan state, saved for the backward pass
-        st__A: [N, T] in the inputs' floating dtype. the scan state, saved for the backward pass"""
+        returns: [N, T] in the inputs' floating dtype. A_t + V_t."""
     return _ops.call(OP, {
         "token_level_rewards": token_level_rewards,
         "values": values,

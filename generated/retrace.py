@@ -99,19 +99,18 @@ def compute_retrace(action_probs_target, action_probs_behavior, q_values, next_q
         rewards: [N, T] float. r_t.
         terminateds: [N, T] flag. 1 where the episode terminated at step t.
         truncateds: [N, T] flag, optional (default 0). 1 where the episode was cut at step t.
-        next_action_probs_target: [N, T, K] float. pi(.|s_{t+1}), the target policy at the true successor of step t, [N, T, K]. It is required because the expected next Q must be taken under the policy at the successor, EQ_t = sum_a pi(a|s_{t+1}) Q(s_{t+1}, a); rl-triton 0.1.3 weighted Q(s_{t+1}, .) with pi(.|s_t), which is wrong whenever the policy changes between steps. Pass action_probs_target shifted by one step (and the successor's probabilities at truncated and last steps).
         gamma: float or tensor broadcastable to [N, T] (default 0.99). discount factor
         lambda_: float or tensor broadcastable to [N, T] (default 1.0). trace decay
         c_bar: float or tensor broadcastable to [N, T] (default 1.0). clip of the trace coefficient
         rho_bar: float or tensor broadcastable to [N, T] (default 1.0). clip of the importance weight in the advantages
+        next_action_probs_target: [N, T, K] float. pi(.|s_{t+1}), the target policy at the true successor of step t, [N, T, K]. It is required because the expected next Q must be taken under the policy at the successor, EQ_t = sum_a pi(a|s_{t+1}) Q(s_{t+1}, a); rl-triton 0.1.3 weighted Q(s_{t+1}, .) with pi(.|s_t), which is wrong whenever the policy changes between steps. Pass action_probs_target shifted by one step (and the successor's probabilities at truncated and last steps).
         time_dim: the time axis of the [N, T] inputs (-1: rows [N, T]; 0: time-major).
         outputs: output name(s) to compute; default targets, advantages.
         backend: 'auto' (Triton on CUDA, numba on CPU), 'triton', 'numba' or 'torch'.
     
     Returns:
         targets: [N, T] in the inputs' floating dtype. q_ret_t, the Retrace targets.
-        advantages: [N, T] in the inputs' floating dtype. rho_t * (r_t + gamma * (1 - term_t) * q_ret_next_t - Q_t).
-        st__A: [N, T] in the inputs' floating dtype. the scan state, saved for the backward pass"""
+        advantages: [N, T] in the inputs' floating dtype. rho_t * (r_t + gamma * (1 - term_t) * q_ret_next_t - Q_t)."""
     return _ops.call(OP, {
         "action_probs_target": action_probs_target,
         "action_probs_behavior": action_probs_behavior,

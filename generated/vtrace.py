@@ -93,11 +93,11 @@ def compute_vtrace(log_pi_target, log_pi_behavior, values, rewards, terminateds,
         rewards: [N, T] float. r_t.
         terminateds: [N, T] flag. 1 where the episode terminated at step t.
         truncateds: [N, T] flag, optional (default 0). 1 where the episode was cut at step t.
-        bootstrap_values: [N, T] float, optional (default 0). V of the true successor at truncated steps and at t = T-1; ignored elsewhere.
-        last_value: [N] float, optional (default 0). V of the successor of the last step.
         gamma: float or tensor broadcastable to [N, T] (default 0.99). discount factor
         rho_bar: float or tensor broadcastable to [N, T] (default 1.0). clip of the importance weight in the TD error
         c_bar: float or tensor broadcastable to [N, T] (default 1.0). clip of the trace-cutting coefficient
+        bootstrap_values: [N, T] float, optional (default 0). V of the true successor at truncated steps and at t = T-1; ignored elsewhere.
+        last_value: [N] float, optional (default 0). V of the successor of the last step.
         lambda_: float or tensor broadcastable to [N, T] (default 1.0). trace decay (1 is IMPALA's V-trace)
         pg_rho_bar: float or tensor broadcastable to [N, T] (default 'rho_bar'). clip of the importance weight in the policy-gradient advantage (defaults to rho_bar)
         time_dim: the time axis of the [N, T] inputs (-1: rows [N, T]; 0: time-major).
@@ -106,8 +106,7 @@ def compute_vtrace(log_pi_target, log_pi_behavior, values, rewards, terminateds,
     
     Returns:
         targets: [N, T] in the inputs' floating dtype. vs_t, the V-trace value targets.
-        pg_advantages: [N, T] in the inputs' floating dtype. the clipped policy-gradient advantages.
-        st__A: [N, T] in the inputs' floating dtype. the scan state, saved for the backward pass"""
+        pg_advantages: [N, T] in the inputs' floating dtype. the clipped policy-gradient advantages."""
     return _ops.call(OP, {
         "log_pi_target": log_pi_target,
         "log_pi_behavior": log_pi_behavior,

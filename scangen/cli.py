@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -24,8 +25,10 @@ def _cmd_build(args) -> int:
     changed = build(specs, out, check=args.check)
     if args.check:
         if changed:
+            again = " ".join(["scangen build", *map(shlex.quote, args.specs),
+                              *(["--out", shlex.quote(args.out)] if args.out != DEFAULT_OUT else [])])
             print(f"{out} is stale: {', '.join(changed)} differ from the specs and templates; "
-                  f"run `scangen build`", file=sys.stderr)
+                  f"run `{again}`", file=sys.stderr)
             return 1
         print(f"{out} is up to date ({len(specs)} specs)")
         return 0
@@ -105,7 +108,7 @@ def _add_bench(sub) -> None:
                                                   "(default: max(256 MiB CPU / 1 GiB CUDA, 4 x last-level cache))")
     b.add_argument("--quick", action="store_true", help="3 rounds, shorter samples, loops over <= 1024 steps")
     b.add_argument("--csv", metavar="FILE", help="write one row per implementation and configuration")
-    b.add_argument("--plot", metavar="FILE.png", help='draw the chart (needs pip install "scangen[plot]")')
+    b.add_argument("--plot", metavar="FILE.png", help='draw the chart (needs matplotlib: pip install "matplotlib>=3.7")')
     b.add_argument("--from-csv", metavar="FILE", help="measure nothing: print and --plot a CSV of an earlier run")
     b.set_defaults(fn=_cmd_bench)
 

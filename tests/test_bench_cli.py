@@ -111,7 +111,7 @@ def test_without_matplotlib_plot_names_the_extra_before_measuring(tmp_path, monk
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
     monkeypatch.setattr(suite, "run", lambda *a, **k: pytest.fail("measured before failing"))
     assert bench("gae", *TINY, "--plot", str(tmp_path / "x.png")) == 2
-    assert 'pip install "scangen[plot]"' in capsys.readouterr().err
+    assert 'pip install "matplotlib>=3.7"' in capsys.readouterr().err
 
 
 def test_bad_options_are_errors(capsys):

@@ -57,6 +57,8 @@ def test_build_check_and_out(tmp_path):
     (tmp_path / "gae.py").write_text("stale\n")
     stale = scangen("build", str(spec), "--out", str(tmp_path), "--check")
     assert stale.returncode == 1 and "gae.py" in stale.stderr
+    # the command it suggests rebuilds what was checked, where it was checked
+    assert f"run `scangen build {spec} --out {tmp_path}`" in stale.stderr, stale.stderr
 
 
 def test_verify_small_on_this_machine():

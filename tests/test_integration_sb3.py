@@ -31,13 +31,13 @@ from scangen.testing import assert_close  # noqa: E402
 
 # Tolerances, as multiples of the output's scale max(1, max|A|) (scangen.testing.assert_close).
 # SB3's loop runs in float32, serially; scangen's torch backend in float32 by log-depth doubling,
-# its numba backend serially in float64: the same terms summed in different orders and
-# precisions, so neither float32 result is exact. Each is checked against SB3's own loop run in
+# its numba backend serially in float32 (the call's accumulation type): the same terms summed in
+# different orders, so no float32 result is exact. Each is checked against SB3's own loop run in
 # float64, within the project's float32 tolerance (atol 1e-5 x scale, rtol 1e-4). Measured max
-# abs error / scale: on the random rollouts below 1.4e-6 (torch), 8e-8 (numba) and 1.2e-6 for
-# SB3 itself; in the long-horizon case (2048 steps, no episode end, gamma 0.999, lambda 1)
-# 8.6e-6 (torch), 5.5e-8 (numba) and 5.5e-6 (SB3). Against each other the two
-# float32 results may differ by the sum of both errors: twice the bound.
+# abs error / scale at 1cb2c3c (docs/integrations/sb3.md): on the random rollouts below 1.4e-6
+# (torch), 7.7e-7 (numba) and 1.2e-6 for SB3 itself; in the long-horizon case (2048 steps, no
+# episode end, gamma 0.999, lambda 1) 8.6e-6 (torch), 5.7e-6 (numba) and 5.5e-6 (SB3). Against
+# each other the two float32 results may differ by the sum of both errors: twice the bound.
 TOL_F64 = dict(atol=1e-5, rtol=1e-4)
 TOL_SB3 = dict(atol=2e-5, rtol=2e-4)
 

@@ -243,6 +243,30 @@ def test_exclusive_bootstrap_and_last_value():
         scangen.compute_gae(**inputs, last_value=torch.zeros(2))
 
 
+def test_unknown_output_lists_the_public_outputs():
+    """The error names the outputs a user can ask for, not the states the backward saves."""
+    inputs = make_inputs("gae", 2, 5, seed=0)
+    with pytest.raises(ValueError, match=r"unknown output 'advantage' \(available: advantages, "
+                                         r"returns\)$"):
+        scangen.compute_gae(**inputs, outputs="advantage")
+
+
+@pytest.mark.parametrize("name", ["gae", "vtrace", "retrace", "lambda_returns",
+                                  "discounted_returns", "eligibility_traces",
+                                  "episodic_prefix_sum", "masked_gae"])
+def test_docstring_lists_arguments_in_signature_order_and_no_saved_states(name):
+    """help(compute_*): Args in the function's own order (params may come between inputs), and
+    Returns without the scan states saved for the backward pass (st__*)."""
+    import inspect
+    fn = getattr(scangen, f"compute_{name}")
+    doc = fn.__doc__
+    args = doc.split("Args:")[1].split("Returns:")[0]
+    listed = [line.strip().split(":")[0] for line in args.splitlines() if line.strip()]
+    assert listed == list(inspect.signature(fn).parameters)
+    returns = doc.split("Returns:")[1]
+    assert "st__" not in returns and returns.strip()
+
+
 def test_bad_boundary():
     inputs = make_inputs("episodic_prefix_sum", 2, 5, seed=0)
     with pytest.raises(ValueError, match="boundary must be one of 'ends_at', 'starts_at'"):

@@ -2,7 +2,7 @@
 
 The chart is drawn from rows alone (those of a run, or read back from its CSV), so
 ``scangen bench --from-csv FILE --plot FILE.png`` redraws it without measuring anything.
-matplotlib is imported only to draw (``pip install "scangen[plot]"``).
+matplotlib is imported only to draw (``pip install matplotlib``).
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ SHORT = {"scangen": "scangen", "scangen_torch": "torch path", "compiled_scan": "
          "torch_loop": "torch loop", "numpy_loop": "numpy loop"}
 COLORS = {"scangen": "#d62728", "scangen_torch": "#9467bd", "compiled_scan": "#2ca02c", "torch_loop": "#1f77b4",
           "numpy_loop": "#ff7f0e"}
-PLOT_EXTRA = 'matplotlib is needed to draw the chart: pip install "scangen[plot]" (or pip install matplotlib)'
+PLOT_EXTRA = ('matplotlib is needed to draw the chart: pip install "matplotlib>=3.7" (or, in '
+              'scangen\'s checkout, pip install -e ".[plot]")')
 
 
 # ---------------------------------------------------------------------------------------------

@@ -288,21 +288,26 @@ def _api_context(ir: IR) -> NS:
 def _docstring(ir: IR) -> str:
     shapes = {"NT": "[N, T]", "N": "[N]", "NTK": "[N, T, K]"}
     lines = (ir.doc.strip() or f"The '{ir.name}' scan.").splitlines() + ["", "Args:"]
-    for i in ir.inputs:
-        opt = f", optional (default {i.default:g})" if i.optional else ""
-        lines.append(f"    {i.name}: {shapes[i.shape]} {i.kind}{opt}. {i.doc}".rstrip())
-    for p in ir.params:
-        d = "required" if p.default is None else f"default {p.default!r}"
-        if p.choices:
-            d += "; one of " + ", ".join(repr(k) for k, _ in p.choices)
-        lines.append(f"    {p.name}: float or tensor broadcastable to [N, T] ({d}). {p.doc}"
-                     .rstrip())
+    inputs, params = {i.name: i for i in ir.inputs}, {p.name: p for p in ir.params}
+    for a in ir.signature:  # in the function's own order
+        if a in inputs:
+            i = inputs[a]
+            opt = f", optional (default {i.default:g})" if i.optional else ""
+            lines.append(f"    {i.name}: {shapes[i.shape]} {i.kind}{opt}. {i.doc}".rstrip())
+        elif a in params:
+            p = params[a]
+            d = "required" if p.default is None else f"default {p.default!r}"
+            if p.choices:
+                d += "; one of " + ", ".join(repr(k) for k, _ in p.choices)
+            lines.append(f"    {p.name}: float or tensor broadcastable to [N, T] ({d}). {p.doc}"
+                         .rstrip())
     lines += ["    time_dim: the time axis of the [N, T] inputs (-1: rows [N, T]; 0: time-major).",
               "    outputs: output name(s) to compute; default " + ", ".join(ir.returns) + ".",
               "    backend: 'auto' (Triton on CUDA, numba on CPU), 'triton', 'numba' or 'torch'.",
               "", "Returns:"]
     for o in ir.outputs:
-        lines.append(f"    {o.name}: [N, T] in the inputs' floating dtype. {o.doc}".rstrip())
+        if not abi.is_state_output(o.name):  # the backward's saved states are not the user's
+            lines.append(f"    {o.name}: [N, T] in the inputs' floating dtype. {o.doc}".rstrip())
     return "\n    ".join(line.rstrip() for line in lines)
 
 

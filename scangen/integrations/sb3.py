@@ -35,7 +35,8 @@ try:
     from stable_baselines3.common import buffers as _sb3_buffers
 except ImportError as e:  # pragma: no cover - exercised only where SB3 is absent
     raise ImportError(
-        "scangen.integrations.sb3 needs Stable-Baselines3: pip install \"scangen[sb3]\""
+        "scangen.integrations.sb3 needs Stable-Baselines3: pip install \"stable-baselines3>=2.1\" "
+        "\"gymnasium>=0.29.1\" (or, in scangen's checkout, pip install -e \".[sb3]\")"
     ) from e
 
 import scangen

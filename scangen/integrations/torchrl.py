@@ -35,7 +35,8 @@ try:
     from torchrl.objectives.value.functional import SHAPE_ERR
 except ImportError as e:  # pragma: no cover - exercised only where torchrl is absent
     raise ImportError(
-        "scangen.integrations.torchrl needs TorchRL: pip install \"scangen[torchrl]\""
+        "scangen.integrations.torchrl needs TorchRL: pip install \"torchrl>=0.14.1,<0.15\" "
+        "\"tensordict>=0.14.3,<0.15\" (or, in scangen's checkout, pip install -e \".[torchrl]\")"
     ) from e
 
 import torch

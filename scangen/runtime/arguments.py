@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from ..abi import InputInfo, OpInfo, ParamInfo
+from ..abi import InputInfo, OpInfo, ParamInfo, is_state_output
 
 _FLOAT = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _FLAG = (torch.bool, torch.uint8, torch.int8, torch.int32, torch.int64) + _FLOAT
@@ -90,8 +90,9 @@ class Call:
         names = (outputs,) if isinstance(outputs, str) else tuple(outputs)
         for name in names:
             if name not in self.op.outputs:
+                public = (o for o in self.op.outputs if not is_state_output(o))
                 raise ValueError(f"{self.fn}(): outputs: unknown output {name!r} "
-                                 f"(available: {', '.join(self.op.outputs)})")
+                                 f"(available: {', '.join(public)})")
         if not names:
             raise ValueError(f"{self.fn}(): outputs must name at least one output")
         return names
