@@ -10,12 +10,15 @@
 * register(): both names in a registry with verl's contract, called as verl's trainer calls a
   registered estimator; the trainer's compute_advantage routed so that scangen_gae gets the
   critic's values; a clear ImportError without verl; the module imports without verl.
-* Where verl imports (it needs ray and transformers, so CI skips these): the same inputs through
-  verl's own functions and registry, and its trainer's compute_advantage on a DataProto.
+* Where verl imports (it needs ray and transformers, and its tensordict pin excludes TorchRL's, so
+  CI installs it in a venv of its own and runs these there, from this file's last test): the same
+  inputs through verl's own functions and registry, and its trainer's compute_advantage on a
+  DataProto.
 * On CUDA (skipped without): CUDA tensors through the Triton kernels, against the loops and verl.
 """
 import math
 import os
+import re
 import subprocess
 import sys
 import types
@@ -33,7 +36,17 @@ try:  # verl's package imports ray, transformers, ... at import time
     from verl.utils import torch_functional as verl_F
 except Exception:  # noqa: BLE001 - absent, or present without its heavy dependencies
     verl_core = verl_F = None
-needs_verl = pytest.mark.skipif(verl_core is None, reason="verl's core_algos does not import here")
+
+
+def needs_verl(test):
+    """The cases against verl itself (marked ``verl``): skipped where verl does not import, which
+    is the main environment of CI; there test_real_verl_cases_in_verls_environment runs them
+    with the Python of a venv that has verl (SCANGEN_VERL_PYTHON, set by .ci/run)."""
+    skip = pytest.mark.skipif(verl_core is None, reason="verl's core_algos does not import here")
+    return pytest.mark.verl(skip(test))
+
+
+VERL_PYTHON = os.environ.get("SCANGEN_VERL_PYTHON", "")
 
 ROOT = Path(__file__).resolve().parent.parent
 F64 = torch.float64
@@ -460,3 +473,23 @@ def test_placeholders_on_masked_tokens_change_nothing(junk, backend):
     got = sv.compute_reinforce_plus_plus_outcome_advantage(
         r0.masked_fill(skipped, junk), m, _Config(gamma=0.97), backend=backend)
     assert torch.equal(got[0], rpp_adv) and torch.equal(got[1], rpp_ret)
+
+
+def test_real_verl_cases_in_verls_environment():
+    """The cases against verl itself, run by the Python of an environment that has verl
+    (SCANGEN_VERL_PYTHON: .ci/run builds it from .ci/verl-requirements.txt, since verl and
+    TorchRL pin incompatible tensordicts): every one of them must pass there, none skipped but
+    those that need a GPU."""
+    if verl_core is not None:
+        pytest.skip("verl imports in this environment: its cases ran here")
+    if not VERL_PYTHON:
+        pytest.skip("SCANGEN_VERL_PYTHON is not set (.ci/run sets it)")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([VERL_PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
+                           "-m", "verl and not gpu", str(Path(__file__))],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    summary = out.strip().splitlines()[-1]
+    passed = re.search(r"(\d+) passed", summary)
+    assert passed and int(passed.group(1)) >= 10 and "skipped" not in summary, out[-4000:]
