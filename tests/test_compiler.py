@@ -216,3 +216,44 @@ def test_numba_scalar_where_is_a_branch_but_a_ladder_head_of_computed_sides_a_se
     assert print_expr(NumbaPrinter, Where(t, 0, Where(c, b + w, v)), {}, "spec") == \
         "(_F(0.0) if t != 0 else (b + w if c != 0 else v))"
     assert print_expr(NumbaPrinter, Where(t, b, v), {}, "spec") == "(b if t != 0 else v)"
+
+
+PRESENT_SELECT = """\
+name: present_select
+direction: reverse
+inputs:
+  x: float
+  o: {kind: float, default: 0}
+scans:
+  A:
+    update: x + 0.5 * where(present(o), 0, 1) * A
+outputs:
+  y: A + o * where(present(o), 1, 0)
+"""
+
+
+def _present_select_loop(x, o):
+    steps, carry = [], torch.zeros_like(x[:, 0])
+    for t in reversed(range(x.shape[1])):
+        carry = x[:, t] + (0.0 if o is not None else 0.5) * carry
+        steps.append(carry + (o[:, t] if o is not None else 0.0))
+    return torch.stack(steps[::-1], dim=1)
+
+
+@pytest.mark.parametrize("given", [True, False], ids=["o", "no-o"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_select_of_numbers_on_present_alone(tmp_path, backend, given):
+    """where(present(o), 1, 0) is a select on a constexpr: TritonPrinter wrote it
+    (HAS_o != 0).to(ACC), which a Python bool does not have; the adjoint of
+    where(present(o), o, c) has one too. Forward and gradient against a float64 loop."""
+    fn = scangen.compile(PRESENT_SELECT, cache_dir=tmp_path)
+    g = torch.Generator().manual_seed(6)
+    leaves = [torch.randn(2, 9, generator=g, dtype=torch.float64, requires_grad=True)
+              for _ in range(2 if given else 1)]
+    y = call_on(fn, backend, *leaves)
+    expected = _present_select_loop(*leaves, *([] if given else [None]))
+    torch.testing.assert_close(y, expected, atol=1e-12, rtol=1e-12)
+    w = torch.linspace(-1, 1, 18, dtype=torch.float64).view(2, 9)
+    got = torch.autograd.grad((y * w).sum(), leaves)
+    for name, a, b in zip("xo", got, torch.autograd.grad((expected * w).sum(), leaves)):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12, msg=f"d/d{name}")

@@ -548,8 +548,9 @@ MALFORMED = {
                                                  "another document)"),
     "empty": ("", "<string>: the spec is empty"),
     "comment_only": ("# nothing\n", "<string>: the spec is empty"),
-    "scalar": ("hello", "<string>:1: the spec must be a mapping, got LStr"),
-    "list": ("- a\n- b\n", "<string>:1: the spec must be a mapping, got list"),
+    "scalar": ("hello\n", "<string>:1: the spec must be a mapping, got a string"),
+    "number": ("5\n", "<string>:1: the spec must be a mapping, got a number"),
+    "list": ("- a\n- b\n", "<string>:1: the spec must be a mapping, got a list"),
 }
 
 
@@ -558,6 +559,37 @@ def test_malformed_yaml(case):
     text, exact = MALFORMED[case]
     msg = refused(text, "malformed YAML" if exact is None else "", exact=exact)
     assert msg.startswith("<string>")
+
+
+SPEC_IS = "(a spec is a path to a .yaml or .yml file, or YAML text of a mapping)"
+
+
+@pytest.mark.parametrize("arg,exact", [
+    ("my_ema", f"my_ema: no such spec file, and as YAML text it is a string, not a mapping "
+               f"{SPEC_IS}"),
+    ("specs/my_ema", f"specs/my_ema: no such spec file, and as YAML text it is a string, not a "
+                     f"mapping {SPEC_IS}"),
+    ("42", f"42: no such spec file, and as YAML text it is a number, not a mapping {SPEC_IS}"),
+    ("[a, b]", f"[a, b]: no such spec file, and as YAML text it is a list, not a mapping "
+               f"{SPEC_IS}"),
+    ("my_ema.yaml", f"my_ema.yaml: no such spec file {SPEC_IS}"),
+    ("my_ema.yml", f"my_ema.yml: no such spec file {SPEC_IS}"),
+    (Path("my_ema.yaml"), f"my_ema.yaml: no such spec file {SPEC_IS}"),
+], ids=["name", "relative", "number", "list", "yaml", "yml", "Path"])
+def test_a_mistyped_path_says_no_such_file(tmp_path, monkeypatch, arg, exact):
+    """``scangen.compile("my_ema")``: one line of text that is no mapping was meant as a path."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(scangen.SpecError) as info:
+        scangen.compile(arg, cache_dir=tmp_path)
+    assert str(info.value) == exact
+
+
+def test_a_spec_file_without_yaml_suffix_is_named(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my_ema").write_text(spec(), encoding="utf-8")
+    refused("my_ema", exact=f"my_ema: a spec file's name must end in .yaml or .yml {SPEC_IS}")
+    (tmp_path / "my_ema.yaml").write_text(spec(), encoding="utf-8")
+    assert to_ir("my_ema.yaml").name == "hostile"
 
 
 @pytest.mark.parametrize("data", [
@@ -708,15 +740,15 @@ def test_unknown_keys_at_every_level(case):
 
 WRONG_TYPES = {
     "inputs_list": ('inputs:\n  x: {kind: float, doc: "x"}\n  f: flag\n', "inputs: [x, f]\n",
-                    "<string>: 'inputs' must be a mapping, got list"),
+                    "<string>: 'inputs' must be a mapping, got a list"),
     "inputs_number": ('inputs:\n  x: {kind: float, doc: "x"}\n  f: flag\n', "inputs: 5\n",
-                      "<string>: 'inputs' must be a mapping, got int"),
+                      "<string>: 'inputs' must be a mapping, got a number"),
     "inputs_null": ('inputs:\n  x: {kind: float, doc: "x"}\n  f: flag\n', "inputs:\n",
-                    "<string>: 'inputs' must be a mapping, got NoneType"),
-    "input_null": ("  f: flag\n", "  f:\n", "<string>:5: input 'f' must be a mapping, got NoneType"),
-    "input_number": ("  f: flag\n", "  f: 5\n", "<string>:5: input 'f' must be a mapping, got int"),
+                    "<string>: 'inputs' must be a mapping, got nothing (an empty value)"),
+    "input_null": ("  f: flag\n", "  f:\n", "<string>:5: input 'f' must be a mapping, got nothing (an empty value)"),
+    "input_number": ("  f: flag\n", "  f: 5\n", "<string>:5: input 'f' must be a mapping, got a number"),
     "input_list": ("  f: flag\n", "  f: [flag]\n",
-                   "<string>:5: input 'f' must be a mapping, got list"),
+                   "<string>:5: input 'f' must be a mapping, got a list"),
     "kind_list": ("  f: flag\n", "  f: {kind: [flag]}\n",
                   "<string>:5: input 'f': kind must be one of float, flag, index, got ['flag']"),
     "shape_number": ("  f: flag\n", "  f: {kind: flag, shape: 5}\n",
@@ -728,13 +760,13 @@ WRONG_TYPES = {
     "param_list": ("{default: a, choices: {a: 0.5, b: 0.25}}", "[1, 2]",
                    "<string>:7: param 'g': default must be a finite number, got [1, 2]"),
     "choices_list": ("{a: 0.5, b: 0.25}", "[a, b]",
-                     "<string>:7: param 'g': choices must be a mapping, got list"),
+                     "<string>:7: param 'g': choices must be a mapping, got a list"),
     "choice_text": ("{a: 0.5, b: 0.25}", "{a: 0.5, b: x}",
                     "<string>:7: param 'g': choice 'b' must be a finite number, got 'x'"),
     "scan_null": ("    update: z + g * A\n    init: 0\n", "\n",
-                  "<string>:11: scan 'A' must be a mapping, got NoneType"),
+                  "<string>:11: scan 'A' must be a mapping, got nothing (an empty value)"),
     "scan_text": ("  A:\n    update: z + g * A\n    init: 0\n", "  A: z + g * A\n",
-                  "<string>:11: scan 'A' must be a mapping, got LStr"),
+                  "<string>:11: scan 'A' must be a mapping, got a string"),
     "update_list": ("update: z + g * A", "update: [z, g]",
                     "<string>:11: scan 'A' update: unsupported syntax (List): \"['z', 'g']\""),
     "update_bool": ("update: z + g * A", "update: true",
@@ -742,7 +774,7 @@ WRONG_TYPES = {
     "update_null": ("update: z + g * A", "update: null",
                     "<string>:11: scan 'A': needs either update, or both alpha and beta: '0'"),
     "outputs_list": ('outputs:\n  y: {expr: A, doc: "y"}\n', "outputs: [A]\n",
-                     "<string>: 'outputs' must be a mapping, got list"),
+                     "<string>: 'outputs' must be a mapping, got a list"),
     "output_null": ('{expr: A, doc: "y"}', "null",
                     "<string>:15: output 'y': unsupported constant None: 'None'"),
     "output_no_expr": ('{expr: A, doc: "y"}', '{doc: "y"}',

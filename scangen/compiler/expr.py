@@ -17,6 +17,10 @@ from ..errors import SpecError
 MAX_EXPR_CHARS = 4000
 MAX_EXPR_NODES = 800
 MAX_CONST_EXPONENT = 64
+# The largest |n| of an integer power x**n of a non-constant x: the printers write it as
+# multiplications (1 / (...) for n < 0), whose text holds x n times and whose float32 result
+# overflows for |x| > 256 at n = 16 already
+MAX_INT_POWER = 16
 
 
 class Next(sympy.Function):

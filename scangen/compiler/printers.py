@@ -19,8 +19,9 @@ import numpy as np
 from sympy import Float
 from sympy.printing.str import StrPrinter
 
+from ..abi import RESERVED_PREFIXES
 from ..errors import SpecError
-from .expr import Where, Indicator
+from .expr import MAX_INT_POWER, Where, Indicator
 
 
 class _Printer(StrPrinter):
@@ -81,15 +82,16 @@ class _Printer(StrPrinter):
         base, e = expr.args
         b = self.parenthesize(base, 100)
         one = self.num("1.0")
-        if e.is_Integer and 1 <= abs(int(e)) <= 4:
-            prod = " * ".join([b] * abs(int(e)))
+        # MAX_INT_POWER + 1: the adjoint's derivative of x**-MAX_INT_POWER
+        if e.is_Integer and 1 <= abs(int(e)) <= MAX_INT_POWER + 1:
+            prod = _product(b, abs(int(e)))
             return f"({prod})" if e > 0 else f"({one} / ({prod}))"
         if e.is_Number and float(e) == 0.5:
             return f"{self.sqrt}({self._print(base)})"
         if e.is_Number and float(e) == -0.5:
             return f"({one} / {self.sqrt}({self._print(base)}))"
-        raise SpecError(f"only integer powers up to 4 and square roots are supported by "
-                        f"{self.target}", source=self.spec_name, expr=str(expr))
+        raise SpecError(f"only integer powers up to {MAX_INT_POWER + 1} and square roots are "
+                        f"supported by {self.target}", source=self.spec_name, expr=str(expr))
 
     def _operand(self, arg) -> str:
         """An argument of a comparison, ``min`` or ``max``."""
@@ -143,9 +145,11 @@ class TritonPrinter(_Printer):
         if not (a.is_Number and b.is_Number):
             return super()._print_Where(expr)
         cond = self._condition(c)
-        if (a, b) == (1, 0):
+        # a condition on present() flags alone is a constexpr bool, which has no .to()
+        tensor = not all(s.name.startswith(RESERVED_PREFIXES[0]) for s in c.free_symbols)
+        if (a, b) == (1, 0) and tensor:
             return f"{cond}.to(ACC)"
-        if (a, b) == (0, 1):
+        if (a, b) == (0, 1) and tensor:
             return f"(~{cond}).to(ACC)"
         return f"tl.where({cond}, {self._acc(a)}, {self._acc(b)})"
 
@@ -236,6 +240,23 @@ class NumbaVectorPrinter(NumbaPrinter):
 
     def _print_exp(self, expr):  # float32 arithmetic in float32 kernels, else float64
         return f"_nk.exp_as({self._print(expr.args[0])}, _F)"
+
+
+def _product(b: str, n: int) -> str:
+    """``b`` multiplied ``n`` times: ``b * b * b`` up to 4, above by squaring, ``x**5`` as
+    ``(x * x) * (x * x) * x``, which Triton's and LLVM's common subexpression elimination compute
+    in 3 multiplications instead of 4 (the torch path, run eagerly, computes every copy)."""
+    if n <= 4:
+        return " * ".join([b] * n)
+    return _squares(b, n)
+
+
+def _squares(b: str, n: int) -> str:
+    if n == 1:
+        return b
+    half = _squares(b, n // 2)
+    half = half if n // 2 == 1 else f"({half})"
+    return f"{half} * {half}" + (f" * {b}" if n % 2 else "")
 
 
 def _computed(e) -> bool:

@@ -169,8 +169,21 @@ def _check_keys(mapping, allowed, what, source):
 
 def _mapping(value, what, source, line):
     if not isinstance(value, dict):
-        raise _err(f"{what} must be a mapping, got {type(value).__name__}", source, line)
+        raise _err(f"{what} must be a mapping, got {_kind(value)}", source, line)
     return value
+
+
+def _kind(value) -> str:
+    """What a parsed YAML value is, in the words of the spec guide (not a Python class name)."""
+    if value is None:
+        return "nothing (an empty value)"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "a list" if isinstance(value, list) else type(value).__name__
 
 
 def _number(value, what, source, line):
@@ -271,6 +284,11 @@ _TOP_KEYS = ("name", "function", "doc", "direction", "signature", "inputs", "exc
 
 def load_spec_text(text: str, source: str = "<string>") -> Spec:
     """Parse YAML spec text into a :class:`Spec` (no validation of the math yet)."""
+    return _spec_of(_read_yaml(text, source), source)
+
+
+def _read_yaml(text: str, source: str):
+    """The YAML document as dicts, lists, LStr and numbers (not yet known to be a mapping)."""
     if len(text.encode("utf-8", "replace")) > MAX_SPEC_BYTES:
         raise _err(f"spec is larger than {MAX_SPEC_BYTES} bytes", source)
     if _flow_depth(text) > MAX_FLOW_DEPTH:
@@ -287,7 +305,11 @@ def load_spec_text(text: str, source: str = "<string>") -> Spec:
         raise _err("malformed YAML (nested too deeply)", source) from None
     if node is None:
         raise _err("the spec is empty", source)
-    top = _mapping(_to_python(node, source, set()), "the spec", source, 1)
+    return _to_python(node, source, set())
+
+
+def _spec_of(document, source: str) -> Spec:
+    top = _mapping(document, "the spec", source, 1)
     _check_keys(top, _TOP_KEYS, "the spec", source)
     for key in ("name", "direction", "inputs", "scans", "outputs"):
         if key not in top:
@@ -308,12 +330,17 @@ def load_spec_text(text: str, source: str = "<string>") -> Spec:
         source=source, line=1, **sections)
 
 
+WHAT_A_SPEC_IS = "a spec is a path to a .yaml or .yml file, or YAML text of a mapping"
+
+
 def load_spec_file(path) -> Spec:
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise SpecError("spec file is not UTF-8 text", source=str(path)) from None
+    except FileNotFoundError:
+        raise SpecError(f"no such spec file ({WHAT_A_SPEC_IS})", source=str(path)) from None
     except OSError as exc:
         raise SpecError(f"cannot read the spec file ({exc.strerror or exc})",
                         source=str(path)) from None
@@ -329,9 +356,21 @@ def as_spec(spec_or_path: Any) -> Spec:
                                           and spec_or_path.endswith((".yaml", ".yml"))):
         return load_spec_file(spec_or_path)
     if isinstance(spec_or_path, str):
-        return load_spec_text(spec_or_path)
+        document = _read_yaml(spec_or_path, "<string>")
+        if not isinstance(document, dict) and "\n" not in spec_or_path:
+            raise _not_a_spec_file(spec_or_path, document)  # one line: meant as a path
+        return _spec_of(document, "<string>")
     raise TypeError(f"spec: expected a scangen.Spec, a path to a .yaml file or YAML text, "
                     f"got {type(spec_or_path).__name__}")
+
+
+def _not_a_spec_file(text: str, document) -> SpecError:
+    """One line of text that is no mapping (``scangen.compile("my_ema")``): a path, mistyped."""
+    if Path(text).is_file():
+        return SpecError(f"a spec file's name must end in .yaml or .yml ({WHAT_A_SPEC_IS})",
+                         source=text)
+    return SpecError(f"no such spec file, and as YAML text it is {_kind(document)}, not a "
+                     f"mapping ({WHAT_A_SPEC_IS})", source=text)
 
 
 def replace(spec: Spec, **changes) -> Spec:
