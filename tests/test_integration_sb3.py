@@ -218,9 +218,21 @@ def test_example_trains(one_thread, capsys):
 
 # --------------------------------------------------------------------------- without SB3
 
-def test_import_error_names_the_extra(monkeypatch):
+def test_import_error_names_what_to_install(monkeypatch):
+    """The libraries themselves (scangen is not on PyPI: "scangen[sb3]" there is another
+    project), and the checkout's extra."""
     monkeypatch.setitem(sys.modules, "stable_baselines3.common", None)  # as if not installed
     monkeypatch.delitem(sys.modules, "scangen.integrations.sb3")
-    with pytest.raises(ImportError, match=r'pip install "scangen\[sb3\]"'):
+    with pytest.raises(ImportError) as err:
         importlib.import_module("scangen.integrations.sb3")
+    message = str(err.value)
+    for req in _extra("sb3"):  # pyproject.toml's versions, each quoted
+        assert f'"{req}"' in message, (req, message)
+    assert 'pip install -e ".[sb3]"' in message, message
 
+
+def _extra(name: str) -> list:
+    """pyproject.toml's optional dependencies ``name``."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    text = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    return tomllib.loads(text)["project"]["optional-dependencies"][name]

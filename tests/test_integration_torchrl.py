@@ -287,9 +287,22 @@ def test_example_script(capsys):
     assert "max |scangen - torchrl|" in capsys.readouterr().out
 
 
-def test_import_error_names_the_extra(monkeypatch):
+def test_import_error_names_what_to_install(monkeypatch):
+    """The libraries themselves, in the versions the integration supports (scangen is not on
+    PyPI: "scangen[torchrl]" there is another project), and the checkout's extra."""
     for name in [m for m in sys.modules if m.split(".")[0] in ("torchrl", "tensordict")]:
         monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.delitem(sys.modules, "scangen.integrations.torchrl")
-    with pytest.raises(ImportError, match=r'pip install "scangen\[torchrl\]"'):
+    with pytest.raises(ImportError) as err:
         import scangen.integrations.torchrl  # noqa: F401
+    message = str(err.value)
+    for req in _extra("torchrl"):  # pyproject.toml's versions, each quoted
+        assert f'"{req}"' in message, (req, message)
+    assert 'pip install -e ".[torchrl]"' in message, message
+
+
+def _extra(name: str) -> list:
+    """pyproject.toml's optional dependencies ``name``."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    text = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    return tomllib.loads(text)["project"]["optional-dependencies"][name]
