@@ -61,7 +61,8 @@ def compile(spec_or_path, *, cache_dir=None):  # noqa: A001 - mirrors torch.comp
 
     The generated module is cached on disk (``$SCANGEN_CACHE_DIR`` or ``~/.cache/scangen``),
     keyed by the canonical IR, the templates, the compiler source, the template options and
-    the scangen, Triton and torch versions. The returned function has the same conventions as the built-ins
+    the scangen, Triton and torch versions; a spec found there again loads without SymPy
+    (scangen.compiler.store.compile_spec's spec index). The returned function has the same conventions as the built-ins
     (``backend=``, ``outputs=``, ``time_dim=``)."""
     from .compiler.store import compile_spec
     return compile_spec(spec_or_path, cache_dir)

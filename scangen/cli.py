@@ -15,9 +15,9 @@ def _cmd_build(args) -> int:
     from .compiler.store import build, builtin_spec_paths
     builtins = builtin_spec_paths()
     specs = [Path(p) for p in args.specs] or builtins
-    out = Path(args.out)
+    out = Path(args.out or DEFAULT_OUT)
     own = [p for p in specs if p.resolve() not in {b.resolve() for b in builtins}]
-    if own and args.out == DEFAULT_OUT:
+    if own and args.out is None:  # --out given, even as generated/, is the user's choice
         print(f"error: pass --out DIR to build your own specs ({', '.join(map(str, own))}); "
               f"{DEFAULT_OUT}/ holds the built-ins, or use scangen.compile(path) at run time",
               file=sys.stderr)
@@ -26,7 +26,7 @@ def _cmd_build(args) -> int:
     if args.check:
         if changed:
             again = " ".join(["scangen build", *map(shlex.quote, args.specs),
-                              *(["--out", shlex.quote(args.out)] if args.out != DEFAULT_OUT else [])])
+                              *(["--out", shlex.quote(args.out)] if args.out is not None else [])])
             print(f"{out} is stale: {', '.join(changed)} differ from the specs and templates; "
                   f"run `{again}`", file=sys.stderr)
             return 1
@@ -118,7 +118,7 @@ def main(argv=None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="generate kernels for specs (default: the built-ins)")
     b.add_argument("specs", nargs="*", help="spec files (default: every built-in spec)")
-    b.add_argument("--out", default=DEFAULT_OUT, help="output folder (default: generated)")
+    b.add_argument("--out", help="output folder (default: generated, for the built-ins only)")
     b.add_argument("--check", action="store_true", help="exit 1 if the output folder is stale")
     b.set_defaults(fn=_cmd_build)
     sub.add_parser("list", help="list the built-in algorithms").set_defaults(fn=_cmd_list)

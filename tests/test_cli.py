@@ -61,6 +61,19 @@ def test_build_check_and_out(tmp_path):
     assert f"run `scangen build {spec} --out {tmp_path}`" in stale.stderr, stale.stderr
 
 
+def test_own_specs_need_an_explicit_out(tmp_path):
+    """Without --out a user spec is refused (generated/ holds the built-ins); --out given, even
+    a folder named generated, is the user's own choice."""
+    spec = tmp_path / "gae.yaml"
+    spec.write_text((ROOT / "specs" / "gae.yaml").read_text().replace("name: gae", "name: mine"))
+    refused = scangen("build", str(spec), cwd=tmp_path)
+    assert refused.returncode == 2 and "pass --out DIR" in refused.stderr, refused.stderr
+    assert not (tmp_path / "generated").exists()
+    built = scangen("build", str(spec), "--out", "generated", cwd=tmp_path)
+    assert built.returncode == 0, built.stderr
+    assert (tmp_path / "generated" / "mine.py").is_file()
+
+
 def test_verify_small_on_this_machine():
     out = scangen("verify")
     assert out.returncode == 0, out.stdout + out.stderr

@@ -4,6 +4,9 @@ import ast
 import dataclasses
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import sympy
@@ -19,6 +22,8 @@ from scangen.compiler.pipeline import generate_modules, to_ir
 from scangen.compiler.spec import load_spec_text
 from scangen.generated import gae, gae_triton
 from scangen.compiler.store import build, builtin_spec_paths, compile_spec
+
+ROOT = Path(__file__).resolve().parent.parent
 
 BUILTINS = {p.stem: p for p in builtin_spec_paths()}
 
@@ -140,7 +145,7 @@ def _ema_loop(x, starts, decay):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_compile_user_spec_and_cache(tmp_path, backend):
     fn = scangen.compile(EMA, cache_dir=tmp_path)
-    (entry,) = tmp_path.iterdir()
+    (entry,) = _entries(tmp_path)
     meta = json.loads((entry / "meta.json").read_text())
     assert meta["triton"] == triton.__version__ and meta["function"] == "ema"
     mtime = os.stat(entry / "ema.py").st_mtime_ns
@@ -152,16 +157,71 @@ def test_compile_user_spec_and_cache(tmp_path, backend):
     torch.testing.assert_close(out.double(), _ema_loop(x, starts, 0.8), atol=1e-5, rtol=1e-5)
 
 
+def _entries(cache):
+    """The cache's entries (folders; the spec index files lie beside them)."""
+    return sorted(p for p in cache.iterdir() if p.is_dir())
+
+
 def test_cache_entry_without_commit_marker_is_rebuilt(tmp_path):
     compile_spec(EMA, tmp_path)
-    (entry,) = tmp_path.iterdir()
+    (entry,) = _entries(tmp_path)
     (entry / "meta.json").unlink()
     (entry / "ema.py").write_text("raise RuntimeError('half-written')\n")
     fn = compile_spec(EMA.replace("decay: 0.9", "decay: 0.5"), tmp_path)  # a new key
     assert fn.__name__ == "ema"
-    assert len(list(tmp_path.iterdir())) == 2
-    (entry2,) = [e for e in tmp_path.iterdir() if e != entry]
+    assert len(_entries(tmp_path)) == 2
+    (entry2,) = [e for e in _entries(tmp_path) if e != entry]
     assert (entry2 / "meta.json").is_file()
+    # the first spec again: its index names an uncommitted entry, so it is rebuilt
+    x, starts = torch.randn(2, 9), torch.rand(2, 9) < 0.2
+    again = compile_spec(EMA, tmp_path)
+    assert (entry / "meta.json").is_file()
+    torch.testing.assert_close(again(x, starts, backend="torch").double(),
+                               _ema_loop(x, starts, 0.9), atol=1e-5, rtol=1e-5)
+
+
+WARM = """
+import sys
+import torch
+import scangen
+fn = scangen.compile(sys.argv[1], cache_dir=sys.argv[2])
+x = torch.linspace(-1, 1, 24).reshape(2, 12)
+starts = torch.zeros(2, 12, dtype=torch.bool)
+starts[:, 5] = True
+print("sympy" in sys.modules, fn(x, starts, decay=0.8, backend="torch").tolist())
+"""
+
+
+def test_a_spec_compiled_before_loads_without_sympy(tmp_path):
+    """The spec index: a process compiling a spec whose entry is in the cache finds it without
+    validating or rendering (SymPy is not imported), and computes the same numbers; a damaged
+    or stale index, or an entry missing a module, takes the full path again."""
+    env = {k: v for k, v in os.environ.items() if k != "SCANGEN_CACHE_DIR"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+
+    def run():
+        out = subprocess.run([sys.executable, "-c", WARM, EMA, str(tmp_path)], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        sympy, values = out.stdout.strip().splitlines()[-1].split(" ", 1)
+        return sympy == "True", values
+
+    cold, expected = run()
+    (index,) = tmp_path.glob("spec-*.json")
+    (entry,) = _entries(tmp_path)
+    x = torch.linspace(-1, 1, 24).reshape(2, 12)
+    starts = torch.zeros(2, 12, dtype=torch.bool)
+    starts[:, 5] = True
+    torch.testing.assert_close(torch.tensor(eval(expected), dtype=torch.float64),
+                               _ema_loop(x, starts, 0.8), atol=1e-5, rtol=1e-5)
+    assert cold and run() == (False, expected)
+    for damage in (lambda: index.write_text("{"), lambda: index.write_text('{"entry": "../x"}'),
+                   lambda: (entry / "ema_numba.py").unlink(),
+                   lambda: (entry / "meta.json").write_text("{}")):
+        damage()
+        assert run() == (True, expected)  # rebuilt through SymPy
+        assert run() == (False, expected)  # and indexed again
+    assert _entries(tmp_path) == [entry]
 
 
 # -- the combine order of tl.associative_scan, pinned against a float64 loop -----------------

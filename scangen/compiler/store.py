@@ -7,6 +7,7 @@ several processes building the same spec at once only ever replace identical fil
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import importlib.util
@@ -21,8 +22,7 @@ import torch
 
 from .. import __version__, abi
 from .options import Options
-from .pipeline import generate_modules
-from .spec import as_spec
+from .spec import Spec, as_spec
 from .templating import PACKAGE, package_data, templates_hash
 
 
@@ -61,6 +61,7 @@ def _relative(path: Path) -> str:
 
 def build_outputs(specs: list[Path]) -> dict[str, str]:
     """Render every spec: ``{file name: text}``, including the package's ``__init__.py``."""
+    from .pipeline import generate_modules  # SymPy: only where a spec is compiled
     files, functions = {}, {}
     for path in specs:
         ir, modules = generate_modules(path, _relative(path))
@@ -151,30 +152,78 @@ def cache_key(ir_text: str, options: Options | None = None) -> str:
     return h.hexdigest()
 
 
+def spec_key(spec: Spec, options: Options | None = None) -> str:
+    """The spec as written (every field but where it came from) and what :func:`cache_key`
+    covers besides the IR: equal for two compiles that would generate the same modules, so a
+    process whose spec was compiled before finds the entry without SymPy (the spec index)."""
+    fields = {k: v for k, v in dataclasses.asdict(spec).items() if k not in ("source", "line")}
+    h = hashlib.sha256()
+    for part in (json.dumps(fields, sort_keys=True, default=str), templates_hash(),
+                 compiler_hash(), Options.of(options).key(), __version__, triton_version(),
+                 torch.__version__):
+        h.update(part.encode() + b"\0")
+    return h.hexdigest()
+
+
 def compile_spec(spec_or_path, cache_dir: Path | None = None, options: Options | None = None,
                  *, name_suffix: str = ""):
     """Build a user spec into the on-disk cache (or reuse it) and return its public function.
     ``options``: the template options to render it with (the defaults where None);
-    ``name_suffix`` is added to the module's name (variants of one spec side by side)."""
+    ``name_suffix`` is added to the module's name (variants of one spec side by side).
+
+    A spec compiled before is found through the spec index (``spec-<spec_key>.json`` beside the
+    entries, written once an entry is committed), which names its entry: no SymPy, no
+    rendering (0.5-0.9 s of a process's first compile). A missing or stale index, or an entry
+    that is not committed or lacks a module, takes the full path, which validates, renders and
+    rewrites what is missing."""
     options = Options.of(options)
     spec = as_spec(spec_or_path)
-    ir, modules = generate_modules(spec, options=options)
-    key = cache_key(ir.text(), options)
-    entry = Path(cache_dir or cache_root()) / f"{ir.name}-{key[:24]}"
-    module_path, meta_path = entry / f"{ir.name}.py", entry / "meta.json"
-    meta = {"key": key, "spec": ir.name, "function": ir.function, "scangen": __version__,
-            "triton": triton_version(), "torch": torch.__version__,
-            "templates": templates_hash(), "options": options.as_dict()}
-    files = {entry / f"{ir.name}{suffix}.py": text for suffix, text in modules.items()}
-    if not _committed(meta_path, key) or not all(p.is_file() for p in files):
-        for path, text in files.items():  # the companions are loaded when used
-            write_if_changed(path, text)
-        write_if_changed(meta_path, json.dumps(meta, indent=1, sort_keys=True) + "\n")
-    module_name = f"scangen._compiled.{ir.name}{name_suffix}_{key[:16]}"
+    root = Path(cache_dir or cache_root())
+    index = root / f"spec-{spec_key(spec, options)[:32]}.json"
+    found = _indexed(root, index)
+    if found is None:
+        from .pipeline import generate_modules  # SymPy: only where a spec is compiled
+        ir, modules = generate_modules(spec, options=options)
+        key = cache_key(ir.text(), options)
+        entry = root / f"{ir.name}-{key[:24]}"
+        meta = {"key": key, "spec": ir.name, "function": ir.function, "scangen": __version__,
+                "triton": triton_version(), "torch": torch.__version__,
+                "templates": templates_hash(), "options": options.as_dict()}
+        files = {entry / f"{ir.name}{suffix}.py": text for suffix, text in modules.items()}
+        if not _committed(entry / "meta.json", key) or not all(p.is_file() for p in files):
+            for path, text in files.items():  # the companions are loaded when used
+                write_if_changed(path, text)
+            write_if_changed(entry / "meta.json", json.dumps(meta, indent=1, sort_keys=True) + "\n")
+        found = entry.name, key, ir.name, ir.function
+        write_if_changed(index, json.dumps(
+            {"entry": entry.name, "key": key, "spec": ir.name, "function": ir.function,
+             "files": sorted(p.name for p in files)}, indent=1, sort_keys=True) + "\n")
+    entry, key, name, function = found
+    module_name = f"scangen._compiled.{name}{name_suffix}_{key[:16]}"
     # its companions (<name>_triton.py, <name>_numba.py, <name>_grad*.py) are found beside it
     # and loaded on first use (scangen.abi.companion)
-    module = sys.modules.get(module_name) or abi.load_module(module_name, module_path)
-    return getattr(module, ir.function)
+    module = sys.modules.get(module_name) or abi.load_module(module_name,
+                                                             root / entry / f"{name}.py")
+    return getattr(module, function)
+
+
+def _indexed(root: Path, index: Path):
+    """``(entry, key, spec name, function)`` from the spec index ``index`` where it names a
+    committed entry holding every module it lists; else None."""
+    try:
+        got = json.loads(index.read_text(encoding="utf-8"))
+        entry, key, name, function, files = (got["entry"], got["key"], got["spec"],
+                                             got["function"], got["files"])
+        names = [entry, key, name, function, *files]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    if not (all(isinstance(x, str) and x and "/" not in x and "\\" not in x and x != ".."
+                for x in names) and f"{name}.py" in files):
+        return None
+    if not (_committed(root / entry / "meta.json", key)
+            and all((root / entry / f).is_file() for f in files)):
+        return None
+    return entry, key, name, function
 
 
 def _committed(meta_path: Path, key: str) -> bool:
