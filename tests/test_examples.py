@@ -92,6 +92,16 @@ def _blocks(path):
     return [(lang, body) for lang, body in FENCE.findall(path.read_text(encoding="utf-8"))]
 
 
+def write_file_block(lang, body, folder):
+    """Write a ```yaml block whose first line is ``# file: NAME`` to ``folder / NAME``, as the
+    reader would (the comment line included); return whether the block was one."""
+    first = body.splitlines()[0] if body else ""
+    if lang != "yaml" or not first.startswith("# file: "):
+        return False
+    (Path(folder) / first[len("# file: "):].strip()).write_text(body, encoding="utf-8")
+    return True
+
+
 @pytest.mark.parametrize("page", [p for p in DOCS if any(l == "python" for l, _ in _blocks(p))],
                          ids=lambda p: str(p.relative_to(ROOT)))
 def test_documentation_code_runs(page, tmp_path, monkeypatch, capsys):
@@ -99,10 +109,9 @@ def test_documentation_code_runs(page, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SCANGEN_CACHE_DIR", str(tmp_path / "cache"))
     namespace = {"__name__": "__doc_example__"}
     for lang, body in _blocks(page):
-        first = body.splitlines()[0] if body else ""
-        if lang == "yaml" and first.startswith("# file: "):
-            (tmp_path / first[len("# file: "):].strip()).write_text(body, encoding="utf-8")
-        elif lang == "python":
+        if write_file_block(lang, body, tmp_path):
+            continue
+        if lang == "python":
             try:
                 exec(compile(body, f"{page.name} (python block)", "exec"), namespace)
             except ModuleNotFoundError as exc:
