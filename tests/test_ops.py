@@ -267,6 +267,20 @@ def test_docstring_lists_arguments_in_signature_order_and_no_saved_states(name):
     assert "st__" not in returns and returns.strip()
 
 
+def test_a_numpy_array_is_named_with_the_way_to_wrap_it():
+    """A NumPy array where a tensor goes: the argument, the type, torch.from_numpy (it failed
+    with "unhashable type: 'numpy.ndarray'" from the plan cache), on the first call and after
+    a plan for tensors exists; a list names its type too."""
+    inputs = make_inputs("gae", 2, 5, seed=0)
+    scangen.compute_gae(**inputs)  # a plan for tensors
+    for _ in range(2):
+        with pytest.raises(TypeError, match=r"compute_gae\(\): 'rewards' must be a torch.Tensor, "
+                                            r"got numpy.ndarray \(torch.from_numpy\(\) wraps"):
+            scangen.compute_gae(**dict(inputs, rewards=inputs["rewards"].numpy()))
+    with pytest.raises(TypeError, match=r"'values' must be a torch.Tensor, got list$"):
+        scangen.compute_gae(**dict(inputs, values=inputs["values"].tolist()))
+
+
 def test_bad_boundary():
     inputs = make_inputs("episodic_prefix_sum", 2, 5, seed=0)
     with pytest.raises(ValueError, match="boundary must be one of 'ends_at', 'starts_at'"):

@@ -286,7 +286,12 @@ class Call:
 
 def _check_tensor(fn: str, info: InputInfo, t) -> None:
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{fn}(): '{info.name}' must be a torch.Tensor, got {type(t).__name__}")
+        kind = type(t)
+        what = (kind.__name__ if kind.__module__ == "builtins"
+                else f"{kind.__module__}.{kind.__qualname__}")
+        hint = (" (torch.from_numpy() wraps a NumPy array without a copy)"
+                if kind.__module__ == "numpy" else "")
+        raise TypeError(f"{fn}(): '{info.name}' must be a torch.Tensor, got {what}{hint}")
     allowed = _DTYPES[info.kind]
     if t.dtype not in allowed:
         names = ", ".join(str(d).replace("torch.", "") for d in allowed)

@@ -121,7 +121,10 @@ def call_direct(op, values: dict, *, time_dim: int = -1, outputs=None, backend=N
 
 def run(op, values, key, time_dim, outputs, backend):
     """Run ``op`` on ``values`` through the plan of signature ``key`` (made on a miss)."""
-    plan = PLANS.get(key) if key is not None else None
+    try:
+        plan = PLANS.get(key) if key is not None else None
+    except TypeError:  # an unhashable argument (a NumPy array, say): the checks will explain
+        plan = key = None
     if plan is not None:
         lp = plan.lp
         if lp.fast is not None and not launch.hooked():
