@@ -281,6 +281,28 @@ def test_a_numpy_array_is_named_with_the_way_to_wrap_it():
         scangen.compute_gae(**dict(inputs, values=inputs["values"].tolist()))
 
 
+def test_numpy_scalars_are_params_and_bad_outputs_are_named():
+    """A NumPy float32 gamma is a number like any other (np.float64, a float subclass, always
+    was); a bool is not; outputs= of another type than names says so."""
+    import numpy as np
+    inputs = make_inputs("gae", 2, 5, seed=0)
+    want = scangen.compute_gae(**dict(inputs, gamma=0.75))
+    for gamma in (np.float32(0.75), np.float64(0.75), np.float16(0.75)):
+        torch.testing.assert_close(scangen.compute_gae(**dict(inputs, gamma=gamma)), want)
+    with pytest.raises(TypeError, match=r"gamma must be a float or a tensor broadcastable to "
+                                        r"\[2, 5\], got bool"):
+        scangen.compute_gae(**dict(inputs, gamma=True))
+    grad = dict(inputs, rewards=inputs["rewards"].clone().requires_grad_(True))
+    with pytest.raises(TypeError, match=r"gamma must be a float or a tensor broadcastable to "
+                                        r"the inputs' \[N, T\], got bool"):  # autograd's path
+        scangen.compute_gae(**dict(grad, gamma=True))
+    torch.testing.assert_close(scangen.compute_gae(**dict(grad, gamma=np.float32(0.75))), want)
+    for bad in (3, ["advantages", 3]):
+        with pytest.raises(TypeError, match=r"outputs must be an output's name or a sequence of "
+                                            r"names, got "):
+            scangen.compute_gae(**inputs, outputs=bad)
+
+
 def test_bad_boundary():
     inputs = make_inputs("episodic_prefix_sum", 2, 5, seed=0)
     with pytest.raises(ValueError, match="boundary must be one of 'ends_at', 'starts_at'"):

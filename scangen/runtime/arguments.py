@@ -9,6 +9,7 @@ later calls re-bind new tensors to the same plan (:meth:`Call.bind`) without rep
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -87,7 +88,13 @@ class Call:
     def _requested(self, outputs):
         if outputs is None:
             return self.op.returns
-        names = (outputs,) if isinstance(outputs, str) else tuple(outputs)
+        try:
+            names = (outputs,) if isinstance(outputs, str) else tuple(outputs)
+        except TypeError:
+            names = (outputs,)
+        if not all(isinstance(n, str) for n in names):
+            raise TypeError(f"{self.fn}(): outputs must be an output's name or a sequence of "
+                            f"names, got {outputs!r}")
         for name in names:
             if name not in self.op.outputs:
                 public = (o for o in self.op.outputs if not is_state_output(o))
@@ -109,7 +116,9 @@ class Call:
             return choice_code(self.fn, p, v)
         if isinstance(v, torch.Tensor):
             return self._tensor_param(p.name, v)
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
+        # any real number but a bool (NumPy's float32 and integers too: a gamma read from a
+        # NumPy config is one)
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
             raise TypeError(f"{self.fn}(): {p.name} must be a float or a tensor broadcastable "
                             f"to {list(self.base_shape)}, got {type(v).__name__}")
         return float(v)

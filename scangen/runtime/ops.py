@@ -16,6 +16,8 @@ with the generated torch path under autograd and differentiates it (exact, O(T l
 """
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from .. import abi
@@ -112,6 +114,9 @@ def _param_tensor(op, name, v, like: torch.Tensor):
         v = info.default
     if info.choices:
         v = choice_code(op.function, info, v)
+    elif isinstance(v, bool) or not isinstance(v, numbers.Real):  # as Call._param
+        raise TypeError(f"{op.function}(): {name} must be a float or a tensor broadcastable to "
+                        f"the inputs' [N, T], got {type(v).__name__}")
     # float64 keeps the Python float exact; kernels convert it to their accumulation dtype.
     return torch.scalar_tensor(v, dtype=torch.float64, device=like.device)
 
