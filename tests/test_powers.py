@@ -134,25 +134,27 @@ def test_larger_powers_print_by_squaring(n, text):
 
 def test_printers_refuse_what_they_cannot_write():
     x = sympy.Symbol("x", real=True)
-    for e in (x ** (MAX_INT_POWER + 2), x ** sympy.Rational(3, 2), x ** sympy.Symbol("p")):
-        with pytest.raises(scangen.SpecError, match=f"only integer powers up to "
-                           f"{MAX_INT_POWER + 1} and square roots are supported by Triton"):
+    for e in (x ** (MAX_INT_POWER + 2), x ** sympy.Rational(1, 3), x ** sympy.Float(2.25),
+              x ** sympy.Rational(2 * MAX_INT_POWER + 5, 2), x ** sympy.Symbol("p")):
+        with pytest.raises(scangen.SpecError, match=f"only integer and half-integer powers up "
+                           f"to {MAX_INT_POWER + 1} and square roots are supported by Triton"):
             print_expr(TritonPrinter, e, {}, "t")
 
 
-ALLOWED = ("an exponent must be an integer from -16 to 16 or +-1/2 (for another power of a "
-           "positive x, write exp(e * log(x)))")
+ALLOWED = ("an exponent must be an integer or a half-integer from -16 to 16 (for another power "
+           "of a positive x, write exp(e * log(x)))")
 
 
 @pytest.mark.parametrize("old,new,line,power", [
     ("x * x * x * x * x", "x ** 17", 12, "x**17"),
     ("x * x * x * x * x", "x ** -17", 12, "x**(-17)"),
-    ("x * x * x * x * x", "x ** 2.5", 12, "x**2.5"),
+    ("x * x * x * x * x", "x ** 2.25", 12, "x**2.25"),
+    ("x * x * x * x * x", "x ** 16.5", 12, "x**16.5"),
     ("x * x * x * x * x", "x ** decay", 12, "x**decay"),
     ("x * x * x * x * x", "2 ** x", 12, "2**x"),
     ("x3 * x ** 2", "x3 ** 6", 16, "x**18"),                  # a let inlined, then merged
     ("0.001 * y ** -16", "0.001 * y ** -16 / y", 16, "y**(-17)"),
-], ids=["17", "-17", "2.5", "symbolic", "base-2", "let-merged", "division-merged"])
+], ids=["17", "-17", "2.25", "16.5", "symbolic", "base-2", "let-merged", "division-merged"])
 def test_unsupported_powers_name_the_line(old, new, line, power):
     assert old in POWERS
     text = POWERS.replace(old, new)
@@ -162,3 +164,83 @@ def test_unsupported_powers_name_the_line(old, new, line, power):
     expr = text.splitlines()[line - 1].split(": ", 1)[1]
     assert str(info.value) == f"<string>:{line}: {where}: unsupported power {power}: {ALLOWED}: " \
                               f"{expr!r}"
+
+
+# Half-integer powers print as x**((k - 1) / 2) * sqrt(x): x * sqrt(x) (which SymPy merges into
+# x**(3/2)), y ** -1.5, sqrt(y) ** 5 and x ** 2.5; their derivatives (x**(1/2), y**(-5/2), ...)
+# are half-integer powers too, so the adjoint kernels are generated.
+HALF = """\
+name: user_half_powers
+direction: forward
+inputs:
+  x: float
+  y: float
+params:
+  decay: 0.3
+scans:
+  A:
+    update: x * sqrt(x) + decay * y ** -1.5 * A
+outputs:
+  a: A
+  b: sqrt(y) ** 5 + A * x ** 2.5
+"""
+
+
+def half_reference(x, y, decay):
+    steps, carry = [], torch.zeros_like(x[:, 0])
+    for t in range(x.shape[1]):
+        carry = x[:, t].pow(1.5) + decay * y[:, t].pow(-1.5) * carry
+        steps.append(carry)
+    a = torch.stack(steps, dim=1)
+    return a, y.pow(2.5) + a * x.pow(2.5)
+
+
+def positive(n, t, generator, dtype):
+    return (0.6 + 0.8 * torch.rand(n, t, generator=generator, dtype=torch.float64)).to(dtype)
+
+
+@pytest.fixture(scope="module")
+def half_powers(tmp_path_factory):
+    return scangen.compile(HALF, cache_dir=tmp_path_factory.mktemp("half_powers_cache"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_half_integer_powers_match_the_float64_loop(half_powers, backend, dtype):
+    g = torch.Generator().manual_seed(5)
+    x, y = positive(3, 29, g, dtype), positive(3, 29, g, dtype)
+    got = call_on(half_powers, backend, x, y)
+    for name, out, exp in zip("ab", got, half_reference(x.double(), y.double(), 0.3)):
+        assert out.dtype == dtype
+        assert_close(out, exp, name=f"{name} ({backend}, {dtype})")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_half_integer_powers_backward_matches_autograd_of_the_loop(half_powers, backend):
+    op = importlib.import_module(half_powers.__module__).OP
+    assert ops.grad_op_of(op) is not None, "the adjoint of HALF was not generated"
+    g = torch.Generator().manual_seed(6)
+    values = {"x": positive(3, 17, g, torch.float64), "y": positive(3, 17, g, torch.float64),
+              "decay": torch.full((3, 1), 0.3, dtype=torch.float64)}
+    weights = [torch.linspace(-1, 1, 3 * 17, dtype=torch.float64).view(3, 17) * (k + 1)
+               for k in range(2)]
+
+    def grads(fn, leaves):
+        total = sum((o * w.to(o.device)).sum() for o, w in zip(fn(**leaves), weights))
+        return torch.autograd.grad(total, list(leaves.values()))
+
+    leaves = {k: v.clone().requires_grad_(True) for k, v in to_backend(backend, values).items()}
+    with mock.patch.object(ops, "_recompute_backward", side_effect=AssertionError("fallback")):
+        got = grads(lambda **v: half_powers(**v, backend=backend), leaves)
+    expected = grads(lambda x, y, decay: half_reference(x, y, decay[:, 0]),
+                     {k: v.clone().requires_grad_(True) for k, v in values.items()})
+    for name, out, exp in zip(values, got, expected):
+        assert_close(out.cpu(), exp, name=f"d/d{name} ({backend})")
+
+
+@pytest.mark.parametrize("k,text", [
+    (3, "(x * tl.sqrt(x))"), (-3, "(1.0 / (x * tl.sqrt(x)))"), (5, "(x * x * tl.sqrt(x))"),
+    (11, "((x * x) * (x * x) * x * tl.sqrt(x))")])
+def test_half_integer_powers_print_with_one_square_root(k, text):
+    x = sympy.Symbol("x", real=True)
+    assert print_expr(TritonPrinter, x ** sympy.Rational(k, 2), {}, "t") == text

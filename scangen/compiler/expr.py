@@ -23,6 +23,15 @@ MAX_CONST_EXPONENT = 64
 MAX_INT_POWER = 16
 
 
+def half_integer(e) -> int | None:
+    """``k`` where the exponent ``e`` is the number k / 2 with k odd (0.5, -1.5, 7/2), else None:
+    such a power prints as x**((k - 1) / 2) * sqrt(x)."""
+    if not getattr(e, "is_Number", False):
+        return None
+    twice = 2 * float(e)
+    return int(twice) if twice == int(twice) and int(twice) % 2 else None
+
+
 class Next(sympy.Function):
     """``next(e, fill)``: ``e`` at step ``t+1``; ``fill`` at the last step of the window."""
 

@@ -21,7 +21,7 @@ from sympy.printing.str import StrPrinter
 
 from ..abi import RESERVED_PREFIXES
 from ..errors import SpecError
-from .expr import MAX_INT_POWER, Where, Indicator
+from .expr import MAX_INT_POWER, Where, Indicator, half_integer
 
 
 class _Printer(StrPrinter):
@@ -90,8 +90,15 @@ class _Printer(StrPrinter):
             return f"{self.sqrt}({self._print(base)})"
         if e.is_Number and float(e) == -0.5:
             return f"({one} / {self.sqrt}({self._print(base)}))"
-        raise SpecError(f"only integer powers up to {MAX_INT_POWER + 1} and square roots are "
-                        f"supported by {self.target}", source=self.spec_name, expr=str(expr))
+        half = half_integer(e)
+        # up to MAX_INT_POWER + 3/2: the adjoint's derivative of x**(-MAX_INT_POWER + 1/2)
+        if half is not None and abs(half) <= 2 * MAX_INT_POWER + 3:
+            root = f"{self.sqrt}({self._print(base)})"
+            prod = f"{_product(b, (abs(half) - 1) // 2)} * {root}"
+            return f"({prod})" if half > 0 else f"({one} / ({prod}))"
+        raise SpecError(f"only integer and half-integer powers up to {MAX_INT_POWER + 1} and "
+                        f"square roots are supported by {self.target}", source=self.spec_name,
+                        expr=str(expr))
 
     def _operand(self, arg) -> str:
         """An argument of a comparison, ``min`` or ``max``."""

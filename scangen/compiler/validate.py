@@ -14,7 +14,7 @@ import sympy
 
 from ..abi import RESERVED_PREFIXES
 from ..errors import SpecError, line_of
-from .expr import MAX_INT_POWER, Gather, KSum, Next, Prev, Present
+from .expr import MAX_INT_POWER, Gather, KSum, Next, Prev, Present, half_integer
 from .ir import canonical
 from .spec import KINDS, Spec
 
@@ -204,12 +204,13 @@ def check_placement(expr, ctx: "Placement", kinds: dict[str, tuple[str, str, boo
         return
     if isinstance(expr, sympy.Pow):
         e = expr.exp
+        half = half_integer(e)
         ok = (e.is_Integer and 1 <= abs(int(e)) <= MAX_INT_POWER) or \
-            (e.is_Number and abs(float(e)) == 0.5)
+            (half is not None and abs(half) < 2 * MAX_INT_POWER)
         if not ok:
             raise ctx.fail(f"unsupported power {canonical(expr)}: an exponent must be an integer "
-                           f"from -{MAX_INT_POWER} to {MAX_INT_POWER} or +-1/2 (for another "
-                           f"power of a positive x, write exp(e * log(x)))")
+                           f"or a half-integer from -{MAX_INT_POWER} to {MAX_INT_POWER} (for "
+                           f"another power of a positive x, write exp(e * log(x)))")
     if isinstance(expr, Present):
         arg = expr.args[0]
         if not (isinstance(arg, sympy.Symbol) and kinds.get(arg.name, ("", "", False))[2]):
