@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 
 import torch
 
@@ -35,6 +36,58 @@ def _merge(dims: list[tuple[int, int]]) -> int | None:
     return dims[-1][1]
 
 
+def check_time_dim(fn: str, time_dim) -> int:
+    """``time_dim`` as an int: an int or a NumPy integer (what ``operator.index`` takes)."""
+    try:
+        return operator.index(time_dim)
+    except TypeError:
+        raise TypeError(f"{fn}(): time_dim must be an int, got {type(time_dim).__name__} "
+                        f"{time_dim!r}") from None
+
+
+def requested(fn: str, op: OpInfo, outputs, public: bool = True) -> tuple:
+    """The output names ``outputs`` asks for, checked. ``public``: a user's call, which may name
+    the outputs a user sees only (not the scan states the forward stores for its backward,
+    which the custom op asks for itself)."""
+    if outputs is None:
+        return op.returns
+    try:
+        names = (outputs,) if isinstance(outputs, str) else tuple(outputs)
+    except TypeError:
+        names = (outputs,)
+    if not all(isinstance(n, str) for n in names):
+        raise TypeError(f"{fn}(): outputs must be an output's name or a sequence of "
+                        f"names, got {outputs!r}")
+    for name in names:
+        if name not in op.outputs or (public and is_state_output(name)):
+            available = (o for o in op.outputs if not is_state_output(o))
+            raise ValueError(f"{fn}(): outputs: unknown output {name!r} "
+                             f"(available: {', '.join(available)})")
+    if not names:
+        raise ValueError(f"{fn}(): outputs must name at least one output")
+    return names
+
+
+def as_float(fn: str, name: str, v) -> float:
+    """The number ``v`` (a real, not a bool: checked by the caller) as a float."""
+    try:
+        return float(v)
+    except OverflowError:
+        text = repr(v)
+        raise ValueError(f"{fn}(): {name} is out of the range of a float, got "
+                         f"{text if len(text) <= 24 else text[:20] + '...'}") from None
+
+
+def what(v) -> str:
+    """How an error names the type of a value that is not what was expected."""
+    kind = type(v)
+    text = (kind.__name__ if kind.__module__ == "builtins"
+            else f"{kind.__module__}.{kind.__qualname__}")
+    if kind.__module__ == "numpy" and hasattr(v, "shape"):
+        text += " (torch.from_numpy() wraps a NumPy array without a copy)"
+    return text
+
+
 def choice_code(fn: str, p: ParamInfo, v) -> float:
     """The number a choice param's string stands for (``boundary="ends_at"`` -> 0.0)."""
     table = dict(p.choices)
@@ -44,13 +97,22 @@ def choice_code(fn: str, p: ParamInfo, v) -> float:
     return float(table[v])
 
 
+def _shape_text(shape, k=None) -> str:
+    """``[3, 5]``, or ``[3, 5, K]`` for an [N, T, K] input."""
+    return "[" + ", ".join([*map(str, shape), *([k] if k else [])]) + "]"
+
+
 class Call:
     """One call's arguments in canonical form; shared by every backend."""
 
-    def __init__(self, op: OpInfo, values: dict, time_dim: int, outputs):
+    def __init__(self, op: OpInfo, values: dict, time_dim: int, outputs, public: bool = True):
+        """``public``: a user's call. The custom op's own calls (``public=False``) also pass
+        a choice param as its code (a tensor) and may ask for the scan states."""
         self.op = op
         fn = op.function
         self.fn = fn
+        self.public = public
+        time_dim = check_time_dim(fn, time_dim)
         self._check_presence(values)
         self.tensors = {i.name: values[i.name] for i in op.inputs if values[i.name] is not None}
         infos = {i.name: i for i in op.inputs}
@@ -71,7 +133,7 @@ class Call:
         self.pstrides, self.ptargets = {}, {}
         raw = {p.name: self._param(p, values) for p in op.params}
         self.params = {n: self._scalar(v) for n, v in raw.items()}
-        self.requested = self._requested(outputs)
+        self.requested = requested(fn, op, outputs, public)
 
     # -- argument checks ---------------------------------------------------------------
     def _check_presence(self, values):
@@ -85,25 +147,6 @@ class Call:
                 raise ValueError(f"{self.fn}(): pass at most one of {', '.join(group)} "
                                  f"(got {', '.join(given)})")
 
-    def _requested(self, outputs):
-        if outputs is None:
-            return self.op.returns
-        try:
-            names = (outputs,) if isinstance(outputs, str) else tuple(outputs)
-        except TypeError:
-            names = (outputs,)
-        if not all(isinstance(n, str) for n in names):
-            raise TypeError(f"{self.fn}(): outputs must be an output's name or a sequence of "
-                            f"names, got {outputs!r}")
-        for name in names:
-            if name not in self.op.outputs:
-                public = (o for o in self.op.outputs if not is_state_output(o))
-                raise ValueError(f"{self.fn}(): outputs: unknown output {name!r} "
-                                 f"(available: {', '.join(public)})")
-        if not names:
-            raise ValueError(f"{self.fn}(): outputs must name at least one output")
-        return names
-
     def _param(self, p: ParamInfo, values):
         v = values[p.name]
         if v is None:
@@ -112,16 +155,16 @@ class Call:
             v = values[p.default] if isinstance(p.default, str) and not p.choices else p.default
             if v is None:
                 v = next(q.default for q in self.op.params if q.name == p.default)
-        if p.choices and not isinstance(v, torch.Tensor):  # tensors: already the choice's code
-            return choice_code(self.fn, p, v)
+        if p.choices and (self.public or not isinstance(v, torch.Tensor)):
+            return choice_code(self.fn, p, v)  # the custom op passes the choice's code, a tensor
         if isinstance(v, torch.Tensor):
             return self._tensor_param(p.name, v)
         # any real number but a bool (NumPy's float32 and integers too: a gamma read from a
         # NumPy config is one)
         if isinstance(v, bool) or not isinstance(v, numbers.Real):
             raise TypeError(f"{self.fn}(): {p.name} must be a float or a tensor broadcastable "
-                            f"to {list(self.base_shape)}, got {type(v).__name__}")
-        return float(v)
+                            f"to {list(self.base_shape)}, got {what(v)}")
+        return as_float(self.fn, p.name, v)
 
     def _scalar(self, v):
         """Kernels take Python floats as fp32 arguments: in float64 a param travels as a 0-dim
@@ -131,6 +174,9 @@ class Call:
         return v
 
     def _tensor_param(self, name, v):
+        if v.layout != torch.strided:
+            raise TypeError(f"{self.fn}(): {name} must be a dense (strided) tensor, got "
+                            f"{v.layout}")
         if not v.dtype.is_floating_point:
             raise TypeError(f"{self.fn}(): {name} must be a floating-point tensor, got {v.dtype}")
         if v.device != self.device:
@@ -151,29 +197,44 @@ class Call:
     def _shapes(self, infos, time_dim):
         parts = {n: (t.shape[:-1] if infos[n].shape == "NTK" else t.shape)
                  for n, t in self.tensors.items() if infos[n].shape != "N"}
-        primary = next(n for n in parts if infos[n].default is None)
-        base_rank = min(len(s) for s in parts.values())
+        # the [N, T] inputs set the base rank, the lowest of theirs ([N, T, K] inputs only
+        # where there are none); low: the first input of that rank
+        plain = [n for n in parts if infos[n].shape == "NT"] or list(parts)
+        low = min(plain, key=lambda n: len(parts[n]))
+        base_rank = len(parts[low])
         if base_rank < 1:
-            raise ValueError(f"{self.fn}(): '{primary}' needs a time dimension")
+            raise ValueError(f"{self.fn}(): '{low}' needs a time dimension")
+        for n, s in parts.items():  # an [N, T, K] input without its K
+            if len(s) < base_rank:
+                raise ValueError(f"{self.fn}(): '{n}' has shape {list(self.tensors[n].shape)}, "
+                                 f"expected {_shape_text(parts[low], 'K')}")
         if not -base_rank <= time_dim < base_rank:
             raise ValueError(f"{self.fn}(): time_dim={time_dim} is out of range for "
                              f"{base_rank}-dimensional inputs")
         self.td = time_dim % base_rank
-        full = max(parts.values(), key=len)
+        high = max(parts, key=lambda n: len(parts[n]))
+        if tuple(parts[high][:base_rank]) != tuple(parts[low]):
+            # neither the same shape nor that shape followed by feature dims: name both
+            a, b = sorted((low, high), key=list(parts).index)
+            raise ValueError(f"{self.fn}(): the shapes of '{a}' {list(self.tensors[a].shape)} "
+                             f"and '{b}' {list(self.tensors[b].shape)} do not match (the "
+                             f"[N, T] inputs share one shape; float inputs may add trailing "
+                             f"feature dims)")
+        full = parts[high]
         self.base_shape = tuple(full[:base_rank])
         self.full_shape = tuple(full)
         for n, s in parts.items():
             if tuple(s) != self.full_shape and tuple(s) != self.base_shape:
-                what = "[N, T, K]" if infos[n].shape == "NTK" else ""
+                k = "K" if infos[n].shape == "NTK" else None
                 raise ValueError(f"{self.fn}(): '{n}' has shape {list(self.tensors[n].shape)}, "
-                                 f"expected {list(self.full_shape)}{' plus K' if what else ''}"
-                                 + (f" or {list(self.base_shape)}"
+                                 f"expected {_shape_text(self.full_shape, k)}"
+                                 + (f" or {_shape_text(self.base_shape, k)}"
                                     if self.full_shape != self.base_shape else ""))
-        ks = {self.tensors[n].shape[-1] for n in parts if infos[n].shape == "NTK"}
-        if len(ks) > 1:
-            raise ValueError(f"{self.fn}(): the trailing axes of the [N, T, K] inputs differ: "
-                             f"{sorted(ks)}")
-        self.K = ks.pop() if ks else 1
+        ks = {n: self.tensors[n].shape[-1] for n in parts if infos[n].shape == "NTK"}
+        if len(set(ks.values())) > 1:
+            raise ValueError(f"{self.fn}(): the [N, T, K] inputs differ in K, their last dim: "
+                             + ", ".join(f"'{n}' has {k}" for n, k in ks.items()))
+        self.K = next(iter(ks.values())) if ks else 1
         rows = [n for i, n in enumerate(self.full_shape) if i != self.td]
         self.row_shape = tuple(rows)
         self.T = self.full_shape[self.td]
@@ -295,12 +356,10 @@ class Call:
 
 def _check_tensor(fn: str, info: InputInfo, t) -> None:
     if not isinstance(t, torch.Tensor):
-        kind = type(t)
-        what = (kind.__name__ if kind.__module__ == "builtins"
-                else f"{kind.__module__}.{kind.__qualname__}")
-        hint = (" (torch.from_numpy() wraps a NumPy array without a copy)"
-                if kind.__module__ == "numpy" else "")
-        raise TypeError(f"{fn}(): '{info.name}' must be a torch.Tensor, got {what}{hint}")
+        raise TypeError(f"{fn}(): '{info.name}' must be a torch.Tensor, got {what(t)}")
+    if t.layout != torch.strided or t.is_nested:
+        raise TypeError(f"{fn}(): '{info.name}' must be a dense (strided) tensor, got "
+                        f"{'a nested tensor' if t.is_nested else t.layout}")
     allowed = _DTYPES[info.kind]
     if t.dtype not in allowed:
         names = ", ".join(str(d).replace("torch.", "") for d in allowed)

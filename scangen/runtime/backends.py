@@ -29,6 +29,9 @@ def select_backend(fn: str, backend: str | None, device: torch.device) -> str:
     if choice == "triton" and device.type != "cuda" and not interpreting():
         raise ValueError(f"{fn}(): backend='triton' needs CUDA tensors, or TRITON_INTERPRET=1 "
                          f"set before scangen is imported to run the kernels on the CPU")
+    if choice == "triton" and device.type not in ("cuda", "cpu"):  # interpreted: CPU only
+        raise ValueError(f"{fn}(): backend='triton' needs CUDA tensors, or CPU tensors under "
+                         f"TRITON_INTERPRET=1, got {device.type} tensors")
     if choice == "numba":
         if device.type != "cpu":
             raise ValueError(f"{fn}(): backend='numba' needs CPU tensors, got {device.type} "

@@ -22,7 +22,8 @@ import torch
 
 from .. import abi
 from . import launch, plans
-from .arguments import Call, choice_code
+from .arguments import Call, as_float, check_time_dim, choice_code, requested, what
+from .backends import select_backend
 from .fastpath import MISS
 
 # Keyed by the generated module that defines the op (one OP per module): a string that
@@ -67,8 +68,9 @@ def qualname(op: abi.OpInfo) -> str:
                                         backend=backend))
 
     def fake(*args):
-        values, time_dim, outputs, _ = unpack(args)
-        c = Call(op, values, time_dim, outputs)
+        values, time_dim, outputs, backend = unpack(args)
+        c = Call(op, values, time_dim, outputs, public=False)
+        select_backend(op.function, backend, c.device)  # as the call will: a wrong one fails
         c.allocate()
         return [c.outs[n] for n in c.requested]
 
@@ -106,19 +108,24 @@ def qualname(op: abi.OpInfo) -> str:
     return qn
 
 
-def _param_tensor(op, name, v, like: torch.Tensor):
-    if isinstance(v, torch.Tensor):
-        return v
+def _param_tensor(op, name, v, like: torch.Tensor, public: bool):
+    """A param as the custom op takes it: a tensor (a choice's code for a choice param).
+    ``public``: a user's value, which for a choice param is one of its strings."""
     info = next(p for p in op.params if p.name == name)
+    if isinstance(v, torch.Tensor) and not (public and info.choices):
+        return v
     if v is None:
+        if info.default is None:
+            raise TypeError(f"{op.function}() missing required argument '{name}'")
         v = info.default
     if info.choices:
         v = choice_code(op.function, info, v)
     elif isinstance(v, bool) or not isinstance(v, numbers.Real):  # as Call._param
         raise TypeError(f"{op.function}(): {name} must be a float or a tensor broadcastable to "
-                        f"the inputs' [N, T], got {type(v).__name__}")
+                        f"the inputs' [N, T], got {what(v)}")
     # float64 keeps the Python float exact; kernels convert it to their accumulation dtype.
-    return torch.scalar_tensor(v, dtype=torch.float64, device=like.device)
+    return torch.scalar_tensor(as_float(op.function, name, v), dtype=torch.float64,
+                               device=like.device)
 
 
 def grad_op_of(op: abi.OpInfo):
@@ -154,7 +161,7 @@ def _fused_backward(op, grad_op, ctx, values, outputs, grads, wanted, time_dim, 
     if not names:
         return {}
     per_step = call_op(grad_op, b_values, time_dim=time_dim, names=names, backend=backend)
-    c = Call(op, values, time_dim, user)
+    c = Call(op, values, time_dim, user, public=False)
     roles = {i.name: i.shape for i in op.inputs}
     return {n: _sum_to(g, values[n], c, roles.get(n, "param")) for n, g in zip(wanted, per_step)}
 
@@ -173,16 +180,22 @@ def _sum_to(grad, like, c, role: str):
     return grad.sum_to_size(like.shape).to(like.dtype)
 
 
-def call_op(op: abi.OpInfo, values: dict, *, time_dim, names, backend):
-    """Call ``op``'s registered custom op for the output ``names``; returns a list."""
+def call_op(op: abi.OpInfo, values: dict, *, time_dim, names, backend, public=False):
+    """Call ``op``'s registered custom op for the output ``names``; returns a list.
+    ``public``: a user's call (:func:`dispatch`), whose time_dim and params are checked here
+    (the op's schema takes an int and tensors), with :class:`Call`'s errors."""
     qn = qualname(op)
-    like = next(v for v in values.values() if isinstance(v, torch.Tensor))
+    like = next((v for v in values.values() if isinstance(v, torch.Tensor)), None)
+    if public and type(time_dim) is not int:  # the op's schema takes an int
+        time_dim = check_time_dim(op.function, time_dim)
+    if like is None:  # no tensor at all: Call raises the error of the argument at fault
+        Call(op, values, time_dim, names, public=False)
     args = [values[i.name] for i in op.inputs]
     for p in op.params:
         v = values[p.name]
         if v is None and isinstance(p.default, str) and not p.choices:
             v = values[p.default]
-        args.append(_param_tensor(op, p.name, v, like))
+        args.append(_param_tensor(op, p.name, v, like, public))
     namespace, name = qn.split("::")
     return getattr(getattr(torch.ops, namespace), name)(*args, time_dim, list(names), backend)
 
@@ -190,13 +203,13 @@ def call_op(op: abi.OpInfo, values: dict, *, time_dim, names, backend):
 def dispatch(op: abi.OpInfo, values: dict, *, time_dim, outputs, backend):
     """Call ``op`` through its registered custom op (autograd, torch.compile). When gradients
     will be needed and the op has a generated backward, the forward also stores its states."""
-    names = op.returns if outputs is None else ((outputs,) if isinstance(outputs, str)
-                                                 else tuple(outputs))
+    names = requested(op.function, op, outputs)  # checked here: the op's schema takes str[]
     extra = ()
     if torch.is_grad_enabled() and grad_op_of(op) is not None and any(
             isinstance(v, torch.Tensor) and v.requires_grad for v in values.values()):
         extra = tuple(o for o in op.outputs if abi.is_state_output(o))
-    outs = call_op(op, values, time_dim=time_dim, names=names + extra, backend=backend)
+    outs = call_op(op, values, time_dim=time_dim, names=names + extra, backend=backend,
+                   public=True)
     outs = outs[:len(names)]
     single = outputs is None and len(op.returns) == 1 or isinstance(outputs, str)
     return outs[0] if single else tuple(outs)
@@ -214,7 +227,8 @@ def call(op: abi.OpInfo, values: dict, *, time_dim: int = -1, outputs=None, back
             return out
     try:
         key, grad = plans.signature(op, values, time_dim, outputs, backend)
-    except TypeError:  # an unhashable argument: no plan, the checks will explain
+    except (TypeError, RuntimeError):  # unhashable, or a tensor without storage (sparse):
+        # no plan, the checks will explain
         key, grad = None, any(isinstance(v, torch.Tensor) and v.requires_grad
                               for v in values.values())
     if grad and torch.is_grad_enabled():

@@ -110,41 +110,61 @@ def signature(op, values: dict, time_dim, outputs, backend):
 
 def call_direct(op, values: dict, *, time_dim: int = -1, outputs=None, backend=None):
     """Check the arguments, allocate outputs and run the chosen backend target, without the
-    dispatcher. The first call with a given signature runs every check and works out strides,
-    dtypes and the launch configuration; later calls with the same signature reuse that plan."""
+    dispatcher: the custom op's own calls (its implementation, the recomputed backward). Those
+    pass a choice param as its code (a tensor) and may ask for the scan states, which a user's
+    call may not (:class:`Call`'s ``public``), so their plans are kept apart from users'. The
+    first call with a given signature runs every check and works out strides, dtypes and the
+    launch configuration; later calls with the same signature reuse that plan."""
     try:
-        key = signature(op, values, time_dim, outputs, backend)[0]
-    except TypeError:  # an unhashable argument: no plan, the checks will explain
-        key = None
-    return run(op, values, key, time_dim, outputs, backend)
+        key = ("op", signature(op, values, time_dim, outputs, backend)[0])
+    except (TypeError, RuntimeError):  # unhashable, or a tensor without storage (sparse): no
+        key = None                     # plan, the checks will explain
+    return run(op, values, key, time_dim, outputs, backend, public=False)
 
 
-def run(op, values, key, time_dim, outputs, backend):
-    """Run ``op`` on ``values`` through the plan of signature ``key`` (made on a miss)."""
+def run(op, values, key, time_dim, outputs, backend, public=True):
+    """Run ``op`` on ``values`` through the plan of signature ``key`` (made on a miss).
+    ``public``: a user's call (see :func:`call_direct`)."""
     try:
         plan = PLANS.get(key) if key is not None else None
     except TypeError:  # an unhashable argument (a NumPy array, say): the checks will explain
         plan = key = None
     if plan is not None:
-        lp = plan.lp
-        if lp.fast is not None and not launch.hooked():
-            RECENT[id(op)] = (op, lp.guarded)
-            return lp.fast(values)
-        c = plan.bind(values)
+        try:
+            lp = plan.lp
+            if lp.fast is not None and not launch.hooked():
+                if public:
+                    RECENT[id(op)] = (op, lp.guarded)
+                return lp.fast(values)
+            c = plan.bind(values)
+            if not c.empty:
+                TARGETS[c.backend](c)
+        except Exception:
+            try:
+                elsewhere = _checked_elsewhere(op, values, plan, time_dim, outputs, public)
+            except (TypeError, ValueError) as exc:  # the argument's error, without the first
+                raise exc from None
+            if elsewhere:
+                return run(op, values, None, time_dim, outputs, backend, public)
+            raise
     else:
-        c = Call(op, values, time_dim, outputs)
+        c = Call(op, values, time_dim, outputs, public)
         c.single = outputs is None and len(op.returns) == 1 or isinstance(outputs, str)
         c.allocate()
         c.empty = c.R1 * c.R2 == 0 or c.T == 0
         c.lp = LaunchPlan()
-        if not c.empty:
-            c.backend = select_backend(op.function, backend, c.device)
-            c.config = choose_config(c) if c.backend == "triton" else None
-        if key is not None and len(PLANS) < MAX_PLANS:
+        # chosen (and so checked) for empty calls too: a backend= typo is an error on any call
+        c.backend = select_backend(op.function, backend, c.device)
+        c.config = choose_config(c) if c.backend == "triton" and not c.empty else None
+        # the signature has get_device(), -1 on the CPU and on devices without an index
+        # alike ('meta'): only CPU plans are kept for those
+        if (key is not None and len(PLANS) < MAX_PLANS
+                and (c.device.type == "cpu" or c.device.index is not None)):
             PLANS[key] = c.template(values)
+        if not c.empty:
+            TARGETS[c.backend](c)
     if c.empty:
         return c.result()
-    TARGETS[c.backend](c)
     lp = c.lp
     if c.backend == "numba" and plan is not None and not lp.fast_decided:
         if lp.take_seen() is not None:  # a plan's second call: decide its fast path
@@ -160,3 +180,12 @@ def run(op, values, key, time_dim, outputs, backend):
                 lp.fast, lp.guarded = fastpath.build(c, values, seen, (time_dim, outputs,
                                                                        backend))
     return c.result()
+
+
+def _checked_elsewhere(op, values, plan, time_dim, outputs, public) -> bool:
+    """A call that matched ``plan``'s signature failed: check it in full, which raises the error
+    of an argument that is wrong (a 'meta' tensor among CPU tensors: the signature's
+    ``get_device()`` is -1 for both). True where the call is right but on another device than
+    the plan's (all its tensors on 'meta'): it then runs without a plan; False where the
+    failure is not the arguments'."""
+    return Call(op, values, time_dim, outputs, public).device != plan.device
