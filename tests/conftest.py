@@ -34,6 +34,14 @@ def call_on(fn, backend: str, *args, **kwargs):
     return tuple(o.cpu() for o in out) if isinstance(out, tuple) else out.cpu()
 
 
+def pyproject_extra(name: str) -> list:
+    """pyproject.toml's optional dependencies ``name`` (the integrations' install hints name them)."""
+    from pathlib import Path
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    text = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    return tomllib.loads(text)["project"]["optional-dependencies"][name]
+
+
 def to_backend(backend: str, values: dict) -> dict:
     """``values`` with its tensors on the device ``backend`` runs on (as :func:`call_on` moves
     them), for tests that keep the tensors themselves (autograd leaves)."""

@@ -28,6 +28,7 @@ from stable_baselines3.common.logger import KVWriter, Logger  # noqa: E402
 import scangen  # noqa: E402
 from scangen.integrations import sb3 as scangen_sb3  # noqa: E402
 from scangen.testing import assert_close  # noqa: E402
+from conftest import pyproject_extra  # noqa: E402
 
 # Tolerances, as multiples of the output's scale max(1, max|A|) (scangen.testing.assert_close).
 # SB3's loop runs in float32, serially; scangen's torch backend in float32 by log-depth doubling,
@@ -226,13 +227,6 @@ def test_import_error_names_what_to_install(monkeypatch):
     with pytest.raises(ImportError) as err:
         importlib.import_module("scangen.integrations.sb3")
     message = str(err.value)
-    for req in _extra("sb3"):  # pyproject.toml's versions, each quoted
+    for req in pyproject_extra("sb3"):  # pyproject.toml's versions, each quoted
         assert f'"{req}"' in message, (req, message)
     assert 'pip install -e ".[sb3]"' in message, message
-
-
-def _extra(name: str) -> list:
-    """pyproject.toml's optional dependencies ``name``."""
-    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
-    text = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
-    return tomllib.loads(text)["project"]["optional-dependencies"][name]

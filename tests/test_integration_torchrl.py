@@ -23,6 +23,7 @@ from torchrl.objectives import ClipPPOLoss  # noqa: E402
 from torchrl.objectives import value as trl  # noqa: E402
 
 from scangen.integrations import torchrl as sg  # noqa: E402
+from conftest import pyproject_extra  # noqa: E402
 
 # fp32: TorchRL's scans (a loop, or a convolution with gamma*lambda powers) and scangen's
 # (recursive doubling) round differently; at 33 steps of unit-scale data the gap is ~5e-7.
@@ -296,13 +297,6 @@ def test_import_error_names_what_to_install(monkeypatch):
     with pytest.raises(ImportError) as err:
         import scangen.integrations.torchrl  # noqa: F401
     message = str(err.value)
-    for req in _extra("torchrl"):  # pyproject.toml's versions, each quoted
+    for req in pyproject_extra("torchrl"):  # pyproject.toml's versions, each quoted
         assert f'"{req}"' in message, (req, message)
     assert 'pip install -e ".[torchrl]"' in message, message
-
-
-def _extra(name: str) -> list:
-    """pyproject.toml's optional dependencies ``name``."""
-    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
-    text = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
-    return tomllib.loads(text)["project"]["optional-dependencies"][name]

@@ -87,21 +87,28 @@ def test_powers_match_the_float64_loop(powers, backend, dtype):
 def test_powers_backward_matches_autograd_of_the_loop(powers, backend):
     """The generated adjoint (x**5 -> 5 x**4, x**-5 -> -5 x**-6, y**-16 -> -16 y**-17) against
     torch.autograd through :func:`reference`, in float64."""
-    op = importlib.import_module(powers.__module__).OP
-    assert ops.grad_op_of(op) is not None, "the adjoint of POWERS was not generated"
     g = torch.Generator().manual_seed(4)
     values = {"x": signed(3, 19, g, torch.float64), "y": signed(3, 19, g, torch.float64),
               "decay": torch.full((3, 1), 0.9, dtype=torch.float64)}
-    weights = [torch.linspace(-1, 1, 3 * 19, dtype=torch.float64).view(3, 19) * (k + 1)
-               for k in range(3)]
+    check_backward(powers, reference, values, backend, outputs=3)
 
-    def grads(fn, leaves):
-        total = sum((o * w.to(o.device)).sum() for o, w in zip(fn(**leaves), weights))
+
+def check_backward(fn, reference, values, backend, outputs):
+    """``fn``'s generated adjoint kernels (no fallback to autograd through the torch path) against
+    torch.autograd through the float64 ``reference``, for a weighted sum of the ``outputs``."""
+    op = importlib.import_module(fn.__module__).OP
+    assert ops.grad_op_of(op) is not None, f"the adjoint of {op.name} was not generated"
+    n, t = values["x"].shape
+    weights = [torch.linspace(-1, 1, n * t, dtype=torch.float64).view(n, t) * (k + 1)
+               for k in range(outputs)]
+
+    def grads(f, leaves):
+        total = sum((o * w.to(o.device)).sum() for o, w in zip(f(**leaves), weights))
         return torch.autograd.grad(total, list(leaves.values()))
 
     leaves = {k: v.clone().requires_grad_(True) for k, v in to_backend(backend, values).items()}
     with mock.patch.object(ops, "_recompute_backward", side_effect=AssertionError("fallback")):
-        got = grads(lambda **v: powers(**v, backend=backend), leaves)
+        got = grads(lambda **v: fn(**v, backend=backend), leaves)
     expected = grads(reference, {k: v.clone().requires_grad_(True) for k, v in values.items()})
     for name, out, exp in zip(values, got, expected):
         assert_close(out.cpu(), exp, name=f"d/d{name} ({backend})")
@@ -217,25 +224,11 @@ def test_half_integer_powers_match_the_float64_loop(half_powers, backend, dtype)
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_half_integer_powers_backward_matches_autograd_of_the_loop(half_powers, backend):
-    op = importlib.import_module(half_powers.__module__).OP
-    assert ops.grad_op_of(op) is not None, "the adjoint of HALF was not generated"
     g = torch.Generator().manual_seed(6)
     values = {"x": positive(3, 17, g, torch.float64), "y": positive(3, 17, g, torch.float64),
               "decay": torch.full((3, 1), 0.3, dtype=torch.float64)}
-    weights = [torch.linspace(-1, 1, 3 * 17, dtype=torch.float64).view(3, 17) * (k + 1)
-               for k in range(2)]
-
-    def grads(fn, leaves):
-        total = sum((o * w.to(o.device)).sum() for o, w in zip(fn(**leaves), weights))
-        return torch.autograd.grad(total, list(leaves.values()))
-
-    leaves = {k: v.clone().requires_grad_(True) for k, v in to_backend(backend, values).items()}
-    with mock.patch.object(ops, "_recompute_backward", side_effect=AssertionError("fallback")):
-        got = grads(lambda **v: half_powers(**v, backend=backend), leaves)
-    expected = grads(lambda x, y, decay: half_reference(x, y, decay[:, 0]),
-                     {k: v.clone().requires_grad_(True) for k, v in values.items()})
-    for name, out, exp in zip(values, got, expected):
-        assert_close(out.cpu(), exp, name=f"d/d{name} ({backend})")
+    check_backward(half_powers, lambda x, y, decay: half_reference(x, y, decay[:, 0]), values,
+                   backend, outputs=2)
 
 
 @pytest.mark.parametrize("k,text", [
