@@ -58,9 +58,14 @@ def reference(x, y, decay):
     return a, a * x.pow(-5), x.pow(5) + 0.001 * y.pow(-16)
 
 
+def positive(n, t, generator, dtype):
+    """|v| in [0.6, 1.4]: x ** -16 stays below 4e3."""
+    return (0.6 + 0.8 * torch.rand(n, t, generator=generator, dtype=torch.float64)).to(dtype)
+
+
 def signed(n, t, generator, dtype):
-    """|v| in [0.6, 1.4] with either sign: negative bases, and x ** -16 stays below 4e3."""
-    magnitude = 0.6 + 0.8 * torch.rand(n, t, generator=generator, dtype=torch.float64)
+    """:func:`positive` with either sign: negative bases."""
+    magnitude = positive(n, t, generator, torch.float64)
     sign = torch.where(torch.rand(n, t, generator=generator) < 0.5, -1.0, 1.0)
     return (magnitude * sign).to(dtype)
 
@@ -200,10 +205,6 @@ def half_reference(x, y, decay):
         steps.append(carry)
     a = torch.stack(steps, dim=1)
     return a, y.pow(2.5) + a * x.pow(2.5)
-
-
-def positive(n, t, generator, dtype):
-    return (0.6 + 0.8 * torch.rand(n, t, generator=generator, dtype=torch.float64)).to(dtype)
 
 
 @pytest.fixture(scope="module")
