@@ -262,6 +262,24 @@ def test_time_dim_must_be_an_int(backend, path):
                 "compute_gae", kw, backend, path, time_dim=td)
 
 
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_float_time_dim_is_refused_after_an_int_plan(backend, path):
+    """1.0 == 1 and both hash alike, so time_dim=1.0 after time_dim=1 calls of the same shapes
+    took their plan (and fast path) and ran, where a fresh process refused it."""
+    kw = _inputs("compute_gae")
+    runtime.PLANS.clear()
+    for _ in range(3):  # the plan, then its fast path
+        expected = _call("compute_gae", kw, backend, path, time_dim=1)
+    for td, what in ((1.0, "float 1.0"), (True, None)):
+        if what is None:  # a bool is an int (operator.index takes it), as in a fresh process
+            _same(_call("compute_gae", kw, backend, path, time_dim=td), expected)
+        else:
+            _raises(TypeError, f"time_dim must be an int, got {what}", "compute_gae", kw,
+                    backend, path, time_dim=td)
+    _same(_call("compute_gae", kw, backend, path, time_dim=np.int64(1)), expected)
+
+
 # ------------------------------------------------------------------------------ outputs
 
 @pytest.mark.parametrize("path", PATHS)
@@ -358,8 +376,8 @@ def test_sparse_input_is_named(backend, path):
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 @pytest.mark.parametrize("name", ["compute_gae", "compute_retrace"])
 def test_meta_tensors_beside_a_cpu_plan(name, backend, path):
-    """get_device() is -1 for CPU and 'meta' tensors alike, so a call with a 'meta' tensor
-    among CPU ones matched the CPU call's plan and failed inside the backend ("can't convert
+    """The plans' signature told devices by get_device(), -1 for CPU and 'meta' tensors alike,
+    so a call with a 'meta' tensor among CPU ones matched the CPU call's plan and failed inside the backend ("can't convert
     meta device type tensor to numpy"); a call on 'meta' alone made a plan that later CPU
     calls of the same shapes then ran on ('Tensor on device cpu is not on the expected
     device meta')."""

@@ -215,10 +215,11 @@ def _guarded(c, values: dict, how: tuple, slots: list, outs: list, body: list, e
     env = {**env, "_check": check.check, "MISS": MISS, "_ENV": ENV}
     x = {n: f"_x{k}" for k, n in enumerate(tensors)}
     # everything _signature puts in the key, in the same terms
-    conds = ["td != _td", "outputs != _outputs", "backend != _backend",
+    conds = ["type(td) is not _tdt or td != _td", "outputs != _outputs", "backend != _backend",
              f"_ENV['SCANGEN_BACKEND'] != {ENV['SCANGEN_BACKEND']!r}",
              f"_ENV['SCANGEN_FAMILY'] != {ENV['SCANGEN_FAMILY']!r}"]
     env["_td"], env["_outputs"], env["_backend"] = how  # the call's time_dim, outputs, backend
+    env["_tdt"] = type(how[0])  # 1.0 == 1, but only an int is a time_dim
     for k, (n, v) in enumerate(values.items()):
         if v is None:
             conds.append(f"v[{n!r}] is not None")

@@ -91,15 +91,17 @@ def signature(op, values: dict, time_dim, outputs, backend):
     depend on; param values are left out (a new gamma reuses the plan), except strings and
     other non-floats, which select behaviour. Pointer alignment is in it because the compiled
     kernel the plan keeps was specialised on it."""
-    sig = [id(op), time_dim, outputs if not isinstance(outputs, list) else tuple(outputs),
+    # time_dim by type too: 1.0 == 1 (and hashes alike), but only an int is a time_dim
+    sig = [id(op), time_dim if type(time_dim) is int else (type(time_dim), time_dim),
+           outputs if not isinstance(outputs, list) else tuple(outputs),
            backend, ENV["SCANGEN_BACKEND"], ENV["SCANGEN_FAMILY"]]
     append, tensor = sig.append, torch.Tensor
     grad = False
     for v in values.values():
         if v is None:
             append(None)
-        elif isinstance(v, tensor):  # get_device(): an int, cheaper than building .device
-            append((v.shape, v.stride(), v.dtype, v.get_device(), v.data_ptr() % 16 == 0))
+        elif isinstance(v, tensor):  # the device itself: get_device() is -1 on 'meta' too
+            append((v.shape, v.stride(), v.dtype, v.device, v.data_ptr() % 16 == 0))
             grad = grad or v.requires_grad
         elif type(v) is float:
             append(float)
@@ -130,23 +132,14 @@ def run(op, values, key, time_dim, outputs, backend, public=True):
     except TypeError:  # an unhashable argument (a NumPy array, say): the checks will explain
         plan = key = None
     if plan is not None:
-        try:
-            lp = plan.lp
-            if lp.fast is not None and not launch.hooked():
-                if public:
-                    RECENT[id(op)] = (op, lp.guarded)
-                return lp.fast(values)
-            c = plan.bind(values)
-            if not c.empty:
-                TARGETS[c.backend](c)
-        except Exception:
-            try:
-                elsewhere = _checked_elsewhere(op, values, plan, time_dim, outputs, public)
-            except (TypeError, ValueError) as exc:  # the argument's error, without the first
-                raise exc from None
-            if elsewhere:
-                return run(op, values, None, time_dim, outputs, backend, public)
-            raise
+        lp = plan.lp
+        if lp.fast is not None and not launch.hooked():
+            if public:
+                RECENT[id(op)] = (op, lp.guarded)
+            return lp.fast(values)
+        c = plan.bind(values)
+        if not c.empty:
+            TARGETS[c.backend](c)
     else:
         c = Call(op, values, time_dim, outputs, public)
         c.single = outputs is None and len(op.returns) == 1 or isinstance(outputs, str)
@@ -156,10 +149,7 @@ def run(op, values, key, time_dim, outputs, backend, public=True):
         # chosen (and so checked) for empty calls too: a backend= typo is an error on any call
         c.backend = select_backend(op.function, backend, c.device)
         c.config = choose_config(c) if c.backend == "triton" and not c.empty else None
-        # the signature has get_device(), -1 on the CPU and on devices without an index
-        # alike ('meta'): only CPU plans are kept for those
-        if (key is not None and len(PLANS) < MAX_PLANS
-                and (c.device.type == "cpu" or c.device.index is not None)):
+        if key is not None and len(PLANS) < MAX_PLANS:
             PLANS[key] = c.template(values)
         if not c.empty:
             TARGETS[c.backend](c)
@@ -181,11 +171,3 @@ def run(op, values, key, time_dim, outputs, backend, public=True):
                                                                        backend))
     return c.result()
 
-
-def _checked_elsewhere(op, values, plan, time_dim, outputs, public) -> bool:
-    """A call that matched ``plan``'s signature failed: check it in full, which raises the error
-    of an argument that is wrong (a 'meta' tensor among CPU tensors: the signature's
-    ``get_device()`` is -1 for both). True where the call is right but on another device than
-    the plan's (all its tensors on 'meta'): it then runs without a plan; False where the
-    failure is not the arguments'."""
-    return Call(op, values, time_dim, outputs, public).device != plan.device
