@@ -94,7 +94,7 @@ def main(argv=None):
     for stem, *spec in CASES:
         case, path = build_case(stem, *spec), GOLDEN_DIR / f"{stem}.pt"
         if args.check:
-            if not path.exists() or not _same(case, torch.load(path)):
+            if not path.exists() or not _same(case, torch.load(path, weights_only=True)):
                 stale.append(path.name)
         else:
             torch.save(case, path)

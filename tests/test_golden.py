@@ -18,7 +18,7 @@ def test_golden_files_exist():
 
 @pytest.mark.parametrize("path", GOLDEN, ids=lambda p: p.stem)
 def test_scangen_matches_golden(path):
-    case = torch.load(path)
+    case = torch.load(path, weights_only=True)
     out = getattr(scangen, case["name"])(**case["inputs"])
     expected = case["expected"]
     if isinstance(expected, list):

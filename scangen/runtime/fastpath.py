@@ -250,10 +250,10 @@ def _guarded(c, values: dict, how: tuple, slots: list, outs: list, body: list, e
     return env["guarded"]
 
 
-try:  # torch's C check of tensor metadata (TorchDynamo's former tensor guard)
-    from torch._C._dynamo.guards import TensorGuards as _TensorGuards
-except ImportError:
-    _TensorGuards = None
+# torch's C check of tensor metadata (TorchDynamo's former tensor guard); an attribute, not an
+# importable module, before torch 2.5
+_TensorGuards = getattr(getattr(getattr(torch._C, "_dynamo", None), "guards", None),
+                        "TensorGuards", None)
 
 
 def same_view(a, b) -> bool:

@@ -185,7 +185,11 @@ def call_op(op: abi.OpInfo, values: dict, *, time_dim, names, backend, public=Fa
     ``public``: a user's call (:func:`dispatch`), whose time_dim and params are checked here
     (the op's schema takes an int and tensors), with :class:`Call`'s errors."""
     qn = qualname(op)
-    like = next((v for v in values.values() if isinstance(v, torch.Tensor)), None)
+    like = None  # the first tensor (a loop: torch 2.4's dynamo cannot trace next(it, None))
+    for v in values.values():
+        if isinstance(v, torch.Tensor):
+            like = v
+            break
     if public and type(time_dim) is not int:  # the op's schema takes an int
         time_dim = check_time_dim(op.function, time_dim)
     if like is None:  # no tensor at all: Call raises the error of the argument at fault
