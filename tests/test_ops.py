@@ -205,6 +205,28 @@ def test_eligibility_trailing_features(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_time_major_trailing_features(backend):
+    """Time-major buffers with feature dims: float inputs [T, N, F1, F2], flags [T, N] (they
+    apply to every feature), seeds [N] or [N, F1, F2]. A [T, N] flag cannot be walked by one row
+    stride over (N, F1, F2), and its copy was the same tensor again: RecursionError on every
+    backend. Twice: the second call re-binds the plan, which copies the flag the same way."""
+    for seed_shape in ("rows", "features"):
+        inputs = make_inputs("eligibility_traces", 3, 21, seed=8, F=(2, 3))
+        if seed_shape == "rows":
+            inputs["seed_values"] = inputs["seed_values"][:, 0, 0].contiguous()
+        expected = _tuple(reference.compute_eligibility_traces(**inputs))
+        tm = {k: (v.transpose(0, 1).contiguous() if torch.is_tensor(v) and k != "seed_values"
+                  else v) for k, v in inputs.items()}
+        assert tm["dones"].shape == (21, 3) and tm["gradients"].shape == (21, 3, 2, 3)
+        for _ in range(2):
+            got = _run("compute_eligibility_traces", tm, backend, time_dim=0)
+            assert len(got) == len(expected)
+            for g, e in zip(got, expected):
+                assert_close(g.transpose(0, 1), e, dtype=g.dtype,
+                             name=f"time-major with features ({backend}, seeds {seed_shape})")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_prefix_sum_starts_at(backend):
     inputs = make_inputs("episodic_prefix_sum", 3, 21, seed=9)
     _check("compute_episodic_prefix_sum", dict(inputs, boundary="starts_at"), backend)

@@ -190,7 +190,7 @@ class Call:
         self.ptargets[name] = target
         c, self.pstrides[name] = self._canon(e, "NT")
         if c is not e:
-            self.copied.add(name)
+            self.copied[name] = "NT"
         return c
 
     # -- shapes and strides --------------------------------------------------------------
@@ -247,24 +247,49 @@ class Call:
                     raise ValueError(f"{self.fn}(): '{n}' has shape {list(t.shape)}, expected "
                                      f"{list(ok[0])}" + (f" or {list(ok[1])}"
                                                          if ok[0] != ok[1] else ""))
-        self.strides, self.copied = {}, set()
+        self.strides, self.copied = {}, {}  # copied: name -> role, for bind() to copy again
         for n, t in self.tensors.items():
             self.tensors[n], self.strides[n] = self._canon(t, infos[n].shape)
             if self.tensors[n] is not t:
-                self.copied.add(n)
+                self.copied[n] = infos[n].shape
 
-    def _canon(self, t, role):
-        """``(t, (s1, s2, st[, sk]))``; ``t`` is copied only when its strides cannot merge."""
+    def _strides(self, t, role):
+        """``(s1, s2, st[, sk])``: one stride for the rows before the time dim, one for those
+        after it, the time dim's and K's; None where ``t``'s strides cannot merge so."""
         dims = list(zip(t.shape, t.stride()))
         k = [dims.pop()[1]] if role == "NTK" else []
         if role == "N":
             dims.insert(self.td, (1, 0))
-        dims += [(n, 0) for n in self.full_shape[len(dims):]]
+        dims += [(n, 0) for n in self.full_shape[len(dims):]]  # feature dims it broadcasts over
         s1 = _merge(dims[:self.td])
         s2 = _merge(dims[self.td + 1:])
         if s1 is None or s2 is None:
-            return self._canon(t.contiguous(), role)
-        return t, (s1, s2, dims[self.td][1] if role != "N" else 0, *k)
+            return None
+        return (s1, s2, dims[self.td][1] if role != "N" else 0, *k)
+
+    def _canon(self, t, role):
+        """``(t, strides)`` (:meth:`_strides`); ``t`` is copied only when its strides cannot
+        merge (:meth:`_dense`)."""
+        st = self._strides(t, role)
+        if st is None:
+            t = self._dense(t, role)
+            st = self._strides(t, role)
+        return t, st
+
+    def _dense(self, t, role):
+        """A copy of ``t`` whose strides merge: contiguous, or, where the feature dims it
+        broadcasts over lie between row dims (a [T, N] flag beside [T, N, F] inputs, time
+        first), expanded over them as well."""
+        c = t.contiguous()
+        if self._strides(c, role) is not None:
+            return c
+        full = list(self.full_shape)
+        if role == "N":
+            del full[self.td]
+        k = [t.shape[-1]] if role == "NTK" else []
+        lead = t.shape[:-1] if k else t.shape
+        padded = t.reshape(*lead, *[1] * (len(full) - len(lead)), *k)
+        return padded.expand(*full, *k).contiguous()
 
     # -- accessors used by generated code ------------------------------------------------
     def has(self, name: str) -> bool:
@@ -305,7 +330,7 @@ class Call:
         t = self.clone()
         t.tensors, t.params, t.outs = {}, {}, {}
         t.bind_names = tuple(self.strides)
-        t.bind_plain = not (self.copied & set(self.strides))
+        t.bind_plain = not (set(self.copied) & set(self.strides))
         specs = []
         for p in self.op.params:
             # a param left out may default to another param's value (V-trace's pg_rho_bar
@@ -334,8 +359,8 @@ class Call:
         if self.bind_plain:
             c.tensors = {n: values[n] for n in self.bind_names}
         else:
-            c.tensors = {n: values[n].contiguous() if n in self.copied else values[n]
-                         for n in self.bind_names}
+            c.tensors = {n: self._dense(values[n], self.copied[n]) if n in self.copied
+                         else values[n] for n in self.bind_names}
         c.params = params = {}
         f64 = self.acc == torch.float64
         for name, kind, arg in self.bind_params:
@@ -345,7 +370,7 @@ class Call:
                 params[name] = self._scalar(float(values[arg])) if f64 else float(values[arg])
             else:  # a tensor, expanded to its target
                 v = values[arg].expand(self.ptargets[name])
-                params[name] = v.contiguous() if name in self.copied else v
+                params[name] = self._dense(v, "NT") if name in self.copied else v
         c.allocate()
         return c
 
