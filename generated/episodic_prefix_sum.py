@@ -62,7 +62,7 @@ def compute_episodic_prefix_sum(inputs, dones, seed_values=None, boundary='ends_
         inputs: [N, T] float. x_t.
         dones: [N, T] flag. episode boundary flags (see boundary).
         seed_values: [N] float, optional (default 0). C_{-1}, the sum carried in from before the window.
-        boundary: float or tensor broadcastable to [N, T] (default 'ends_at'; one of 'ends_at', 'starts_at'). whether dones[t] marks the last ('ends_at') or the first ('starts_at') step of an episode
+        boundary: str (default 'ends_at'; one of 'ends_at', 'starts_at'). whether dones[t] marks the last ('ends_at') or the first ('starts_at') step of an episode
         time_dim: the time axis of the [N, T] inputs (-1: rows [N, T]; 0: time-major).
         outputs: output name(s) to compute; default sums.
         backend: 'auto' (Triton on CUDA, numba on CPU), 'triton', 'numba' or 'torch'.

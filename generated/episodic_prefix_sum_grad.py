@@ -66,7 +66,7 @@ def compute_episodic_prefix_sum_grad(*, inputs=None, dones=None, seed_values=Non
         seed_values: [N] float, optional (default 0). C_{-1}, the sum carried in from before the window.
         st__C: [N, T] float. forward state C
         gy__sums: [N, T] float, optional (default 0). dL/dsums
-        boundary: float or tensor broadcastable to [N, T] (default 'ends_at'; one of 'ends_at', 'starts_at'). whether dones[t] marks the last ('ends_at') or the first ('starts_at') step of an episode
+        boundary: str (default 'ends_at'; one of 'ends_at', 'starts_at'). whether dones[t] marks the last ('ends_at') or the first ('starts_at') step of an episode
         time_dim: the time axis of the [N, T] inputs (-1: rows [N, T]; 0: time-major).
         outputs: output name(s) to compute; default d__inputs, d__seed_values, d__boundary.
         backend: 'auto' (Triton on CUDA, numba on CPU), 'triton', 'numba' or 'torch'.

@@ -73,7 +73,7 @@ def compute_lambda_returns(rewards, next_values, terminateds, truncateds=None, g
         truncateds: [N, T] flag, optional (default 0). 1 where the episode was cut at step t.
         gamma: float or tensor broadcastable to [N, T] (default 0.99). discount factor
         lambda_: float or tensor broadcastable to [N, T] (default 0.95). trace decay
-        bootstrap_values: [N, T] float, optional (default 0). overrides next_values at truncated steps and at t = T-1 when given.
+        bootstrap_values: [N, T] float, optional. overrides next_values at truncated steps and at t = T-1 when given.
         time_dim: the time axis of the [N, T] inputs (-1: rows [N, T]; 0: time-major).
         outputs: output name(s) to compute; default returns.
         backend: 'auto' (Triton on CUDA, numba on CPU), 'triton', 'numba' or 'torch'.

@@ -87,7 +87,7 @@ def compute_lambda_returns_grad(*, rewards=None, next_values=None, terminateds=N
         next_values: [N, T] float. V(s_{t+1}) of the true successor of step t.
         terminateds: [N, T] flag. 1 where the episode terminated at step t.
         truncateds: [N, T] flag, optional (default 0). 1 where the episode was cut at step t.
-        bootstrap_values: [N, T] float, optional (default 0). overrides next_values at truncated steps and at t = T-1 when given.
+        bootstrap_values: [N, T] float, optional. overrides next_values at truncated steps and at t = T-1 when given.
         st__G: [N, T] float. forward state G
         gy__returns: [N, T] float, optional (default 0). dL/dreturns
         gamma: float or tensor broadcastable to [N, T] (default 0.99). discount factor

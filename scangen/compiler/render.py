@@ -14,6 +14,7 @@ from types import SimpleNamespace as NS
 
 from .. import __version__, abi
 from ..abi import split_sym
+from .expr import Present
 from .ir import IR
 from .options import Options
 from .plan import Block, Plan
@@ -289,18 +290,24 @@ def _docstring(ir: IR) -> str:
     shapes = {"NT": "[N, T]", "N": "[N]", "NTK": "[N, T, K]"}
     lines = (ir.doc.strip() or f"The '{ir.name}' scan.").splitlines() + ["", "Args:"]
     inputs, params = {i.name: i for i in ir.inputs}, {p.name: p for p in ir.params}
+    # optional inputs the update tests with present(): left out, they are not their default
+    # value but another rule (TD(lambda)'s bootstrap_values: next_values), which their doc says
+    exprs = [e for s in ir.scans for e in (s.alpha, s.beta, s.init)] + [o.expr for o in ir.outputs]
+    tested = {str(a.args[0]) for e in exprs for a in e.atoms(Present)}
     for a in ir.signature:  # in the function's own order
         if a in inputs:
             i = inputs[a]
-            opt = f", optional (default {i.default:g})" if i.optional else ""
+            opt = ("" if not i.optional else ", optional" if i.name in tested
+                   else f", optional (default {i.default:g})")
             lines.append(f"    {i.name}: {shapes[i.shape]} {i.kind}{opt}. {i.doc}".rstrip())
         elif a in params:
             p = params[a]
             d = "required" if p.default is None else f"default {p.default!r}"
-            if p.choices:
+            kind = "float or tensor broadcastable to [N, T]"
+            if p.choices:  # a string that selects the update, not a number
                 d += "; one of " + ", ".join(repr(k) for k, _ in p.choices)
-            lines.append(f"    {p.name}: float or tensor broadcastable to [N, T] ({d}). {p.doc}"
-                         .rstrip())
+                kind = "str"
+            lines.append(f"    {p.name}: {kind} ({d}). {p.doc}".rstrip())
     lines += ["    time_dim: the time axis of the [N, T] inputs (-1: rows [N, T]; 0: time-major).",
               "    outputs: output name(s) to compute; default " + ", ".join(ir.returns) + ".",
               "    backend: 'auto' (Triton on CUDA, numba on CPU), 'triton', 'numba' or 'torch'.",
