@@ -53,7 +53,7 @@ OP = _abi.OpInfo(
         _abi.InputInfo('action_probs_behavior', 'float', 'NT', None, 'mu(a_t|s_t), the behaviour probability of the action taken.'),
         _abi.InputInfo('q_values', 'float', 'NT', None, 'Q(s_t, a_t).'),
         _abi.InputInfo('next_q_values_all', 'float', 'NTK', None, 'Q(s_{t+1}, .) of the true successor.'),
-        _abi.InputInfo('actions', 'index', 'NT', None, 'a_t in [0, K).'),
+        _abi.InputInfo('actions', 'index', 'NT', None, 'a_t in [0, K) (not checked: an action outside it gives NaN).'),
         _abi.InputInfo('rewards', 'float', 'NT', None, 'r_t.'),
         _abi.InputInfo('terminateds', 'flag', 'NT', None, '1 where the episode terminated at step t.'),
         _abi.InputInfo('truncateds', 'flag', 'NT', 0.0, '1 where the episode was cut at step t.'),
@@ -95,7 +95,7 @@ def compute_retrace(action_probs_target, action_probs_behavior, q_values, next_q
         action_probs_behavior: [N, T] float. mu(a_t|s_t), the behaviour probability of the action taken.
         q_values: [N, T] float. Q(s_t, a_t).
         next_q_values_all: [N, T, K] float. Q(s_{t+1}, .) of the true successor.
-        actions: [N, T] index. a_t in [0, K).
+        actions: [N, T] index. a_t in [0, K) (not checked: an action outside it gives NaN).
         rewards: [N, T] float. r_t.
         terminateds: [N, T] flag. 1 where the episode terminated at step t.
         truncateds: [N, T] flag, optional (default 0). 1 where the episode was cut at step t.
