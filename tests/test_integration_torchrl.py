@@ -110,6 +110,20 @@ def test_precomputed_values_whose_successors_do_not_chain(name, T):
              **kw)
 
 
+@pytest.mark.parametrize("name", ["GAE", "TDLambdaEstimator", "VTrace"])
+def test_terminated_where_not_done(name):
+    """TorchRL accepts ("next", "terminated") set where ("next", "done") is not (hand-made
+    data: its environments set done wherever terminated): no bootstrap there, and the trace runs
+    on. TD(lambda) went through compute_lambda_returns, which cut the trace at such steps."""
+    td = _precomputed(_rollout((4,), 29, seed=15))
+    g = torch.Generator().manual_seed(16)
+    td["next", "terminated"] = torch.rand(td["next", "done"].shape, generator=g) < 0.2
+    assert (td["next", "terminated"] & ~td["next", "done"]).sum() >= 5
+    kw = dict(gamma=0.9, value_network=None)
+    kw.update(actor_network=_actor(), c_thresh=0.9) if name == "VTrace" else kw.update(lmbda=0.8)
+    _compare(getattr(trl, name), getattr(sg, name), td, **kw)
+
+
 @pytest.mark.parametrize("shape", ["row", "step"])
 @pytest.mark.parametrize("param", ["gamma", "lmbda"])
 @pytest.mark.parametrize("name", ["GAE", "TDLambdaEstimator"])
@@ -259,6 +273,7 @@ def test_triton_kernels_of_the_specs():
     td = _precomputed(_rollout((3,), 37, seed=13)).to(device)
     actor = _actor().to(device)
     for ref_cls, cls, kw in ((trl.GAE, sg.GAE, dict(lmbda=0.8)),
+                             (trl.TDLambdaEstimator, sg.TDLambdaEstimator, dict(lmbda=0.8)),
                              (trl.VTrace, sg.VTrace, dict(actor_network=actor))):
         ref = ref_cls(gamma=0.9, value_network=None, **kw)(td.clone())
         ours = cls(gamma=0.9, value_network=None, backend="triton", **kw)(td.clone())

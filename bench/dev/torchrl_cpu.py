@@ -29,7 +29,6 @@ from torchrl.modules import ProbabilisticActor  # noqa: E402
 from torchrl.objectives import value as trl  # noqa: E402
 from torchrl.objectives.value import functional as trl_fn  # noqa: E402
 
-import scangen  # noqa: E402
 from scangen.benchmark.meta import machine_meta  # noqa: E402
 from scangen.benchmark.timing import wall_and_cpu  # noqa: E402
 from scangen.integrations import torchrl as sg  # noqa: E402
@@ -82,7 +81,7 @@ def _functions(which, td):
     elif which == "td_lambda":
         fns = {"torchrl vec_td_lambda_return_estimate": lambda: trl_fn.
                vec_td_lambda_return_estimate(gamma, lmbda, nv, r, d, t, time_dim=1)}
-        ours = ("compute_lambda_returns", lambda b: scangen.compute_lambda_returns(
+        ours = ("torchrl_td_lambda op", lambda b: sg._op("td_lambda")(
             r, nv, t, d, gamma=gamma, lambda_=lmbda, time_dim=1, backend=b))
     else:
         fns = {"torchrl vtrace_advantage_estimate": lambda: trl_fn.

@@ -20,8 +20,10 @@ reads it inside episodes too; scangen's ``compute_gae`` and ``compute_vtrace`` r
 when ``("next", obs)[t]`` is ``obs[t+1]`` inside episodes, but not with ``MultiStep`` data, a
 target critic or precomputed values. So GAE and V-trace run two small specs in TorchRL's
 convention, compiled once per process by :func:`scangen.compile` (``_GAE_SPEC``,
-``_VTRACE_SPEC``), which give TorchRL's numbers on any TensorDict; TD(lambda) needs none: it is
-:func:`scangen.compute_lambda_returns`. docs/integrations/torchrl.md has the key-by-key mapping.
+``_VTRACE_SPEC``), which give TorchRL's numbers on any TensorDict. So does TD(lambda)
+(``_TD_LAMBDA_SPEC``): :func:`scangen.compute_lambda_returns` cuts the trace at terminated steps,
+where TorchRL cuts it at ``done`` alone (the two differ on a step terminated but not done, which
+TorchRL accepts). docs/integrations/torchrl.md has the key-by-key mapping.
 """
 from __future__ import annotations
 
@@ -113,7 +115,35 @@ outputs:
   targets: {expr: values + A, doc: "vs_t: 'value_target'."}
 """
 
-_SPECS = {"gae": _GAE_SPEC, "vtrace": _VTRACE_SPEC}
+# TorchRL's td_lambda_return_estimate: terminated zeroes the bootstrap, done (alone) cuts the trace.
+_TD_LAMBDA_SPEC = """
+name: torchrl_td_lambda
+doc: |
+  TD(lambda) returns in TorchRL's convention, reverse in time.
+
+  nv_t = (1 - term_t) * the successor's value; G_t = r_t + gamma * nv_t where done_t and at
+  t = T-1, else r_t + gamma * ((1 - lambda_) * nv_t + lambda_ * G_{t+1}): a terminated step that
+  is not done keeps the trace running.
+direction: reverse
+inputs:
+  rewards: {kind: float, doc: "r_t: ('next', 'reward')."}
+  next_values: {kind: float, doc: "V of the successor of step t: ('next', 'state_value')."}
+  terminateds: {kind: flag, doc: "1 where no bootstrap: ('next', 'terminated')."}
+  dones: {kind: flag, doc: "1 where the trace is cut: ('next', 'done')."}
+params:
+  gamma: {default: 0.99, doc: discount factor}
+  lambda_: {default: 0.95, doc: trace decay}
+let:
+  cut: where(is_last, 1, dones)
+scans:
+  G:
+    alpha: rewards + gamma * (1 - terminateds) * next_values * (1 - lambda_ * (1 - cut))
+    beta: gamma * lambda_ * (1 - cut)
+outputs:
+  returns: {expr: G, doc: "'value_target'."}
+"""
+
+_SPECS = {"gae": _GAE_SPEC, "vtrace": _VTRACE_SPEC, "td_lambda": _TD_LAMBDA_SPEC}
 _OPS: dict = {}
 
 
@@ -276,8 +306,8 @@ class GAE(_ScangenEstimator, _adv.GAE):
 
 class TDLambdaEstimator(_ScangenEstimator, _adv.TDLambdaEstimator):
     """:class:`torchrl.objectives.value.TDLambdaEstimator`, with the lambda-returns computed by
-    :func:`scangen.compute_lambda_returns`. TorchRL's ``forward`` is kept: it calls
-    :meth:`value_estimate`, the only method overridden.
+    one scangen scan in TorchRL's convention (``_TD_LAMBDA_SPEC``). TorchRL's ``forward`` is
+    kept: it calls :meth:`value_estimate`, the only method overridden.
 
     Takes TorchRL's arguments, plus ``backend``. ``vectorized`` is accepted and ignored.
     """
@@ -285,6 +315,7 @@ class TDLambdaEstimator(_ScangenEstimator, _adv.TDLambdaEstimator):
     def __init__(self, *, backend: str | None = None, **kwargs):
         super().__init__(**kwargs)
         self.backend = backend
+        _op("td_lambda")
 
     def value_estimate(self, tensordict, target_params=None, next_value=None,
                        time_dim: int | None = None, **kwargs):
@@ -303,11 +334,8 @@ class TDLambdaEstimator(_ScangenEstimator, _adv.TDLambdaEstimator):
             next_value = self._next_value(tensordict, target_params, kwargs=kwargs)
         reward, done, terminated, _, time_dim = self._signals(tensordict, time_dim)
         _check_shapes(next_value, reward, done, terminated)
-        # done cuts the trace and bootstraps from next_value; terminated (a subset of done in
-        # TorchRL's envs) also drops the bootstrap: compute_lambda_returns' two flags exactly.
-        return scangen.compute_lambda_returns(
-            reward, next_value, terminated, done, gamma=gamma,
-            lambda_=self.lmbda, time_dim=time_dim, backend=self.backend)
+        return _op("td_lambda")(reward, next_value, terminated, done, gamma=gamma,
+                                lambda_=self.lmbda, time_dim=time_dim, backend=self.backend)
 
 
 class VTrace(_ScangenEstimator, _adv.VTrace):
