@@ -146,6 +146,31 @@ def test_buffer_writes_in_place_and_survives_a_rebound_episode_starts():
     assert np.shares_memory(buf.episode_starts, buf._starts_ext)
 
 
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_buffer_copied_in_the_middle_of_a_rollout(how):
+    """A copied or unpickled buffer's episode_starts is no longer a view of the array the scan
+    reads (a copy does not keep one array a view of another), so the episode starts add() wrote
+    after the copy were lost: advantages off by up to 2.6 (the integration audit's case)."""
+    import copy
+    import pickle
+    data = _rollout(12, 3, 0.3, seed=5)
+    rewards, values, starts, last_values, dones = data
+    bufs = []
+    for cls in (sb3_buffers.RolloutBuffer, scangen_sb3.RolloutBuffer):
+        buf = cls(12, OBS, ACT, device="cpu", gamma=0.9, gae_lambda=0.8, n_envs=3)
+        for t in range(12):
+            if t == 5:
+                buf = copy.deepcopy(buf) if how == "deepcopy" else pickle.loads(pickle.dumps(buf))
+            buf.add(np.zeros((3, 3), np.float32), np.zeros((3, 1)), rewards[t], starts[t],
+                    torch.from_numpy(values[t]), torch.zeros(3))
+        buf.compute_returns_and_advantage(last_values, dones)
+        bufs.append(buf)
+    assert starts[5:].sum() >= 3  # episode starts written after the copy
+    for name in ("advantages", "returns"):
+        assert_close(torch.from_numpy(getattr(bufs[1], name)),
+                     torch.from_numpy(getattr(bufs[0], name)), **TOL_SB3, name=name)
+
+
 # --------------------------------------------------------------------------- PPO on CartPole
 
 class _Records(KVWriter):

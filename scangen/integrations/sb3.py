@@ -59,7 +59,7 @@ class _ScangenGAE:
         # Row t + 1 of this array is "step t ended its episode": rows 0..n-1 are SB3's
         # episode_starts (filled in place by add()), rows 1..n the terminateds scangen reads.
         self._starts_ext = np.zeros((self.buffer_size + 1, self.n_envs), dtype=np.float32)
-        self.episode_starts = self._starts_view = self._starts_ext[:-1]
+        self.episode_starts = self._starts_ext[:-1]
 
     def compute_returns_and_advantage(self, last_values: torch.Tensor, dones: np.ndarray) -> None:
         """GAE(lambda) advantages and TD(lambda) returns, as SB3's own method computes them.
@@ -68,9 +68,12 @@ class _ScangenGAE:
             (any shape with ``n_envs`` elements, any device).
         :param dones: whether the last step ended its episode, one per env.
         """
-        ext = self._starts_ext
-        if self.episode_starts is not self._starts_view:  # rebound by the caller: take a copy
-            ext[:-1] = self.episode_starts
+        ext, starts = self._starts_ext, self.episode_starts
+        # not the view of ext's first rows (rebound by the caller, or a copied or unpickled
+        # buffer, whose two arrays no longer share memory): take its values
+        if not (isinstance(starts, np.ndarray) and starts.base is ext
+                and starts.ctypes.data == ext.ctypes.data):
+            ext[:-1] = starts
         ext[-1] = np.asarray(dones).reshape(self.n_envs)
         last = last_values.detach().reshape(self.n_envs).to("cpu", torch.float32)
         adv, ret = scangen.compute_gae(
