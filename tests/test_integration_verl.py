@@ -103,12 +103,20 @@ def ref_rpp_returns(r, m, gamma):
 
 
 def ref_whiten(x, m, shift_mean=True):
-    """verl's masked_whiten in float64: mean and unbiased variance over the masked elements."""
-    x, sel = x.detach().cpu().to(F64), (m.detach().cpu() != 0)
+    """verl's masked_whiten in float64: mean and unbiased variance over the masked elements,
+    weighted by a float mask's values, with verl's counts: ``n = mask.sum()`` (a bf16 mask sums
+    in bf16), and ``n + 1e-8`` and ``n / (n - 1)`` in float32 for int, bool and float32 masks
+    (torch's default float type; the 1e-8 vanishes there), in the mask's own type otherwise."""
+    m = m.detach().cpu()
+    x, sel = x.detach().cpu().to(F64), (m != 0)
+    w = m[sel].to(F64).tolist() if m.is_floating_point() else [1.0] * int(sel.sum())
     picked = x[sel].tolist()
-    n = len(picked)
-    mean = math.fsum(picked) / (n + 1e-8)
-    var = math.fsum((p - mean) ** 2 for p in picked) / (n + 1e-8) * n / (n - 1)
+    kind = m.dtype if m.is_floating_point() else torch.float32
+    n = torch.tensor(float(m.sum()), dtype=kind)
+    count = float(n + torch.tensor(1e-8, dtype=kind))
+    bessel = float(n / (n - torch.tensor(1.0, dtype=kind)))
+    mean = math.fsum(p * q for p, q in zip(picked, w)) / count
+    var = math.fsum((p - mean) ** 2 * q for p, q in zip(picked, w)) / count * bessel
     out = (x - mean) / math.sqrt(var + 1e-8)
     return out if shift_mean else out + mean
 
@@ -265,6 +273,31 @@ def test_masked_whiten_edge_cases():
         sv.masked_whiten(x, one)
 
 
+def test_masked_whiten_counts_as_verl_does():
+    """verl adds the 1e-8 to the count in float32 unless the mask is float64 (there it stays),
+    which shows on values of large mean and small spread: scangen added it in float64 for every
+    mask (-0.702 / +0.709 where verl gives -+0.705 with an int mask; the verl audit's case).
+    And a float mask weights the sums, as verl's masked_sum multiplies by it."""
+    x = torch.tensor([1000.001, 999.999], dtype=F64)
+    for mask, expected in ((torch.tensor([1, 1]), (0.7053456158585152, -0.7053456158585152)),
+                           (torch.tensor([True, True]), (0.7053456158585152, -0.7053456158585152)),
+                           (torch.tensor([1.0, 1.0]), (0.7053456158585152, -0.7053456158585152)),
+                           (torch.tensor([1.0, 1.0], dtype=F64),
+                            (0.7088635290366649, -0.7018101606060925))):
+        got = sv.masked_whiten(x, mask)
+        assert got.dtype == F64
+        assert_close(got, torch.tensor(expected, dtype=F64), atol=1e-12, rtol=1e-12)
+        assert_close(got, ref_whiten(x, mask), atol=1e-12, rtol=1e-12)
+    g = torch.Generator().manual_seed(3)
+    y = torch.randn(5, 40, generator=g, dtype=F64)
+    weights = torch.rand(5, 40, generator=g) * (torch.rand(5, 40, generator=g) < 0.7)
+    for shift in (True, False):
+        assert_close(sv.masked_whiten(y, weights, shift), ref_whiten(y, weights, shift),
+                     atol=1e-6, rtol=1e-6)  # float32 statistics: a float32 mask
+        assert_close(sv.masked_whiten(y, weights.double(), shift),
+                     ref_whiten(y, weights.double(), shift), atol=1e-12, rtol=1e-12)
+
+
 # --------------------------------------------------------------------------- registry and trainer
 
 def _fake_core_algos():
@@ -391,6 +424,25 @@ def test_matches_verl(kind, dtype):
         assert_close(got, exp, **tol)
     for shift in (True, False):
         assert_close(sv.masked_whiten(r, m, shift), verl_F.masked_whiten(r, m, shift), **tol)
+
+
+@needs_verl
+@pytest.mark.parametrize("mask_dtype", (torch.int64, torch.bool, torch.float32, torch.float64,
+                                        torch.bfloat16), ids=_ids)
+def test_masked_whiten_matches_verls_arithmetic(mask_dtype):
+    """Values of large mean and small spread, where verl's count arithmetic shows, and a
+    weighted float mask, against verl's masked_whiten."""
+    g = torch.Generator().manual_seed(19)
+    x = 1000.0 + 1e-3 * torch.randn(6, 300, generator=g, dtype=torch.float64)
+    m = torch.rand(6, 300, generator=g) < 0.6
+    m = m if mask_dtype == torch.bool else m.to(mask_dtype)
+    for shift in (True, False):
+        got, exp = sv.masked_whiten(x, m, shift), verl_F.masked_whiten(x, m, shift)
+        assert got.dtype == exp.dtype
+        assert_close(got, exp, atol=1e-9, rtol=1e-9)
+    if mask_dtype.is_floating_point:
+        w = (torch.rand(6, 300, generator=g) * m).to(mask_dtype)
+        assert_close(sv.masked_whiten(x, w), verl_F.masked_whiten(x, w), atol=1e-9, rtol=1e-9)
 
 
 @needs_verl

@@ -94,27 +94,41 @@ def _bool_mask(mask):
 def masked_whiten(values, mask, shift_mean=True):
     """``values`` whitened over the tokens where ``mask`` is set, as verl's ``masked_whiten``.
 
-    ``mean = sum_m(x) / (n + 1e-8)`` and ``var = sum_m((x - mean)^2) / (n + 1e-8) * n / (n - 1)``
-    over the ``n`` masked elements of the whole tensor (unbiased: Bessel's correction), and
-    ``(x - mean) / sqrt(var + 1e-8)``, plus ``mean`` again if not ``shift_mean``. Every element is
-    whitened, masked or not. The statistics are taken in float32 (float64 for float64 input) and
-    the result has ``values``' dtype. Fewer than two masked elements is a ``ValueError``, as in
-    verl. Elements outside the mask never enter the statistics, even when not finite.
+    ``mean = sum(x * w) / (n + 1e-8)`` and ``var = sum((x - mean)^2 * w) / (n + 1e-8) * n / (n - 1)``
+    over the elements where ``mask`` is nonzero (``w``: the mask's value there, 1 for 0/1 masks;
+    ``n = mask.sum()``), and ``(x - mean) / sqrt(var + 1e-8)``, plus ``mean`` again if not
+    ``shift_mean``. Every element is whitened, masked or not. ``n + 1e-8`` and ``n / (n - 1)``
+    are computed as verl computes them, in the mask sum's own arithmetic: float32 for int, bool
+    and float32 masks (where the 1e-8 vanishes), float64 for a float64 mask; with values of
+    large mean and small spread the difference shows (2 values 1000 +- 0.001 in float64: -+0.705
+    both, against -0.702 / +0.709 with the 1e-8 kept). The sums are taken in float32 (float64
+    where values or mask are float64) and the result has ``values``' dtype, as verl's. A mask
+    summing to 0 or 1 is a ``ValueError``, as in verl. Elements outside the mask never enter the
+    statistics, even when not finite.
     """
     m = _bool_mask(mask)
-    n = int(m.sum())  # verl checks the count on the host too
-    if n < 2:
-        raise ValueError(f"masked_whiten: the mask selects {n} element(s); the unbiased variance "
-                         "needs at least 2")
-    x = values.to(_wide(values.dtype))
-    count = n + 1e-8  # verl's denominator; the 1e-8 is lost in float32 once n > 0
-    mean = torch.where(m, x, 0).sum() / count
+    total = mask.sum()  # verl's mask_sum, in its dtype (int64 for int and bool masks)
+    n = float(total)  # verl checks the count on the host too
+    if n in (0.0, 1.0):
+        raise ValueError(f"masked_whiten: the mask selects {n:g} element(s); the unbiased "
+                         "variance needs at least 2")
+    dtype = values.dtype  # verl's statistics are 0-dim tensors: they do not promote values
+    wide = _wide(_result_dtype((values,), mask))
+    x = values.to(wide)
+    w = mask.to(wide) if mask.is_floating_point() else None  # a 0/1 or weighted float mask
+
+    def msum(v):
+        v = torch.where(m, v, 0)
+        return (v if w is None else v * w).sum()
+
+    count = (total + 1e-8).to(wide)
+    mean = msum(x) / count
     centered = x - mean
-    var = torch.where(m, centered.square(), 0).sum() / count * (n / (n - 1))
+    var = msum(centered.square()) / count * (total / (total - 1)).to(wide)
     out = centered * torch.rsqrt(var + 1e-8)
     if not shift_mean:
         out = out + mean
-    return out.to(values.dtype)
+    return out.to(dtype)
 
 
 def compute_gae_advantage_return(token_level_rewards, values, response_mask, gamma, lam, *,
@@ -180,7 +194,7 @@ def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards, response_
     with torch.no_grad():
         returns = _returns_op()(token_level_rewards.to(_wide(out)), response_mask,
                                 config.gamma, backend=backend)
-        adv = torch.where(m, masked_whiten(returns, m), 0)
+        adv = torch.where(m, masked_whiten(returns, response_mask), 0)
     return adv.to(out), returns.to(token_level_rewards.dtype)
 
 
