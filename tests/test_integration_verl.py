@@ -273,6 +273,21 @@ def test_masked_whiten_edge_cases():
         sv.masked_whiten(x, one)
 
 
+def test_per_row_gamma_and_lambda_of_shape_bs():
+    """verl's loops multiply gamma and lam into each step's [bs] column, so a [bs] tensor is a
+    value per row there; scangen refused it (it does not broadcast to [bs, T])."""
+    r, v, m = make_inputs("multi_turn", 5, 40, F64, seed=21)
+    gamma = torch.tensor([0.5, 0.9, 1.0, 0.99, 0.0], dtype=F64)
+    lam = torch.tensor([0.95, 1.0, 0.0, 0.5, 0.9], dtype=F64)
+    for got, exp in zip(sv.compute_gae_advantage_return(r, v, m, gamma, lam),
+                        ref_gae_outputs(r, v, m, gamma, lam)):
+        assert_close(got, exp)
+    config = _Config(gamma=gamma)
+    for got, exp in zip(sv.compute_reinforce_plus_plus_outcome_advantage(r, m, config),
+                        ref_rpp_outputs(r, m, gamma)):
+        assert_close(got, exp)
+
+
 def test_masked_whiten_counts_as_verl_does():
     """verl adds the 1e-8 to the count in float32 unless the mask is float64 (there it stays),
     which shows on values of large mean and small spread: scangen added it in float64 for every
@@ -424,6 +439,19 @@ def test_matches_verl(kind, dtype):
         assert_close(got, exp, **tol)
     for shift in (True, False):
         assert_close(sv.masked_whiten(r, m, shift), verl_F.masked_whiten(r, m, shift), **tol)
+
+
+@needs_verl
+def test_per_row_gamma_matches_verl():
+    r, v, m = make_inputs("multi_turn", 4, 60, torch.float32, seed=23)
+    gamma, lam = torch.tensor([0.5, 0.9, 1.0, 0.99]), torch.tensor([0.95, 1.0, 0.0, 0.5])
+    for got, exp in zip(sv.compute_gae_advantage_return(r, v, m, gamma, lam),
+                        verl_core.compute_gae_advantage_return(r, v, m, gamma, lam)):
+        assert_close(got, exp, **TOL_VERL[torch.float32])
+    config = _Config(gamma=gamma)
+    for got, exp in zip(sv.compute_reinforce_plus_plus_outcome_advantage(r, m, config),
+                        verl_core.compute_reinforce_plus_plus_outcome_advantage(r, m, config)):
+        assert_close(got, exp, **TOL_VERL[torch.float32])
 
 
 @needs_verl

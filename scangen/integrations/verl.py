@@ -87,6 +87,14 @@ def _wide(dtype):
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def _per_row(p, rewards):
+    """A 1-D tensor of one value per row (``[bs]``) as ``[bs, 1]``: verl's loops multiply the
+    param into each step's ``[bs]`` column, which is what such a tensor gives there."""
+    if isinstance(p, torch.Tensor) and p.dim() == 1 and p.shape[0] == rewards.shape[0]:
+        return p[:, None]
+    return p
+
+
 def _bool_mask(mask):
     return mask if mask.dtype == torch.bool else mask != 0
 
@@ -140,8 +148,9 @@ def compute_gae_advantage_return(token_level_rewards, values, response_mask, gam
         values: ``[bs, response_length]`` float, ``V_t`` (the critic's).
         response_mask: ``[bs, response_length]``, 1 on tokens the policy generated, 0 on
             tool-output, observation and padding tokens (int, bool or float; values in {0, 1}).
-        gamma: the discount, a float (or a tensor broadcastable to ``[bs, response_length]``).
-        lam: GAE's lambda, a float (or a tensor broadcastable to ``[bs, response_length]``).
+        gamma: the discount, a float, or a tensor broadcastable to ``[bs, response_length]``,
+            or one value per row, ``[bs]`` (as verl's loop broadcasts it).
+        lam: GAE's lambda, the same kinds as ``gamma``.
         backend: scangen's backend (``None``: Triton on CUDA, numba or torch on the CPU).
 
     Returns:
@@ -162,7 +171,8 @@ def compute_gae_advantage_return(token_level_rewards, values, response_mask, gam
     out = _result_dtype((token_level_rewards, values), response_mask)
     with torch.no_grad():
         adv, ret = scangen.compute_masked_gae(
-            token_level_rewards, values.to(_wide(out)), response_mask, gamma, lam,
+            token_level_rewards, values.to(_wide(out)), response_mask,
+            _per_row(gamma, token_level_rewards), _per_row(lam, token_level_rewards),
             backend=backend)
         adv = masked_whiten(adv, response_mask)
     return adv.to(out), ret.to(out)
@@ -193,7 +203,7 @@ def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards, response_
     out = _result_dtype((token_level_rewards,), response_mask)
     with torch.no_grad():
         returns = _returns_op()(token_level_rewards.to(_wide(out)), response_mask,
-                                config.gamma, backend=backend)
+                                _per_row(config.gamma, token_level_rewards), backend=backend)
         adv = torch.where(m, masked_whiten(returns, response_mask), 0)
     return adv.to(out), returns.to(token_level_rewards.dtype)
 
