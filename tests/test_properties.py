@@ -7,10 +7,11 @@ updates, always refused.
   either direction; cuts in beta; ``next``/``prev`` input shifts; one or two chained scans, the
   second reading the first's state shifted toward the carry; outputs mixing states and inputs),
   compiles it with ``scangen.compile`` and runs it on random inputs (N <= 3, T <= 40) with
-  ``backend="triton"`` (the interpreter on CPU), ``backend="torch"``, and the float64 IR loop of
+  ``backend="triton"`` (the interpreter on CPU), ``backend="torch"``, ``backend="numba"`` (where
+  numba is installed, on the CPU), and the float64 IR loop of
   ``tests/ir_eval.py``. Update-form scans are also stepped through the *unsplit* update, which
   checks the affine split. Some examples use 16-step chunks (the carry crosses chunk
-  boundaries) or force the look-back kernel family; a float64 call of the torch path is
+  boundaries) or force the look-back kernel family; a float64 call on every backend is
   compared tightly too.
 * ``test_non_affine_updates_are_refused``: a random affine update plus a non-affine term in the
   state (squared, inside exp/min/where's condition, products of states, ...) is a SpecError
