@@ -13,8 +13,13 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
 
 from scangen import runtime  # noqa: E402
+
+# tests/test_properties.py's long run: registered here, before hypothesis's pytest plugin reads
+# --hypothesis-profile (a profile registered in the test module is not there yet)
+settings.register_profile("long", max_examples=500, deadline=None)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 ON_GPU = DEVICE == "cuda"

@@ -62,8 +62,7 @@ from scangen.testing import assert_close, make_inputs
 
 # ----------------------------------------------------------------------------- budgets
 
-settings.register_profile("long", max_examples=500, deadline=None)
-if os.environ.get("SCANGEN_HYPOTHESIS_PROFILE"):
+if os.environ.get("SCANGEN_HYPOTHESIS_PROFILE"):  # "long": registered in conftest.py
     settings.load_profile(os.environ["SCANGEN_HYPOTHESIS_PROFILE"])
 LONG = getattr(settings, "_current_profile", None) == "long"
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example,
