@@ -18,8 +18,8 @@ updates, always refused.
   saying "not affine" (or "cannot appear here"); the same update without that term is accepted.
 * ``test_ir_eval_matches_the_references``: tests/ir_eval.py itself agrees with
   scangen.testing.reference on every built-in spec (so a disagreement above is not ir_eval's fault).
-* Plain examples at the end pin what the properties found (abs(exp(x)); float64 constants)
-  and the NaN of an out-of-range gather.
+* Plain examples at the end pin what the properties found (abs(exp(x)); float64 constants;
+  comparisons of two constants) and the NaN of an out-of-range gather.
 
 CI runs a small, fixed set of examples (40 compile-and-compare, 100 rejections, about 15 s on
 two cores) with ``derandomize=True``: the same examples every run, no database needed, and no
@@ -585,6 +585,33 @@ outputs:
   a: A
   b: B
 """
+
+
+CONST_CMP = """\
+name: const_cmp
+direction: reverse
+inputs:
+  x0: float
+  f: flag
+params:
+  p: {default: 0.3}
+scans:
+  S1:
+    alpha: x0 + where(1 >= 2, 5, 0) + where(0.5 == 0.5, 0.25, 0) + where(3 != 3, 1, where(-1 <= -1, 0.5, 2))
+    beta: p * sigmoid(where(0.4 < 0.6, x0, prev(f, p))) * where(2 > 1, 1, 0)
+    init: -1
+outputs:
+  y0: S1
+"""
+
+
+def test_constant_comparisons_fold(cache_dir):
+    """A comparison of two numbers (``where(0.4 < 0.6, ...)``, found by the long profile) stayed
+    an unevaluated comparison, which the printers took for a number and failed to convert:
+    'TypeError: Cannot convert expression to float' from scangen.compile. It is its value now."""
+    g = torch.Generator().manual_seed(4)
+    inputs = {"x0": torch.randn(3, 11, generator=g), "f": torch.rand(3, 11, generator=g) < 0.3}
+    _compile_and_compare(cache_dir, CONST_CMP, inputs, atol=1e-5, rtol=1e-4)
 
 
 def test_float64_inputs_keep_float64_constants(cache_dir):

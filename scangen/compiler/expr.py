@@ -102,6 +102,20 @@ class Indicator(sympy.Function):
     def fdiff(self, argindex=1):
         return sympy.S.Zero
 
+    @classmethod
+    def eval(cls, a, b):
+        """A comparison of two numbers is its value (``0.4 < 0.6`` is 1): left unevaluated it
+        reached the printers as a 'number' that is not one."""
+        if a.is_number and b.is_number:
+            holds = _RELATIONS[cls.op](a, b)
+            if holds in (sympy.true, sympy.false):
+                return sympy.S.One if holds == sympy.true else sympy.S.Zero
+        return None
+
+
+_RELATIONS = {"<": sympy.StrictLessThan, "<=": sympy.LessThan, ">": sympy.StrictGreaterThan,
+              ">=": sympy.GreaterThan, "==": sympy.Eq, "!=": sympy.Ne}
+
 
 def _indicator(name, op):
     return type(name, (Indicator,), {"op": op, "__doc__": f"``a {op} b`` as 1 or 0."})
