@@ -1,6 +1,6 @@
 """Compile examples/ema_reset.yaml at run time, call it, and check it against a plain loop.
 
-    python examples/ema_reset.py                  # torch backend on CPU, Triton on CUDA
+    python examples/ema_reset.py                  # numba on the CPU (torch without numba), Triton on CUDA
     TRITON_INTERPRET=1 python examples/ema_reset.py --backend triton   # kernels on the CPU
 
 The loop below is the specification written out step by step in float64; the compiled op must
@@ -62,7 +62,7 @@ def main(backend=None, N=4, T=50, device=None) -> float:
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--backend", default=None, choices=("auto", "torch", "triton"))
+    p.add_argument("--backend", default=None, choices=("auto", "numba", "torch", "triton"))
     args = p.parse_args()
     err = main(backend=args.backend)
     raise SystemExit(0 if err < 1e-5 else 1)

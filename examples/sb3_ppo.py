@@ -1,6 +1,6 @@
 """Train Stable-Baselines3's PPO on CartPole-v1 with scangen computing its GAE.
 
-    pip install "scangen[sb3]"
+    pip install -e ".[sb3]"          # from the checkout (not PyPI's "scangen")
     python examples/sb3_ppo.py                    # 8192 steps, seconds on a CPU
     python examples/sb3_ppo.py --timesteps 100000
 

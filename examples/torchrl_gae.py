@@ -1,6 +1,6 @@
 """TorchRL's GAE computed by scangen, checked against TorchRL's own on the same rollout.
 
-    pip install "scangen[torchrl]"
+    pip install -e ".[torchrl]"      # from the checkout (not PyPI's "scangen")
     python examples/torchrl_gae.py
 
 The rollout is random: 8 environments, 64 steps, episodes that end by termination or by

@@ -64,6 +64,13 @@ def test_ema_example_matches_loop_torch(example, ema, shape):
     _check(example, ema, shape, "torch")
 
 
+@pytest.mark.skipif(importlib.util.find_spec("numba") is None, reason="needs numba")
+@pytest.mark.parametrize("shape", [(3, 1, 0), (4, 37, 0), (3, 20, 5)],
+                         ids=lambda s: f"N{s[0]}-T{s[1]}" + (f"-F{s[2]}" if s[2] else ""))
+def test_ema_example_matches_loop_numba(example, ema, shape):
+    _check(example, ema, shape, "numba")
+
+
 @pytest.mark.skipif(not TRITON_OK, reason="needs CUDA or TRITON_INTERPRET=1")
 @pytest.mark.parametrize("shape", [(3, 19, 0), (2, 7, 3)],
                          ids=lambda s: f"N{s[0]}-T{s[1]}" + (f"-F{s[2]}" if s[2] else ""))
