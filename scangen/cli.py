@@ -105,7 +105,8 @@ def _add_bench(sub) -> None:
                                        "scangen_torch,compiled_scan,torch_loop on CUDA)")
     b.add_argument("--rounds", type=int, help="samples per implementation (default 7 on the CPU, 5 on CUDA)")
     b.add_argument("--floor-mb", type=float, help="size of the copy that measures the bandwidth "
-                                                  "(default: max(256 MiB CPU / 1 GiB CUDA, 4 x last-level cache))")
+                                                  "(default: twice the last-level cache; on the CPU "
+                                                  "256 MiB to 1 GiB, on CUDA at least 1 GiB)")
     b.add_argument("--quick", action="store_true", help="3 rounds, shorter samples, loops over <= 1024 steps")
     b.add_argument("--csv", metavar="FILE", help="write one row per implementation and configuration")
     b.add_argument("--plot", metavar="FILE.png", help='draw the chart (needs matplotlib: pip install "matplotlib>=3.7")')

@@ -268,3 +268,18 @@ def test_calibration_is_not_set_by_a_first_calls_one_off_work(monkeypatch):
     assert timing.calibrate(lambda: None, 0.02) == 20
     script[1] = [3.0]  # a slow callable: one call, not three
     assert timing.calibrate(lambda: None, 0.02) == 1 and script[1] == []
+
+
+def test_default_sizes_span_the_cache_and_stay_bounded_on_the_cpu():
+    from scangen.benchmark.suite import default_sizes
+    MiB = 1 << 20
+    # a small cache: the floors' minimums
+    assert default_sizes("cpu", 32 * MiB) == (256 * MiB, 64 * MiB)
+    # source and destination together span four times the cache
+    assert default_sizes("cpu", 300 * MiB) == (600 * MiB, 600 * MiB)
+    # a VM that reports its host's whole cache: at most 1 GiB a buffer on the CPU
+    assert default_sizes("cpu", 480 * MiB) == (960 * MiB, 960 * MiB)
+    assert default_sizes("cpu", 4096 * MiB) == (1024 * MiB, 1024 * MiB)
+    # CUDA: at least 1 GiB, no cap (an H200's 60 MiB L2 gives the minimum)
+    assert default_sizes("cuda", 60 * MiB) == (1024 * MiB, 120 * MiB)
+    assert default_sizes("cuda:1", 1024 * MiB) == (2048 * MiB, 2048 * MiB)

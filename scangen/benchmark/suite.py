@@ -59,8 +59,8 @@ class Settings:
     sample_ms: float = 20.0             # CPU: calls per sample last about this long
     loop_max_t: int = 4096              # per-step loops past this T run over a window, scaled
     ref_max_t: int = 1024               # the float64 reference covers at most this many steps
-    rotate_mb: float | None = None      # input sets cycled; None: 4 x the last-level cache
-    floor_mb: float | None = None       # the copy; None: max(256 MiB CPU / 1 GiB CUDA, 4 x cache)
+    rotate_mb: float | None = None      # input sets cycled; None: default_sizes()
+    floor_mb: float | None = None       # the copy; None: default_sizes()
     seed: int = 0
 
 
@@ -298,16 +298,28 @@ def _set_threads(n, numba_n=None):
     return before
 
 
+def default_sizes(device, cache: int) -> tuple[int, int]:
+    """``(copy bytes, rotation bytes)``: the floor's copy buffer and the input sets' total. Each
+    spans twice the last-level cache ``cache``, so the copy's two buffers (and the sets cycled
+    through) cover four times it and every pass reads memory; the copy at least 256 MiB on the
+    CPU and 1 GiB on CUDA, the sets at least 64 MiB, and on the CPU neither above 1 GiB: a VM
+    may report its host's whole cache (480 MiB on this project's Intel VM, where 4x the cache a
+    buffer made a 3.8 GB copy whose allocation took 20-60 s)."""
+    if str(device).startswith("cuda"):
+        return max(1 << 30, 2 * cache), max(64 << 20, 2 * cache)
+    return min(max(256 << 20, 2 * cache), 1 << 30), min(max(64 << 20, 2 * cache), 1 << 30)
+
+
 def run(s: Settings, on_config=None, on_start=None) -> list[dict]:
     """Every configuration of ``s``; ``on_start(cfg)`` before each, ``on_config(cfg, cfg_rows,
     rows_so_far)`` after each."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     threads = s.threads or cores
     cache = floors.cache_bytes(s.device)
-    floor_bytes = int(s.floor_mb * 2 ** 20) if s.floor_mb else \
-        max((1 << 30) if s.device == "cuda" else (256 << 20), 4 * cache)
+    default_floor, default_rotate = default_sizes(s.device, cache)
+    floor_bytes = int(s.floor_mb * 2 ** 20) if s.floor_mb else default_floor
     if s.rotate_mb is None:
-        s = replace(s, rotate_mb=max(64.0, 4 * cache / 2 ** 20))
+        s = replace(s, rotate_mb=default_rotate / 2 ** 20)
     info = meta.machine_meta(Path(__file__).resolve().parents[2],
                                packages=("scangen", "torch", "numpy", "numba", "triton"), device=s.device)
     base = {**{k: info.get(k) for k in ("date", "host", "cpu", "gpu", "cores", "commit", "scangen", "python",
