@@ -1,4 +1,5 @@
 """The scangen command line, run as a user runs it (a subprocess of this interpreter)."""
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -7,7 +8,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def scangen(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "scangen.cli", *args], cwd=cwd,
+    # the checkout first on the path: scangen is found from any cwd, also where it is not
+    # installed but reached through a relative PYTHONPATH (the GPU machine's PYTHONPATH=.)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    return subprocess.run([sys.executable, "-m", "scangen.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600)
 
 

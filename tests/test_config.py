@@ -352,25 +352,32 @@ def test_time_major_look_back_over_row_tiles(N, T, kw, expected):
     assert (cfg.block_n, cfg.block_t, cfg.block_k) == expected
 
 
-@pytest.mark.parametrize("algo_streams,lanes", [(3, 1), (6, 0)])
-def test_time_major_long_tiles_take_lanes_on_more_warps_for_ab_runs(algo_streams, lanes):
-    """timemajor.TM_LB_LONG_LANE_WARPS (0 in the rule, for A/B runs): the long row tiles of 32 x
-    256 take that many warps, and a row a lane where a thread's loads fit (3 tensors: 2 inputs x
-    32 steps a thread on 8 warps; 6 tensors: 5 x 32 > TM_LB_LANES_LOADS, no lanes)."""
+@pytest.mark.parametrize("algo_streams,warps,lanes", [(3, 8, 1), (5, 8, 1), (6, 4, 0)])
+def test_time_major_long_tiles_take_lanes_on_eight_warps_where_loads_fit(algo_streams, warps, lanes):
+    """The long row tiles of 32 x 256 take a row a lane on timemajor.TM_LB_LONG_LANE_WARPS (8)
+    warps where a thread's loads fit (3 tensors: 2 inputs x 32 steps a thread; 5: 4 x 32 =
+    TM_LB_LANES_LOADS), else rows on 4 warps (6 tensors: 5 x 32 > TM_LB_LANES_LOADS, GAE and
+    TD(lambda)); with the knob at 0 every long tile is rows on 4 warps, as before."""
     from scangen.runtime import launch, timemajor
-    default = _choose(64, 65536, time_major=True, streams=algo_streams)
-    assert (default.block_n, default.block_t, default.num_warps) == (32, 256, 4)
-    with mock.patch.object(timemajor, "TM_LB_LONG_LANE_WARPS", 8), \
-            mock.patch.object(launch, "LANES_ROWS_A_WARP", 4):
-        cfg = _choose(64, 65536, time_major=True, streams=algo_streams)
-        assert (cfg.block_n, cfg.block_t, cfg.num_warps, cfg.family) == (32, 256, 8, "lookback")
-        c = NS(R1=64, R2=1, T=65536, K=1, device=torch.device("cuda", 0),
-               strides={f"x{i}": (1, 0, 64) for i in range(algo_streams - 1)},
-               tensors=dict.fromkeys(f"x{i}" for i in range(algo_streams - 1)),
-               outs={"out0": None},
-               op=NS(kernels=NS(lb_words=3), inputs=()))
-        with mock.patch.object(tiles, "_sm_count", lambda index: 132):
-            assert launch.lanes(c, cfg) == lanes
+    cfg = _choose(64, 65536, time_major=True, streams=algo_streams)
+    assert (cfg.block_n, cfg.block_t, cfg.num_warps, cfg.family) == (32, 256, warps, "lookback")
+    c = NS(R1=64, R2=1, T=65536, K=1, device=torch.device("cuda", 0),
+           strides={f"x{i}": (1, 0, 64) for i in range(algo_streams - 1)},
+           tensors=dict.fromkeys(f"x{i}" for i in range(algo_streams - 1)),
+           outs={"out0": None},
+           op=NS(kernels=NS(lb_words=3), inputs=()))
+    with mock.patch.object(tiles, "_sm_count", lambda index: 132):
+        assert launch.lanes(c, cfg) == lanes
+    with mock.patch.object(timemajor, "TM_LB_LONG_LANE_WARPS", 0):
+        off = _choose(64, 65536, time_major=True, streams=algo_streams)
+    assert (off.block_n, off.block_t, off.num_warps) == (32, 256, 4)
+
+
+def test_time_major_long_tiles_halved_below_a_lane_tile_keep_four_warps():
+    """32 rows of 4096 steps: the long tile's grid (16 programs) is halved down to 8-row tiles,
+    which cannot take a row a lane: they run on NUM_WARPS, not on the lane tile's 8."""
+    cfg = _choose(32, 4096, time_major=True, streams=3)
+    assert cfg.family == "lookback" and cfg.block_n < 32 and cfg.num_warps == 4
 
 
 @pytest.mark.parametrize("N,T,kw,window,pid", [
@@ -455,7 +462,8 @@ LB = config.Config(32, 128, 1, 4, "lookback")
     (LB, True, False, 5, 1),                                 # ... 4 x 32 (masked GAE: 3)
     (config.Config(64, 32, 1, 8), True, False, 3, 1),
     (config.Config(16, 16, 1, 2), True, False, 3, 0),       # the row tiles
-    (config.Config(32, 64, 1, 8), True, False, 3, 0),       # fewer than 8 rows a warp
+    (config.Config(32, 64, 1, 8), True, False, 3, 1),       # 4 rows a warp (the long tiles')
+    (config.Config(32, 64, 1, 16), True, False, 3, 0),      # fewer than 4 rows a warp
     (config.Config(8, 32, 8, 4), True, False, 3, 0),        # a trailing axis (Retrace)
     (config.Config(32, 32, 1, 1), False, False, 3, 0),      # rows layout
 ])

@@ -213,7 +213,10 @@ def _normalise(line):
 def _run(command, folder):
     words = shlex.split(command)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(CUDA_VISIBLE_DEVICES="", COLUMNS="80", SCANGEN_CACHE_DIR=str(folder / "cache"))
+    env.update(CUDA_VISIBLE_DEVICES="", COLUMNS="80", SCANGEN_CACHE_DIR=str(folder / "cache"),
+               # the checkout first: scangen is found from the page's folder also where it is
+               # reached through a relative PYTHONPATH (the GPU machine's PYTHONPATH=.)
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
     while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
         name, _, value = words.pop(0).partition("=")
         env[name] = value

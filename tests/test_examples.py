@@ -49,7 +49,8 @@ def _inputs(N, T, F, seed):
 
 def _check(example, ema, shape, backend):
     x, starts, seed = _inputs(*shape, seed=sum(shape))
-    dev = lambda t: t.to(DEVICE)  # noqa: E731
+    device = "cpu" if backend == "numba" else DEVICE
+    dev = lambda t: t.to(device)  # noqa: E731
     for args in ((x, starts), (x, starts, 0.7, seed)):
         got = ema(*(dev(a) if torch.is_tensor(a) else a for a in args), backend=backend)
         expected = example.ema_loop(*args)

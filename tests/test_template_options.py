@@ -355,8 +355,9 @@ def test_lane_tiles_in_runs_of_steps(name, options, family, warps, steps, cache)
 
 @pytest.mark.parametrize("name", ["eligibility_traces", "discounted_returns", "gae"])
 def test_look_back_lane_tiles_on_eight_warps(name, cache):
-    """The look-back's lane tiles on eight warps (timemajor.TM_LB_LONG_LANE_WARPS, for A/B runs):
-    eight runs of two steps a chunk of 16, four chunks a row, against the float64 reference
-    (32 rows on 8 warps take lanes with runtime.launch.LANES_ROWS_A_WARP = 4, as in those runs)."""
-    with mock.patch.object(runtime.launch, "LANES_ROWS_A_WARP", 4):
-        test_lane_tiles_in_runs_of_steps(name, {}, "lookback", 8, 16, cache)
+    """The look-back's lane tiles on eight warps (timemajor.TM_LB_LONG_LANE_WARPS: the long tiles
+    of eligibility traces, episodic sums and discounted returns): eight runs of two steps a chunk
+    of 16, four chunks a row, against the float64 reference (32 rows on 8 warps take lanes:
+    runtime.launch.LANES_ROWS_A_WARP = 4)."""
+    assert runtime.launch.LANES_ROWS_A_WARP * 8 <= 32
+    test_lane_tiles_in_runs_of_steps(name, {}, "lookback", 8, 16, cache)

@@ -6,7 +6,7 @@
 # Tests and the sweep's compile phase run side by side (compilation is CPU work); the sweep's
 # timing phase and the probe run alone afterwards. Run from the checkout's root.
 set -u
-export PYTHONPATH=.
+export PYTHONPATH=$PWD  # absolute: tests run subprocesses from other folders
 OUT=${OUT:?set OUT}
 mkdir -p "$OUT"
 what=${*:-tests sweep probe}

@@ -50,7 +50,7 @@ def run(c) -> None:
 LEAN = True
 ONE_CHUNK_ON = True  # one_chunk's switch, for A/B runs
 LANES_VOLATILE = True  # lanes' volatile loads, for A/B runs
-LANES_ROWS_A_WARP = 8  # lanes: rows a warp at least (32 rows on 4 warps, a quarter of the steps each)
+LANES_ROWS_A_WARP = 4  # lanes: rows a warp at least (32 rows on up to 8 warps: timemajor.TM_LB_LONG_LANE_WARPS)
 MAXNREG = 0  # registers a thread at most (Triton's maxnreg; 0: ptxas decides), for A/B runs
 
 # Look-back kernels whose registers leave them just past an occupancy cliff (a few registers
@@ -285,7 +285,7 @@ def one_chunk(c, cfg) -> bool:
 def lanes(c, cfg) -> int:
     """Whether the tile takes a row a lane (``LANES``, 0 if not): time-major buffers (adjacent
     rows, ``timemajor.rows_contiguous``) without a trailing axis, in tiles of at least 32 rows and
-    ``LANES_ROWS_A_WARP`` rows a warp (32 rows on two or four warps: the warps split the chunk's
+    ``LANES_ROWS_A_WARP`` rows a warp (32 rows on two to eight warps: the warps split the chunk's
     steps, and the scan joins their parts through shared memory once); in the look-back, where
     ``timemajor.lookback_lanes`` allows. The kernels then hide the rows' alignment from Triton,
     whose coalescing gives each lane whole rows (one element a step: each step still one

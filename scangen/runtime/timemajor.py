@@ -120,11 +120,14 @@ TM_LB_LANES_HALVE_MIN_T = 4096
 # 31.2 -> 92.0), and for V-trace everywhere (8 tensors: 86.3 -> 258 us at 64x65536).
 TM_LB_LONG_TILE = 8192
 TM_LB_LONG_MIN_T = 4096  # (the same length as TM_LB_LANES_HALVE_MIN_T, set apart for A/B runs)
-# Warps of those long tiles that may then take a row a lane (a run of 32 steps a warp on 8
-# warps, where a thread's loads fit TM_LB_LANES_LOADS; 32 rows on 8 warps also need
-# runtime.launch.LANES_ROWS_A_WARP = 4); 0: row tiles on NUM_WARPS, as measured above. Not yet
-# measured after the warp runs (bench/NOTES.md, open question 21 (c)): for A/B runs only.
-TM_LB_LONG_LANE_WARPS = 0
+# Those long tiles take a row a lane on TM_LB_LONG_LANE_WARPS warps (a run of 32 steps a warp)
+# where a thread's loads then fit TM_LB_LANES_LOADS and the tile keeps its 32 rows (eligibility
+# traces, episodic sums, discounted returns; not GAE or TD(lambda), 5 x 32 loads), else row tiles
+# on NUM_WARPS (0: always). Same-process A/B after the warp runs (bench/dev/rule_ab.py,
+# results/h200-2026-12-05-b-tm-long-lanes.txt): eligibility traces 64x65536 37.4 -> 33.7 us,
+# 256x8192 17.2 -> 16.0, 512x4096 16.6 -> 15.5; episodic sums 37.9 -> 34.6, 17.1 -> 16.6, 16.6 ->
+# 15.8; discounted returns 44.5 -> 41.4, 21.2 -> 21.2, 20.9 -> 20.5.
+TM_LB_LONG_LANE_WARPS = 8
 
 
 def rows_contiguous(c) -> bool:
@@ -230,8 +233,11 @@ def lookback_tile(c, rows: int, block_k: int, kk: int) -> Config:
         tile = TM_LB_TILE // (2 if streams(c) >= LOOKBACK_MANY_TENSORS else 1)
     block_n = min(tile_rows, pow2(rows))
     block_t = max(16, min(tile // block_n, pow2(c.T) // 2))
-    warps = TM_LB_LONG_LANE_WARPS if long_rows and TM_LB_LONG_LANE_WARPS else NUM_WARPS
-    cfg = Config(block_n, block_t, block_k, warps, "lookback")
+    cfg = Config(block_n, block_t, block_k, NUM_WARPS, "lookback")
+    if long_rows and TM_LB_LONG_LANE_WARPS:
+        lane = cfg._replace(num_warps=TM_LB_LONG_LANE_WARPS)
+        if block_n == TM_LB_ROWS and lookback_lanes(c, lane):
+            cfg = lane
     if lanes and not joint and block_n == TM_LB_ROWS and c.T >= TM_LB_LANES_HALVE_MIN_T:
         while not lookback_lanes(c, cfg) and cfg.block_t > TM_LB_MIN_STEPS:
             cfg = cfg._replace(block_t=cfg.block_t // 2)
@@ -250,4 +256,6 @@ def lookback_tile(c, rows: int, block_k: int, kk: int) -> Config:
                 cfg = cfg._replace(block_t=cfg.block_t // 2)
             else:
                 break
+    if cfg.num_warps != NUM_WARPS and cfg.block_n < TM_LB_ROWS:
+        cfg = cfg._replace(num_warps=NUM_WARPS)  # halved below a lane tile: rows on NUM_WARPS
     return cfg
