@@ -134,15 +134,26 @@ def _minmax(fn):
     return build
 
 
+def _sigmoid(x):
+    """``1 / (1 + exp(-x))`` where ``x >= 0``, ``exp(x) / (1 + exp(x))`` below, each side's
+    argument held at 0 where the other side is taken: no exp of a large positive number, in the
+    value or in its derivative. ``1 / (1 + exp(-x))`` alone is finite, but its derivative
+    ``exp(-x) / (1 + exp(-x))**2`` is inf / inf = NaN below about -89 in float32 (-710 in
+    float64), and a select's derivative is each side's times a 0/1 mask, which keeps a NaN."""
+    pos = Ge(x, 0)
+    up, down = Where(pos, x, 0), Where(pos, 0, x)
+    return Where(pos, 1 / (1 + sympy.exp(-up)), sympy.exp(down) / (1 + sympy.exp(down)))
+
+
 # name -> (number of arguments or None for "2 or more", builder)
 FUNCTIONS: dict[str, tuple[int | None, Callable]] = {
     "exp": (1, sympy.exp),
     "log": (1, sympy.log),
     "sqrt": (1, sympy.sqrt),
     "abs": (1, sympy.Abs),
-    "sigmoid": (1, lambda x: 1 / (1 + sympy.exp(-x))),
-    # 2 / (1 + exp(-2x)) - 1 stays finite for large |x| in fp32, unlike (e^x - e^-x) / (e^x + e^-x).
-    "tanh": (1, lambda x: 2 / (1 + sympy.exp(-2 * x)) - 1),
+    "sigmoid": (1, lambda x: _sigmoid(x)),
+    # 2 sigmoid(2x) - 1 stays finite for large |x|, unlike (e^x - e^-x) / (e^x + e^-x).
+    "tanh": (1, lambda x: 2 * _sigmoid(2 * x) - 1),
     "min": (None, _minmax(sympy.Min)),
     "max": (None, _minmax(sympy.Max)),
     "clip": (3, lambda x, lo, hi: sympy.Min(sympy.Max(x, lo), hi)),
