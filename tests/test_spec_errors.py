@@ -58,6 +58,10 @@ CASES = {
         "{path}:12: scan 'A' update: a comparison may only be the first argument of where(): '(x > 0) + g * A'"),
     "syntax": (spec(scan="update: x + * A"),
         "{path}:12: scan 'A' update: not a valid expression (invalid syntax): 'x + * A'"),
+    "optional_k_input": (spec().replace("shape: [N, T, K]}", "shape: [N, T, K], default: 0}"),
+        "{path}:6: input 'k': an input of shape [N, T, K] cannot be optional (default 0.0): sum() and gather() read it whole; declare it without a default and pass it"),
+    "optional_index": (spec().replace("{kind: index}", "{kind: index, default: 0}"),
+        "{path}:7: input 'i': an index input cannot be optional (default 0.0): sum() and gather() read it whole; declare it without a default and pass it"),
 }
 
 

@@ -75,6 +75,11 @@ def _check_inputs(spec: Spec) -> None:
                               f"got {inp.kind!r}", inp.name)
         if inp.kind == "index" and inp.shape != "NT":
             raise _fail(spec, f"input '{inp.name}': index inputs must have shape [N, T]", inp.name)
+        if inp.default is not None and (inp.kind == "index" or inp.shape == "NTK"):
+            what = "an index input" if inp.kind == "index" else "an input of shape [N, T, K]"
+            raise _fail(spec, f"input '{inp.name}': {what} cannot be optional (default "
+                              f"{inp.default!r}): sum() and gather() read it whole; declare it "
+                              f"without a default and pass it", inp.name)
     if not any(i.default is None and i.shape in ("NT", "NTK") for i in spec.inputs):
         raise _fail(spec, "a spec needs at least one required input of shape [N, T] or "
                           "[N, T, K]: it fixes N and T")
