@@ -22,18 +22,37 @@ def _cmd_build(args) -> int:
               f"{DEFAULT_OUT}/ holds the built-ins, or use scangen.compile(path) at run time",
               file=sys.stderr)
         return 2
+    package = _package_generated()
+    if own and package is not None and out.resolve() == package:
+        print(f"error: {out} is scangen's own generated package, which holds the built-ins (a build "
+              f"there rewrites its __init__.py); build your specs into another folder "
+              f"(--out DIR) or compile them at run time with scangen.compile(path)", file=sys.stderr)
+        return 2
     changed = build(specs, out, check=args.check)
     if args.check:
         if changed:
             again = " ".join(["scangen build", *map(shlex.quote, args.specs),
                               *(["--out", shlex.quote(args.out)] if args.out is not None else [])])
-            print(f"{out} is stale: {', '.join(changed)} differ from the specs and templates; "
+            print(f"{out} is stale: {', '.join(changed)} differ from the specs and templates "
+                  f"(or were generated from specs no longer built); "
                   f"run `{again}`", file=sys.stderr)
             return 1
         print(f"{out} is up to date ({len(specs)} specs)")
         return 0
-    print(f"wrote {len(changed)} file(s) to {out}: {', '.join(changed) or 'nothing changed'}")
+    removed = [c[:-len(" (removed)")] for c in changed if c.endswith(" (removed)")]
+    written = [c for c in changed if not c.endswith(" (removed)")]
+    print(f"wrote {len(written)} file(s) to {out}: {', '.join(written) or 'nothing changed'}"
+          + (f"; removed {len(removed)} no spec builds now: {', '.join(removed)}" if removed else ""))
     return 0
+
+
+def _package_generated():
+    """The folder the installed scangen imports its generated modules from (None if missing)."""
+    try:
+        from . import _generated
+        return Path(_generated().__path__[0]).resolve()
+    except ImportError:
+        return None
 
 
 def _builtins():
@@ -76,6 +95,19 @@ def _cmd_check(args) -> int:
 
 def _cmd_verify(args) -> int:
     from .testing.verify import verify_all
+    if args.device is not None:
+        import torch
+        try:
+            device = torch.device(args.device)
+        except RuntimeError:
+            device = None
+        if device is None or device.type not in ("cpu", "cuda"):
+            print(f"error: --device must be cpu or cuda (cuda:N), got {args.device!r}", file=sys.stderr)
+            return 2
+        if device.type == "cuda" and not torch.cuda.is_available():
+            print("error: --device cuda: torch sees no CUDA device here (--device cpu runs the "
+                  "CPU backends)", file=sys.stderr)
+            return 2
     return 0 if verify_all(device=args.device, sizes=args.sizes) else 1
 
 
