@@ -244,7 +244,8 @@ def parse_expr(text, names: Mapping[str, sympy.Expr], *, source: str, line: int 
         nargs = len(node.args)
         if (arity is None and nargs < 2) or (arity is not None and nargs != arity):
             expected = "at least 2" if arity is None else str(arity)
-            raise fail(f"{node.func.id}() takes {expected} arguments, got {nargs}")
+            noun = "argument" if expected == "1" else "arguments"
+            raise fail(f"{node.func.id}() takes {expected} {noun}, got {nargs}")
         args = [conv(a, cond_ok=(node.func.id == "where" and i == 0))
                 for i, a in enumerate(node.args)]
         return _finite(build(*args))

@@ -198,10 +198,13 @@ def _names(value, what, source, line, nested=False):
     if value is None:
         return None
     if not isinstance(value, list):
-        raise _err(f"'{what}' must be a list, got {type(value).__name__}", source, line)
+        got = "a string" if isinstance(value, str) else f"a {type(value).__name__}"
+        example = "[[a, b]] (a list of groups)" if nested else "[a, b]"
+        name = what if what.startswith("each group") else repr(what)
+        raise _err(f"{name} must be a list such as {example}, got {got} {value!r}", source, line)
     for item in value:
         if nested:
-            _names(item, what, source, line)
+            _names(item, f"each group of {what!r} (e.g. [[a, b]])", source, line)
         elif not isinstance(item, str):
             raise _err(f"'{what}' must list names, got {item!r}", source, line)
     return value

@@ -50,8 +50,11 @@ def validate(spec: Spec) -> Spec:
     if spec.direction not in ("reverse", "forward"):
         raise _fail(spec, f"direction must be 'reverse' or 'forward', got {spec.direction!r}",
                     spec.direction)
-    if not spec.inputs or not spec.scans or not spec.outputs:
-        raise _fail(spec, "a spec needs at least one input, one scan and one output")
+    absent = [what for what, have in (("inputs", spec.inputs), ("scans", spec.scans),
+                                      ("outputs", spec.outputs)) if not have]
+    if absent:
+        raise _fail(spec, f"a spec needs at least one input, one scan and one output "
+                          f"(none in: {', '.join(absent)})")
     seen: dict[str, str] = {}
     groups = (("input", [i.name for i in spec.inputs]), ("param", [p.name for p in spec.params]),
               ("let", [k for k, _ in spec.let]), ("scan", [s.name for s in spec.scans]),
@@ -60,7 +63,9 @@ def validate(spec: Spec) -> Spec:
         for name in names:
             check_identifier(spec, name, what)
             if name in seen and not (what == "output" and seen[name] == "scan"):
-                raise _fail(spec, f"{what} '{name}' is already declared as a {seen[name]}", name)
+                article = "an" if seen[name][0] in "aeiou" else "a"
+                raise _fail(spec, f"{what} '{name}' is already declared as {article} {seen[name]}",
+                            name)
             seen.setdefault(name, what)
     _check_inputs(spec)
     _check_params(spec)
@@ -122,8 +127,11 @@ def _check_signature(spec: Spec) -> None:
     if sorted(sig) != sorted(args):
         missing = sorted(set(args) - set(sig))
         extra = sorted(set(sig) - set(args))
+        twice = sorted({a for a in sig if sig.count(a) > 1})
+        found = [f"{k}: {v}" for k, v in (("missing", missing), ("unknown", extra),
+                                          ("listed twice", twice)) if v]
         raise _fail(spec, f"signature must list every input and param exactly once "
-                          f"(missing: {missing}, unknown: {extra})")
+                          f"({'; '.join(found)})")
     required = {i.name for i in spec.inputs if i.default is None}
     required |= {p.name for p in spec.params if p.default is None and not p.choices}
     optional_seen = None
