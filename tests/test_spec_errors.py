@@ -84,3 +84,46 @@ def test_error_text(name, tmp_path):
         to_ir(path)
     assert isinstance(info.value, ValueError)
     assert str(info.value) == expected.format(path=path)
+
+
+def _python_spec(**change):
+    from scangen import Input, Output, Param, Scan, Spec
+    parts = dict(name="py_bad", direction="reverse",
+                 inputs=[Input("x"), Input("y", default=0.0)], params=[Param("g", 0.9)],
+                 scans=[Scan("A", update="x + y + g * A")], outputs=[Output("o", "A")])
+    parts.update(change)
+    return Spec(**parts)
+
+
+def _python_cases():
+    from scangen import Input, Param
+    nan = float("nan")
+    return {
+        "shape_tuple": (dict(inputs=[Input("x"), Input("y", shape=("N", "T"))]),
+                        "input 'y': shape must be 'NT', 'N' or 'NTK', got ('N', 'T')"),
+        "names_not_objects": (dict(inputs=["x"]), "inputs must hold Input(...) objects, got 'x' (str)"),
+        "default_string": (dict(inputs=[Input("x"), Input("y", default="0")]),
+                           "input 'y': default must be a finite number, got '0'"),
+        "default_nan": (dict(inputs=[Input("x"), Input("y", default=nan)]),
+                        "input 'y': default must be a finite number, got nan"),
+        "param_inf": (dict(params=[Param("g", float("inf"))]),
+                      "param 'g': default must be a finite number or a string, got inf"),
+        "choices_dict": (dict(params=[Param("g", 0.9), Param("m", "a", choices={"a": 0, "b": 1})]),
+                         "param 'm': choices must be (string, number) pairs, e.g. (('a', 0), ('b', 1)), "
+                         "got {'a': 0, 'b': 1}"),
+        "exclusive_flat": (dict(inputs=[Input("x"), Input("y", default=0.0), Input("z", default=0.0)],
+                                exclusive=["y", "z"]),
+                           "exclusive must be a list of groups of two or more names, e.g. [['y', 'z']], "
+                           "got [['y'], ['z']]"),
+    }
+
+
+@pytest.mark.parametrize("case", ["shape_tuple", "names_not_objects", "default_string", "default_nan",
+                                  "param_inf", "choices_dict", "exclusive_flat"])
+def test_python_spec_errors(case):
+    """Specs built from Python objects get the checks the YAML front end makes as it parses (they
+    raised KeyError, AttributeError, NameError from inside the generated module, or were accepted)."""
+    change, expected = _python_cases()[case]
+    with pytest.raises(scangen.SpecError) as info:
+        to_ir(_python_spec(**change))
+    assert str(info.value) == f"<python spec>: {expected}"

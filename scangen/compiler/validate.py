@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import keyword
+import math
 import re
 
 import sympy
@@ -16,7 +17,7 @@ from ..abi import RESERVED_PREFIXES
 from ..errors import SpecError, line_of
 from .expr import MAX_INT_POWER, Gather, KSum, Next, Prev, Present, half_integer
 from .ir import canonical
-from .spec import KINDS, Spec
+from .spec import KINDS, Input, Output, Param, Scan, Spec
 
 _IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}\Z")
 # Names the generated code, Python or the expression language already uses: a user name must
@@ -42,8 +43,45 @@ def check_identifier(spec: Spec, name, what: str) -> None:
                           f"keyword or builtin, nor a reserved name", name)
 
 
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_objects(spec: Spec) -> None:
+    """What the YAML front end checks as it parses, for specs built from Python objects: the
+    parts' types, shapes, defaults, choices and option groups."""
+    for what, items, cls in (("inputs", spec.inputs, Input), ("params", spec.params, Param),
+                             ("scans", spec.scans, Scan), ("outputs", spec.outputs, Output)):
+        for item in items:
+            if not isinstance(item, cls):
+                raise _fail(spec, f"{what} must hold {cls.__name__}(...) objects, got "
+                                  f"{item!r} ({type(item).__name__})")
+    for inp in spec.inputs:
+        if inp.shape not in ("NT", "N", "NTK"):
+            raise _fail(spec, f"input '{inp.name}': shape must be 'NT', 'N' or 'NTK', got "
+                              f"{inp.shape!r}", inp.name)
+        if inp.default is not None and not _number(inp.default):
+            raise _fail(spec, f"input '{inp.name}': default must be a finite number, got "
+                              f"{inp.default!r}", inp.name)
+    for par in spec.params:
+        if par.default is not None and not isinstance(par.default, str) \
+                and not _number(par.default):
+            raise _fail(spec, f"param '{par.name}': default must be a finite number or a "
+                              f"string, got {par.default!r}", par.name)
+        if not (isinstance(par.choices, (tuple, list)) and all(
+                isinstance(c, (tuple, list)) and len(c) == 2 and isinstance(c[0], str)
+                and _number(c[1]) for c in par.choices)):
+            raise _fail(spec, f"param '{par.name}': choices must be (string, number) pairs, "
+                              f"e.g. (('a', 0), ('b', 1)), got {par.choices!r}", par.name)
+    if not all(isinstance(g, (tuple, list)) and len(g) >= 2 and all(isinstance(n, str) for n in g)
+               for g in spec.exclusive):
+        raise _fail(spec, f"exclusive must be a list of groups of two or more names, e.g. "
+                          f"[['y', 'z']], got {[list(g) for g in spec.exclusive]!r}")
+
+
 def validate(spec: Spec) -> Spec:
     """Check names, kinds, shapes, the signature and option groups; return ``spec`` unchanged."""
+    _check_objects(spec)
     check_identifier(spec, spec.name, "spec")
     if spec.function is not None:
         check_identifier(spec, spec.function, "function")
