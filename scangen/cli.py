@@ -37,7 +37,7 @@ def _cmd_build(args) -> int:
                   f"(or were generated from specs no longer built); "
                   f"run `{again}`", file=sys.stderr)
             return 1
-        print(f"{out} is up to date ({len(specs)} specs)")
+        print(f"{out} is up to date ({len(specs)} spec{'s' if len(specs) != 1 else ''})")
         return 0
     removed = [c[:-len(" (removed)")] for c in changed if c.endswith(" (removed)")]
     written = [c for c in changed if not c.endswith(" (removed)")]
@@ -159,7 +159,7 @@ def main(argv=None) -> int:
     s.add_argument("name")
     s.set_defaults(fn=_cmd_show)
     c = sub.add_parser("check", help="validate a spec file and print its alpha/beta")
-    c.add_argument("file")
+    c.add_argument("file", help="a YAML spec file")
     c.set_defaults(fn=_cmd_check)
     v = sub.add_parser("verify", help="run every built-in against its float64 reference")
     v.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
