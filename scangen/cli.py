@@ -49,8 +49,8 @@ def _cmd_build(args) -> int:
 def _package_generated():
     """The folder the installed scangen imports its generated modules from (None if missing)."""
     try:
-        from . import _generated
-        return Path(_generated().__path__[0]).resolve()
+        from . import generated  # scangen's own: generated/ in a checkout, scangen/generated in a wheel
+        return Path(generated.__path__[0]).resolve()
     except ImportError:
         return None
 
