@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import scangen
-from conftest import BACKENDS, ON_GPU, to_backend
+from conftest import BACKENDS, ON_GPU, call_on, to_backend
 from scangen import runtime
 from scangen.testing import make_inputs, reference
 from scangen.testing.helpers import ALGORITHMS, assert_close
@@ -471,3 +471,24 @@ def test_torch_compile_keeps_the_message():
         step = torch.compile(lambda a: scangen.compute_gae(**a), backend="eager")
         with pytest.raises(Exception, match=re.escape(text)):
             step(args)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", [(0, 4), (3, 0)], ids=["no-rows", "no-steps"])
+def test_empty_calls_give_zero_gradients(shape, backend, tmp_path):
+    """An empty call of a spec differentiated through its torch path (an [N, T, K] input: no
+    generated adjoint) gives every input a zero gradient of its shape, as specs with a generated
+    adjoint do; it left .grad None."""
+    op = scangen.compile("""
+name: empty_k_grad
+direction: reverse
+inputs: {x: float, q: {kind: float, shape: [N, T, K]}}
+scans:
+  A: {update: "x + sum(q) + 0.5 * A"}
+outputs: {A: A}
+""", cache_dir=tmp_path)
+    x = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+    q = torch.randn(*shape, 2, dtype=torch.float64, requires_grad=True)
+    call_on(op, backend, x, q).sum().backward()
+    assert x.grad is not None and x.grad.shape == x.shape and not x.grad.any()
+    assert q.grad is not None and q.grad.shape == q.shape and not q.grad.any()

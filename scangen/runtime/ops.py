@@ -142,11 +142,13 @@ def _recompute_backward(op, values, outputs, grads, wanted, time_dim):
         outs = plans.call_direct(op, {**values, **leaves}, time_dim=time_dim,
                                    outputs=outputs, backend="torch")
         pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
-        if not pairs:  # no output depends on what needs a gradient
-            return {}
+        # no output depends on a leaf (an empty call, say): its gradient is zero, as the fused
+        # adjoints give, not None
         got = torch.autograd.grad([o for o, _ in pairs], list(leaves.values()),
-                                  [g for _, g in pairs], allow_unused=True)
-    return dict(zip(leaves, got))
+                                  [g for _, g in pairs], allow_unused=True) if pairs else \
+            [None] * len(leaves)
+    return {n: torch.zeros_like(v) if g is None else g
+            for (n, v), g in zip(leaves.items(), got)}
 
 
 def _fused_backward(op, grad_op, ctx, values, outputs, grads, wanted, time_dim, backend):
