@@ -39,8 +39,8 @@ def _cmd_build(args) -> int:
             return 1
         print(f"{out} is up to date ({len(specs)} spec{'s' if len(specs) != 1 else ''})")
         return 0
-    removed = [c[:-len(" (removed)")] for c in changed if c.endswith(" (removed)")]
-    written = [c for c in changed if not c.endswith(" (removed)")]
+    removed = [c for c in changed if not (out / c).exists()]
+    written = [c for c in changed if c not in removed]
     print(f"wrote {len(written)} file(s) to {out}: {', '.join(written) or 'nothing changed'}"
           + (f"; removed {len(removed)} no spec builds now: {', '.join(removed)}" if removed else ""))
     return 0

@@ -88,14 +88,14 @@ def _generated_by_us(path: Path) -> bool:
 def build(specs: list[Path], out: Path, check: bool = False) -> list[str]:
     """Write (or with ``check``, compare) the generated files; return the stale/changed names.
     Modules scangen generated into ``out`` for specs no longer built (a spec renamed or left
-    out) are stale: ``check`` names them, a build removes them (files without scangen's header
-    are left alone)."""
+    out) are stale: ``check`` names them, a build removes them and names them among the changed
+    (files without scangen's header are left alone)."""
     files = build_outputs(specs)
     changed = []
     if Path(out).is_dir():
         for old in sorted(Path(out).glob("*.py")):
             if old.name not in files and _generated_by_us(old):
-                changed.append(old.name if check else f"{old.name} (removed)")
+                changed.append(old.name)
                 if not check:
                     old.unlink()
     for name, text in sorted(files.items()):
