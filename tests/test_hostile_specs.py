@@ -584,12 +584,17 @@ def test_a_mistyped_path_says_no_such_file(tmp_path, monkeypatch, arg, exact):
     assert str(info.value) == exact
 
 
-def test_a_spec_file_without_yaml_suffix_is_named(tmp_path, monkeypatch):
+def test_a_spec_file_of_any_name_is_read(tmp_path, monkeypatch):
+    """One line naming a file that exists is a path whatever its suffix, as ``scangen check``
+    reads it (both front ends agree); a name that is no file stays refused above."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "my_ema").write_text(spec(), encoding="utf-8")
-    refused("my_ema", exact=f"my_ema: a spec file's name must end in .yaml or .yml {SPEC_IS}")
+    (tmp_path / "my_ema.txt").write_text(spec(), encoding="utf-8")
     (tmp_path / "my_ema.yaml").write_text(spec(), encoding="utf-8")
-    assert to_ir("my_ema.yaml").name == "hostile"
+    for name in ("my_ema", "my_ema.txt", "my_ema.yaml", str(tmp_path / "my_ema.txt")):
+        assert to_ir(name).name == "hostile"
+    assert scangen.compile("my_ema.txt", cache_dir=tmp_path).__name__ == \
+        scangen.compile("my_ema.yaml", cache_dir=tmp_path).__name__
 
 
 @pytest.mark.parametrize("data", [

@@ -356,8 +356,9 @@ def as_spec(spec_or_path: Any) -> Spec:
         return spec_or_path
     if isinstance(spec_or_path, Path) or (isinstance(spec_or_path, str)
                                           and "\n" not in spec_or_path
-                                          and spec_or_path.endswith((".yaml", ".yml"))):
-        return load_spec_file(spec_or_path)
+                                          and (spec_or_path.endswith((".yaml", ".yml"))
+                                               or _is_file(spec_or_path))):
+        return load_spec_file(spec_or_path)  # one line naming a file: a path, as `scangen check`'s
     if isinstance(spec_or_path, str):
         document = _read_yaml(spec_or_path, "<string>")
         if not isinstance(document, dict) and "\n" not in spec_or_path:
@@ -367,11 +368,18 @@ def as_spec(spec_or_path: Any) -> Spec:
                     f"got {type(spec_or_path).__name__}")
 
 
+def _is_file(text: str) -> bool:
+    """Whether ``text`` names a file that exists; False for text no file can be named by (too
+    long, a NUL byte)."""
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def _not_a_spec_file(text: str, document) -> SpecError:
-    """One line of text that is no mapping (``scangen.compile("my_ema")``): a path, mistyped."""
-    if Path(text).is_file():
-        return SpecError(f"a spec file's name must end in .yaml or .yml ({WHAT_A_SPEC_IS})",
-                         source=text)
+    """One line of text that is no mapping and no file (``scangen.compile("my_ema")``): a path,
+    mistyped."""
     return SpecError(f"no such spec file, and as YAML text it is {_kind(document)}, not a "
                      f"mapping ({WHAT_A_SPEC_IS})", source=text)
 
