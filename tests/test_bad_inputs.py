@@ -347,6 +347,11 @@ def test_tensor_params(backend, path):
                       (torch.full((2, N, T), 0.9), "gamma has shape [2, 3, 5], which does not "
                                                     "broadcast to [3, 5]")):
         _raises(ValueError, text, "compute_gae", dict(kw, gamma=bad), backend, path)
+    # with feature dims a param of more dims than the base shape broadcasts to the full shape,
+    # which the message names (it named the base shape [3, 5])
+    feat = dict(kw, rewards=kw["rewards"][..., None].expand(N, T, 2).contiguous())
+    _raises(ValueError, "gamma has shape [2, 3, 5, 2], which does not broadcast to [3, 5, 2]",
+            "compute_gae", dict(feat, gamma=torch.full((2, N, T, 2), 0.9)), backend, path)
     for bad, dtype in ((torch.tensor(1), "torch.int64"), (torch.tensor(True), "torch.bool"),
                        (torch.tensor(0.9 + 0j), "torch.complex64")):
         _raises(TypeError, f"gamma must be a floating-point tensor, got {dtype}",

@@ -317,3 +317,52 @@ def test_a_select_of_numbers_on_present_alone(tmp_path, backend, given):
     got = torch.autograd.grad((y * w).sum(), leaves)
     for name, a, b in zip("xo", got, torch.autograd.grad((expected * w).sum(), leaves)):
         torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12, msg=f"d/d{name}")
+
+
+PRESENT_EDGES = """\
+name: present_edges
+direction: forward
+inputs:
+  x: float
+  seed: {kind: float, shape: [N], default: 0}
+scans:
+  m:
+    update: x + 0.5 * m
+    init: where(present(seed), seed, 1)
+outputs:
+  m: m
+  p: prev(x, 2 * present(seed) + seed)
+"""
+
+
+def _present_edges_loop(x, seed):
+    s = seed if seed is not None else torch.zeros_like(x[:, 0])
+    carry = s if seed is not None else torch.ones_like(x[:, 0])
+    m = []
+    for t in range(x.shape[1]):
+        carry = x[:, t] + 0.5 * carry
+        m.append(carry)
+    fill = s + (2.0 if seed is not None else 0.0)
+    return torch.stack(m, dim=1), torch.cat([fill[:, None], x[:, :-1]], dim=1)
+
+
+@pytest.mark.parametrize("given", [True, False], ids=["seed", "no-seed"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_present_in_init_and_fill(tmp_path, backend, given):
+    """present() in a scan's init and in a shift's fill (spec-guide.md: both are expressions of
+    numbers and [N] inputs) was never lowered to the HAS_ flag there: 'cannot print Present'
+    from every printer. Forward and gradient against a float64 loop."""
+    fn = scangen.compile(PRESENT_EDGES, cache_dir=tmp_path)
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(3, 40, generator=g, dtype=torch.float64, requires_grad=True)
+    seed = torch.randn(3, generator=g, dtype=torch.float64, requires_grad=True)
+    leaves = [x, seed] if given else [x]
+    got = call_on(fn, backend, *leaves)
+    expected = _present_edges_loop(x, seed if given else None)
+    w = torch.linspace(-1, 1, 120, dtype=torch.float64).view(3, 40)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)
+    loss = lambda outs: sum(((o * w) * (k + 1)).sum() for k, o in enumerate(outs))
+    for name, a, b in zip(("x", "seed"), torch.autograd.grad(loss(got), leaves),
+                          torch.autograd.grad(loss(expected), leaves)):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12, msg=f"d/d{name}")

@@ -97,7 +97,7 @@ def lower_shifts(expr, shiftable: set[str]):
         if isinstance(e, (Next, Prev)):
             suffix = SHIFT[type(e)]
             edge = sympy.Symbol("is_last" if suffix == "next" else "is_first")
-            return Where(edge, e.args[1], shifted(visit(e.args[0]), suffix))
+            return Where(edge, visit(e.args[1]), shifted(visit(e.args[0]), suffix))
         if isinstance(e, Present):
             return sympy.Symbol(f"HAS_{e.args[0].name}")
         if not e.args:
@@ -153,11 +153,12 @@ def plan(ir: IR) -> Plan:
     every += [p.block.results[0][1] for p in sums.values()]
     every += [sympy.Symbol(f"{p.src}__{p.shift}" if p.shift else p.src) for p in gathers.values()]
     every += [sympy.Symbol(p.index) for p in gathers.values()]
-    every += [s.init for s in ir.scans]
+    inits = [lower_shifts(s.init, shiftable) for s in ir.scans]  # present(x) -> HAS_x
+    every += inits
     symbols = frozenset(s.name for e in every for s in e.free_symbols)
-    scans = tuple(ScanPlan(s.name, _block([("alpha", a), ("beta", b)], temps), s.init,
+    scans = tuple(ScanPlan(s.name, _block([("alpha", a), ("beta", b)], temps), init,
                            any(f"{s.name}__{d}" in symbols for d in ("next", "prev")))
-                  for s, a, b in scan_exprs)
+                  for (s, a, b), init in zip(scan_exprs, inits))
     return Plan(ir, tuple(gathers.values()), tuple(sums.values()), scans,
                 _block(out_exprs, temps), symbols | {s.name for s in ir.scans},
                 _joints(ir, scan_exprs, every, temps))

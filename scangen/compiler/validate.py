@@ -232,8 +232,9 @@ def check_placement(expr, ctx: "Placement", kinds: dict[str, tuple[str, str, boo
         fill = expr.args[1]
         for sym in fill.free_symbols:
             if sym.name in states or kinds.get(sym.name, ("", "N"))[1] != "N":
-                raise ctx.fail(f"the fill of {type(expr).__name__.lower()}() must be a constant, "
-                               f"a param or an [N] input, got '{sym.name}'")
+                raise ctx.fail(f"the fill of {type(expr).__name__.lower()}() must be an "
+                               f"expression of numbers, params and [N] inputs, got "
+                               f"'{sym.name}'")
         return check_placement(expr.args[0], ctx, kinds, states, reverse, type(expr), in_sum)
     if isinstance(expr, KSum):
         if in_sum:

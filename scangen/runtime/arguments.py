@@ -186,7 +186,7 @@ class Call:
             e = v.expand(target)
         except RuntimeError:
             raise ValueError(f"{self.fn}(): {name} has shape {list(v.shape)}, which does not "
-                             f"broadcast to {list(self.base_shape)}") from None
+                             f"broadcast to {list(target)}") from None
         self.ptargets[name] = target
         c, self.pstrides[name] = self._canon(e, "NT")
         if c is not e:
@@ -218,8 +218,8 @@ class Call:
             a, b = sorted((low, high), key=list(parts).index)
             raise ValueError(f"{self.fn}(): the shapes of '{a}' {list(self.tensors[a].shape)} "
                              f"and '{b}' {list(self.tensors[b].shape)} do not match (the "
-                             f"[N, T] inputs share one shape; float inputs may add trailing "
-                             f"feature dims)")
+                             f"[N, T] inputs share one shape; float and flag inputs may add "
+                             f"trailing feature dims)")
         full = parts[high]
         self.base_shape = tuple(full[:base_rank])
         self.full_shape = tuple(full)
