@@ -135,14 +135,16 @@ def _minmax(fn):
 
 
 def _sigmoid(x):
-    """``1 / (1 + exp(-x))`` where ``x >= 0``, ``exp(x) / (1 + exp(x))`` below, each side's
-    argument held at 0 where the other side is taken: no exp of a large positive number, in the
-    value or in its derivative. ``1 / (1 + exp(-x))`` alone is finite, but its derivative
+    """``1 / (1 + e)`` where ``x >= 0`` and ``e / (1 + e)`` below, with ``e = exp(-|x|)``: one
+    exp, of a number <= 0, so no exp of a large positive number in the value or in its
+    derivative. ``1 / (1 + exp(-x))`` alone is finite, but its derivative
     ``exp(-x) / (1 + exp(-x))**2`` is inf / inf = NaN below about -89 in float32 (-710 in
-    float64), and a select's derivative is each side's times a 0/1 mask, which keeps a NaN."""
+    float64), and a select's derivative is each side's times a 0/1 mask, which keeps a NaN.
+    ``-|x|`` is written as a select, whose derivative at 0 is -1 (the ``x >= 0`` side), where
+    ``Abs``'s is 0, which would make sigmoid'(0) 0 instead of 1/4."""
     pos = Ge(x, 0)
-    up, down = Where(pos, x, 0), Where(pos, 0, x)
-    return Where(pos, 1 / (1 + sympy.exp(-up)), sympy.exp(down) / (1 + sympy.exp(down)))
+    e = sympy.exp(Where(pos, -x, x))
+    return Where(pos, 1, e) / (1 + e)
 
 
 # name -> (number of arguments or None for "2 or more", builder)
