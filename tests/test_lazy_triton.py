@@ -109,3 +109,42 @@ def test_first_triton_launch_imports_triton():
     assert out["after"] is True and out["companion"] is True
     assert out["kernels"] in ("JITFunction", "InterpretedFunction"), out["kernels"]
     assert out["err"] < 1e-4
+
+
+NO_TRITON_CHILD = r"""
+import json, sys
+sys.modules["triton"] = None  # as on a machine without Triton (pyproject: Linux only)
+import torch
+import scangen
+from scangen.runtime.backends import select_backend, triton_available
+
+out = {"available": triton_available(),
+       "auto_cuda": select_backend("compute_gae", None, torch.device("cuda"))}
+try:
+    select_backend("compute_gae", "triton", torch.device("cuda"))
+except ValueError as exc:
+    out["explicit"] = str(exc)
+x = torch.randn(8, 30, dtype=torch.float64)
+d = torch.rand(8, 30) < 0.1
+a = scangen.compute_gae(x, x, d)
+b = scangen.compute_gae(x, x, d, backend="torch")
+fn = scangen.compile(sys.argv[1].replace("|", "\n"), cache_dir=sys.argv[2])
+out["err"] = max(max((p - q).abs().max().item() for p, q in zip(a, b)),
+                 (fn(x, d) - fn(x, d, backend="torch")).abs().max().item())
+print("RESULTS " + json.dumps(out))
+"""
+
+
+def test_without_triton_the_cpu_paths_run(tmp_path):
+    """Triton is a Linux-only requirement (its wheels are): without it, CPU calls of built-ins
+    and user specs run, ``auto`` takes the torch path for CUDA tensors, and backend='triton'
+    says what is missing instead of a ModuleNotFoundError from inside a generated module."""
+    spec = ("name: notriton_ema|direction: forward|inputs: {x: float, starts: flag}|"
+            "scans:|  m: {update: 'where(starts, x, 0.9 * m + 0.1 * x)'}|outputs: {ema: m}")
+    out = _child(NO_TRITON_CHILD, spec, str(tmp_path / "cache"), interpret=False)
+    assert out["available"] is False
+    assert out["auto_cuda"] == "torch"
+    assert out["explicit"] == ("compute_gae(): backend='triton' needs Triton installed (pip "
+                               "install 'triton>=3.5'; its wheels are for Linux); "
+                               "backend='numba' or 'torch' run without it")
+    assert out["err"] < 1e-12
