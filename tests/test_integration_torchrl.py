@@ -315,3 +315,22 @@ def test_import_error_names_what_to_install(monkeypatch):
     for req in pyproject_extra("torchrl"):  # pyproject.toml's versions, each quoted
         assert f'"{req}"' in message, (req, message)
     assert 'pip install -e ".[torchrl]"' in message, message
+
+
+def test_signatures_show_torchrls_arguments_and_backend():
+    """help() and IDEs see TorchRL's keyword arguments plus ``backend``, not
+    ``(*, backend=None, **kwargs)``; each drop-in's list is its TorchRL class's."""
+    import inspect
+
+    from torchrl.objectives.value import advantages as adv
+
+    from scangen.integrations import torchrl as sg
+
+    for ours, theirs in ((sg.GAE, adv.GAE), (sg.TDLambdaEstimator, adv.TDLambdaEstimator),
+                         (sg.VTrace, adv.VTrace)):
+        got = inspect.signature(ours).parameters
+        want = inspect.signature(theirs).parameters
+        assert list(got) == list(want) + ["backend"], (ours, list(got))
+        assert got["backend"].kind is inspect.Parameter.KEYWORD_ONLY
+        assert got["backend"].default is None
+    assert {"gamma", "lmbda", "value_network"} <= set(inspect.signature(sg.GAE).parameters)

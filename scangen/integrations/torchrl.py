@@ -28,6 +28,7 @@ TorchRL accepts). docs/integrations/torchrl.md has the key-by-key mapping.
 from __future__ import annotations
 
 import contextlib
+import inspect
 
 try:
     from tensordict import TensorDictBase, is_tensor_collection
@@ -400,3 +401,19 @@ class VTrace(_ScangenEstimator, _adv.VTrace):
         tensordict.set(self.tensor_keys.value_target, value_target)
         self._mask_shifted_output(tensordict, valid)
         return tensordict
+
+
+def _torchrl_signature(cls, base) -> None:
+    """``cls.__init__`` shows ``base``'s keyword arguments plus ``backend`` (``help()``, IDEs,
+    ``inspect.signature``), where its own ``(*, backend=None, **kwargs)`` passes them on."""
+    params = list(inspect.signature(base.__init__).parameters.values())
+    backend = inspect.Parameter("backend", inspect.Parameter.KEYWORD_ONLY, default=None,
+                                annotation="str | None")
+    at = next((i for i, p in enumerate(params) if p.kind is p.VAR_KEYWORD), len(params))
+    cls.__init__.__signature__ = inspect.Signature(params[:at] + [backend] + params[at:])
+
+
+for _cls, _base in ((GAE, _adv.GAE), (TDLambdaEstimator, _adv.TDLambdaEstimator),
+                    (VTrace, _adv.VTrace)):
+    _torchrl_signature(_cls, _base)
+del _cls, _base
