@@ -113,6 +113,28 @@ def test_torch_compile_fullgraph_and_new_gamma(name):
     assert counting.graphs == 1
 
 
+
+@pytest.mark.parametrize("name", ["compute_gae", "compute_retrace", "compute_masked_gae"])
+def test_torch_compile_dynamic_shapes(name):
+    """dynamic=True: N, T and Retrace's K symbolic in the fake implementation. Retrace's check
+    that its [N, T, K] inputs share K hashed the sizes (a set), which a SymInt is not:
+    'unhashable type: non-nested SymInt' under dynamic shapes, or at the second call whose K
+    differs from the first."""
+    torch._dynamo.reset()
+    fn = getattr(scangen, name)
+
+    @torch.compile(fullgraph=True, dynamic=True, backend="aot_eager")
+    def step(**kw):
+        out = fn(**kw)
+        return out if isinstance(out, tuple) else (out,)
+
+    for n, t, a in ((3, 8, 4), (2, 11, 5)):
+        inputs = make_inputs(name, n, t, seed=n, device=DEVICE, A=a)
+        expected = fn(**inputs)
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        for x, y in zip(step(**inputs), expected):
+            torch.testing.assert_close(x, y)
+
 def test_meta_gradient_wrt_gamma_and_lambda():
     inputs = make_inputs("gae", 4, 30, seed=4, dtype=torch.float64)
     gamma = torch.tensor(0.9, dtype=torch.float64, requires_grad=True)

@@ -231,7 +231,8 @@ class Call:
                                  + (f" or {_shape_text(self.base_shape, k)}"
                                     if self.full_shape != self.base_shape else ""))
         ks = {n: self.tensors[n].shape[-1] for n in parts if infos[n].shape == "NTK"}
-        if len(set(ks.values())) > 1:
+        first = next(iter(ks.values()), None)
+        if any(k != first for k in ks.values()):  # compared, not hashed: K may be a SymInt
             raise ValueError(f"{self.fn}(): the [N, T, K] inputs differ in K, their last dim: "
                              + ", ".join(f"'{n}' has {k}" for n, k in ks.items()))
         self.K = next(iter(ks.values())) if ks else 1
