@@ -400,7 +400,7 @@ OLDEST_LANE_OPS = [("eligibility_traces", ""), ("masked_gae", "chain=sequential"
 def oldest_triton() -> str:
     """The lower bound of pyproject.toml's ``triton>=X.Y`` requirement."""
     text = (ROOT / "pyproject.toml").read_text()
-    bound = re.search(r'"triton>=([0-9.]+)"', text)
+    bound = re.search(r'"triton>=([0-9.]+)[;"]', text)  # a marker may follow: "triton>=X.Y; ..."
     assert bound, "pyproject.toml names no lower bound for triton"
     return bound.group(1)
 
