@@ -235,7 +235,7 @@ class Call:
         if any(k != first for k in ks.values()):  # compared, not hashed: K may be a SymInt
             raise ValueError(f"{self.fn}(): the [N, T, K] inputs differ in K, their last dim: "
                              + ", ".join(f"'{n}' has {k}" for n, k in ks.items()))
-        self.K = next(iter(ks.values())) if ks else 1
+        self.K = first if ks else 1
         rows = [n for i, n in enumerate(self.full_shape) if i != self.td]
         self.row_shape = tuple(rows)
         self.T = self.full_shape[self.td]
