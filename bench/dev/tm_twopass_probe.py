@@ -48,10 +48,14 @@ def _combine(a0, b0, a1, b1):  # (a0, b0) first in time
 
 
 @triton.jit
-def _chunk_maps(g_ptr, d_ptr, rows, c, N, T, gl, BN: tl.constexpr, BT: tl.constexpr,
-                W: tl.constexpr):
-    # The chunk's prefix maps in column order (column j: step (j % W) * (BT / W) + j // W, so
-    # each warp holds a run of steps in registers; the layout of runtime.launch.lane_warps).
+def _chunk_maps(g_ptr, d_ptr, N, T, gl, BN: tl.constexpr, BT: tl.constexpr, W: tl.constexpr):
+    # This program's (tile of BN rows, chunk c) and the chunk's prefix maps in column order
+    # (column j: step (j % W) * (BT / W) + j // W, so each warp holds a run of steps in
+    # registers; the layout of runtime.launch.lane_warps).
+    pid = tl.program_id(0)
+    n_tiles = tl.cdiv(N, BN)
+    tile, c = pid % n_tiles, pid // n_tiles
+    rows = tl.multiple_of(tile * BN + tl.arange(0, BN), 1)  # a row a lane (runtime.launch.lanes)
     cols = tl.arange(0, BT)
     pos = (cols % W) * (BT // W) + cols // W
     t = (c * BT + pos).to(tl.int64)
@@ -68,17 +72,13 @@ def _chunk_maps(g_ptr, d_ptr, rows, c, N, T, gl, BN: tl.constexpr, BT: tl.conste
     a_w = tl.sum(tl.where(far, a_r, 0.0), axis=1)  # [BN, W] each run's map
     b_w = tl.sum(tl.where(far, b_r, 0.0), axis=1)
     a_w, b_w = tl.associative_scan((a_w, b_w), 1, _combine)
-    return a_r, b_r, a_w, b_w, t, ok
+    return rows, c, a_r, b_r, a_w, b_w, t, ok
 
 
 @triton.jit
 def aggregates(g_ptr, d_ptr, agg_a, agg_b, N, T, gl, BN: tl.constexpr, BT: tl.constexpr,
                W: tl.constexpr):
-    pid = tl.program_id(0)
-    n_tiles = tl.cdiv(N, BN)
-    tile, c = pid % n_tiles, pid // n_tiles
-    rows = tl.multiple_of(tile * BN + tl.arange(0, BN), 1)  # a row a lane (runtime.launch.lanes)
-    _, _, a_w, b_w, _, _ = _chunk_maps(g_ptr, d_ptr, rows, c, N, T, gl, BN, BT, W)
+    rows, c, _, _, a_w, b_w, _, _ = _chunk_maps(g_ptr, d_ptr, N, T, gl, BN, BT, W)
     last = (tl.arange(0, W) == W - 1)[None, :]
     ok = rows < N
     tl.store(agg_a + c * N + rows, tl.sum(tl.where(last, a_w, 0.0), axis=1), mask=ok)
@@ -104,11 +104,7 @@ def carries(agg_a, agg_b, seed_ptr, carry, N, NCH, BN: tl.constexpr, CP: tl.cons
 @triton.jit
 def apply(g_ptr, d_ptr, carry, z_ptr, N, T, gl, BN: tl.constexpr, BT: tl.constexpr,
           W: tl.constexpr):
-    pid = tl.program_id(0)
-    n_tiles = tl.cdiv(N, BN)
-    tile, c = pid % n_tiles, pid // n_tiles
-    rows = tl.multiple_of(tile * BN + tl.arange(0, BN), 1)
-    a_r, b_r, a_w, b_w, t, ok = _chunk_maps(g_ptr, d_ptr, rows, c, N, T, gl, BN, BT, W)
+    rows, c, a_r, b_r, a_w, b_w, t, ok = _chunk_maps(g_ptr, d_ptr, N, T, gl, BN, BT, W)
     run = tl.arange(0, W)[None, :]
     frm = tl.broadcast_to(tl.maximum(run - 1, 0), (BN, W))
     a_w = tl.gather(a_w, frm, 1)[:, None, :]  # the runs before each run, composed

@@ -153,7 +153,7 @@ FUNCTIONS: dict[str, tuple[int | None, Callable]] = {
     "log": (1, sympy.log),
     "sqrt": (1, sympy.sqrt),
     "abs": (1, sympy.Abs),
-    "sigmoid": (1, lambda x: _sigmoid(x)),
+    "sigmoid": (1, _sigmoid),
     # 2 sigmoid(2x) - 1 stays finite for large |x|, unlike (e^x - e^-x) / (e^x + e^-x).
     "tanh": (1, lambda x: 2 * _sigmoid(2 * x) - 1),
     "min": (None, _minmax(sympy.Min)),
