@@ -16,7 +16,7 @@ import sympy
 from ..abi import RESERVED_PREFIXES
 from ..errors import SpecError, line_of
 from .expr import MAX_INT_POWER, Gather, KSum, Next, Prev, Present, half_integer
-from .ir import canonical
+from .ir import POSITIONS, canonical
 from .spec import KINDS, Input, Output, Param, Scan, Spec
 
 _IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}\Z")
@@ -231,7 +231,8 @@ def check_placement(expr, ctx: "Placement", kinds: dict[str, tuple[str, str, boo
             raise ctx.fail("next()/prev() cannot be nested")
         fill = expr.args[1]
         for sym in fill.free_symbols:
-            if sym.name in states or kinds.get(sym.name, ("", "N"))[1] != "N":
+            if (sym.name in states or sym.name in POSITIONS
+                    or kinds.get(sym.name, ("", "N"))[1] != "N"):
                 raise ctx.fail(f"the fill of {type(expr).__name__.lower()}() must be an "
                                f"expression of numbers, params and [N] inputs, got "
                                f"'{sym.name}'")
