@@ -55,6 +55,101 @@ def test_gradcheck_float64(name, backend):
                                     eps=1e-6, atol=1e-5, fast_mode=fast)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ALGOS)
+def test_gradgradcheck_float64(name, backend):
+    """Second order (create_graph=True: Hessians, gradient penalties): the gradient is itself
+    differentiable, through the scan states too. The fused adjoint once read the states as data,
+    and a Hessian w.r.t. gamma came out half its value; Retrace's came out zero."""
+    inputs = make_inputs(name, 2, 5, seed=3, dtype=torch.float64, device=_device(backend))
+    signature = inspect.signature(getattr(scangen, name)).parameters
+    for p in ("gamma", "lambda_"):
+        if p in signature:
+            value = float(inputs.get(p, signature[p].default)) * 0.97
+            inputs[p] = torch.tensor(value, dtype=torch.float64, device=_device(backend))
+    names = _float_leaves(inputs)
+    leaves = [inputs[k].clone().requires_grad_(True) for k in names]
+    fast = backend == "triton" and not torch.cuda.is_available()
+    assert torch.autograd.gradgradcheck(_as_fn(name, inputs, names, backend=backend), leaves,
+                                        eps=1e-6, atol=1e-5, fast_mode=fast)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hessian_wrt_gamma_matches_reference(backend):
+    inputs = make_inputs("gae", 2, 7, seed=5, dtype=torch.float64, device=_device(backend))
+    inputs.pop("gamma", None)
+    ref_inputs = {k: v.cpu() if torch.is_tensor(v) else v for k, v in inputs.items()}
+    g0 = torch.tensor(0.8, dtype=torch.float64)
+    h = torch.autograd.functional.hessian(
+        lambda g: scangen.compute_gae(**inputs, gamma=g, backend=backend).sum(),
+        g0.to(_device(backend)))
+    h_ref = torch.autograd.functional.hessian(
+        lambda g: reference.compute_gae(**ref_inputs, gamma=g).sum(), g0)
+    torch.testing.assert_close(h.cpu(), h_ref, atol=1e-10, rtol=1e-9)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_input_modified_in_place_before_backward_is_refused(backend):
+    """As for torch's own ops: autograd refuses the backward, not a gradient at other values."""
+    inputs = make_inputs("gae", 2, 6, seed=2, dtype=torch.float64, device=_device(backend))
+    gamma = torch.tensor(0.9, dtype=torch.float64, device=_device(backend), requires_grad=True)
+    adv = scangen.compute_gae(**{**inputs, "gamma": gamma}, backend=backend)
+    inputs["values"].add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        adv.sum().backward()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ["compute_gae", "compute_vtrace", "compute_retrace"])
+def test_forward_mode_ad_matches_reference(name, backend):
+    """torch.autograd.forward_ad: the tangent comes out (it was dropped on the kernel backends),
+    with the primal requiring grad or not."""
+    import torch.autograd.forward_ad as fwAD
+    inputs = make_inputs(name, 3, 6, seed=6, dtype=torch.float64, device=_device(backend))
+    ref_inputs = {k: v.cpu() if torch.is_tensor(v) else v for k, v in inputs.items()}
+    k = "rewards"
+    tangent = torch.randn_like(ref_inputs[k])
+    for requires_grad in (False, True):
+        with fwAD.dual_level():
+            x = fwAD.make_dual(inputs[k].clone().requires_grad_(requires_grad),
+                               tangent.to(_device(backend)))
+            got = getattr(scangen, name)(**{**inputs, k: x}, backend=backend)
+            got = got if isinstance(got, tuple) else (got,)
+            xr = fwAD.make_dual(ref_inputs[k], tangent)
+            want = reference.REFERENCES[name](**{**ref_inputs, k: xr})
+            want = want if isinstance(want, tuple) else (want,)
+            for a, b in zip(got, want):
+                a, b = fwAD.unpack_dual(a), fwAD.unpack_dual(b)
+                assert a.tangent is not None
+                torch.testing.assert_close(a.primal.detach().cpu(), b.primal.detach())
+                torch.testing.assert_close(a.tangent.detach().cpu(), b.tangent.detach())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_torch_func_transforms(backend):
+    """grad, jacrev, jacfwd, vmap (over inputs, over a param alone, of grad): the values of the
+    float64 reference under the same transform (these calls run the generated torch path)."""
+    from torch.func import grad, jacfwd, jacrev, vmap
+    dev = _device(backend)
+    inputs = make_inputs("gae", 2, 5, seed=7, dtype=torch.float64)
+    r, v, term = inputs["rewards"], inputs["values"], inputs["terminateds"]
+    ours = lambda r, v=v, t=term, g=0.9: scangen.compute_gae(  # noqa: E731
+        r.to(dev), v.to(dev), t.to(dev), gamma=g, backend=backend).cpu()
+    ref = lambda r, v=v, t=term, g=0.9: reference.compute_gae(r, v, t, gamma=g)  # noqa: E731
+    close = torch.testing.assert_close
+    close(grad(lambda r: ours(r).pow(2).sum())(r), grad(lambda r: ref(r).pow(2).sum())(r))
+    g0 = torch.tensor(0.8, dtype=torch.float64)
+    close(jacrev(lambda g: ours(r, g=g.to(dev)))(g0), jacrev(lambda g: ref(r, g=g))(g0))
+    close(jacfwd(ours)(r), jacrev(ref)(r))
+    rb, vb = torch.randn(3, 2, 5, dtype=torch.float64), torch.randn(3, 2, 5, dtype=torch.float64)
+    close(vmap(lambda r, v: ours(r, v))(rb, vb),
+          torch.stack([ref(a, b) for a, b in zip(rb, vb)]))
+    gb = torch.tensor([0.5, 0.9, 0.99], dtype=torch.float64)
+    close(vmap(lambda g: ours(r, g=g.to(dev)))(gb), torch.stack([ref(r, g=g) for g in gb]))
+    close(vmap(grad(lambda r: ours(r).pow(2).sum()))(rb),
+          torch.stack([grad(lambda r: ref(r).pow(2).sum())(a) for a in rb]))
+
+
 @pytest.mark.parametrize("name", ["compute_gae", "compute_vtrace", "compute_masked_gae"])
 def test_grad_matches_autograd_through_reference(name):
     inputs = make_inputs(name, 3, 40, seed=1, dtype=torch.float64)

@@ -19,9 +19,12 @@ from __future__ import annotations
 import numbers
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
+from torch._C._functorch import is_functorch_wrapped_tensor as _is_wrapped
+from torch._C._functorch import peek_interpreter_stack as _peek_interpreter_stack
 
 from .. import abi
-from . import launch, plans
+from . import launch, plans, torchpath
 from .arguments import Call, as_float, check_time_dim, choice_code, requested, what
 from .backends import select_backend
 from .fastpath import MISS
@@ -78,23 +81,39 @@ def qualname(op: abi.OpInfo) -> str:
     torch.library.register_fake(qn, fake, lib=lib)
 
     def setup_context(ctx, inputs, output):
-        ctx.args = inputs
+        # the tensor arguments through save_for_backward, so that autograd refuses a backward
+        # after one of them was modified in place (as for torch's own ops), not a wrong gradient
+        ctx.tensor_at = [k for k, a in enumerate(inputs) if isinstance(a, torch.Tensor)]
+        ctx.args = [None if isinstance(a, torch.Tensor) else a for a in inputs]
         names = list(inputs[n_in + n_par + 1])
         ctx.state_names = [n for n in names if abi.is_state_output(n)]
         states = [o for n, o in zip(names, output) if abi.is_state_output(n)]
-        ctx.save_for_backward(*states)  # the inputs themselves are read from ctx.args
-        ctx.n_states = len(states)
+        ctx.save_for_backward(*(inputs[k] for k in ctx.tensor_at), *states)
 
     def backward(ctx, grads):
-        values, time_dim, outputs, backend = unpack(list(ctx.args))
+        saved = ctx.saved_tensors
+        args = list(ctx.args)
+        for k, t in zip(ctx.tensor_at, saved):
+            args[k] = t
+        states = saved[len(ctx.tensor_at):]
+        values, time_dim, outputs, backend = unpack(args)
         # flags and indices are 0/1 and integer data: they get no gradient, on either path
         kinds = {i.name: i.kind for i in op.inputs}
         wanted = [n for k, n in enumerate(list(values))
                   if ctx.needs_input_grad[k] and kinds.get(n, "float") == "float"]
         grad_op = grad_op_of(op)
-        if grad_op is not None and ctx.n_states:
-            got = _fused_backward(op, grad_op, ctx, values, outputs, grads, wanted,
-                                  time_dim, backend)
+        if torch.is_grad_enabled() or _peek_interpreter_stack() is not None or any(
+                g is not None and _is_wrapped(g) for g in grads):
+            # create_graph=True (a Hessian, gradgradcheck, a gradient penalty): the gradient must
+            # itself be differentiable, through the scan states too, which the adjoint kernel
+            # reads as data; the torch path's graph gives every order exactly. Under a
+            # torch.func transform (vmap of a backward) the kernels cannot see the batch: the
+            # torch path again
+            got = _recompute_backward(op, values, outputs, grads, wanted, time_dim,
+                                      create_graph=torch.is_grad_enabled())
+        elif grad_op is not None and states:
+            got = _fused_backward(op, grad_op, ctx.state_names, states, values, outputs, grads,
+                                  wanted, time_dim, backend)
         else:
             got = _recompute_backward(op, values, outputs, grads, wanted, time_dim)
         return tuple(got.get(i.name) for i in op.inputs) + \
@@ -134,10 +153,16 @@ def grad_op_of(op: abi.OpInfo):
     return _ADJOINTS.get(op.module)
 
 
-def _recompute_backward(op, values, outputs, grads, wanted, time_dim):
-    """Differentiate the generated torch path (specs whose adjoint is not generated)."""
-    leaves = {n: values[n].detach().requires_grad_(True) for n in wanted
-              if isinstance(values[n], torch.Tensor)}
+def _recompute_backward(op, values, outputs, grads, wanted, time_dim, create_graph=False):
+    """Differentiate the generated torch path (specs whose adjoint is not generated, and every
+    backward asked to be differentiable: ``create_graph``)."""
+    if create_graph:  # an alias per argument: linked to the caller's graph, and one tensor
+        # passed as two arguments gets each argument's own gradient
+        leaves = {n: values[n].view_as(values[n]) for n in wanted
+                  if isinstance(values[n], torch.Tensor)}
+    else:
+        leaves = {n: values[n].detach().requires_grad_(True) for n in wanted
+                  if isinstance(values[n], torch.Tensor)}
     with torch.enable_grad():
         outs = plans.call_direct(op, {**values, **leaves}, time_dim=time_dim,
                                    outputs=outputs, backend="torch")
@@ -145,17 +170,17 @@ def _recompute_backward(op, values, outputs, grads, wanted, time_dim):
         # no output depends on a leaf (an empty call, say): its gradient is zero, as the fused
         # adjoints give, not None
         got = torch.autograd.grad([o for o, _ in pairs], list(leaves.values()),
-                                  [g for _, g in pairs], allow_unused=True) if pairs else \
-            [None] * len(leaves)
+                                  [g for _, g in pairs], allow_unused=True,
+                                  create_graph=create_graph) if pairs else [None] * len(leaves)
     return {n: torch.zeros_like(v) if g is None else g
             for (n, v), g in zip(leaves.items(), got)}
 
 
-def _fused_backward(op, grad_op, ctx, values, outputs, grads, wanted, time_dim, backend):
+def _fused_backward(op, grad_op, state_names, states, values, outputs, grads, wanted, time_dim,
+                    backend):
     """Run the generated adjoint kernel, then sum each per-step gradient to its input's shape."""
-    states = ctx.saved_tensors
     b_values = dict(values)
-    b_values.update(zip(ctx.state_names, states))
+    b_values.update(zip(state_names, states))
     user = [n for n in outputs if not abi.is_state_output(n)]
     b_values.update({abi.output_grad(o): None for o in op.outputs})
     b_values.update({abi.output_grad(n): g for n, g in zip(user, grads) if g is not None})
@@ -221,11 +246,31 @@ def dispatch(op: abi.OpInfo, values: dict, *, time_dim, outputs, backend):
     return outs[0] if single else tuple(outs)
 
 
+def _transformed(op, values, time_dim, outputs, backend):
+    """Forward-mode AD (``torch.autograd.forward_ad``) and ``torch.func`` transforms (``grad``,
+    ``vjp``, ``jacrev``, ``jacfwd``, ``vmap``, ...): the generated kernels read their inputs'
+    memory, which carries neither a tangent nor a transform's batch, so these calls run the
+    generated torch path, differentiable and batchable like any torch code. Checked as any
+    call (a bad ``backend=`` is still an error), then computed there."""
+    select_backend(op.function, backend, _device_of(values))
+    with torchpath.functional_stores():
+        return plans.run(op, values, None, time_dim, outputs, "torch")
+
+
+def _device_of(values):
+    for v in values.values():
+        if isinstance(v, torch.Tensor):
+            return v.device
+    return torch.device("cpu")
+
+
 def call(op: abi.OpInfo, values: dict, *, time_dim: int = -1, outputs=None, backend=None):
     """Run an op (every generated function's body): through its torch.library custom op when
     autograd or torch.compile needs it, else straight to its plan (no dispatcher overhead)."""
     if torch.compiler.is_compiling():
         return dispatch(op, values, time_dim=time_dim, outputs=outputs, backend=backend)
+    if _forward_ad._current_level >= 0 or _peek_interpreter_stack() is not None:
+        return _transformed(op, values, time_dim, outputs, backend)
     recent = plans.RECENT.get(id(op))
     if recent is not None and recent[1] is not None and recent[0] is op and not launch.hooked():
         out = recent[1](values, time_dim, outputs, backend)

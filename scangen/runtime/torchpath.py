@@ -5,7 +5,9 @@ device, and is differentiable, so the torch path doubles as the autograd referen
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 
 import torch
 
@@ -80,10 +82,33 @@ def scan(c: Call, alpha, beta, init, reverse: bool):
     return out.flip(-1) if reverse else out
 
 
+_STORES = threading.local()
+
+
+@contextlib.contextmanager
+def functional_stores():
+    """Within: outputs are made from their values (a new contiguous tensor each) instead of
+    copied into the call's empty ones, so that a ``torch.func`` transform sees only
+    out-of-place ops (``vmap`` over a param alone: the empty outputs are not batched, their
+    values are)."""
+    before = getattr(_STORES, "functional", False)
+    _STORES.functional = True
+    try:
+        yield
+    finally:
+        _STORES.functional = before
+
+
 def store(c: Call, name: str, value) -> None:
     if name not in c.outs:
         return
     out, st = c.outs[name], c.out_strides[name]
+    if getattr(_STORES, "functional", False):
+        # the canonical [R1, R2, T] is [R1, T, R2] of a contiguous output, permuted
+        v = torch.broadcast_to(torch.as_tensor(value, dtype=c.acc, device=c.device),
+                               (c.R1, c.R2, c.T))
+        c.outs[name] = v.permute(0, 2, 1).reshape(out.shape).to(out.dtype)
+        return
     view = out.as_strided((c.R1, c.R2, c.T), st)
     if isinstance(value, torch.Tensor):
         view.copy_(torch.broadcast_to(value, view.shape))
