@@ -209,6 +209,27 @@ def test_torch_compile_fullgraph_and_new_gamma(name):
 
 
 
+@pytest.mark.parametrize("gamma", ["float", "0-dim tensor"])
+def test_inductor_backward_of_the_torch_path_with_a_scalar_gamma(gamma):
+    """Retrace's backward differentiates the torch path; inductor (CPU) compiles that graph.
+    A 0-dim gamma there was broadcast by as_strided, whose backward inductor's CPU codegen
+    failed on (an AssertionError from cpp.py)."""
+    torch._dynamo.reset()
+    inputs = make_inputs("retrace", 3, 5, seed=0)
+    q = inputs.pop("q_values")
+    g = 0.9 if gamma == "float" else torch.tensor(0.9, requires_grad=True)
+
+    def loss(q):
+        return scangen.compute_retrace(**inputs, q_values=q, gamma=g)[1].pow(2).sum()
+
+    q1, q2 = q.clone().requires_grad_(True), q.clone().requires_grad_(True)
+    # compiled afresh: a cached kernel from an earlier run would hide a codegen failure
+    with torch._inductor.config.patch(force_disable_caches=True):
+        torch.compile(loss, fullgraph=True)(q1).backward()
+    loss(q2).backward()
+    torch.testing.assert_close(q1.grad, q2.grad)
+
+
 @pytest.mark.parametrize("name", ["compute_gae", "compute_retrace", "compute_masked_gae"])
 def test_torch_compile_dynamic_shapes(name):
     """dynamic=True: N, T and Retrace's K symbolic in the fake implementation. Retrace's check

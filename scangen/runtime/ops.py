@@ -269,7 +269,9 @@ def call(op: abi.OpInfo, values: dict, *, time_dim: int = -1, outputs=None, back
     autograd or torch.compile needs it, else straight to its plan (no dispatcher overhead)."""
     if torch.compiler.is_compiling():
         return dispatch(op, values, time_dim=time_dim, outputs=outputs, backend=backend)
-    if _forward_ad._current_level >= 0 or _peek_interpreter_stack() is not None:
+    if _peek_interpreter_stack() is not None or (_forward_ad._current_level >= 0 and any(
+            isinstance(v, torch.Tensor) and _forward_ad.unpack_dual(v).tangent is not None
+            for v in values.values())):
         return _transformed(op, values, time_dim, outputs, backend)
     recent = plans.RECENT.get(id(op))
     if recent is not None and recent[1] is not None and recent[0] is op and not launch.hooked():

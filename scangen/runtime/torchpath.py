@@ -30,7 +30,11 @@ def param(c: Call, name: str):
     v = c.params[name]
     if not isinstance(v, torch.Tensor):
         return v
-    return v.as_strided((c.R1, c.R2, c.T), c.pstrides.get(name, (0, 0, 0))).to(c.acc)
+    strides = c.pstrides.get(name, (0, 0, 0))
+    if not any(strides):  # one value: a 0-dim tensor broadcasts without as_strided, whose
+        # backward (a scatter into one element) inductor's CPU codegen fails to compile
+        return v[(0,) * v.dim()].to(c.acc)
+    return v.as_strided((c.R1, c.R2, c.T), strides).to(c.acc)
 
 
 _STEPS = {"next": 1, "prev": -1, "next2": 2, "prev2": -2}
@@ -46,7 +50,7 @@ def position(c: Call, which: str):
 def shift(x, which: str, dim: int = 2):
     """``x`` read ``which`` (next, prev, next2, prev2) steps away; the edges repeat the last value
     (they are always masked by a fill, and a finite value keeps gradients finite)."""
-    if not isinstance(x, torch.Tensor) or x.shape[dim] == 1:
+    if not isinstance(x, torch.Tensor) or x.dim() <= dim or x.shape[dim] == 1:
         return x
     n = x.shape[dim]
     idx = (torch.arange(n, device=x.device) + _STEPS[which]).clamp_(0, n - 1)
