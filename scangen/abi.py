@@ -277,6 +277,18 @@ def load_module(name: str, path: Path):
     return module
 
 
+def load_once(name: str, path: Path):
+    """:func:`load_module`, once per process however many threads ask at the same time: each
+    waits for the module to have run (``sys.modules`` holds it from before that)."""
+    module = _LOADED.get(name)
+    if module is not None:
+        return module
+    with _LOAD_LOCK:
+        module = _LOADED.get(name) or sys.modules.get(name) or load_module(name, path)
+        _LOADED[name] = module
+    return module
+
+
 def companion(op: OpInfo, suffix: str):
     """``op``'s companion module (:data:`GRAD_SUFFIX`, :data:`TRITON_SUFFIX`,
     :data:`NUMBA_SUFFIX`), loaded from the file beside its module's on first use; None where

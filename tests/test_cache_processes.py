@@ -18,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -259,3 +260,88 @@ def test_damaged_meta_json_means_rebuild(tmp_path, content):
     x, done = _inputs(2, 2, 7)
     torch.testing.assert_close(fn(x, done, backend="torch")[0].double(), _expected(x, done)[0],
                                atol=1e-5, rtol=1e-5)
+
+
+def test_threads_compiling_one_spec_at_once_all_get_the_op(tmp_path):
+    """Each thread's scangen.compile returns the op; the module was registered in sys.modules
+    before it had run, and the threads after the first once took it half-initialised
+    ("module ... has no attribute ...")."""
+    import threading
+    n = 4
+    barrier = threading.Barrier(n)
+    got, errors = [], []
+    spec = SPEC.format(name="threads_once")
+
+    def work():
+        barrier.wait()
+        try:
+            fn = scangen.compile(spec, cache_dir=tmp_path)
+            x, done = _inputs(seed=1)
+            got.append(fn(x, done, backend="torch")[0])
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    x, done = _inputs(seed=1)
+    for ret in got:
+        torch.testing.assert_close(ret.double(), _expected(x, done)[0], atol=1e-5, rtol=1e-5)
+
+
+def test_cache_files_follow_the_umask(tmp_path):
+    """Another user can read a cache or a build (mkstemp alone made every file 0600)."""
+    old = os.umask(0o022)
+    try:
+        store.write_if_changed(tmp_path / "a.py", "x = 1\n")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a.py").stat().st_mode & 0o777 == 0o666 & ~store._UMASK
+
+
+def test_an_unwritable_cache_names_the_way_out(tmp_path):
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("")
+    with pytest.raises(OSError, match="SCANGEN_CACHE_DIR"):
+        scangen.compile(SPEC.format(name="unwritable"), cache_dir=blocker / "cache")
+
+
+def test_numba_caches_in_the_temp_dir_when_nothing_else_is_writable(tmp_path):
+    """A read-only installation run without a writable home: numba raised "no locator
+    available" at the kernels' decoration; they are cached under the temp dir then."""
+    pytest.importorskip("numba")
+    import numba
+    from scangen.runtime import numba_kernels
+    source = tmp_path / "pkg"
+    source.mkdir()
+    (source / "__pycache__").write_text("")  # a file: no cache folder can be made there
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    before = numba.config.CACHE_DIR
+    try:
+        numba.config.CACHE_DIR = ""
+        assert numba_kernels._ensure_cache_dir([tmp_path]) is None  # writable: left to numba
+        folder = numba_kernels._ensure_cache_dir([source], blocked / "numba")
+        assert folder and numba.config.CACHE_DIR == folder
+        assert numba_kernels._ensure_cache_dir([source], blocked / "numba") is None  # set now
+    finally:
+        numba.config.CACHE_DIR = before
+
+
+def test_a_numba_module_generated_against_other_helpers_warns(tmp_path):
+    pytest.importorskip("numba")
+    from types import SimpleNamespace
+    from scangen.runtime import numba as nb_runtime
+    path = tmp_path / "x_numba.py"
+    current = (REPO / "generated" / "gae_numba.py").read_text().splitlines()[2]
+    path.write_text("# GENERATED\n#\n" + current + "\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        nb_runtime._check_helpers(SimpleNamespace(__file__=str(path)))  # current: silent
+    path.write_text("# GENERATED\n#\n# Helpers: scangen/runtime/numba_kernels.py 0123456789abcdef\n")
+    with pytest.warns(RuntimeWarning, match="scangen build"):
+        nb_runtime._check_helpers(SimpleNamespace(__file__=str(path)))
+

@@ -14,7 +14,6 @@ import importlib.util
 import json
 import os
 import re
-import sys
 import tempfile
 from pathlib import Path
 
@@ -25,6 +24,15 @@ from ..errors import SpecError
 from .options import Options
 from .spec import Spec, as_spec
 from .templating import PACKAGE, package_data, templates_hash
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # read once at import (setting it is the only way to read it)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()
 
 
 def write_if_changed(path: Path, text: str) -> bool:
@@ -40,6 +48,9 @@ def write_if_changed(path: Path, text: str) -> bool:
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             f.write(text)
+        # mkstemp creates 0600; the file gets what open() would give (0666 less the umask), so
+        # a cache or a build one user writes, another can read
+        os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -204,20 +215,26 @@ def compile_spec(spec_or_path, cache_dir: Path | None = None, options: Options |
                 "triton": triton_version(), "torch": torch.__version__,
                 "templates": templates_hash(), "options": options.as_dict()}
         files = {entry / f"{ir.name}{suffix}.py": text for suffix, text in modules.items()}
-        if not _committed(entry / "meta.json", key) or not all(p.is_file() for p in files):
-            for path, text in files.items():  # the companions are loaded when used
-                write_if_changed(path, text)
-            write_if_changed(entry / "meta.json", json.dumps(meta, indent=1, sort_keys=True) + "\n")
+        try:
+            if not _committed(entry / "meta.json", key) or not all(p.is_file() for p in files):
+                for path, text in files.items():  # the companions are loaded when used
+                    write_if_changed(path, text)
+                write_if_changed(entry / "meta.json",
+                                 json.dumps(meta, indent=1, sort_keys=True) + "\n")
+            write_if_changed(index, json.dumps(
+                {"entry": entry.name, "key": key, "spec": ir.name, "function": ir.function,
+                 "files": sorted(p.name for p in files)}, indent=1, sort_keys=True) + "\n")
+        except OSError as e:
+            raise type(e)(f"scangen.compile: cannot write its cache of generated modules in "
+                          f"{root} ({e.strerror or e}): set SCANGEN_CACHE_DIR to a writable "
+                          f"folder, or pass cache_dir=") from e
         found = entry.name, key, ir.name, ir.function
-        write_if_changed(index, json.dumps(
-            {"entry": entry.name, "key": key, "spec": ir.name, "function": ir.function,
-             "files": sorted(p.name for p in files)}, indent=1, sort_keys=True) + "\n")
     entry, key, name, function = found
     module_name = f"scangen._compiled.{name}{name_suffix}_{key[:16]}"
     # its companions (<name>_triton.py, <name>_numba.py, <name>_grad*.py) are found beside it
     # and loaded on first use (scangen.abi.companion)
-    module = sys.modules.get(module_name) or abi.load_module(module_name,
-                                                             root / entry / f"{name}.py")
+    # once, whichever thread asks first (sys.modules holds a module before it has run)
+    module = abi.load_once(module_name, root / entry / f"{name}.py")
     return getattr(module, function)
 
 

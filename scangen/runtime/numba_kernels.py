@@ -4,6 +4,9 @@ This module imports numba at the top: only the generated ``*_numba.py`` modules 
 only :mod:`scangen.runtime.numba` imports those, when the numba backend runs.
 """
 import math
+import os
+import tempfile
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -11,6 +14,39 @@ from llvmlite import ir
 from numba import types
 from numba.core import compiler as _compiler
 from numba.extending import intrinsic, overload
+
+def _writable(folder: Path) -> bool:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
+
+
+def _ensure_cache_dir(sources=None, user_dir=None) -> str | None:
+    """numba caches a kernel beside its source (``__pycache__``) or, where that folder is not
+    writable, in its per-user folder (``~/.cache/numba``), and raises at decoration ("cannot
+    cache function ...: no locator available") where neither is: a read-only installation run by
+    a user without a writable home (a container's nobody). Then the kernels are cached in a
+    folder of the temp dir instead. ``NUMBA_CACHE_DIR``, where set, is numba's and left alone.
+    Returns the folder set, if any."""
+    if numba.config.CACHE_DIR:
+        return None
+    here = Path(__file__).resolve().parent
+    sources = sources or (here, here.parent.parent / "generated", here.parent / "generated")
+    if all(_writable(f / "__pycache__") for f in sources if f.is_dir()):
+        return None
+    from numba.misc.appdirs import AppDirs
+    user_dir = user_dir or Path(AppDirs(appname="numba", appauthor=False).user_cache_dir)
+    if _writable(user_dir):
+        return None
+    folder = Path(tempfile.gettempdir()) / f"scangen-numba-{getattr(os, 'getuid', lambda: 0)()}"
+    numba.config.CACHE_DIR = str(folder)
+    return str(folder)
+
+
+_ensure_cache_dir()
 
 # The one fast-math freedom the kernels take: fusing a * b + c into one FMA (a scan step's
 # A = alpha + beta * A is one FMA on the critical path). It keeps NaN and inf semantics.
