@@ -345,3 +345,28 @@ def test_a_numba_module_generated_against_other_helpers_warns(tmp_path):
     with pytest.warns(RuntimeWarning, match="scangen build"):
         nb_runtime._check_helpers(SimpleNamespace(__file__=str(path)))
 
+
+
+def test_a_compiled_op_unpickles_in_a_fresh_process(tmp_path):
+    """Functions pickle by reference: a spawn worker given a compiled op imports its module,
+    which only the compiling process had registered (ModuleNotFoundError; a multiprocessing
+    Pool then hung on the task). The module is found in the cache by its key."""
+    import pickle
+    fn = scangen.compile(SPEC.format(name="pickled_op"), cache_dir=tmp_path)
+    blob = tmp_path / "op.pkl"
+    blob.write_bytes(pickle.dumps(fn))
+    child = textwrap.dedent("""\
+        import pickle, sys
+        import torch
+        fn = pickle.loads(open(sys.argv[1], "rb").read())
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(3, 37, generator=g)
+        done = torch.rand(3, 37, generator=g) < 0.2
+        print(fn(x, done, backend="torch")[0].double().sum().item())
+    """)
+    env = {**_env(), "SCANGEN_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", child, str(blob)], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    x, done = _inputs(seed=0)
+    assert abs(float(out.stdout.split()[-1]) - _expected(x, done)[0].sum().item()) < 1e-3
