@@ -20,8 +20,16 @@ import numbers
 
 import torch
 import torch.autograd.forward_ad as _forward_ad
-from torch._C._functorch import is_functorch_wrapped_tensor as _is_wrapped
-from torch._C._functorch import peek_interpreter_stack as _peek_interpreter_stack
+
+try:  # torch.func's C helpers (torch >= 2.1); without them no transform is seen
+    from torch._C._functorch import is_functorch_wrapped_tensor as _is_wrapped
+    from torch._C._functorch import peek_interpreter_stack as _peek_interpreter_stack
+except ImportError:  # pragma: no cover - older torch
+    def _is_wrapped(t):
+        return False
+
+    def _peek_interpreter_stack():
+        return None
 
 from .. import abi
 from . import launch, plans, torchpath
@@ -103,12 +111,13 @@ def qualname(op: abi.OpInfo) -> str:
                   if ctx.needs_input_grad[k] and kinds.get(n, "float") == "float"]
         grad_op = grad_op_of(op)
         if torch.is_grad_enabled() or _peek_interpreter_stack() is not None or any(
-                g is not None and _is_wrapped(g) for g in grads):
+                g is not None and _batched(g) for g in grads):
             # create_graph=True (a Hessian, gradgradcheck, a gradient penalty): the gradient must
             # itself be differentiable, through the scan states too, which the adjoint kernel
             # reads as data; the torch path's graph gives every order exactly. Under a
-            # torch.func transform (vmap of a backward) the kernels cannot see the batch: the
-            # torch path again
+            # torch.func transform, or given a batch of grads (vmap of a backward; autograd's
+            # is_grads_batched, jacobian(vectorize=True)), the kernels cannot see the batch:
+            # the torch path again
             got = _recompute_backward(op, values, outputs, grads, wanted, time_dim,
                                       create_graph=torch.is_grad_enabled())
         elif grad_op is not None and states:
@@ -151,6 +160,12 @@ def grad_op_of(op: abi.OpInfo):
     """The generated backward op of ``op``, or None where its adjoint was not generated
     (found when ``op`` was registered: a plain dict lookup, which torch.compile can trace)."""
     return _ADJOINTS.get(op.module)
+
+
+def _batched(t: torch.Tensor) -> bool:
+    """A torch.func wrapper, or a batch of autograd's own vmap (``is_grads_batched``), whose
+    dispatch key torch exposes no test for but its name ("Batched")."""
+    return _is_wrapped(t) or "Batched" in str(torch._C._dispatch_keys(t))
 
 
 def _recompute_backward(op, values, outputs, grads, wanted, time_dim, create_graph=False):
