@@ -104,12 +104,12 @@ def ref_rpp_returns(r, m, gamma):
 
 def ref_whiten(x, m, shift_mean=True):
     """verl's masked_whiten in float64: mean and unbiased variance over the masked elements,
-    weighted by a float mask's values, with verl's counts: ``n = mask.sum()`` (a bf16 mask sums
+    weighted by the mask's values (all but a bool mask's), with verl's counts: ``n = mask.sum()`` (a bf16 mask sums
     in bf16), and ``n + 1e-8`` and ``n / (n - 1)`` in float32 for int, bool and float32 masks
     (torch's default float type; the 1e-8 vanishes there), in the mask's own type otherwise."""
     m = m.detach().cpu()
     x, sel = x.detach().cpu().to(F64), (m != 0)
-    w = m[sel].to(F64).tolist() if m.is_floating_point() else [1.0] * int(sel.sum())
+    w = m[sel].to(F64).tolist() if m.dtype != torch.bool else [1.0] * int(sel.sum())
     picked = x[sel].tolist()
     kind = m.dtype if m.is_floating_point() else torch.float32
     n = torch.tensor(float(m.sum()), dtype=kind)
@@ -311,6 +311,12 @@ def test_masked_whiten_counts_as_verl_does():
                      atol=1e-6, rtol=1e-6)  # float32 statistics: a float32 mask
         assert_close(sv.masked_whiten(y, weights.double(), shift),
                      ref_whiten(y, weights.double(), shift), atol=1e-12, rtol=1e-12)
+    # an int mask weights by its values too, as verl's (values * mask).sum(): its 2s counted
+    # once in the sums and twice in n, before
+    ints = (torch.rand(5, 40, generator=g) * 3).long()
+    assert_close(sv.masked_whiten(y, ints), ref_whiten(y, ints), atol=1e-6, rtol=1e-6)
+    assert_close(sv.masked_whiten(torch.tensor([1., 2., 4., 7.]), torch.tensor([2, 1, 1, 0])),
+                 torch.tensor([-0.7071, 0.0, 1.4142, 3.5355]), atol=1e-4, rtol=1e-4)
 
 
 # --------------------------------------------------------------------------- registry and trainer
@@ -352,6 +358,13 @@ def test_registered_estimators_take_verls_calling_convention():
     core = _fake_core_algos()
     sv._install(core, [])
     sv._install(core, [])  # registering again is harmless
+    # and after importlib.reload of this module (a notebook's autoreload): the registry holds the
+    # old module's function objects, which verl's registry would refuse to replace
+    for name, fn in list(core.ADV_ESTIMATOR_REGISTRY.items()):
+        core.ADV_ESTIMATOR_REGISTRY[name] = types.FunctionType(
+            fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+        core.ADV_ESTIMATOR_REGISTRY[name].__qualname__ = fn.__qualname__
+    sv._install(core, [])
     r, v, m = make_inputs("multi_turn", 5, 60, torch.float32, seed=9)
     config = _Config(gamma=0.99, lam=0.95)
     # as verl's compute_advantage calls any registered estimator
@@ -385,6 +398,10 @@ def test_trainer_routes_values_to_scangen_gae():
         assert_close(data.batch[key], exp)
     trainer.compute_advantage(data, "grpo", config=config)
     assert trainer.seen == ["grpo"]
+    # the critic left off: verl enables it by itself only for its own 'gae'
+    no_critic = types.SimpleNamespace(batch={"token_level_rewards": r, "_mask": m})
+    with pytest.raises(ValueError, match=r"critic\.enable=True"):
+        trainer.compute_advantage(no_critic, adv_estimator=sv.GAE_NAME, config=config)
 
 
 def test_register_without_verl_raises_a_clear_import_error(monkeypatch):
@@ -470,6 +487,9 @@ def test_masked_whiten_matches_verls_arithmetic(mask_dtype):
         assert_close(got, exp, atol=1e-9, rtol=1e-9)
     if mask_dtype.is_floating_point:
         w = (torch.rand(6, 300, generator=g) * m).to(mask_dtype)
+        assert_close(sv.masked_whiten(x, w), verl_F.masked_whiten(x, w), atol=1e-9, rtol=1e-9)
+    elif mask_dtype != torch.bool:  # int weights count as verl counts them
+        w = m * torch.randint(1, 4, m.shape, generator=g).to(mask_dtype)
         assert_close(sv.masked_whiten(x, w), verl_F.masked_whiten(x, w), atol=1e-9, rtol=1e-9)
 
 

@@ -123,7 +123,9 @@ def masked_whiten(values, mask, shift_mean=True):
     dtype = values.dtype  # verl's statistics are 0-dim tensors: they do not promote values
     wide = _wide(_result_dtype((values,), mask))
     x = values.to(wide)
-    w = mask.to(wide) if mask.is_floating_point() else None  # a 0/1 or weighted float mask
+    # every mask but a bool one weights its elements by its value, as verl's (an int mask of
+    # 2s counts twice); the count n above is the mask's sum either way
+    w = None if mask.dtype == torch.bool else mask.to(wide)
 
     def msum(v):
         v = torch.where(m, v, 0)
@@ -252,6 +254,11 @@ def _route_values(module, core_algos):
         bound.apply_defaults()
         gamma, lam, config = (bound.arguments.get(k) for k in ("gamma", "lam", "config"))
         batch = data.batch
+        if "values" not in batch.keys():
+            raise ValueError(f"{GAE_NAME} needs the critic's values, and this batch has none "
+                             f"(keys: {', '.join(sorted(batch.keys()))}): set "
+                             f"critic.enable=True, which verl sets by itself only for its own "
+                             f"'gae'")
         if "response_mask" not in batch.keys():
             batch["response_mask"] = module.compute_response_mask(data)
         batch["advantages"], batch["returns"] = compute_gae_advantage_return(
@@ -268,8 +275,14 @@ def _route_values(module, core_algos):
 def _install(core_algos, trainer_modules):
     """Register both estimators in ``core_algos``' registry and route values through each of
     ``trainer_modules`` (module objects)."""
-    core_algos.register_adv_est(GAE_NAME)(_gae_estimator)
-    core_algos.register_adv_est(REINFORCE_PP_NAME)(compute_reinforce_plus_plus_outcome_advantage)
+    registry = getattr(core_algos, "ADV_ESTIMATOR_REGISTRY", None)
+    for name, fn in ((GAE_NAME, _gae_estimator),
+                     (REINFORCE_PP_NAME, compute_reinforce_plus_plus_outcome_advantage)):
+        old = registry.get(name) if isinstance(registry, dict) else None
+        if (old is not None and old is not fn and getattr(old, "__module__", None) == __name__
+                and getattr(old, "__qualname__", None) == fn.__qualname__):
+            del registry[name]  # this module reloaded: its new function replaces its old one
+        core_algos.register_adv_est(name)(fn)
     for module in trainer_modules:
         _route_values(module, core_algos)
 
