@@ -288,6 +288,13 @@ def test_per_row_gamma_and_lambda_of_shape_bs():
         assert_close(got, exp)
 
 
+def test_argument_errors_name_the_public_function():
+    with pytest.raises(ValueError, match=r"^compute_reinforce_plus_plus_outcome_advantage\(\): "
+                                         r"'response_mask' has shape \[2, 5\], expected \[2, 4\]"):
+        sv.compute_reinforce_plus_plus_outcome_advantage(torch.ones(2, 4), torch.ones(2, 5),
+                                                         _Config(gamma=1.0))
+
+
 def test_masked_whiten_counts_as_verl_does():
     """verl adds the 1e-8 to the count in float32 unless the mask is float64 (there it stays),
     which shows on values of large mean and small spread: scangen added it in float64 for every

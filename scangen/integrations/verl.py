@@ -44,6 +44,8 @@ _TRAINER_MODULES = ("verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.v1.utils")
 # updated on response tokens only.
 _RETURNS_SPEC = """
 name: verl_reinforce_pp_returns
+# errors about the arguments (a device mix, a shape) name the public function they came from
+function: compute_reinforce_plus_plus_outcome_advantage
 doc: |
   REINFORCE++ returns as verl 0.9 computes them, reverse in time.
 
