@@ -36,11 +36,16 @@ def _as_fn(name, inputs, names, **kw):
     return f
 
 
+@pytest.mark.parametrize("order", [1, 2])
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", ALGOS)
-def test_gradcheck_float64(name, backend):
-    """Gradients w.r.t. every float input, and w.r.t. gamma-like params given as tensors."""
-    inputs = make_inputs(name, 2, 6, seed=0, dtype=torch.float64, device=_device(backend))
+def test_gradcheck_float64(name, backend, order):
+    """Gradients w.r.t. every float input, and w.r.t. gamma-like params given as tensors; and
+    second order (create_graph=True: Hessians, gradient penalties), where the gradient is itself
+    differentiable through the scan states too: the fused adjoint once read the states as data,
+    and a Hessian w.r.t. gamma came out half its value; Retrace's came out zero."""
+    inputs = make_inputs(name, 2, 6 if order == 1 else 5, seed=0 if order == 1 else 3,
+                         dtype=torch.float64, device=_device(backend))
     signature = inspect.signature(getattr(scangen, name)).parameters
     for p in ("gamma", "lambda_"):
         if p in signature:
@@ -51,27 +56,9 @@ def test_gradcheck_float64(name, backend):
     # Triton kernels run interpreted without a GPU, one call per perturbed element: the fast
     # mode checks the Jacobian along random directions instead (a wrong gradient still fails)
     fast = backend == "triton" and not torch.cuda.is_available()
-    assert torch.autograd.gradcheck(_as_fn(name, inputs, names, backend=backend), leaves,
-                                    eps=1e-6, atol=1e-5, fast_mode=fast)
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("name", ALGOS)
-def test_gradgradcheck_float64(name, backend):
-    """Second order (create_graph=True: Hessians, gradient penalties): the gradient is itself
-    differentiable, through the scan states too. The fused adjoint once read the states as data,
-    and a Hessian w.r.t. gamma came out half its value; Retrace's came out zero."""
-    inputs = make_inputs(name, 2, 5, seed=3, dtype=torch.float64, device=_device(backend))
-    signature = inspect.signature(getattr(scangen, name)).parameters
-    for p in ("gamma", "lambda_"):
-        if p in signature:
-            value = float(inputs.get(p, signature[p].default)) * 0.97
-            inputs[p] = torch.tensor(value, dtype=torch.float64, device=_device(backend))
-    names = _float_leaves(inputs)
-    leaves = [inputs[k].clone().requires_grad_(True) for k in names]
-    fast = backend == "triton" and not torch.cuda.is_available()
-    assert torch.autograd.gradgradcheck(_as_fn(name, inputs, names, backend=backend), leaves,
-                                        eps=1e-6, atol=1e-5, fast_mode=fast)
+    check = torch.autograd.gradcheck if order == 1 else torch.autograd.gradgradcheck
+    assert check(_as_fn(name, inputs, names, backend=backend), leaves, eps=1e-6, atol=1e-5,
+                 fast_mode=fast)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
