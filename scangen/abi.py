@@ -22,6 +22,7 @@ Name mangling (user names never contain ``__`` and never start with a reserved p
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import sys
 import threading
@@ -275,6 +276,21 @@ def load_module(name: str, path: Path):
         sys.modules.pop(name, None)
         raise
     return module
+
+
+def helpers_hash() -> str:
+    """A hash of scangen/runtime/numba_kernels.py, which every generated numba module names in
+    its header (the compiler writes it; the runtime compares it with the installed helpers):
+    numba's disk cache keys a kernel on its own file only, so a change to the helpers it inlines
+    must change that file (`scangen build`) to reach the cached kernels."""
+    h = _HELPERS_HASH.get("h")
+    if h is None:
+        text = (Path(__file__).parent / "runtime" / "numba_kernels.py").read_bytes()
+        h = _HELPERS_HASH["h"] = hashlib.sha256(text).hexdigest()[:16]
+    return h
+
+
+_HELPERS_HASH: dict = {}
 
 
 def load_once(name: str, path: Path):

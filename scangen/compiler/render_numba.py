@@ -30,14 +30,12 @@ cast to it.
 """
 from __future__ import annotations
 
-import functools
-import hashlib
 import re
 from types import SimpleNamespace as NS
 
 import sympy
 
-from ..abi import OFFSETS, has_flag, split_sym, store_flag
+from ..abi import OFFSETS, has_flag, helpers_hash, split_sym, store_flag
 from .numba_carries import carries
 from .numba_groups import (
     GROUP_ROWS,
@@ -49,7 +47,7 @@ from .numba_groups import (
 )
 from .plan import Block, Plan
 from .printers import NumbaPrinter, NumbaVectorPrinter, print_expr
-from .templating import PACKAGE, comment, pylit, render_template
+from .templating import comment, pylit, render_template
 
 
 def numba_context(plan: Plan, grouped: bool = True) -> NS:
@@ -308,10 +306,3 @@ def render_numba(plan: Plan, source: str, grouped: bool = True) -> str:
                            helpers=helpers_hash())
 
 
-@functools.lru_cache(maxsize=1)
-def helpers_hash() -> str:
-    """A hash of scangen/runtime/numba_kernels.py, which every generated numba module names in
-    its header: numba's disk cache keys a kernel on its own file only, so a change to the
-    helpers it inlines must change that file (`scangen build`) to reach the cached kernels."""
-    text = (PACKAGE / "runtime" / "numba_kernels.py").read_bytes()
-    return hashlib.sha256(text).hexdigest()[:16]

@@ -16,7 +16,6 @@ row's arithmetic being the same.
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import re
@@ -25,7 +24,6 @@ import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -88,11 +86,11 @@ def _check_helpers(module) -> None:
     try:
         with open(module.__file__, encoding="utf-8") as f:
             head = "".join(f.readline() for _ in range(4))
-        helpers = Path(__file__).with_name("numba_kernels.py").read_bytes()
+        installed = abi.helpers_hash()
     except (OSError, TypeError):
         return
     m = re.search(r"numba_kernels\.py ([0-9a-f]{16})", head)
-    if m and m.group(1) != hashlib.sha256(helpers).hexdigest()[:16]:
+    if m and m.group(1) != installed:
         warnings.warn(f"{module.__file__} was generated against another "
                       f"scangen/runtime/numba_kernels.py than this one: numba may run kernels "
                       f"it cached with the old helpers; run `scangen build` to regenerate",
