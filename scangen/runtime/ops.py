@@ -227,11 +227,7 @@ def call_op(op: abi.OpInfo, values: dict, *, time_dim, names, backend, public=Fa
     ``public``: a user's call (:func:`dispatch`), whose time_dim and params are checked here
     (the op's schema takes an int and tensors), with :class:`Call`'s errors."""
     qn = qualname(op)
-    like = None  # the first tensor (a loop: torch 2.4's dynamo cannot trace next(it, None))
-    for v in values.values():
-        if isinstance(v, torch.Tensor):
-            like = v
-            break
+    like = _first_tensor(values)
     if public and type(time_dim) is not int:  # the op's schema takes an int
         time_dim = check_time_dim(op.function, time_dim)
     if like is None:  # no tensor at all: Call raises the error of the argument at fault
@@ -267,16 +263,19 @@ def _transformed(op, values, time_dim, outputs, backend):
     memory, which carries neither a tangent nor a transform's batch, so these calls run the
     generated torch path, differentiable and batchable like any torch code. Checked as any
     call (a bad ``backend=`` is still an error), then computed there."""
-    select_backend(op.function, backend, _device_of(values))
+    like = _first_tensor(values)
+    select_backend(op.function, backend, like.device if like is not None else torch.device("cpu"))
     with torchpath.functional_stores():
         return plans.run(op, values, None, time_dim, outputs, "torch")
 
 
-def _device_of(values):
+def _first_tensor(values: dict):
+    """The first tensor among ``values``, or None (a loop: torch 2.4's dynamo cannot trace
+    ``next(it, None)``)."""
     for v in values.values():
         if isinstance(v, torch.Tensor):
-            return v.device
-    return torch.device("cpu")
+            return v
+    return None
 
 
 def call(op: abi.OpInfo, values: dict, *, time_dim: int = -1, outputs=None, backend=None):
