@@ -230,12 +230,37 @@ def compile_spec(spec_or_path, cache_dir: Path | None = None, options: Options |
                           f"folder, or pass cache_dir=") from e
         found = entry.name, key, ir.name, ir.function
     entry, key, name, function = found
-    module_name = f"scangen._compiled.{name}{name_suffix}_{key[:16]}"
+    module_name = f"{COMPILED}.{name}{name_suffix}_{key[:16]}"
     # its companions (<name>_triton.py, <name>_numba.py, <name>_grad*.py) are found beside it
     # and loaded on first use (scangen.abi.companion)
     # once, whichever thread asks first (sys.modules holds a module before it has run)
     module = abi.load_once(module_name, root / entry / f"{name}.py")
     return getattr(module, function)
+
+
+COMPILED = "scangen._compiled"  # the package of the modules compile_spec loads
+
+
+def compiled_module_path(module_name: str) -> Path | None:
+    """The cached file of the module :func:`compile_spec` named ``module_name``
+    (``scangen._compiled.<name><suffix>_<key[:16]>``), found in :func:`cache_root` by its key;
+    None where no committed entry there has it (another ``cache_dir=``, or not compiled)."""
+    rest = module_name.removeprefix(COMPILED + ".")
+    stem, _, key = rest.rpartition("_")
+    if rest == module_name or "." in rest or len(key) != 16 or not stem:
+        return None
+    for meta_path in sorted(cache_root().glob(f"*-{key}*/meta.json")):
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(meta, dict):
+            continue
+        name, module = meta.get("spec"), meta_path.parent / f"{meta.get('spec')}.py"
+        if isinstance(name, str) and stem.startswith(name) \
+                and str(meta.get("key", "")).startswith(key) and module.is_file():
+            return module
+    return None
 
 
 def _indexed(root: Path, index: Path):
