@@ -108,6 +108,37 @@ def test_both_flags_on_many_steps(name):
     _check(name, make_inputs(name, 4, 41, seed=3, term_rate=0.4, trunc_rate=0.4))
 
 
+def _odd_bytes(flags: torch.Tensor, seed: int) -> torch.Tensor:
+    """``flags`` (bool) as bytes whose True entries are 1, 2, 7 or 255 (uint8)."""
+    g = torch.Generator().manual_seed(seed)
+    values = torch.tensor([1, 2, 7, 255], dtype=torch.uint8)
+    return values[torch.randint(0, 4, flags.shape, generator=g)] * flags.to(torch.uint8)
+
+
+def _time_major(v: torch.Tensor) -> torch.Tensor:
+    """``v`` ([N, T] or [N, T, K]) as a view of a time-major buffer."""
+    order = (1, 0) + tuple(range(2, v.dim()))
+    return v.permute(order).contiguous().permute(order)
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+@pytest.mark.parametrize("layout", ["rows", "time-major"])
+def test_bool_flags_of_any_nonzero_byte_read_true(name, layout):
+    """A bool flag whose byte is not 0 or 1 (``.view(torch.bool)`` of other bytes,
+    ``torch.frombuffer``, a NumPy view) is True on every backend: numba read the byte, so a 2
+    acted as 2 and ``1 - terminateds`` was -1."""
+    inputs = make_inputs(name, 5, 37, seed=4, term_rate=0.3, trunc_rate=0.3)
+    odd = {}
+    for i, (k, v) in enumerate(inputs.items()):
+        raw = _odd_bytes(v, seed=i) if torch.is_tensor(v) and v.dtype == torch.bool else v
+        if layout == "time-major" and torch.is_tensor(v) and v.dim() >= 2:
+            raw = _time_major(raw)
+        odd[k] = raw.view(torch.bool) if torch.is_tensor(v) and v.dtype == torch.bool else raw
+    assert any(torch.is_tensor(v) and v.dtype == torch.bool and v.view(torch.uint8).max() > 1
+               for v in odd.values()), "no odd bytes drawn"
+    _check(name, odd, clean=inputs)
+
+
 @pytest.mark.parametrize("name", ALGORITHMS)
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")], ids=["nan", "inf", "-inf"])
 def test_non_finite_inputs_stay_in_their_row(name, bad):

@@ -107,8 +107,6 @@ def _view(t: torch.Tensor, shape: tuple, strides: tuple) -> np.ndarray:
     t = t.detach()
     if t.dtype in _HALF:  # widen the span the strides walk, keeping every element's offset
         t = t.as_strided((_span(t),), (1,), t.storage_offset()).float()
-    elif t.dtype == torch.bool:  # the same bytes; numba's float() takes no bool
-        t = t.view(torch.uint8)
     return t.as_strided(shape, strides, t.storage_offset()).numpy()
 
 
@@ -118,11 +116,11 @@ def _np_dtype(dtype: torch.dtype) -> np.dtype:
 
 
 def _direct(t: torch.Tensor, strides: tuple) -> tuple | None:
-    """What :func:`_array` needs to view ``t`` without torch: its NumPy dtype (bool as uint8)
-    and the view's strides in bytes; None for the dtypes :func:`_view` widens."""
+    """What :func:`_array` needs to view ``t`` without torch: its NumPy dtype and the view's
+    strides in bytes; None for the dtypes :func:`_view` widens."""
     if t.dtype in _HALF:
         return None
-    dtype = np.dtype(np.uint8) if t.dtype == torch.bool else _np_dtype(t.dtype)
+    dtype = _np_dtype(t.dtype)
     return dtype, tuple(s * dtype.itemsize for s in strides)
 
 
