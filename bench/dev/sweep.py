@@ -93,7 +93,8 @@ TM_LB_SWEEP = {"rows": (8, 16, 32, 64), "tiles": (512, 1024, 2048, 4096), "warps
 # 32 to 64 rows a warp, each thread walking its rows' steps in registers, the scan along time with
 # no shuffles or barriers), 1, 2 or 4 warps, chunks of 16 to 64 steps.
 TM_LANES_SWEEP = {"rows": (32, 64, 128), "steps": (16, 32, 64), "warps": (1, 2, 4),
-                  "elements": (8192,)}  # elements a tile at most
+                  "elements": (8192,),  # elements a tile at most
+                  "lb-min-t": (512,)}  # the look-back tiles from rows of this many steps
 
 
 def time_major_lane_candidates(N: int, T: int) -> list[Config]:
@@ -109,7 +110,7 @@ def time_major_lane_candidates(N: int, T: int) -> list[Config]:
                     continue
                 out.append(Config(bn, bt, 1, nw, "stream", 3))
                 out.append(Config(bn, bt, 1, nw, "persist", 3))  # next tile's loads first
-                if T >= 512 and bt >= 16 and bt <= sg_tiles.pow2(T) // 2:
+                if T >= TM_LANES_SWEEP["lb-min-t"][0] and bt >= 16 and bt <= sg_tiles.pow2(T) // 2:
                     out.append(Config(bn, bt, 1, nw, "lookback", 3))
     return out
 
@@ -178,7 +179,7 @@ def add_grid_args(ap, prefix: str, grid: dict, what: str) -> None:
 def apply_grid_args(args, prefix: str, grid: dict) -> None:
     """The grid's values given by add_grid_args' options replace its defaults."""
     for key in grid:
-        given = getattr(args, f"{prefix.replace('-', '_')}_{key}")
+        given = getattr(args, f"{prefix}_{key}".replace('-', '_'))
         if given:
             grid[key] = tuple(int(x) for x in given.split(","))
 
