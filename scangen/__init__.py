@@ -59,11 +59,25 @@ def __dir__():
 def compile(spec_or_path, *, cache_dir=None):  # noqa: A001 - mirrors torch.compile's naming
     """Compile a user spec (a :class:`Spec`, a ``.yaml`` path or YAML text) into an op.
 
-    The generated module is cached on disk (``$SCANGEN_CACHE_DIR`` or ``~/.cache/scangen``),
-    keyed by the canonical IR, the templates, the compiler source, the template options and
-    the scangen, Triton and torch versions; a spec found there again loads without SymPy
-    (scangen.compiler.store.compile_spec's spec index). The returned function has the same conventions as the built-ins
-    (``backend=``, ``outputs=``, ``time_dim=``)."""
+    The generated module is cached on disk, keyed by the canonical IR, the templates, the
+    compiler source, the template options and the scangen, Triton and torch versions; a spec
+    found there again loads without SymPy (scangen.compiler.store.compile_spec's spec index).
+
+    Args:
+        spec_or_path: a :class:`Spec`, the path of a ``.yaml`` / ``.yml`` file, or YAML text of
+            a mapping.
+        cache_dir: the cache folder for this call; default ``$SCANGEN_CACHE_DIR``, else
+            ``$XDG_CACHE_HOME/scangen``, else ``~/.cache/scangen``.
+
+    Returns:
+        The op's public function, with the built-ins' conventions (``backend=``, ``outputs=``,
+        ``time_dim=``); it pickles by reference, also into spawned processes.
+
+    Raises:
+        SpecError: the spec breaks a rule of the spec guide (the message names the field, and
+            the YAML line where there is one).
+        OSError: the cache folder cannot be written (the message names ``SCANGEN_CACHE_DIR``).
+    """
     from .compiler.store import compile_spec
     return compile_spec(spec_or_path, cache_dir)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -15,14 +16,14 @@ def _cmd_build(args) -> int:
     from .compiler.store import build, builtin_spec_paths
     builtins = builtin_spec_paths()
     specs = [Path(p) for p in args.specs] or builtins
-    out = Path(args.out or DEFAULT_OUT)
+    package = _package_generated()
+    out = Path(args.out) if args.out is not None else _default_out(package)
     own = [p for p in specs if p.resolve() not in {b.resolve() for b in builtins}]
     if own and args.out is None:  # --out given, even as generated/, is the user's choice
         print(f"error: pass --out DIR to build your own specs ({', '.join(map(str, own))}); "
               f"{DEFAULT_OUT}/ holds the built-ins, or use scangen.compile(path) at run time",
               file=sys.stderr)
         return 2
-    package = _package_generated()
     if own and package is not None and out.resolve() == package:
         print(f"error: {out} is scangen's own generated package, which holds the built-ins (a build "
               f"there rewrites its __init__.py); build your specs into another folder "
@@ -44,6 +45,19 @@ def _cmd_build(args) -> int:
     print(f"wrote {len(written)} file(s) to {out}: {', '.join(written) or 'nothing changed'}"
           + (f"; removed {len(removed)} no spec builds now: {', '.join(removed)}" if removed else ""))
     return 0
+
+
+def _default_out(package) -> Path:
+    """The built-ins' folder without --out: ``generated/`` of the current folder where it holds
+    generated modules (the repository root), else the generated package scangen imports (a bare
+    build elsewhere wrote every built-in into a new ``./generated``)."""
+    here = Path(DEFAULT_OUT)
+    if (here / "__init__.py").is_file() or package is None:
+        return here
+    try:
+        return package.relative_to(Path.cwd().resolve())
+    except ValueError:
+        return package
 
 
 def _package_generated():
@@ -141,7 +155,7 @@ def _add_bench(sub) -> None:
                                                   "256 MiB to 1 GiB, on CUDA at least 1 GiB)")
     b.add_argument("--quick", action="store_true", help="3 rounds, shorter samples, loops over <= 1024 steps")
     b.add_argument("--csv", metavar="FILE", help="write one row per implementation and configuration")
-    b.add_argument("--plot", metavar="FILE.png", help='draw the chart (needs matplotlib: pip install "matplotlib>=3.7")')
+    b.add_argument("--plot", metavar="FILE.png", help='draw the chart (needs matplotlib: pip install -e ".[plot]" from the checkout)')
     b.add_argument("--from-csv", metavar="FILE", help="measure nothing: print and --plot a CSV of an earlier run")
     b.set_defaults(fn=_cmd_bench)
 
@@ -172,6 +186,10 @@ def main(argv=None) -> int:
     except SpecError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader left (`scangen list | head -1`): stop quietly
+        # Python flushes stdout again at exit; point it at devnull so that does not raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

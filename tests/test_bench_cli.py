@@ -94,6 +94,23 @@ def test_a_wrong_scangen_result_is_reported_and_not_timed(tmp_path, monkeypatch,
     assert rows["torch_loop"]["check"] == "ok" and rows["torch_loop"]["speedup"] is None  # nothing to compare with
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_dtypes_are_checked_against_their_rounded_inputs(dtype, tmp_path):
+    """A bf16 / fp16 call reads inputs rounded to its dtype: the float64 reference reads the same
+    rounded inputs (it read the float64 draw, and every implementation's bf16 check failed,
+    docs/cli.md's example included); half dtypes have no numpy loop (float16 arithmetic)."""
+    path = tmp_path / "half.csv"
+    args = ["--shapes", "64x512", "--device", "cpu", "--threads", "1", "--quick", "--rounds", "1",
+            "--floor-mb", "4", "--dtype", dtype, "--layout", "rows,time-major", "--csv", str(path)]
+    assert bench("gae", "vtrace", *args) == 0
+    rows = report.read_csv(path)
+    assert {(r["algo"], r["layout"]) for r in rows} == {
+        (a, lay) for a in ("compute_gae", "compute_vtrace") for lay in ("rows", "time-major")}
+    assert all(r["check"] == "ok" and r["dtype"] == dtype for r in rows), [
+        (r["algo"], r["impl"], r["note"]) for r in rows if r["check"] != "ok"]
+    assert "numpy_loop" not in {r["impl"] for r in rows}
+
+
 @pytest.mark.skipif(not HAS_MPL, reason="matplotlib is not installed")
 def test_plot_writes_a_png(run):
     assert run[1].read_bytes()[:8] == PNG

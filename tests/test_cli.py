@@ -132,3 +132,26 @@ def test_verify_refuses_a_bad_device():
     if not torch.cuda.is_available():
         none = scangen("verify", "--device", "cuda")
         assert none.returncode == 2 and "no CUDA device" in none.stderr, none.stderr
+
+
+def test_bare_build_targets_the_generated_package_from_any_folder(tmp_path):
+    """Without --out, from a folder with no generated modules, the built-ins are checked (and
+    built) where scangen imports them from, not in a new generated/ of the current folder (a
+    bare build elsewhere wrote 46 files there)."""
+    out = scangen("build", "--check", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert f"{ROOT / 'generated'} is up to date" in out.stdout, out.stdout
+    assert not (tmp_path / "generated").exists()
+    assert scangen("build", "--check").stdout.startswith("generated is up to date")  # from the root
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    """`scangen show retrace | head -1`: the pipe closes under the command, which stops quietly."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    p = subprocess.Popen([sys.executable, "-m", "scangen.cli", "show", "compute_retrace"], cwd=ROOT,
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # before the command (importing for a while yet) writes a line
+    err = p.stderr.read()
+    assert p.wait(timeout=600) == 1
+    assert b"Traceback" not in err and b"BrokenPipeError" not in err, err

@@ -50,7 +50,8 @@ def select_backend(fn: str, backend: str | None, device: torch.device) -> str:
                          f"'torch' run without it")
     if choice == "triton" and device.type != "cuda" and not interpreting():
         raise ValueError(f"{fn}(): backend='triton' needs CUDA tensors, or TRITON_INTERPRET=1 "
-                         f"set before scangen is imported to run the kernels on the CPU")
+                         f"set before the first Triton call to run the kernels on the CPU "
+                         f"(after `import scangen`, then call scangen.runtime.reload_env())")
     if choice == "triton" and device.type not in ("cuda", "cpu"):  # interpreted: CPU only
         raise ValueError(f"{fn}(): backend='triton' needs CUDA tensors, or CPU tensors under "
                          f"TRITON_INTERPRET=1, got {device.type} tensors")
