@@ -25,7 +25,7 @@ if [[ $gpu == *H200* ]]; then
   (( $(left) > 200 )) && PYTHONPATH=$PWD:$PWD/third_party/rl-triton/src timeout $(( $(left) - 10 )) \
     python3 bench/rltriton.py --out "$OUT" > "$OUT/rltriton.log" 2>&1 && tail -4 "$OUT/rltriton.log"
 else
-  sweep
+  (( $(left) > 300 )) && sweep
   (( $(left) > 100 )) && timeout $(( $(left) - 60 )) python3 bench/dev/probe_lookback.py --layout time-major \
     --algos eligibility_traces,gae --shapes 1024x1024,128x1024 --tiles 32x128x4,32x64x4 \
     --variants default,nowait,nowait+nostore > "$OUT/probe.txt" 2>&1; cat "$OUT/probe.txt"
