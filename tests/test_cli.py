@@ -7,12 +7,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def scangen(*args, cwd=ROOT):
+def _env():
     # the checkout first on the path: scangen is found from any cwd, also where it is not
     # installed but reached through a relative PYTHONPATH (the GPU machine's PYTHONPATH=.)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    return subprocess.run([sys.executable, "-m", "scangen.cli", *args], cwd=cwd, env=env,
+
+
+def scangen(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "scangen.cli", *args], cwd=cwd, env=_env(),
                           capture_output=True, text=True, timeout=600)
 
 
@@ -147,10 +150,8 @@ def test_bare_build_targets_the_generated_package_from_any_folder(tmp_path):
 
 def test_a_reader_that_leaves_early_gets_no_traceback():
     """`scangen show retrace | head -1`: the pipe closes under the command, which stops quietly."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     p = subprocess.Popen([sys.executable, "-m", "scangen.cli", "show", "compute_retrace"], cwd=ROOT,
-                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                         env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     p.stdout.close()  # before the command (importing for a while yet) writes a line
     err = p.stderr.read()
     assert p.wait(timeout=600) == 1
