@@ -19,7 +19,7 @@ import scangen
 from conftest import DEVICE, HAS_NUMBA, ON_GPU
 from scangen import runtime
 from scangen.testing.reference import REFERENCES
-from scangen.testing import ALGORITHMS, assert_close, make_inputs
+from scangen.testing import ALGORITHMS, as_time_major, assert_close, make_inputs
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -115,12 +115,6 @@ def _odd_bytes(flags: torch.Tensor, seed: int) -> torch.Tensor:
     return values[torch.randint(0, 4, flags.shape, generator=g)] * flags.to(torch.uint8)
 
 
-def _time_major(v: torch.Tensor) -> torch.Tensor:
-    """``v`` ([N, T] or [N, T, K]) as a view of a time-major buffer."""
-    order = (1, 0) + tuple(range(2, v.dim()))
-    return v.permute(order).contiguous().permute(order)
-
-
 @pytest.mark.parametrize("name", ALGORITHMS)
 @pytest.mark.parametrize("layout", ["rows", "time-major"])
 def test_bool_flags_of_any_nonzero_byte_read_true(name, layout):
@@ -131,8 +125,8 @@ def test_bool_flags_of_any_nonzero_byte_read_true(name, layout):
     odd = {}
     for i, (k, v) in enumerate(inputs.items()):
         raw = _odd_bytes(v, seed=i) if torch.is_tensor(v) and v.dtype == torch.bool else v
-        if layout == "time-major" and torch.is_tensor(v) and v.dim() >= 2:
-            raw = _time_major(raw)
+        if layout == "time-major":  # the bytes copied as uint8, viewed as bool after
+            raw = as_time_major(raw)
         odd[k] = raw.view(torch.bool) if torch.is_tensor(v) and v.dtype == torch.bool else raw
     assert any(torch.is_tensor(v) and v.dtype == torch.bool and v.view(torch.uint8).max() > 1
                for v in odd.values()), "no odd bytes drawn"
