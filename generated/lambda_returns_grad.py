@@ -42,8 +42,8 @@ def _torch_impl(_call):
     _e8 = g__G*_tp.where((is_last != 0), 0.0, st__G__next)
     _e9 = _tp.where((_e1 != 0), _tp.where((terminateds != 0), 0.0, bootstrap_values), next_values)
     _tp.store(_call, "d__rewards", g__G)
-    _tp.store(_call, "d__next_values", _e7*_tp.where((_e1 != 0), 0.0, 1.0))
-    _tp.store(_call, "d__bootstrap_values", _e7*_tp.where((_e1 != 0), 1.0, 0.0)*_tp.where((terminateds != 0), 0.0, 1.0))
+    _tp.store(_call, "d__next_values", _e7*_tp.where((_e1 != 0), 0.0, 1.0, _call.acc))
+    _tp.store(_call, "d__bootstrap_values", _e7*_tp.where((_e1 != 0), 1.0, 0.0, _call.acc)*_tp.where((terminateds != 0), 0.0, 1.0, _call.acc))
     _tp.store(_call, "d__gamma", _e5*_e8 + _e6*_e9)
     _tp.store(_call, "d__lambda_", _e4*_e8*gamma + _e2*_e3*_e9*g__G*gamma)
 

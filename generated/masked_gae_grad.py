@@ -32,8 +32,8 @@ def _torch_impl(_call):
     g__A = _tp.scan(_call, gy__advantages + gy__returns, _tp.where((is_first != 0), 0.0, 1.0 - response_mask__prev + gamma__prev*lambda___prev*response_mask__prev), 0.0, reverse=False)
     g__A__prev = _tp.shift(g__A, "prev")
     # scan g__nv
-    g__nv = _tp.scan(_call, _tp.where((is_first != 0), 0.0, g__A__prev*gamma__prev*response_mask__prev*_tp.where((is_last__prev != 0), 0.0, 1.0)), _tp.where((is_first != 0), 0.0, 1.0 - response_mask__prev), 0.0, reverse=False)
-    _e1 = _tp.where((response_mask != 0), 1.0, 0.0)
+    g__nv = _tp.scan(_call, _tp.where((is_first != 0), 0.0, g__A__prev*gamma__prev*response_mask__prev*_tp.where((is_last__prev != 0), 0.0, 1.0, _call.acc)), _tp.where((is_first != 0), 0.0, 1.0 - response_mask__prev), 0.0, reverse=False)
+    _e1 = _tp.where((response_mask != 0), 1.0, 0.0, _call.acc)
     _e2 = _e1*g__A
     _e3 = g__A*response_mask
     _e4 = _e3*_tp.where((is_last != 0), 0.0, st__A__next)

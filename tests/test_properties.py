@@ -627,6 +627,35 @@ def test_float64_inputs_keep_float64_constants(cache_dir):
     _compile_and_compare(cache_dir, CONSTANTS, inputs, atol=1e-12, rtol=1e-12)
 
 
+ACC_CMP = """\
+name: acc_cmp
+direction: reverse
+inputs:
+  x: float
+  f: flag
+params:
+  p: {default: 0.2}
+scans:
+  A:
+    update: where(p >= where(f, next(p, p), next(x * p, p)), 1, -1) + 0.5 * A
+outputs:
+  a: A
+  c: where(where(f, 0.1, 0.3) * x >= 0.1 * x, 1, 0)
+"""
+
+
+def test_torch_path_compares_in_the_accumulation_dtype(cache_dir):
+    """Found by the long profile: the torch path kept a float param at its 53 bits and made a
+    select of two numbers a float64 tensor, which widened the float32 values beside it, so
+    ``p >= where(f, next(p, p), ...)`` compared 0.2 with its float32 rounding (False; the kernels
+    and the float64 reference: True, at the last step, carried back by the scan) and
+    ``where(f, 0.1, 0.3) * x >= 0.1 * x`` compared an exact product with a rounded one. Params
+    and such selects are in the accumulation dtype now, as the kernels take them."""
+    g = torch.Generator().manual_seed(6)
+    inputs = {"x": torch.randn(3, 17, generator=g), "f": torch.rand(3, 17, generator=g) < 0.7}
+    _compile_and_compare(cache_dir, ACC_CMP, inputs, atol=1e-5, rtol=1e-4)
+
+
 GATHER = """\
 name: gather_range
 direction: reverse

@@ -27,9 +27,11 @@ def load(c: Call, name: str, default: float):
 
 
 def param(c: Call, name: str):
+    """A param in the accumulation dtype: a float rounded to it (as the kernels take it, so that
+    ``p >= where(f, p, x * p)`` compares equal values), a tensor as its ``[R1, R2, T]`` view."""
     v = c.params[name]
     if not isinstance(v, torch.Tensor):
-        return v
+        return v if c.acc == torch.float64 else torch.tensor(v, dtype=c.acc).item()
     strides = c.pstrides.get(name, (0, 0, 0))
     if not any(strides):  # one value: a 0-dim tensor broadcasts without as_strided, whose
         # backward (a scatter into one element) inductor's CPU codegen fails to compile
@@ -128,9 +130,14 @@ def _operand(x, like):
     return torch.tensor(x, dtype=torch.float64, device=like.device)
 
 
-def where(cond, a, b):
+def where(cond, a, b, dtype=None):
+    """``torch.where``; Python numbers on both sides are made ``dtype`` (the generated code passes
+    the call's accumulation dtype there) instead of float64."""
     if isinstance(cond, bool):
         return a if cond else b
+    if dtype is not None and not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
+        return torch.where(cond, torch.full((), a, dtype=dtype, device=cond.device),
+                           torch.full((), b, dtype=dtype, device=cond.device))
     return torch.where(cond, _operand(a, cond), _operand(b, cond))
 
 
