@@ -18,8 +18,10 @@ from hypothesis import settings  # noqa: E402
 from scangen import runtime  # noqa: E402
 
 # tests/test_properties.py's long run: registered here, before hypothesis's pytest plugin reads
-# --hypothesis-profile (a profile registered in the test module is not there yet)
-settings.register_profile("long", max_examples=500, deadline=None)
+# --hypothesis-profile (a profile registered in the test module is not there yet).
+# SCANGEN_HYPOTHESIS_EXAMPLES sets its count (several shorter runs with other seeds, side by side)
+settings.register_profile("long", max_examples=int(os.environ.get("SCANGEN_HYPOTHESIS_EXAMPLES", "500")),
+                          deadline=None)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 ON_GPU = DEVICE == "cuda"

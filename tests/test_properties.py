@@ -28,8 +28,13 @@ shrinking (a failing example is printed whole). For a long run::
     python -m pytest tests/test_properties.py --hypothesis-profile=long
     SCANGEN_HYPOTHESIS_PROFILE=long python -m pytest tests/test_properties.py
 
-The "long" profile draws 500 examples per property from a random seed; a failure prints the seed
-and a ``@reproduce_failure`` blob (and pytest ``--hypothesis-seed=N`` replays a run).
+The "long" profile draws 500 examples per property (``SCANGEN_HYPOTHESIS_EXAMPLES=N``: N) from a
+random seed; a failure prints the seed and a ``@reproduce_failure`` blob (and pytest
+``--hypothesis-seed=N`` replays a run). On a GPU the compiled kernels take the interpreter's place,
+and several processes with their own seeds search side by side::
+
+    for s in 1 2 3 4; do SCANGEN_HYPOTHESIS_EXAMPLES=40 python -m pytest -q -x tests/test_properties.py \
+        --hypothesis-profile=long --hypothesis-seed=$s -k random > log$s 2>&1 & done; wait
 """
 from __future__ import annotations
 
