@@ -20,8 +20,8 @@ def _torch_impl(_call):
     truncateds = _tp.load(_call, "truncateds", 0.0)
     is_last = _tp.position(_call, "is_last")
     # scan G
-    _e1 = _tp.where((is_last != 0), 1.0, _tp.maximum(terminateds, truncateds))
-    G = _tp.scan(_call, rewards + gamma*_tp.where((_e1 != 0), _tp.where((terminateds != 0), 0.0, bootstrap_values), 0.0), gamma*(1.0 - _e1), 0.0, reverse=True)
+    _e1 = _tp.where((is_last != 0), 1.0, _tp.maximum(terminateds, truncateds), _call.acc)
+    G = _tp.scan(_call, rewards + gamma*_tp.where((_e1 != 0), _tp.where((terminateds != 0), 0.0, bootstrap_values, _call.acc), 0.0, _call.acc), gamma*(1.0 - _e1), 0.0, reverse=True)
     _tp.store(_call, "returns", G)
     _tp.store(_call, "st__G", G)
 

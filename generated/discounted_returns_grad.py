@@ -27,11 +27,11 @@ def _torch_impl(_call):
     terminateds__prev = _tp.shift(terminateds, "prev")
     truncateds__prev = _tp.shift(truncateds, "prev")
     # scan g__G
-    g__G = _tp.scan(_call, gy__returns, _tp.where((is_first != 0), 0.0, gamma__prev*(1.0 - _tp.where((is_last__prev != 0), 1.0, _tp.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)))), 0.0, reverse=False)
-    _e1 = _tp.where((is_last != 0), 1.0, _tp.where((terminateds >= truncateds), terminateds, truncateds))
+    g__G = _tp.scan(_call, gy__returns, _tp.where((is_first != 0), 0.0, gamma__prev*(1.0 - _tp.where((is_last__prev != 0), 1.0, _tp.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev, _call.acc), _call.acc)), _call.acc), 0.0, reverse=False)
+    _e1 = _tp.where((is_last != 0), 1.0, _tp.where((terminateds >= truncateds), terminateds, truncateds, _call.acc), _call.acc)
     _tp.store(_call, "d__rewards", g__G)
     _tp.store(_call, "d__bootstrap_values", g__G*gamma*_tp.where((_e1 != 0), 1.0, 0.0, _call.acc)*_tp.where((terminateds != 0), 0.0, 1.0, _call.acc))
-    _tp.store(_call, "d__gamma", g__G*_tp.where((_e1 != 0), _tp.where((terminateds != 0), 0.0, bootstrap_values), 0.0) + g__G*(1.0 - _e1)*_tp.where((is_last != 0), 0.0, st__G__next))
+    _tp.store(_call, "d__gamma", g__G*_tp.where((_e1 != 0), _tp.where((terminateds != 0), 0.0, bootstrap_values, _call.acc), 0.0, _call.acc) + g__G*(1.0 - _e1)*_tp.where((is_last != 0), 0.0, st__G__next, _call.acc))
 
 
 OP = _abi.OpInfo(

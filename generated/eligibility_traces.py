@@ -21,7 +21,7 @@ def _torch_impl(_call):
     dones__prev = _tp.shift(dones, "prev")
     is_first = _tp.position(_call, "is_first")
     # scan z
-    z = _tp.scan(_call, gradients, gamma*lambda_*(1.0 - _tp.where((is_first != 0), 0.0, dones__prev)), seed_values, reverse=False)
+    z = _tp.scan(_call, gradients, gamma*lambda_*(1.0 - _tp.where((is_first != 0), 0.0, dones__prev, _call.acc)), seed_values, reverse=False)
     _tp.store(_call, "traces", z)
     _tp.store(_call, "st__z", z)
 

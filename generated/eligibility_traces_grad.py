@@ -27,12 +27,12 @@ def _torch_impl(_call):
     lambda___next = _tp.shift(lambda_, "next")
     st__z__prev = _tp.shift(st__z, "prev")
     # scan g__z
-    g__z = _tp.scan(_call, gy__traces, _tp.where((is_last != 0), 0.0, gamma__next*lambda___next*(1.0 - _tp.where((is_first__next != 0), 0.0, dones))), 0.0, reverse=True)
-    _e1 = 1.0 - _tp.where((is_first != 0), 0.0, dones__prev)
+    g__z = _tp.scan(_call, gy__traces, _tp.where((is_last != 0), 0.0, gamma__next*lambda___next*(1.0 - _tp.where((is_first__next != 0), 0.0, dones, _call.acc)), _call.acc), 0.0, reverse=True)
+    _e1 = 1.0 - _tp.where((is_first != 0), 0.0, dones__prev, _call.acc)
     _e2 = _e1*g__z*lambda_
-    _e3 = _tp.where((is_first != 0), seed_values, st__z__prev)
+    _e3 = _tp.where((is_first != 0), seed_values, st__z__prev, _call.acc)
     _tp.store(_call, "d__gradients", g__z)
-    _tp.store(_call, "d__seed_values", _tp.where((is_first != 0), _e2*gamma, 0.0))
+    _tp.store(_call, "d__seed_values", _tp.where((is_first != 0), _e2*gamma, 0.0, _call.acc))
     _tp.store(_call, "d__gamma", _e2*_e3)
     _tp.store(_call, "d__lambda_", _e1*_e3*g__z*gamma)
 

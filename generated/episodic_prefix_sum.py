@@ -20,7 +20,7 @@ def _torch_impl(_call):
     dones__prev = _tp.shift(dones, "prev")
     is_first = _tp.position(_call, "is_first")
     # scan C
-    C = _tp.scan(_call, inputs, 1.0 - _tp.where((boundary != 0), dones, _tp.where((is_first != 0), 0.0, dones__prev)), seed_values, reverse=False)
+    C = _tp.scan(_call, inputs, 1.0 - _tp.where((boundary != 0), dones, _tp.where((is_first != 0), 0.0, dones__prev, _call.acc), _call.acc), seed_values, reverse=False)
     _tp.store(_call, "sums", C)
     _tp.store(_call, "st__C", C)
 

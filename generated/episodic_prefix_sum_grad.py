@@ -23,9 +23,9 @@ def _torch_impl(_call):
     is_first__next = _tp.position(_call, "is_first__next")
     is_last = _tp.position(_call, "is_last")
     # scan g__C
-    g__C = _tp.scan(_call, gy__sums, _tp.where((is_last != 0), 0.0, 1.0 - _tp.where((boundary__next != 0), dones__next, _tp.where((is_first__next != 0), 0.0, dones))), 0.0, reverse=True)
+    g__C = _tp.scan(_call, gy__sums, _tp.where((is_last != 0), 0.0, 1.0 - _tp.where((boundary__next != 0), dones__next, _tp.where((is_first__next != 0), 0.0, dones, _call.acc), _call.acc), _call.acc), 0.0, reverse=True)
     _tp.store(_call, "d__inputs", g__C)
-    _tp.store(_call, "d__seed_values", _tp.where((is_first != 0), g__C*(1.0 - _tp.where((boundary != 0), dones, _tp.where((is_first != 0), 0.0, dones__prev))), 0.0))
+    _tp.store(_call, "d__seed_values", _tp.where((is_first != 0), g__C*(1.0 - _tp.where((boundary != 0), dones, _tp.where((is_first != 0), 0.0, dones__prev, _call.acc), _call.acc)), 0.0, _call.acc))
     _tp.store(_call, "d__boundary", 0.0)
 
 

@@ -25,7 +25,7 @@ def _torch_impl(_call):
     values__next = _tp.shift(values, "next")
     # scan A
     _e1 = _tp.maximum(terminateds, truncateds)
-    A = _tp.scan(_call, rewards - values + gamma*_tp.where((_tp.where((is_last != 0), 1.0, _e1) != 0), _tp.where((terminateds != 0), 0.0, _tp.where((is_last != 0), bootstrap_values + last_value, bootstrap_values)), _tp.where((is_last != 0), 0.0, values__next)), gamma*lambda_*(1.0 - _e1), 0.0, reverse=True)
+    A = _tp.scan(_call, rewards - values + gamma*_tp.where((_tp.where((is_last != 0), 1.0, _e1, _call.acc) != 0), _tp.where((terminateds != 0), 0.0, _tp.where((is_last != 0), bootstrap_values + last_value, bootstrap_values, _call.acc), _call.acc), _tp.where((is_last != 0), 0.0, values__next, _call.acc), _call.acc), gamma*lambda_*(1.0 - _e1), 0.0, reverse=True)
     _tp.store(_call, "advantages", A)
     _tp.store(_call, "returns", A + values)
     _tp.store(_call, "st__A", A)

@@ -23,8 +23,8 @@ def _torch_impl(_call):
     truncateds = _tp.load(_call, "truncateds", 0.0)
     is_last = _tp.position(_call, "is_last")
     # scan G
-    _e1 = lambda_*(1.0 - _tp.where((is_last != 0), 1.0, _tp.maximum(terminateds, truncateds)))
-    G = _tp.scan(_call, rewards + gamma*(1.0 - _e1)*(1.0 - terminateds)*_tp.where((HAS_bootstrap_values*_tp.where((is_last != 0), 1.0, truncateds) != 0), _tp.where((terminateds != 0), 0.0, bootstrap_values), next_values), _e1*gamma, 0.0, reverse=True)
+    _e1 = lambda_*(1.0 - _tp.where((is_last != 0), 1.0, _tp.maximum(terminateds, truncateds), _call.acc))
+    G = _tp.scan(_call, rewards + gamma*(1.0 - _e1)*(1.0 - terminateds)*_tp.where((HAS_bootstrap_values*_tp.where((is_last != 0), 1.0, truncateds, _call.acc) != 0), _tp.where((terminateds != 0), 0.0, bootstrap_values, _call.acc), next_values, _call.acc), _e1*gamma, 0.0, reverse=True)
     _tp.store(_call, "returns", G)
     _tp.store(_call, "st__G", G)
 

@@ -31,16 +31,16 @@ def _torch_impl(_call):
     terminateds__prev = _tp.shift(terminateds, "prev")
     truncateds__prev = _tp.shift(truncateds, "prev")
     # scan g__G
-    g__G = _tp.scan(_call, gy__returns, _tp.where((is_first != 0), 0.0, gamma__prev*lambda___prev*(1.0 - _tp.where((is_last__prev != 0), 1.0, _tp.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)))), 0.0, reverse=False)
-    _e1 = HAS_bootstrap_values*_tp.where((is_last != 0), 1.0, truncateds)
+    g__G = _tp.scan(_call, gy__returns, _tp.where((is_first != 0), 0.0, gamma__prev*lambda___prev*(1.0 - _tp.where((is_last__prev != 0), 1.0, _tp.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev, _call.acc), _call.acc)), _call.acc), 0.0, reverse=False)
+    _e1 = HAS_bootstrap_values*_tp.where((is_last != 0), 1.0, truncateds, _call.acc)
     _e2 = 1.0 - terminateds
-    _e3 = -1.0 + _tp.where((is_last != 0), 1.0, _tp.where((terminateds >= truncateds), terminateds, truncateds))
+    _e3 = -1.0 + _tp.where((is_last != 0), 1.0, _tp.where((terminateds >= truncateds), terminateds, truncateds, _call.acc), _call.acc)
     _e4 = -_e3
     _e5 = _e4*lambda_
     _e6 = _e2*g__G*(1.0 - _e5)
     _e7 = _e6*gamma
-    _e8 = g__G*_tp.where((is_last != 0), 0.0, st__G__next)
-    _e9 = _tp.where((_e1 != 0), _tp.where((terminateds != 0), 0.0, bootstrap_values), next_values)
+    _e8 = g__G*_tp.where((is_last != 0), 0.0, st__G__next, _call.acc)
+    _e9 = _tp.where((_e1 != 0), _tp.where((terminateds != 0), 0.0, bootstrap_values, _call.acc), next_values, _call.acc)
     _tp.store(_call, "d__rewards", g__G)
     _tp.store(_call, "d__next_values", _e7*_tp.where((_e1 != 0), 0.0, 1.0, _call.acc))
     _tp.store(_call, "d__bootstrap_values", _e7*_tp.where((_e1 != 0), 1.0, 0.0, _call.acc)*_tp.where((terminateds != 0), 0.0, 1.0, _call.acc))

@@ -20,11 +20,11 @@ def _torch_impl(_call):
     values = _tp.load(_call, "values", None)
     is_last = _tp.position(_call, "is_last")
     # scan nv
-    nv = _tp.scan(_call, _tp.where((response_mask != 0), values, 0.0), 1.0 - response_mask, 0.0, reverse=True)
+    nv = _tp.scan(_call, _tp.where((response_mask != 0), values, 0.0, _call.acc), 1.0 - response_mask, 0.0, reverse=True)
     nv__next = _tp.shift(nv, "next")
     # scan A
     _e1 = gamma*response_mask
-    A = _tp.scan(_call, -_tp.where((response_mask != 0), values, 0.0) + _e1*_tp.where((is_last != 0), 0.0, nv__next) + _tp.where((response_mask != 0), token_level_rewards, 0.0), 1.0 - response_mask + _e1*lambda_, 0.0, reverse=True)
+    A = _tp.scan(_call, -_tp.where((response_mask != 0), values, 0.0, _call.acc) + _e1*_tp.where((is_last != 0), 0.0, nv__next, _call.acc) + _tp.where((response_mask != 0), token_level_rewards, 0.0, _call.acc), 1.0 - response_mask + _e1*lambda_, 0.0, reverse=True)
     _tp.store(_call, "advantages", A)
     _tp.store(_call, "returns", A + values)
     _tp.store(_call, "st__nv", nv)

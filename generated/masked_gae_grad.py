@@ -29,17 +29,17 @@ def _torch_impl(_call):
     st__A__next = _tp.shift(st__A, "next")
     st__nv__next = _tp.shift(st__nv, "next")
     # scan g__A
-    g__A = _tp.scan(_call, gy__advantages + gy__returns, _tp.where((is_first != 0), 0.0, 1.0 - response_mask__prev + gamma__prev*lambda___prev*response_mask__prev), 0.0, reverse=False)
+    g__A = _tp.scan(_call, gy__advantages + gy__returns, _tp.where((is_first != 0), 0.0, 1.0 - response_mask__prev + gamma__prev*lambda___prev*response_mask__prev, _call.acc), 0.0, reverse=False)
     g__A__prev = _tp.shift(g__A, "prev")
     # scan g__nv
-    g__nv = _tp.scan(_call, _tp.where((is_first != 0), 0.0, g__A__prev*gamma__prev*response_mask__prev*_tp.where((is_last__prev != 0), 0.0, 1.0, _call.acc)), _tp.where((is_first != 0), 0.0, 1.0 - response_mask__prev), 0.0, reverse=False)
+    g__nv = _tp.scan(_call, _tp.where((is_first != 0), 0.0, g__A__prev*gamma__prev*response_mask__prev*_tp.where((is_last__prev != 0), 0.0, 1.0, _call.acc), _call.acc), _tp.where((is_first != 0), 0.0, 1.0 - response_mask__prev, _call.acc), 0.0, reverse=False)
     _e1 = _tp.where((response_mask != 0), 1.0, 0.0, _call.acc)
     _e2 = _e1*g__A
     _e3 = g__A*response_mask
-    _e4 = _e3*_tp.where((is_last != 0), 0.0, st__A__next)
+    _e4 = _e3*_tp.where((is_last != 0), 0.0, st__A__next, _call.acc)
     _tp.store(_call, "d__token_level_rewards", _e2)
     _tp.store(_call, "d__values", gy__returns - _e2 + _e1*g__nv)
-    _tp.store(_call, "d__gamma", _e3*_tp.where((is_last != 0), 0.0, st__nv__next) + _e4*lambda_)
+    _tp.store(_call, "d__gamma", _e3*_tp.where((is_last != 0), 0.0, st__nv__next, _call.acc) + _e4*lambda_)
     _tp.store(_call, "d__lambda_", _e4*gamma)
 
 

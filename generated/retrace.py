@@ -37,10 +37,10 @@ def _torch_impl(_call):
     _gather1 = _tp.gather(action_probs_target, actions)
     _sum0 = (next_action_probs_target*next_q_values_all).sum(-1)
     # scan A
-    A = _tp.scan(_call, rewards - q_values + _sum0*gamma*(1.0 - terminateds), gamma*(1.0 - _tp.maximum(terminateds, truncateds))*_tp.where((is_last != 0), 0.0, lambda___next*_tp.minimum(c_bar__next, _gather0/action_probs_behavior__next)), 0.0, reverse=True)
+    A = _tp.scan(_call, rewards - q_values + _sum0*gamma*(1.0 - terminateds), gamma*(1.0 - _tp.maximum(terminateds, truncateds))*_tp.where((is_last != 0), 0.0, lambda___next*_tp.minimum(c_bar__next, _gather0/action_probs_behavior__next), _call.acc), 0.0, reverse=True)
     A__next = _tp.shift(A, "next")
     _tp.store(_call, "targets", A + q_values)
-    _tp.store(_call, "advantages", (rewards - q_values + gamma*(1.0 - terminateds)*_tp.where((_tp.where((is_last != 0), 1.0, _tp.maximum(terminateds, truncateds)) != 0), _sum0, _tp.where((is_last != 0), 0.0, A__next) + _tp.where((is_last != 0), 0.0, q_values__next)))*_tp.minimum(rho_bar, _gather1/action_probs_behavior))
+    _tp.store(_call, "advantages", (rewards - q_values + gamma*(1.0 - terminateds)*_tp.where((_tp.where((is_last != 0), 1.0, _tp.maximum(terminateds, truncateds), _call.acc) != 0), _sum0, _tp.where((is_last != 0), 0.0, A__next, _call.acc) + _tp.where((is_last != 0), 0.0, q_values__next, _call.acc), _call.acc))*_tp.minimum(rho_bar, _gather1/action_probs_behavior))
     _tp.store(_call, "st__A", A)
 
 

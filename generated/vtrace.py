@@ -31,13 +31,13 @@ def _torch_impl(_call):
     # scan A
     _e1 = _tp.maximum(terminateds, truncateds)
     _e2 = _tp.exp(log_pi_target - log_pi_behavior)
-    A = _tp.scan(_call, (rewards - values + gamma*_tp.where((terminateds != 0), 0.0, _tp.where((_tp.where((is_last != 0), 1.0, _e1) != 0), _tp.where((is_last != 0), bootstrap_values + last_value, bootstrap_values), _tp.where((is_last != 0), 0.0, values__next))))*_tp.minimum(_e2, rho_bar), gamma*lambda_*(1.0 - _e1)*_tp.minimum(_e2, c_bar), 0.0, reverse=True)
+    A = _tp.scan(_call, (rewards - values + gamma*_tp.where((terminateds != 0), 0.0, _tp.where((_tp.where((is_last != 0), 1.0, _e1, _call.acc) != 0), _tp.where((is_last != 0), bootstrap_values + last_value, bootstrap_values, _call.acc), _tp.where((is_last != 0), 0.0, values__next, _call.acc), _call.acc), _call.acc))*_tp.minimum(_e2, rho_bar), gamma*lambda_*(1.0 - _e1)*_tp.minimum(_e2, c_bar), 0.0, reverse=True)
     A__next = _tp.shift(A, "next")
-    _e3 = _tp.where((is_last != 0), 1.0, _tp.maximum(terminateds, truncateds))
-    _e4 = _tp.where((is_last != 0), bootstrap_values + last_value, bootstrap_values)
-    _e5 = _tp.where((is_last != 0), 0.0, values__next)
+    _e3 = _tp.where((is_last != 0), 1.0, _tp.maximum(terminateds, truncateds), _call.acc)
+    _e4 = _tp.where((is_last != 0), bootstrap_values + last_value, bootstrap_values, _call.acc)
+    _e5 = _tp.where((is_last != 0), 0.0, values__next, _call.acc)
     _tp.store(_call, "targets", A + values)
-    _tp.store(_call, "pg_advantages", (rewards - values + gamma*(lambda_*_tp.where((terminateds != 0), 0.0, _tp.where((_e3 != 0), _e4, _e5 + _tp.where((is_last != 0), 0.0, A__next))) + (1.0 - lambda_)*_tp.where((terminateds != 0), 0.0, _tp.where((_e3 != 0), _e4, _e5))))*_tp.minimum(pg_rho_bar, _tp.exp(log_pi_target - log_pi_behavior)))
+    _tp.store(_call, "pg_advantages", (rewards - values + gamma*(lambda_*_tp.where((terminateds != 0), 0.0, _tp.where((_e3 != 0), _e4, _e5 + _tp.where((is_last != 0), 0.0, A__next, _call.acc), _call.acc), _call.acc) + (1.0 - lambda_)*_tp.where((terminateds != 0), 0.0, _tp.where((_e3 != 0), _e4, _e5, _call.acc), _call.acc)))*_tp.minimum(pg_rho_bar, _tp.exp(log_pi_target - log_pi_behavior)))
     _tp.store(_call, "st__A", A)
 
 

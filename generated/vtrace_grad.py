@@ -46,32 +46,32 @@ def _torch_impl(_call):
     values__next = _tp.shift(values, "next")
     # scan g__A
     _e1 = _tp.exp(log_pi_target__prev - log_pi_behavior__prev)
-    _e2 = _tp.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
+    _e2 = _tp.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev, _call.acc)
     _e3 = gamma__prev*lambda___prev
-    g__A = _tp.scan(_call, gy__targets + _tp.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*_tp.where((is_last__prev != 0), 0.0, 1.0, _call.acc)*_tp.where((terminateds__prev != 0), 0.0, 1.0, _call.acc)*_tp.where((pg_rho_bar__prev <= _e1), pg_rho_bar__prev, _e1)*_tp.where((_tp.where((is_last__prev != 0), 1.0, _e2) != 0), 0.0, 1.0, _call.acc)), _tp.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*_tp.where((c_bar__prev <= _e1), c_bar__prev, _e1)), 0.0, reverse=False)
+    g__A = _tp.scan(_call, gy__targets + _tp.where((is_first != 0), 0.0, _e3*gy__pg_advantages__prev*_tp.where((is_last__prev != 0), 0.0, 1.0, _call.acc)*_tp.where((terminateds__prev != 0), 0.0, 1.0, _call.acc)*_tp.where((pg_rho_bar__prev <= _e1), pg_rho_bar__prev, _e1, _call.acc)*_tp.where((_tp.where((is_last__prev != 0), 1.0, _e2, _call.acc) != 0), 0.0, 1.0, _call.acc), _call.acc), _tp.where((is_first != 0), 0.0, _e3*(1.0 - _e2)*_tp.where((c_bar__prev <= _e1), c_bar__prev, _e1, _call.acc), _call.acc), 0.0, reverse=False)
     g__A__prev = _tp.shift(g__A, "prev")
     _e4 = _tp.exp(log_pi_target - log_pi_behavior)
     _e5 = (rho_bar <= _e4)
-    _e6 = _tp.where((terminateds >= truncateds), terminateds, truncateds)
-    _e7 = _tp.where((is_last != 0), 1.0, _e6)
-    _e8 = _tp.where((is_last != 0), bootstrap_values + last_value, bootstrap_values)
-    _e9 = _tp.where((is_last != 0), 0.0, values__next)
-    _e10 = _tp.where((terminateds != 0), 0.0, _tp.where((_e7 != 0), _e8, _e9))
+    _e6 = _tp.where((terminateds >= truncateds), terminateds, truncateds, _call.acc)
+    _e7 = _tp.where((is_last != 0), 1.0, _e6, _call.acc)
+    _e8 = _tp.where((is_last != 0), bootstrap_values + last_value, bootstrap_values, _call.acc)
+    _e9 = _tp.where((is_last != 0), 0.0, values__next, _call.acc)
+    _e10 = _tp.where((terminateds != 0), 0.0, _tp.where((_e7 != 0), _e8, _e9, _call.acc), _call.acc)
     _e11 = rewards - values
     _e12 = g__A*(_e11 + _e10*gamma)
     _e13 = (pg_rho_bar <= _e4)
-    _e14 = _tp.where((terminateds != 0), 0.0, _tp.where((_e7 != 0), _e8, _e9 + _tp.where((is_last != 0), 0.0, st__A__next)))
+    _e14 = _tp.where((terminateds != 0), 0.0, _tp.where((_e7 != 0), _e8, _e9 + _tp.where((is_last != 0), 0.0, st__A__next, _call.acc), _call.acc), _call.acc)
     _e15 = 1.0 - lambda_
     _e16 = _e10*_e15 + _e14*lambda_
     _e17 = gy__pg_advantages*(_e11 + _e16*gamma)
     _e18 = (c_bar <= _e4)
     _e19 = 1.0 - _e6
-    _e20 = _tp.where((is_last != 0), 0.0, st__A__next)
+    _e20 = _tp.where((is_last != 0), 0.0, st__A__next, _call.acc)
     _e21 = _e19*_e20*g__A*gamma*lambda_
     _e22 = _e12*_e4*_tp.where((_e5 != 0), 0.0, 1.0, _call.acc) + _e17*_e4*_tp.where((_e13 != 0), 0.0, 1.0, _call.acc) + _e21*_e4*_tp.where((_e18 != 0), 0.0, 1.0, _call.acc)
-    _e23 = g__A*_tp.where((_e5 != 0), rho_bar, _e4)
-    _e24 = gy__pg_advantages*_tp.where((_e13 != 0), pg_rho_bar, _e4)
-    _e25 = _tp.where((is_last__prev != 0), 0.0, 1.0, _call.acc)*_tp.where((terminateds__prev != 0), 0.0, 1.0, _call.acc)*_tp.where((_tp.where((is_last__prev != 0), 1.0, _tp.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)) != 0), 0.0, 1.0, _call.acc)
+    _e23 = g__A*_tp.where((_e5 != 0), rho_bar, _e4, _call.acc)
+    _e24 = gy__pg_advantages*_tp.where((_e13 != 0), pg_rho_bar, _e4, _call.acc)
+    _e25 = _tp.where((is_last__prev != 0), 0.0, 1.0, _call.acc)*_tp.where((terminateds__prev != 0), 0.0, 1.0, _call.acc)*_tp.where((_tp.where((is_last__prev != 0), 1.0, _tp.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev, _call.acc), _call.acc) != 0), 0.0, 1.0, _call.acc)
     _e26 = _tp.exp(log_pi_target__prev - log_pi_behavior__prev)
     _e27 = _tp.where((is_last != 0), 1.0, 0.0, _call.acc)
     _e28 = _tp.where((_e7 != 0), 1.0, 0.0, _call.acc)*_tp.where((terminateds != 0), 0.0, 1.0, _call.acc)
@@ -79,10 +79,10 @@ def _torch_impl(_call):
     _e30 = _e24*gamma
     _e31 = _e23*gamma
     _e32 = _e27*_e28
-    _e33 = _e19*_e20*g__A*_tp.where((_e18 != 0), c_bar, _e4)
+    _e33 = _e19*_e20*g__A*_tp.where((_e18 != 0), c_bar, _e4, _call.acc)
     _tp.store(_call, "d__log_pi_target", _e22)
     _tp.store(_call, "d__log_pi_behavior", -_e22)
-    _tp.store(_call, "d__values", gy__targets - _e23 - _e24 + _tp.where((is_first != 0), 0.0, _e25*g__A__prev*gamma__prev*_tp.where((rho_bar__prev <= _e26), rho_bar__prev, _e26)) + _tp.where((is_first != 0), 0.0, gamma__prev*gy__pg_advantages__prev*(_e25*lambda___prev + _e25*(1.0 - lambda___prev))*_tp.where((pg_rho_bar__prev <= _e26), pg_rho_bar__prev, _e26)))
+    _tp.store(_call, "d__values", gy__targets - _e23 - _e24 + _tp.where((is_first != 0), 0.0, _e25*g__A__prev*gamma__prev*_tp.where((rho_bar__prev <= _e26), rho_bar__prev, _e26, _call.acc), _call.acc) + _tp.where((is_first != 0), 0.0, gamma__prev*gy__pg_advantages__prev*(_e25*lambda___prev + _e25*(1.0 - lambda___prev))*_tp.where((pg_rho_bar__prev <= _e26), pg_rho_bar__prev, _e26, _call.acc), _call.acc))
     _tp.store(_call, "d__rewards", _e23 + _e24)
     _tp.store(_call, "d__bootstrap_values", _e29*_e31 + _e30*(_e15*_e29 + _e29*lambda_))
     _tp.store(_call, "d__last_value", _e30*(_e15*_e32 + _e32*lambda_) + _e31*_e32)

@@ -646,6 +646,7 @@ scans:
 outputs:
   a: A
   c: where(where(f, 0.1, 0.3) * x >= 0.1 * x, 1, 0)
+  d: where(where(f, p, 0.3) * x >= p * x, 1, 0)
 """
 
 
@@ -654,11 +655,14 @@ def test_torch_path_compares_in_the_accumulation_dtype(cache_dir):
     select of two numbers a float64 tensor, which widened the float32 values beside it, so
     ``p >= where(f, next(p, p), ...)`` compared 0.2 with its float32 rounding (False; the kernels
     and the float64 reference: True, at the last step, carried back by the scan) and
-    ``where(f, 0.1, 0.3) * x >= 0.1 * x`` compared an exact product with a rounded one. Params
-    and such selects are in the accumulation dtype now, as the kernels take them."""
+    ``where(f, 0.1, 0.3) * x >= 0.1 * x`` compared an exact product with a rounded one; with
+    ``p`` a 0-dim float32 tensor, ``where(f, p, 0.3)`` was float64 the same way. Params are in
+    the accumulation dtype now, as the kernels take them, and a number in a select takes the
+    dtype of the tensor beside it (the accumulation dtype where both sides are numbers)."""
     g = torch.Generator().manual_seed(6)
     inputs = {"x": torch.randn(3, 17, generator=g), "f": torch.rand(3, 17, generator=g) < 0.7}
     _compile_and_compare(cache_dir, ACC_CMP, inputs, atol=1e-5, rtol=1e-4)
+    _compile_and_compare(cache_dir, ACC_CMP, inputs, {"p": torch.tensor(0.2)}, atol=1e-5, rtol=1e-4)
 
 
 GATHER = """\

@@ -191,19 +191,17 @@ class TorchPrinter(_Printer):
     sqrt = "_tp.sqrt"
     where = "_tp.where"
 
-    # As the kernels (Triton's ACC selects, numba's _F numbers): a select of two numbers is made in
-    # the call's accumulation dtype. Two Python numbers would make a float64 tensor, which would
-    # widen the float32 arithmetic and comparisons around it: p >= where(f, p, x * p) compared the
-    # float64 p with its float32 rounding and took the other side.
+    # Every select is told the call's accumulation dtype, which its numbers take, as in the kernels
+    # (Triton's ACC selects, numba's _F numbers). A Python number made float64 instead would widen
+    # the float32 arithmetic and comparisons after it: p >= where(f, p, x * p) compared 0.2 with
+    # its float32 rounding and took the other side.
     def _print_Where(self, expr):
         c, a, b = expr.args
-        if not (a.is_Number and b.is_Number):
-            return super()._print_Where(expr)
         return f"_tp.where({self._condition(c)}, {self._print(a)}, {self._print(b)}, _call.acc)"
 
     def _print_sign(self, expr):
         x = self._print(expr.args[0])
-        return f"_tp.where({x} > 0, 1.0, _tp.where({x} < 0, -1.0, 0.0, _call.acc))"
+        return f"_tp.where({x} > 0, 1.0, _tp.where({x} < 0, -1.0, 0.0, _call.acc), _call.acc)"
 
     def _print_Heaviside(self, expr):
         return f"_tp.where({self._print(expr.args[0])} > 0, 1.0, 0.0, _call.acc)"

@@ -122,23 +122,20 @@ def store(c: Call, name: str, value) -> None:
         view.fill_(value)
 
 
-def _operand(x, like):
-    # Python numbers become 0-dim float64 tensors: exact, and 0-dim operands do not promote the
-    # dtype of a dimensioned tensor beside them.
+def _operand(x, like, dtype):
+    # A Python number becomes a 0-dim tensor of ``dtype``, which does not promote the dtype of a
+    # dimensioned tensor beside it.
     if isinstance(x, torch.Tensor):
         return x
-    return torch.tensor(x, dtype=torch.float64, device=like.device)
+    return torch.tensor(x, dtype=dtype, device=like.device)
 
 
-def where(cond, a, b, dtype=None):
-    """``torch.where``; Python numbers on both sides are made ``dtype`` (the generated code passes
-    the call's accumulation dtype there) instead of float64."""
+def where(cond, a, b, dtype=torch.float64):
+    """``torch.where``, its numbers made ``dtype``: the generated code passes the call's
+    accumulation dtype (modules generated before it did take float64, exact)."""
     if isinstance(cond, bool):
         return a if cond else b
-    if dtype is not None and not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
-        return torch.where(cond, torch.full((), a, dtype=dtype, device=cond.device),
-                           torch.full((), b, dtype=dtype, device=cond.device))
-    return torch.where(cond, _operand(a, cond), _operand(b, cond))
+    return torch.where(cond, _operand(a, cond, dtype), _operand(b, cond, dtype))
 
 
 def _both(fn, scalar_fn):
