@@ -115,18 +115,22 @@ class _Printer(StrPrinter):
         """A where's condition: a comparison as it is, any other value as ``(value != 0)``."""
         return self._print(c) if isinstance(c, Indicator) else f"({self._print(c)} != 0)"
 
+    # appended to every select's arguments (the torch path's accumulation dtype)
+    where_tail = ""
+
     def _print_Where(self, expr):
         c, a, b = expr.args
-        return f"{self.where}({self._condition(c)}, {self._print(a)}, {self._print(b)})"
+        args = self._condition(c), self._print(a), self._print(b)
+        return f"{self.where}({', '.join(args)}{self.where_tail})"
 
     def _print_sign(self, expr):
-        x = self._print(expr.args[0])
+        x, w, tail = self._print(expr.args[0]), self.where, self.where_tail
         one, minus, zero = self.num("1.0"), self.num("-1.0"), self.num("0.0")
-        return f"{self.where}({x} > 0, {one}, {self.where}({x} < 0, {minus}, {zero}))"
+        return f"{w}({x} > 0, {one}, {w}({x} < 0, {minus}, {zero}{tail}){tail})"
 
     def _print_Heaviside(self, expr):
         one, zero = self.num("1.0"), self.num("0.0")
-        return f"{self.where}({self._print(expr.args[0])} > 0, {one}, {zero})"
+        return f"{self.where}({self._print(expr.args[0])} > 0, {one}, {zero}{self.where_tail})"
 
     def emptyPrinter(self, expr):
         raise self.fail(expr)
@@ -195,16 +199,7 @@ class TorchPrinter(_Printer):
     # (Triton's ACC selects, numba's _F numbers). A Python number made float64 instead would widen
     # the float32 arithmetic and comparisons after it: p >= where(f, p, x * p) compared 0.2 with
     # its float32 rounding and took the other side.
-    def _print_Where(self, expr):
-        c, a, b = expr.args
-        return f"_tp.where({self._condition(c)}, {self._print(a)}, {self._print(b)}, _call.acc)"
-
-    def _print_sign(self, expr):
-        x = self._print(expr.args[0])
-        return f"_tp.where({x} > 0, 1.0, _tp.where({x} < 0, -1.0, 0.0, _call.acc), _call.acc)"
-
-    def _print_Heaviside(self, expr):
-        return f"_tp.where({self._print(expr.args[0])} > 0, 1.0, 0.0, _call.acc)"
+    where_tail = ", _call.acc"
 
     def _print_Min(self, expr):
         return self._minmax(expr, "_tp.minimum")

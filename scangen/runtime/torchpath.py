@@ -132,7 +132,7 @@ def _operand(x, like, dtype):
 
 def where(cond, a, b, dtype=torch.float64):
     """``torch.where``, its numbers made ``dtype``: the generated code passes the call's
-    accumulation dtype (modules generated before it did take float64, exact)."""
+    accumulation dtype (a module an earlier scangen built passes none: float64, exact)."""
     if isinstance(cond, bool):
         return a if cond else b
     return torch.where(cond, _operand(a, cond, dtype), _operand(b, cond, dtype))
