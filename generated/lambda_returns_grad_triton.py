@@ -11,88 +11,42 @@ import triton.language as tl
 
 from scangen import abi as _abi
 from scangen.kernels.common import (
-    combine as _combine,
-    lookback as _lookback,
-    lookback_rows as _lookback_rows,
+    scan_tiles as _scan_tiles,
     shift_next as _shift_next,
     shift_prev as _shift_prev,
+)
+from scangen.kernels.lookback import (
+    lookback_reset as _lookback_reset,
+    lookback_ticket as _lookback_ticket,
+    lookback_tile as _lookback_tile,
 )
 
 
 @triton.jit
 def _lambda_returns_grad_chunked_kernel(
-    rewards__ptr,
-    next_values__ptr,
-    terminateds__ptr,
-    truncateds__ptr,
-    bootstrap_values__ptr,
-    st__G__ptr,
-    gy__returns__ptr,
-    gamma,
-    gamma__ptr,
-    lambda_,
-    lambda___ptr,
-    d__rewards__optr,
-    d__next_values__optr,
-    d__bootstrap_values__optr,
-    d__gamma__optr,
-    d__lambda___optr,
-    rewards__s1,
-    rewards__s2,
-    rewards__st,
-    next_values__s1,
-    next_values__s2,
-    next_values__st,
-    terminateds__s1,
-    terminateds__s2,
-    terminateds__st,
-    truncateds__s1,
-    truncateds__s2,
-    truncateds__st,
-    bootstrap_values__s1,
-    bootstrap_values__s2,
-    bootstrap_values__st,
-    st__G__s1,
-    st__G__s2,
-    st__G__st,
-    gy__returns__s1,
-    gy__returns__s2,
-    gy__returns__st,
-    gamma__s1,
-    gamma__s2,
-    gamma__st,
-    lambda___s1,
-    lambda___s2,
-    lambda___st,
-    d__rewards__os1,
-    d__rewards__os2,
-    d__rewards__ost,
-    d__next_values__os1,
-    d__next_values__os2,
-    d__next_values__ost,
-    d__bootstrap_values__os1,
-    d__bootstrap_values__os2,
-    d__bootstrap_values__ost,
-    d__gamma__os1,
-    d__gamma__os2,
-    d__gamma__ost,
-    d__lambda___os1,
-    d__lambda___os2,
-    d__lambda___ost,
+    rewards__ptr, next_values__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr,
+    st__G__ptr, gy__returns__ptr, gamma, gamma__ptr, lambda_, lambda___ptr, d__rewards__optr,
+    d__next_values__optr, d__bootstrap_values__optr, d__gamma__optr, d__lambda___optr,
+    rewards__s1, rewards__s2, rewards__st,
+    next_values__s1, next_values__s2, next_values__st,
+    terminateds__s1, terminateds__s2, terminateds__st,
+    truncateds__s1, truncateds__s2, truncateds__st,
+    bootstrap_values__s1, bootstrap_values__s2, bootstrap_values__st,
+    st__G__s1, st__G__s2, st__G__st,
+    gy__returns__s1, gy__returns__s2, gy__returns__st,
+    gamma__s1, gamma__s2, gamma__st,
+    lambda___s1, lambda___s2, lambda___st,
+    d__rewards__os1, d__rewards__os2, d__rewards__ost,
+    d__next_values__os1, d__next_values__os2, d__next_values__ost,
+    d__bootstrap_values__os1, d__bootstrap_values__os2, d__bootstrap_values__ost,
+    d__gamma__os1, d__gamma__os2, d__gamma__ost,
+    d__lambda___os1, d__lambda___os2, d__lambda___ost,
     R1, R2, T, K,
-    HAS_truncateds: tl.constexpr,
-    HAS_bootstrap_values: tl.constexpr,
-    HAS_gy__returns: tl.constexpr,
-    gamma__TENSOR: tl.constexpr,
-    lambda___TENSOR: tl.constexpr,
-    STORE_d__rewards: tl.constexpr,
-    STORE_d__next_values: tl.constexpr,
-    STORE_d__bootstrap_values: tl.constexpr,
-    STORE_d__gamma: tl.constexpr,
-    STORE_d__lambda_: tl.constexpr,
-    EVEN: tl.constexpr,
-    ONE_CHUNK: tl.constexpr,
-    SHIFT_G: tl.constexpr,
+    HAS_truncateds: tl.constexpr, HAS_bootstrap_values: tl.constexpr, HAS_gy__returns: tl.constexpr,
+    gamma__TENSOR: tl.constexpr, lambda___TENSOR: tl.constexpr, STORE_d__rewards: tl.constexpr,
+    STORE_d__next_values: tl.constexpr, STORE_d__bootstrap_values: tl.constexpr,
+    STORE_d__gamma: tl.constexpr, STORE_d__lambda_: tl.constexpr, EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
     LANE_WARPS: tl.constexpr,
@@ -131,7 +85,6 @@ def _lambda_returns_grad_chunked_kernel(
         _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
     else:
         _pos = _cols
-    _S: tl.constexpr = BLOCK_T // LANE_WARPS  # the steps of a warp's run
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
@@ -237,24 +190,7 @@ def _lambda_returns_grad_chunked_kernel(
         # scan g__G: g__G_t = alpha_t + beta_t * g__G_{t-1}
         _alpha = tl.where(_ok, _zero + (gy__returns), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*lambda___prev__t*(1.0 - tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev))))), 1.0)  # identity past the window end
-        if LANE_WARPS > 1:
-            tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-            _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
-            _a_r, _b_r = tl.associative_scan(
-                (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine)
-            _far = (tl.arange(0, _S) == _S - 1)[None, :, None]  # a run's far end in scan order
-            _a_w = tl.sum(tl.where(_far, _a_r, 0.0), axis=1)  # [BN, W] each run's map
-            _b_w = tl.sum(tl.where(_far, _b_r, 0.0), axis=1)
-            _a_w, _b_w = tl.associative_scan((_a_w, _b_w), 1, _combine)
-            _from = tl.broadcast_to(tl.maximum(_run - 1, 0), (BLOCK_N, LANE_WARPS))
-            _a_w = tl.gather(_a_w, _from, 1)[:, None, :]  # the runs before each run, composed
-            _b_w = tl.gather(_b_w, _from, 1)[:, None, :]
-            _a_c, _b_c = _combine(_a_w, _b_w, _a_r, _b_r)
-            _first = (_run == 0)[:, None, :]  # the run nearest the carry
-            _a = tl.reshape(tl.where(_first, _a_r, _a_c), (BLOCK_N, BLOCK_T))
-            _b = tl.reshape(tl.where(_first, _b_r, _b_c), (BLOCK_N, BLOCK_T))
-        else:
-            _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
+        _a, _b = _scan_tiles((_alpha, _beta), BLOCK_N, BLOCK_T, SHIFT_G, LANE_WARPS, FLIP=False, REV=False)
         g__G = _a + _b * g__G__carry[:, None]
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
             g__G__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__G, 0.0), axis=1)
@@ -281,78 +217,29 @@ def _lambda_returns_grad_chunked_kernel(
 
 @triton.jit
 def _lambda_returns_grad_persist_kernel(
-    rewards__ptr,
-    next_values__ptr,
-    terminateds__ptr,
-    truncateds__ptr,
-    bootstrap_values__ptr,
-    st__G__ptr,
-    gy__returns__ptr,
-    gamma,
-    gamma__ptr,
-    lambda_,
-    lambda___ptr,
-    d__rewards__optr,
-    d__next_values__optr,
-    d__bootstrap_values__optr,
-    d__gamma__optr,
-    d__lambda___optr,
-    rewards__s1,
-    rewards__s2,
-    rewards__st,
-    next_values__s1,
-    next_values__s2,
-    next_values__st,
-    terminateds__s1,
-    terminateds__s2,
-    terminateds__st,
-    truncateds__s1,
-    truncateds__s2,
-    truncateds__st,
-    bootstrap_values__s1,
-    bootstrap_values__s2,
-    bootstrap_values__st,
-    st__G__s1,
-    st__G__s2,
-    st__G__st,
-    gy__returns__s1,
-    gy__returns__s2,
-    gy__returns__st,
-    gamma__s1,
-    gamma__s2,
-    gamma__st,
-    lambda___s1,
-    lambda___s2,
-    lambda___st,
-    d__rewards__os1,
-    d__rewards__os2,
-    d__rewards__ost,
-    d__next_values__os1,
-    d__next_values__os2,
-    d__next_values__ost,
-    d__bootstrap_values__os1,
-    d__bootstrap_values__os2,
-    d__bootstrap_values__ost,
-    d__gamma__os1,
-    d__gamma__os2,
-    d__gamma__ost,
-    d__lambda___os1,
-    d__lambda___os2,
-    d__lambda___ost,
+    rewards__ptr, next_values__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr,
+    st__G__ptr, gy__returns__ptr, gamma, gamma__ptr, lambda_, lambda___ptr, d__rewards__optr,
+    d__next_values__optr, d__bootstrap_values__optr, d__gamma__optr, d__lambda___optr,
+    rewards__s1, rewards__s2, rewards__st,
+    next_values__s1, next_values__s2, next_values__st,
+    terminateds__s1, terminateds__s2, terminateds__st,
+    truncateds__s1, truncateds__s2, truncateds__st,
+    bootstrap_values__s1, bootstrap_values__s2, bootstrap_values__st,
+    st__G__s1, st__G__s2, st__G__st,
+    gy__returns__s1, gy__returns__s2, gy__returns__st,
+    gamma__s1, gamma__s2, gamma__st,
+    lambda___s1, lambda___s2, lambda___st,
+    d__rewards__os1, d__rewards__os2, d__rewards__ost,
+    d__next_values__os1, d__next_values__os2, d__next_values__ost,
+    d__bootstrap_values__os1, d__bootstrap_values__os2, d__bootstrap_values__ost,
+    d__gamma__os1, d__gamma__os2, d__gamma__ost,
+    d__lambda___os1, d__lambda___os2, d__lambda___ost,
     R1, R2, T, K,
-    HAS_truncateds: tl.constexpr,
-    HAS_bootstrap_values: tl.constexpr,
-    HAS_gy__returns: tl.constexpr,
-    gamma__TENSOR: tl.constexpr,
-    lambda___TENSOR: tl.constexpr,
-    STORE_d__rewards: tl.constexpr,
-    STORE_d__next_values: tl.constexpr,
-    STORE_d__bootstrap_values: tl.constexpr,
-    STORE_d__gamma: tl.constexpr,
-    STORE_d__lambda_: tl.constexpr,
-    EVEN: tl.constexpr,
-    ONE_CHUNK: tl.constexpr,
-    SHIFT_G: tl.constexpr,
+    HAS_truncateds: tl.constexpr, HAS_bootstrap_values: tl.constexpr, HAS_gy__returns: tl.constexpr,
+    gamma__TENSOR: tl.constexpr, lambda___TENSOR: tl.constexpr, STORE_d__rewards: tl.constexpr,
+    STORE_d__next_values: tl.constexpr, STORE_d__bootstrap_values: tl.constexpr,
+    STORE_d__gamma: tl.constexpr, STORE_d__lambda_: tl.constexpr, EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
     LANE_WARPS: tl.constexpr,
@@ -371,7 +258,6 @@ def _lambda_returns_grad_persist_kernel(
         _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
     else:
         _pos = _cols
-    _S: tl.constexpr = BLOCK_T // LANE_WARPS  # the steps of a warp's run
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
@@ -631,24 +517,7 @@ def _lambda_returns_grad_persist_kernel(
         # scan g__G: g__G_t = alpha_t + beta_t * g__G_{t-1}
         _alpha = tl.where(_ok, _zero + (gy__returns), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*lambda___prev__t*(1.0 - tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev))))), 1.0)  # identity past the window end
-        if LANE_WARPS > 1:
-            tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-            _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
-            _a_r, _b_r = tl.associative_scan(
-                (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine)
-            _far = (tl.arange(0, _S) == _S - 1)[None, :, None]  # a run's far end in scan order
-            _a_w = tl.sum(tl.where(_far, _a_r, 0.0), axis=1)  # [BN, W] each run's map
-            _b_w = tl.sum(tl.where(_far, _b_r, 0.0), axis=1)
-            _a_w, _b_w = tl.associative_scan((_a_w, _b_w), 1, _combine)
-            _from = tl.broadcast_to(tl.maximum(_run - 1, 0), (BLOCK_N, LANE_WARPS))
-            _a_w = tl.gather(_a_w, _from, 1)[:, None, :]  # the runs before each run, composed
-            _b_w = tl.gather(_b_w, _from, 1)[:, None, :]
-            _a_c, _b_c = _combine(_a_w, _b_w, _a_r, _b_r)
-            _first = (_run == 0)[:, None, :]  # the run nearest the carry
-            _a = tl.reshape(tl.where(_first, _a_r, _a_c), (BLOCK_N, BLOCK_T))
-            _b = tl.reshape(tl.where(_first, _b_r, _b_c), (BLOCK_N, BLOCK_T))
-        else:
-            _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
+        _a, _b = _scan_tiles((_alpha, _beta), BLOCK_N, BLOCK_T, SHIFT_G, LANE_WARPS, FLIP=False, REV=False)
         g__G = _a + _b * g__G__carry[:, None]
         if _c + 1 < _n_chunks:  # the row goes on: carry the state into its next chunk
             g__G__carry = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, g__G, 0.0), axis=1)
@@ -695,125 +564,38 @@ def _lambda_returns_grad_persist_kernel(
 
 @triton.jit
 def _lambda_returns_grad_lookback_kernel(
-    rewards__ptr,
-    next_values__ptr,
-    terminateds__ptr,
-    truncateds__ptr,
-    bootstrap_values__ptr,
-    st__G__ptr,
-    gy__returns__ptr,
-    gamma,
-    gamma__ptr,
-    lambda_,
-    lambda___ptr,
-    d__rewards__optr,
-    d__next_values__optr,
-    d__bootstrap_values__optr,
-    d__gamma__optr,
-    d__lambda___optr,
-    _ws,
-    rewards__s1,
-    rewards__s2,
-    rewards__st,
-    next_values__s1,
-    next_values__s2,
-    next_values__st,
-    terminateds__s1,
-    terminateds__s2,
-    terminateds__st,
-    truncateds__s1,
-    truncateds__s2,
-    truncateds__st,
-    bootstrap_values__s1,
-    bootstrap_values__s2,
-    bootstrap_values__st,
-    st__G__s1,
-    st__G__s2,
-    st__G__st,
-    gy__returns__s1,
-    gy__returns__s2,
-    gy__returns__st,
-    gamma__s1,
-    gamma__s2,
-    gamma__st,
-    lambda___s1,
-    lambda___s2,
-    lambda___st,
-    d__rewards__os1,
-    d__rewards__os2,
-    d__rewards__ost,
-    d__next_values__os1,
-    d__next_values__os2,
-    d__next_values__ost,
-    d__bootstrap_values__os1,
-    d__bootstrap_values__os2,
-    d__bootstrap_values__ost,
-    d__gamma__os1,
-    d__gamma__os2,
-    d__gamma__ost,
-    d__lambda___os1,
-    d__lambda___os2,
-    d__lambda___ost,
+    rewards__ptr, next_values__ptr, terminateds__ptr, truncateds__ptr, bootstrap_values__ptr,
+    st__G__ptr, gy__returns__ptr, gamma, gamma__ptr, lambda_, lambda___ptr, d__rewards__optr,
+    d__next_values__optr, d__bootstrap_values__optr, d__gamma__optr, d__lambda___optr, _ws,
+    rewards__s1, rewards__s2, rewards__st,
+    next_values__s1, next_values__s2, next_values__st,
+    terminateds__s1, terminateds__s2, terminateds__st,
+    truncateds__s1, truncateds__s2, truncateds__st,
+    bootstrap_values__s1, bootstrap_values__s2, bootstrap_values__st,
+    st__G__s1, st__G__s2, st__G__st,
+    gy__returns__s1, gy__returns__s2, gy__returns__st,
+    gamma__s1, gamma__s2, gamma__st,
+    lambda___s1, lambda___s2, lambda___st,
+    d__rewards__os1, d__rewards__os2, d__rewards__ost,
+    d__next_values__os1, d__next_values__os2, d__next_values__ost,
+    d__bootstrap_values__os1, d__bootstrap_values__os2, d__bootstrap_values__ost,
+    d__gamma__os1, d__gamma__os2, d__gamma__ost,
+    d__lambda___os1, d__lambda___os2, d__lambda___ost,
     R1, R2, T, K,
-    HAS_truncateds: tl.constexpr,
-    HAS_bootstrap_values: tl.constexpr,
-    HAS_gy__returns: tl.constexpr,
-    gamma__TENSOR: tl.constexpr,
-    lambda___TENSOR: tl.constexpr,
-    STORE_d__rewards: tl.constexpr,
-    STORE_d__next_values: tl.constexpr,
-    STORE_d__bootstrap_values: tl.constexpr,
-    STORE_d__gamma: tl.constexpr,
-    STORE_d__lambda_: tl.constexpr,
-    EVEN: tl.constexpr,
-    ONE_CHUNK: tl.constexpr,
-    SHIFT_G: tl.constexpr,
+    HAS_truncateds: tl.constexpr, HAS_bootstrap_values: tl.constexpr, HAS_gy__returns: tl.constexpr,
+    gamma__TENSOR: tl.constexpr, lambda___TENSOR: tl.constexpr, STORE_d__rewards: tl.constexpr,
+    STORE_d__next_values: tl.constexpr, STORE_d__bootstrap_values: tl.constexpr,
+    STORE_d__gamma: tl.constexpr, STORE_d__lambda_: tl.constexpr, EVEN: tl.constexpr,
+    ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
     LANE_WARPS: tl.constexpr,
 ):
-    # Few rows, long T: the whole GPU works on every row. Each (row tile, chunk) is one ticket
-    # (a tile: one row, or BLOCK_N adjacent rows of a time-major buffer; all tiles' first
-    # chunks in scan order, then their second, ...) whose carries come from the tickets before
-    # it in its tile by a decoupled look-back. One program per ticket: tickets
-    # taken from a counter in the order programs reach it, or (LB_PID, runtime.lookback_pid)
-    # the program's id, as CUB's single-pass scans do on the hardware's rule that a grid's
-    # programs start in increasing order of id; with it no load waits on the counter's round
-    # trip. Either way a ticket's chunk comes after its predecessors' in the order programs
-    # start, so they have started and the look-back cannot deadlock. (A persistent variant, a
-    # few programs per SM taking tickets in a loop, measured slower than one program per
-    # ticket at every shape, best tile against best tile: bench/NOTES.md, eleventh round.)
-    # The workspace (runtime.lookback_workspace), kept across the calls of a plan on one stream:
-    # an int64 counter that only grows, then two halves of 3 arrays of words (each
-    # scan's aggregate a and b and inclusive state; a joint pair's seven words), one word per
-    # ticket and row of its tile. A call counts P tickets (P: tickets of one call); the call
-    # that counts c * P .. c * P + P - 1 works in half c % 2, which the call before it left
-    # all-one bits, and resets its words of the other half for the next call (first, or with LB_PID last:
-    # bench/NOTES.md, tenth round, measured both): no fill per call, and the replays of a CUDA
-    # graph advance the counter as calls do.
-    _n_tiles = tl.cdiv(R1 * R2, BLOCK_N)  # tiles of BLOCK_N rows (one row, or time-major tiles)
-    _n_prog = _n_tiles * tl.cdiv(T, BLOCK_T)
-    _n_words = _n_prog * BLOCK_N  # words of one array: BLOCK_N a ticket
-    _counter = _ws.to(tl.pointer_type(tl.int64), bitcast=True)
-    if LB_PID:
-        _count = tl.atomic_add(_counter, 1, sem="relaxed") + 1  # from -1; read at the look-back
-        _ticket = tl.program_id(0)
-    else:
-        _count = tl.atomic_add(_counter, 1) + 1
-        _ticket = (_count % _n_prog).to(tl.int32)
-    _half = (_count // _n_prog) % 2
-    _tile = _ticket % _n_tiles
-    _step = _ticket // _n_tiles
-    _slot = _tile * tl.cdiv(T, BLOCK_T) + _step  # this program's word(s) in every array
-    _ws_w = (_ws + 2).to(tl.pointer_type(ACC), bitcast=True) + _half * 3 * _n_words
-    _ws_clear = ((_ws + 2).to(tl.pointer_type(tl.int64 if ACC == tl.float64 else tl.int32), bitcast=True)
-                 + (1 - _half) * 3 * _n_words + _slot * BLOCK_N)
-    if not LB_PID:
-        for _w in tl.static_range(3):  # no program of this call reads that half
-            if BLOCK_N == 1:
-                tl.store(_ws_clear + _w * _n_words, -1)
-            else:
-                tl.store(_ws_clear + _w * _n_words + tl.arange(0, BLOCK_N), -1)
+    # Few rows, long T: the whole GPU works on every row. Each (row tile, chunk) is one ticket,
+    # one program a ticket, whose carries come from the tickets before it in its tile by a
+    # decoupled look-back over the workspace _ws (scangen.kernels.common.lookback_ticket).
+    _tile, _step, _slot, _ws_w, _ws_clear, _n_words = _lookback_ticket(
+        _ws, R1 * R2, T, BLOCK_N, BLOCK_T, 3, LB_PID, ACC)
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
         # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
@@ -846,7 +628,6 @@ def _lambda_returns_grad_lookback_kernel(
         _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
     else:
         _pos = _cols
-    _S: tl.constexpr = BLOCK_T // LANE_WARPS  # the steps of a warp's run
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
@@ -951,40 +732,12 @@ def _lambda_returns_grad_lookback_kernel(
     # scan g__G: g__G_t = alpha_t + beta_t * g__G_{t-1}
     _alpha = tl.where(_ok, _zero + (gy__returns), 0.0)
     _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*lambda___prev__t*(1.0 - tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev))))), 1.0)  # identity past the window end
-    if LANE_WARPS > 1:
-        tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-        _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
-        _a_r, _b_r = tl.associative_scan(
-            (tl.reshape(_alpha, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_beta, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine)
-        _far = (tl.arange(0, _S) == _S - 1)[None, :, None]  # a run's far end in scan order
-        _a_w = tl.sum(tl.where(_far, _a_r, 0.0), axis=1)  # [BN, W] each run's map
-        _b_w = tl.sum(tl.where(_far, _b_r, 0.0), axis=1)
-        _a_w, _b_w = tl.associative_scan((_a_w, _b_w), 1, _combine)
-        _from = tl.broadcast_to(tl.maximum(_run - 1, 0), (BLOCK_N, LANE_WARPS))
-        _a_w = tl.gather(_a_w, _from, 1)[:, None, :]  # the runs before each run, composed
-        _b_w = tl.gather(_b_w, _from, 1)[:, None, :]
-        _a_c, _b_c = _combine(_a_w, _b_w, _a_r, _b_r)
-        _first = (_run == 0)[:, None, :]  # the run nearest the carry
-        _a = tl.reshape(tl.where(_first, _a_r, _a_c), (BLOCK_N, BLOCK_T))
-        _b = tl.reshape(tl.where(_first, _b_r, _b_c), (BLOCK_N, BLOCK_T))
-    else:
-        _a, _b = tl.associative_scan((_alpha, _beta), 1, _combine, reverse=False)
+    _a, _b = _scan_tiles((_alpha, _beta), BLOCK_N, BLOCK_T, SHIFT_G, LANE_WARPS, FLIP=False, REV=False)
     # The chunk's aggregate is its composed map at the far end in scan order; publish it, then
-    # look back over earlier chunks for the carry (decoupled look-back).
-    if BLOCK_N == 1:
-        _agg_a = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _a, 0.0))
-        _agg_b = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _b, 0.0))
-        g__G__carry = _lookback(_ws_w + 0 * _n_words, _ws_w + 1 * _n_words,
-                                  _ws_w + 2 * _n_words, _slot, _step, _agg_a, _agg_b,
-                                  tl.sum(g__G__carry), LB_WINDOW, LB_SPIN, ACC)
-        g__G = _a + _b * g__G__carry
-    else:  # a tile of rows (time-major): a carry per row
-        _agg_a = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _a, 0.0), axis=1)
-        _agg_b = tl.sum(tl.where(_cols[None, :] == BLOCK_T - 1, _b, 0.0), axis=1)
-        g__G__carry = _lookback_rows(_ws_w + 0 * _n_words, _ws_w + 1 * _n_words,
-                                       _ws_w + 2 * _n_words, _slot, _step, _agg_a, _agg_b,
-                                       g__G__carry, BLOCK_N, LB_WINDOW, LB_SPIN, ACC)
-        g__G = _a + _b * g__G__carry[:, None]
+    # look back over earlier chunks for the carry (decoupled look-back; one per row of a tile).
+    g__G__carry = _lookback_tile(_ws_w, 0, _n_words, _slot, _step, _a, _b, g__G__carry,
+                              _cols[None, :] == BLOCK_T - 1, BLOCK_N, LB_WINDOW, LB_SPIN, ACC)
+    g__G = _a + _b * g__G__carry
     _e1 = HAS_bootstrap_values*tl.where((is_last != 0), 1.0, truncateds)
     _e2 = 1.0 - terminateds
     _e3 = -1.0 + tl.where((is_last != 0), 1.0, tl.where((terminateds >= truncateds), terminateds, truncateds))
@@ -1004,14 +757,8 @@ def _lambda_returns_grad_lookback_kernel(
         tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (_e5*_e8 + _e6*_e9)).to(d__gamma__optr.dtype.element_ty), mask=_ok)
     if STORE_d__lambda_:
         tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e4*_e8*gamma__t + _e2*_e3*_e9*g__G*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
-    if LB_PID:  # at the end, so that no load waits on the counter
-        for _w in tl.static_range(3):  # no program of this call reads that half
-            if BLOCK_N == 1:
-                tl.store(_ws_clear + _w * _n_words, -1)
-            else:
-                tl.store(_ws_clear + _w * _n_words + tl.arange(0, BLOCK_N), -1)
-
-
+    if LB_PID:  # the reset at the end, so that no load waits on the counter
+        _lookback_reset(_ws_clear, _n_words, 3, BLOCK_N)
 
 
 @triton.jit

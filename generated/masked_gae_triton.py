@@ -11,63 +11,32 @@ import triton.language as tl
 
 from scangen import abi as _abi
 from scangen.kernels.common import (
-    combine_joint as _combine_joint,
-    flip_groups as _flip_groups,
-    lookback_joint as _lookback_joint,
-    lookback_joint_rows as _lookback_joint_rows,
+    scan_tiles as _scan_tiles,
+)
+from scangen.kernels.lookback import (
+    lookback_joint_tile as _lookback_joint_tile,
+    lookback_reset as _lookback_reset,
+    lookback_ticket as _lookback_ticket,
 )
 
 
 @triton.jit
 def _masked_gae_chunked_kernel(
-    token_level_rewards__ptr,
-    values__ptr,
-    response_mask__ptr,
-    gamma,
-    gamma__ptr,
-    lambda_,
-    lambda___ptr,
-    advantages__optr,
-    returns__optr,
-    st__nv__optr,
-    st__A__optr,
-    token_level_rewards__s1,
-    token_level_rewards__s2,
-    token_level_rewards__st,
-    values__s1,
-    values__s2,
-    values__st,
-    response_mask__s1,
-    response_mask__s2,
-    response_mask__st,
-    gamma__s1,
-    gamma__s2,
-    gamma__st,
-    lambda___s1,
-    lambda___s2,
-    lambda___st,
-    advantages__os1,
-    advantages__os2,
-    advantages__ost,
-    returns__os1,
-    returns__os2,
-    returns__ost,
-    st__nv__os1,
-    st__nv__os2,
-    st__nv__ost,
-    st__A__os1,
-    st__A__os2,
-    st__A__ost,
+    token_level_rewards__ptr, values__ptr, response_mask__ptr, gamma, gamma__ptr, lambda_,
+    lambda___ptr, advantages__optr, returns__optr, st__nv__optr, st__A__optr,
+    token_level_rewards__s1, token_level_rewards__s2, token_level_rewards__st,
+    values__s1, values__s2, values__st,
+    response_mask__s1, response_mask__s2, response_mask__st,
+    gamma__s1, gamma__s2, gamma__st,
+    lambda___s1, lambda___s2, lambda___st,
+    advantages__os1, advantages__os2, advantages__ost,
+    returns__os1, returns__os2, returns__ost,
+    st__nv__os1, st__nv__os2, st__nv__ost,
+    st__A__os1, st__A__os2, st__A__ost,
     R1, R2, T, K,
-    gamma__TENSOR: tl.constexpr,
-    lambda___TENSOR: tl.constexpr,
-    STORE_advantages: tl.constexpr,
-    STORE_returns: tl.constexpr,
-    STORE_st__nv: tl.constexpr,
-    STORE_st__A: tl.constexpr,
-    EVEN: tl.constexpr,
-    ONE_CHUNK: tl.constexpr,
-    SHIFT_G: tl.constexpr,
+    gamma__TENSOR: tl.constexpr, lambda___TENSOR: tl.constexpr, STORE_advantages: tl.constexpr,
+    STORE_returns: tl.constexpr, STORE_st__nv: tl.constexpr, STORE_st__A: tl.constexpr,
+    EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
     LANE_WARPS: tl.constexpr,
@@ -102,12 +71,11 @@ def _masked_gae_chunked_kernel(
         _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
     else:
         _pos = _cols
-    _S: tl.constexpr = BLOCK_T // LANE_WARPS  # the steps of a warp's run
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
     # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
-    # order, the steps of each group in order, so loads keep their vectors, and _flip_groups (in
-    # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
+    # order, the steps of each group in order, so loads keep their vectors, and _scan_tiles' FLIP
+    # (each group reversed in registers) puts the chunk in reverse time order, where a forward scan runs the reverse
     # recurrence without the lane reversal of a reverse associative_scan.
     _tcol = (BLOCK_T - SHIFT_G) - (_pos // SHIFT_G) * SHIFT_G + _pos % SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
@@ -150,39 +118,7 @@ def _masked_gae_chunked_kernel(
         _jr = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)
         _ju = tl.where(_ok, _zero + (-_e3 + tl.where((response_mask != 0), token_level_rewards, 0.0)), 0.0)
         _jv = tl.where(_ok, _zero + (_e3), 0.0)
-        if LANE_WARPS > 1:
-            tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-            _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
-            _jp_r, _jq_r, _jr_r, _ju_r, _jv_r = tl.associative_scan(
-                (tl.reshape(_jp, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_jq, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_jr, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_ju, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_jv, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_joint)
-            _far = (tl.arange(0, _S) == _S - 1)[None, :, None]  # a run's far end in scan order
-            _jp_w = tl.sum(tl.where(_far, _jp_r, 0.0), axis=1)  # [BN, W] each run's map
-            _jq_w = tl.sum(tl.where(_far, _jq_r, 0.0), axis=1)
-            _jr_w = tl.sum(tl.where(_far, _jr_r, 0.0), axis=1)
-            _ju_w = tl.sum(tl.where(_far, _ju_r, 0.0), axis=1)
-            _jv_w = tl.sum(tl.where(_far, _jv_r, 0.0), axis=1)
-            _jp_w, _jq_w, _jr_w, _ju_w, _jv_w = tl.associative_scan((_jp_w, _jq_w, _jr_w, _ju_w, _jv_w), 1, _combine_joint)
-            _from = tl.broadcast_to(tl.maximum(_run - 1, 0), (BLOCK_N, LANE_WARPS))
-            _jp_w = tl.gather(_jp_w, _from, 1)[:, None, :]  # the runs before each run, composed
-            _jq_w = tl.gather(_jq_w, _from, 1)[:, None, :]
-            _jr_w = tl.gather(_jr_w, _from, 1)[:, None, :]
-            _ju_w = tl.gather(_ju_w, _from, 1)[:, None, :]
-            _jv_w = tl.gather(_jv_w, _from, 1)[:, None, :]
-            _jp_c, _jq_c, _jr_c, _ju_c, _jv_c = _combine_joint(_jp_w, _jq_w, _jr_w, _ju_w, _jv_w, _jp_r, _jq_r, _jr_r, _ju_r, _jv_r)
-            _first = (_run == 0)[:, None, :]  # the run nearest the carry
-            _jp = tl.reshape(tl.where(_first, _jp_r, _jp_c), (BLOCK_N, BLOCK_T))
-            _jq = tl.reshape(tl.where(_first, _jq_r, _jq_c), (BLOCK_N, BLOCK_T))
-            _jr = tl.reshape(tl.where(_first, _jr_r, _jr_c), (BLOCK_N, BLOCK_T))
-            _ju = tl.reshape(tl.where(_first, _ju_r, _ju_c), (BLOCK_N, BLOCK_T))
-            _jv = tl.reshape(tl.where(_first, _jv_r, _jv_c), (BLOCK_N, BLOCK_T))
-        else:
-            _jp, _jq, _jr, _ju, _jv = tl.associative_scan(
-                (_flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jq, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jr, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_joint)
-            _jp = _flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
-            _jq = _flip_groups(_jq, BLOCK_N, BLOCK_T, SHIFT_G)
-            _jr = _flip_groups(_jr, BLOCK_N, BLOCK_T, SHIFT_G)
-            _ju = _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G)
-            _jv = _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G)
+        _jp, _jq, _jr, _ju, _jv = _scan_tiles((_jp, _jq, _jr, _ju, _jv), BLOCK_N, BLOCK_T, SHIFT_G, LANE_WARPS, FLIP=True, REV=False)
         nv = _jv + _jr * nv__carry[:, None]
         A = _ju + _jp * A__carry[:, None] + _jq * nv__carry[:, None]
         if _c + 1 < _n_chunks:  # the row goes on: carry the states into its next chunk
@@ -200,54 +136,21 @@ def _masked_gae_chunked_kernel(
 
 @triton.jit
 def _masked_gae_persist_kernel(
-    token_level_rewards__ptr,
-    values__ptr,
-    response_mask__ptr,
-    gamma,
-    gamma__ptr,
-    lambda_,
-    lambda___ptr,
-    advantages__optr,
-    returns__optr,
-    st__nv__optr,
-    st__A__optr,
-    token_level_rewards__s1,
-    token_level_rewards__s2,
-    token_level_rewards__st,
-    values__s1,
-    values__s2,
-    values__st,
-    response_mask__s1,
-    response_mask__s2,
-    response_mask__st,
-    gamma__s1,
-    gamma__s2,
-    gamma__st,
-    lambda___s1,
-    lambda___s2,
-    lambda___st,
-    advantages__os1,
-    advantages__os2,
-    advantages__ost,
-    returns__os1,
-    returns__os2,
-    returns__ost,
-    st__nv__os1,
-    st__nv__os2,
-    st__nv__ost,
-    st__A__os1,
-    st__A__os2,
-    st__A__ost,
+    token_level_rewards__ptr, values__ptr, response_mask__ptr, gamma, gamma__ptr, lambda_,
+    lambda___ptr, advantages__optr, returns__optr, st__nv__optr, st__A__optr,
+    token_level_rewards__s1, token_level_rewards__s2, token_level_rewards__st,
+    values__s1, values__s2, values__st,
+    response_mask__s1, response_mask__s2, response_mask__st,
+    gamma__s1, gamma__s2, gamma__st,
+    lambda___s1, lambda___s2, lambda___st,
+    advantages__os1, advantages__os2, advantages__ost,
+    returns__os1, returns__os2, returns__ost,
+    st__nv__os1, st__nv__os2, st__nv__ost,
+    st__A__os1, st__A__os2, st__A__ost,
     R1, R2, T, K,
-    gamma__TENSOR: tl.constexpr,
-    lambda___TENSOR: tl.constexpr,
-    STORE_advantages: tl.constexpr,
-    STORE_returns: tl.constexpr,
-    STORE_st__nv: tl.constexpr,
-    STORE_st__A: tl.constexpr,
-    EVEN: tl.constexpr,
-    ONE_CHUNK: tl.constexpr,
-    SHIFT_G: tl.constexpr,
+    gamma__TENSOR: tl.constexpr, lambda___TENSOR: tl.constexpr, STORE_advantages: tl.constexpr,
+    STORE_returns: tl.constexpr, STORE_st__nv: tl.constexpr, STORE_st__A: tl.constexpr,
+    EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
     LANE_WARPS: tl.constexpr,
@@ -266,12 +169,11 @@ def _masked_gae_persist_kernel(
         _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
     else:
         _pos = _cols
-    _S: tl.constexpr = BLOCK_T // LANE_WARPS  # the steps of a warp's run
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
     # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
-    # order, the steps of each group in order, so loads keep their vectors, and _flip_groups (in
-    # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
+    # order, the steps of each group in order, so loads keep their vectors, and _scan_tiles' FLIP
+    # (each group reversed in registers) puts the chunk in reverse time order, where a forward scan runs the reverse
     # recurrence without the lane reversal of a reverse associative_scan.
     _tcol = (BLOCK_T - SHIFT_G) - (_pos // SHIFT_G) * SHIFT_G + _pos % SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
@@ -409,39 +311,7 @@ def _masked_gae_persist_kernel(
         _jr = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)
         _ju = tl.where(_ok, _zero + (-_e3 + tl.where((response_mask != 0), token_level_rewards, 0.0)), 0.0)
         _jv = tl.where(_ok, _zero + (_e3), 0.0)
-        if LANE_WARPS > 1:
-            tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-            _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
-            _jp_r, _jq_r, _jr_r, _ju_r, _jv_r = tl.associative_scan(
-                (tl.reshape(_jp, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_jq, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_jr, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_ju, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_jv, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_joint)
-            _far = (tl.arange(0, _S) == _S - 1)[None, :, None]  # a run's far end in scan order
-            _jp_w = tl.sum(tl.where(_far, _jp_r, 0.0), axis=1)  # [BN, W] each run's map
-            _jq_w = tl.sum(tl.where(_far, _jq_r, 0.0), axis=1)
-            _jr_w = tl.sum(tl.where(_far, _jr_r, 0.0), axis=1)
-            _ju_w = tl.sum(tl.where(_far, _ju_r, 0.0), axis=1)
-            _jv_w = tl.sum(tl.where(_far, _jv_r, 0.0), axis=1)
-            _jp_w, _jq_w, _jr_w, _ju_w, _jv_w = tl.associative_scan((_jp_w, _jq_w, _jr_w, _ju_w, _jv_w), 1, _combine_joint)
-            _from = tl.broadcast_to(tl.maximum(_run - 1, 0), (BLOCK_N, LANE_WARPS))
-            _jp_w = tl.gather(_jp_w, _from, 1)[:, None, :]  # the runs before each run, composed
-            _jq_w = tl.gather(_jq_w, _from, 1)[:, None, :]
-            _jr_w = tl.gather(_jr_w, _from, 1)[:, None, :]
-            _ju_w = tl.gather(_ju_w, _from, 1)[:, None, :]
-            _jv_w = tl.gather(_jv_w, _from, 1)[:, None, :]
-            _jp_c, _jq_c, _jr_c, _ju_c, _jv_c = _combine_joint(_jp_w, _jq_w, _jr_w, _ju_w, _jv_w, _jp_r, _jq_r, _jr_r, _ju_r, _jv_r)
-            _first = (_run == 0)[:, None, :]  # the run nearest the carry
-            _jp = tl.reshape(tl.where(_first, _jp_r, _jp_c), (BLOCK_N, BLOCK_T))
-            _jq = tl.reshape(tl.where(_first, _jq_r, _jq_c), (BLOCK_N, BLOCK_T))
-            _jr = tl.reshape(tl.where(_first, _jr_r, _jr_c), (BLOCK_N, BLOCK_T))
-            _ju = tl.reshape(tl.where(_first, _ju_r, _ju_c), (BLOCK_N, BLOCK_T))
-            _jv = tl.reshape(tl.where(_first, _jv_r, _jv_c), (BLOCK_N, BLOCK_T))
-        else:
-            _jp, _jq, _jr, _ju, _jv = tl.associative_scan(
-                (_flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jq, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jr, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_joint)
-            _jp = _flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
-            _jq = _flip_groups(_jq, BLOCK_N, BLOCK_T, SHIFT_G)
-            _jr = _flip_groups(_jr, BLOCK_N, BLOCK_T, SHIFT_G)
-            _ju = _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G)
-            _jv = _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G)
+        _jp, _jq, _jr, _ju, _jv = _scan_tiles((_jp, _jq, _jr, _ju, _jv), BLOCK_N, BLOCK_T, SHIFT_G, LANE_WARPS, FLIP=True, REV=False)
         nv = _jv + _jr * nv__carry[:, None]
         A = _ju + _jp * A__carry[:, None] + _jq * nv__carry[:, None]
         if _c + 1 < _n_chunks:  # the row goes on: carry the states into its next chunk
@@ -466,101 +336,30 @@ def _masked_gae_persist_kernel(
 
 @triton.jit
 def _masked_gae_lookback_kernel(
-    token_level_rewards__ptr,
-    values__ptr,
-    response_mask__ptr,
-    gamma,
-    gamma__ptr,
-    lambda_,
-    lambda___ptr,
-    advantages__optr,
-    returns__optr,
-    st__nv__optr,
-    st__A__optr,
-    _ws,
-    token_level_rewards__s1,
-    token_level_rewards__s2,
-    token_level_rewards__st,
-    values__s1,
-    values__s2,
-    values__st,
-    response_mask__s1,
-    response_mask__s2,
-    response_mask__st,
-    gamma__s1,
-    gamma__s2,
-    gamma__st,
-    lambda___s1,
-    lambda___s2,
-    lambda___st,
-    advantages__os1,
-    advantages__os2,
-    advantages__ost,
-    returns__os1,
-    returns__os2,
-    returns__ost,
-    st__nv__os1,
-    st__nv__os2,
-    st__nv__ost,
-    st__A__os1,
-    st__A__os2,
-    st__A__ost,
+    token_level_rewards__ptr, values__ptr, response_mask__ptr, gamma, gamma__ptr, lambda_,
+    lambda___ptr, advantages__optr, returns__optr, st__nv__optr, st__A__optr, _ws,
+    token_level_rewards__s1, token_level_rewards__s2, token_level_rewards__st,
+    values__s1, values__s2, values__st,
+    response_mask__s1, response_mask__s2, response_mask__st,
+    gamma__s1, gamma__s2, gamma__st,
+    lambda___s1, lambda___s2, lambda___st,
+    advantages__os1, advantages__os2, advantages__ost,
+    returns__os1, returns__os2, returns__ost,
+    st__nv__os1, st__nv__os2, st__nv__ost,
+    st__A__os1, st__A__os2, st__A__ost,
     R1, R2, T, K,
-    gamma__TENSOR: tl.constexpr,
-    lambda___TENSOR: tl.constexpr,
-    STORE_advantages: tl.constexpr,
-    STORE_returns: tl.constexpr,
-    STORE_st__nv: tl.constexpr,
-    STORE_st__A: tl.constexpr,
-    EVEN: tl.constexpr,
-    ONE_CHUNK: tl.constexpr,
-    SHIFT_G: tl.constexpr,
+    gamma__TENSOR: tl.constexpr, lambda___TENSOR: tl.constexpr, STORE_advantages: tl.constexpr,
+    STORE_returns: tl.constexpr, STORE_st__nv: tl.constexpr, STORE_st__A: tl.constexpr,
+    EVEN: tl.constexpr, ONE_CHUNK: tl.constexpr, SHIFT_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
     LB_WINDOW: tl.constexpr, LB_SPIN: tl.constexpr, LB_PID: tl.constexpr, LANES: tl.constexpr,
     LANE_WARPS: tl.constexpr,
 ):
-    # Few rows, long T: the whole GPU works on every row. Each (row tile, chunk) is one ticket
-    # (a tile: one row, or BLOCK_N adjacent rows of a time-major buffer; all tiles' first
-    # chunks in scan order, then their second, ...) whose carries come from the tickets before
-    # it in its tile by a decoupled look-back. One program per ticket: tickets
-    # taken from a counter in the order programs reach it, or (LB_PID, runtime.lookback_pid)
-    # the program's id, as CUB's single-pass scans do on the hardware's rule that a grid's
-    # programs start in increasing order of id; with it no load waits on the counter's round
-    # trip. Either way a ticket's chunk comes after its predecessors' in the order programs
-    # start, so they have started and the look-back cannot deadlock. (A persistent variant, a
-    # few programs per SM taking tickets in a loop, measured slower than one program per
-    # ticket at every shape, best tile against best tile: bench/NOTES.md, eleventh round.)
-    # The workspace (runtime.lookback_workspace), kept across the calls of a plan on one stream:
-    # an int64 counter that only grows, then two halves of 7 arrays of words (each
-    # scan's aggregate a and b and inclusive state; a joint pair's seven words), one word per
-    # ticket and row of its tile. A call counts P tickets (P: tickets of one call); the call
-    # that counts c * P .. c * P + P - 1 works in half c % 2, which the call before it left
-    # all-one bits, and resets its words of the other half for the next call (first, or with LB_PID last:
-    # bench/NOTES.md, tenth round, measured both): no fill per call, and the replays of a CUDA
-    # graph advance the counter as calls do.
-    _n_tiles = tl.cdiv(R1 * R2, BLOCK_N)  # tiles of BLOCK_N rows (one row, or time-major tiles)
-    _n_prog = _n_tiles * tl.cdiv(T, BLOCK_T)
-    _n_words = _n_prog * BLOCK_N  # words of one array: BLOCK_N a ticket
-    _counter = _ws.to(tl.pointer_type(tl.int64), bitcast=True)
-    if LB_PID:
-        _count = tl.atomic_add(_counter, 1, sem="relaxed") + 1  # from -1; read at the look-back
-        _ticket = tl.program_id(0)
-    else:
-        _count = tl.atomic_add(_counter, 1) + 1
-        _ticket = (_count % _n_prog).to(tl.int32)
-    _half = (_count // _n_prog) % 2
-    _tile = _ticket % _n_tiles
-    _step = _ticket // _n_tiles
-    _slot = _tile * tl.cdiv(T, BLOCK_T) + _step  # this program's word(s) in every array
-    _ws_w = (_ws + 2).to(tl.pointer_type(ACC), bitcast=True) + _half * 7 * _n_words
-    _ws_clear = ((_ws + 2).to(tl.pointer_type(tl.int64 if ACC == tl.float64 else tl.int32), bitcast=True)
-                 + (1 - _half) * 7 * _n_words + _slot * BLOCK_N)
-    if not LB_PID:
-        for _w in tl.static_range(7):  # no program of this call reads that half
-            if BLOCK_N == 1:
-                tl.store(_ws_clear + _w * _n_words, -1)
-            else:
-                tl.store(_ws_clear + _w * _n_words + tl.arange(0, BLOCK_N), -1)
+    # Few rows, long T: the whole GPU works on every row. Each (row tile, chunk) is one ticket,
+    # one program a ticket, whose carries come from the tickets before it in its tile by a
+    # decoupled look-back over the workspace _ws (scangen.kernels.common.lookback_ticket).
+    _tile, _step, _slot, _ws_w, _ws_clear, _n_words = _lookback_ticket(
+        _ws, R1 * R2, T, BLOCK_N, BLOCK_T, 7, LB_PID, ACC)
     _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
         # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
@@ -589,12 +388,11 @@ def _masked_gae_lookback_kernel(
         _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
     else:
         _pos = _cols
-    _S: tl.constexpr = BLOCK_T // LANE_WARPS  # the steps of a warp's run
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
     # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
     # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
-    # order, the steps of each group in order, so loads keep their vectors, and _flip_groups (in
-    # registers) puts the chunk in reverse time order, where a forward scan runs the reverse
+    # order, the steps of each group in order, so loads keep their vectors, and _scan_tiles' FLIP
+    # (each group reversed in registers) puts the chunk in reverse time order, where a forward scan runs the reverse
     # recurrence without the lane reversal of a reverse associative_scan.
     _tcol = (BLOCK_T - SHIFT_G) - (_pos // SHIFT_G) * SHIFT_G + _pos % SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
@@ -636,62 +434,12 @@ def _masked_gae_lookback_kernel(
     _jr = tl.where(_ok, _zero + (1.0 - response_mask), 1.0)
     _ju = tl.where(_ok, _zero + (-_e3 + tl.where((response_mask != 0), token_level_rewards, 0.0)), 0.0)
     _jv = tl.where(_ok, _zero + (_e3), 0.0)
-    if LANE_WARPS > 1:
-        tl.static_assert(SHIFT_G == 1)  # runs of steps in column order: no groups to flip
-        _run = tl.arange(0, LANE_WARPS)[None, :]  # [1, W]
-        _jp_r, _jq_r, _jr_r, _ju_r, _jv_r = tl.associative_scan(
-            (tl.reshape(_jp, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_jq, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_jr, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_ju, (BLOCK_N, _S, LANE_WARPS)), tl.reshape(_jv, (BLOCK_N, _S, LANE_WARPS)), ), 1, _combine_joint)
-        _far = (tl.arange(0, _S) == _S - 1)[None, :, None]  # a run's far end in scan order
-        _jp_w = tl.sum(tl.where(_far, _jp_r, 0.0), axis=1)  # [BN, W] each run's map
-        _jq_w = tl.sum(tl.where(_far, _jq_r, 0.0), axis=1)
-        _jr_w = tl.sum(tl.where(_far, _jr_r, 0.0), axis=1)
-        _ju_w = tl.sum(tl.where(_far, _ju_r, 0.0), axis=1)
-        _jv_w = tl.sum(tl.where(_far, _jv_r, 0.0), axis=1)
-        _jp_w, _jq_w, _jr_w, _ju_w, _jv_w = tl.associative_scan((_jp_w, _jq_w, _jr_w, _ju_w, _jv_w), 1, _combine_joint)
-        _from = tl.broadcast_to(tl.maximum(_run - 1, 0), (BLOCK_N, LANE_WARPS))
-        _jp_w = tl.gather(_jp_w, _from, 1)[:, None, :]  # the runs before each run, composed
-        _jq_w = tl.gather(_jq_w, _from, 1)[:, None, :]
-        _jr_w = tl.gather(_jr_w, _from, 1)[:, None, :]
-        _ju_w = tl.gather(_ju_w, _from, 1)[:, None, :]
-        _jv_w = tl.gather(_jv_w, _from, 1)[:, None, :]
-        _jp_c, _jq_c, _jr_c, _ju_c, _jv_c = _combine_joint(_jp_w, _jq_w, _jr_w, _ju_w, _jv_w, _jp_r, _jq_r, _jr_r, _ju_r, _jv_r)
-        _first = (_run == 0)[:, None, :]  # the run nearest the carry
-        _jp = tl.reshape(tl.where(_first, _jp_r, _jp_c), (BLOCK_N, BLOCK_T))
-        _jq = tl.reshape(tl.where(_first, _jq_r, _jq_c), (BLOCK_N, BLOCK_T))
-        _jr = tl.reshape(tl.where(_first, _jr_r, _jr_c), (BLOCK_N, BLOCK_T))
-        _ju = tl.reshape(tl.where(_first, _ju_r, _ju_c), (BLOCK_N, BLOCK_T))
-        _jv = tl.reshape(tl.where(_first, _jv_r, _jv_c), (BLOCK_N, BLOCK_T))
-    else:
-        _jp, _jq, _jr, _ju, _jv = tl.associative_scan(
-            (_flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jq, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jr, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G), _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G), ), 1, _combine_joint)
-        _jp = _flip_groups(_jp, BLOCK_N, BLOCK_T, SHIFT_G)  # back to the columns' order
-        _jq = _flip_groups(_jq, BLOCK_N, BLOCK_T, SHIFT_G)
-        _jr = _flip_groups(_jr, BLOCK_N, BLOCK_T, SHIFT_G)
-        _ju = _flip_groups(_ju, BLOCK_N, BLOCK_T, SHIFT_G)
-        _jv = _flip_groups(_jv, BLOCK_N, BLOCK_T, SHIFT_G)
-    # The chunk's aggregate (five words) and the carry from earlier chunks (decoupled look-back).
-    if BLOCK_N == 1:
-        A__carry, nv__carry = _lookback_joint(
-            _ws_w + 0 * _n_words, _n_words, _slot, _step,
-            tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _jp, 0.0)),
-            tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _jq, 0.0)),
-            tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _jr, 0.0)),
-            tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _ju, 0.0)),
-            tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _jv, 0.0)),
-            tl.sum(A__carry), tl.sum(nv__carry), LB_WINDOW, LB_SPIN, ACC)
-        nv = _jv + _jr * nv__carry
-        A = _ju + _jp * A__carry + _jq * nv__carry
-    else:  # a tile of rows (time-major): carries per row
-        A__carry, nv__carry = _lookback_joint_rows(
-            _ws_w + 0 * _n_words, _n_words, _slot, _step,
-            tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _jp, 0.0), axis=1),
-            tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _jq, 0.0), axis=1),
-            tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _jr, 0.0), axis=1),
-            tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _ju, 0.0), axis=1),
-            tl.sum(tl.where(_cols[None, :] == BLOCK_T - SHIFT_G, _jv, 0.0), axis=1),
-            A__carry, nv__carry, BLOCK_N, LB_WINDOW, LB_SPIN, ACC)
-        nv = _jv + _jr * nv__carry[:, None]
-        A = _ju + _jp * A__carry[:, None] + _jq * nv__carry[:, None]
+    _jp, _jq, _jr, _ju, _jv = _scan_tiles((_jp, _jq, _jr, _ju, _jv), BLOCK_N, BLOCK_T, SHIFT_G, LANE_WARPS, FLIP=True, REV=False)
+    # The chunk's aggregate (five words) and the carries from earlier chunks (decoupled look-back).
+    A, nv = _lookback_joint_tile(
+        _ws_w, 0, _n_words, _slot, _step, (_jp, _jq, _jr, _ju, _jv),
+        A__carry, nv__carry, _cols[None, :] == BLOCK_T - SHIFT_G, BLOCK_N,
+        LB_WINDOW, LB_SPIN, ACC)
     if STORE_advantages:
         tl.store(advantages__optr + advantages__orow[:, None] + _t[None, :] * advantages__ost, (_zero + (A)).to(advantages__optr.dtype.element_ty), mask=_ok)
     if STORE_returns:
@@ -700,14 +448,8 @@ def _masked_gae_lookback_kernel(
         tl.store(st__nv__optr + st__nv__orow[:, None] + _t[None, :] * st__nv__ost, (_zero + (nv)).to(st__nv__optr.dtype.element_ty), mask=_ok)
     if STORE_st__A:
         tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
-    if LB_PID:  # at the end, so that no load waits on the counter
-        for _w in tl.static_range(7):  # no program of this call reads that half
-            if BLOCK_N == 1:
-                tl.store(_ws_clear + _w * _n_words, -1)
-            else:
-                tl.store(_ws_clear + _w * _n_words + tl.arange(0, BLOCK_N), -1)
-
-
+    if LB_PID:  # the reset at the end, so that no load waits on the counter
+        _lookback_reset(_ws_clear, _n_words, 7, BLOCK_N)
 
 
 @triton.jit

@@ -20,7 +20,8 @@ from python_specs import ALL
 from scangen.compiler.ir import canonical
 from scangen.compiler.pipeline import generate_modules, to_ir
 from scangen.compiler.spec import load_spec_text
-from scangen.generated import gae, gae_triton
+from scangen.generated import gae
+from scangen.kernels import common as kernels_common
 from scangen.compiler.store import build, builtin_spec_paths, compile_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -235,7 +236,7 @@ def _pin_kernel(a_ptr, b_ptr, out_ptr, BT: tl.constexpr, REVERSE: tl.constexpr):
     tl.store(out_ptr + offs, acc_a)
 
 
-_combine = gae_triton._combine  # the combine every generated module's kernels use
+_combine = kernels_common.combine  # the combine every generated module's kernels use
 
 
 @pytest.mark.parametrize("reverse", [True, False])

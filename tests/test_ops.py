@@ -14,9 +14,10 @@ import scangen
 from conftest import BACKENDS, DEVICE, ON_GPU, to_backend
 from scangen.testing import reference
 from scangen import runtime
-from scangen.generated.gae_triton import _lookback as _gae_lookback
-from scangen.generated.gae_triton import _lookback_rows as _gae_lookback_rows
-from scangen.generated.masked_gae_triton import _lookback_joint_rows as _joint_lookback_rows
+from scangen.kernels.lookback import lookback as _lookback
+from scangen.kernels.lookback import lookback_joint as _lookback_joint
+from scangen.kernels.lookback import lookback_joint_rows as _joint_lookback_rows
+from scangen.kernels.lookback import lookback_rows as _lookback_rows
 from scangen.testing import as_time_major, assert_close, make_inputs
 
 ALGOS = sorted(reference.REFERENCES)
@@ -614,7 +615,7 @@ def test_nan_and_inf_stay_in_their_row(name, backend):
 def _lookback_probe(ws_a, ws_b, ws_s, vals, out, step, ACC: tl.constexpr,
                     WINDOW: tl.constexpr, SPIN: tl.constexpr):
     # vals: this chunk's aggregate (a, b) and the initial state
-    carry = _gae_lookback(ws_a, ws_b, ws_s, step, step, tl.load(vals), tl.load(vals + 1),
+    carry = _lookback(ws_a, ws_b, ws_s, step, step, tl.load(vals), tl.load(vals + 1),
                           tl.load(vals + 2), WINDOW, SPIN, ACC)
     tl.store(out, carry)
 
@@ -662,7 +663,7 @@ def _lookback_rows_probe(ws_a, ws_b, ws_s, vals, out, step, ACC: tl.constexpr, B
                          WINDOW: tl.constexpr, SPIN: tl.constexpr):
     # vals: this chunk's aggregates a [BN], b [BN] and the initial states [BN]
     r = tl.arange(0, BN)
-    carry = _gae_lookback_rows(ws_a, ws_b, ws_s, step, step, tl.load(vals + r),
+    carry = _lookback_rows(ws_a, ws_b, ws_s, step, step, tl.load(vals + r),
                                tl.load(vals + BN + r), tl.load(vals + 2 * BN + r), BN, WINDOW,
                                SPIN, ACC)
     tl.store(out + r, carry)
@@ -774,14 +775,11 @@ def test_joint_lookback_over_a_tile_of_rows(inclusive_at, acc, window, spin):
         assert ws[6, step, i].item() == pytest.approx(rv * want1 + vv, rel=1e-3, abs=1e-3)
 
 
-_JOINT_LOOKBACK = None  # _lookback_joint of masked GAE rendered with chain="joint" (fixture)
-
-
 @triton.jit
 def _joint_lookback_probe(ws, vals, out, n, step, ACC: tl.constexpr, WINDOW: tl.constexpr,
                           SPIN: tl.constexpr):
     # vals: this chunk's aggregate (p, q, r, u, v) and the initial states (second, first)
-    c2, c1 = _JOINT_LOOKBACK(ws, n, step, step, tl.load(vals), tl.load(vals + 1),
+    c2, c1 = _lookback_joint(ws, n, step, step, tl.load(vals), tl.load(vals + 1),
                              tl.load(vals + 2), tl.load(vals + 3), tl.load(vals + 4),
                              tl.load(vals + 5), tl.load(vals + 6), WINDOW, SPIN, ACC)
     tl.store(out, c2)
@@ -789,13 +787,8 @@ def _joint_lookback_probe(ws, vals, out, n, step, ACC: tl.constexpr, WINDOW: tl.
 
 
 @pytest.fixture(scope="module")
-def joint_lookback(tmp_path_factory):
-    from scangen import abi
-    from scangen.testing import compile_variant
-    global _JOINT_LOOKBACK
-    fn = compile_variant("masked_gae", tmp_path_factory.mktemp("joint"), chain="joint")
-    # the helper as the op's Triton kernels import it, from their companion module
-    _JOINT_LOOKBACK = abi.companion(fn.__globals__["OP"], abi.TRITON_SUFFIX)._lookback_joint
+def joint_lookback():
+    # the helper the look-back kernels of joint pairs (masked GAE) call through lookback_joint_tile
     return _joint_lookback_probe
 
 

@@ -26,6 +26,12 @@ VARIANTS = [("shift", "gather"), ("input_shift", "gather"), ("input_shift", "loa
 ALGOS = ["gae", "vtrace", "masked_gae", "episodic_prefix_sum", "eligibility_traces", "retrace"]
 
 
+# The tiles a chunk's scan takes (scangen.kernels.common.scan_tiles) for a joint pair of scans
+# (five map words) and for a scan with its exclusive map (chain="sequential", shifted states)
+JOINT_MAPS = "_scan_tiles((_jp, _jq, _jr, _ju, _jv),"
+EXCL_MAPS = "_scan_tiles((_alpha, _beta, _zero, _zero + 1.0),"
+
+
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("variants")
@@ -164,8 +170,9 @@ def test_masked_gae_chained_scans(family, group, chain, cache):
     steps, T = 50, against the float64 reference."""
     fn = compile_variant("masked_gae", cache, chain=chain)
     source = _kernel_source(fn)
-    assert ("_combine_joint" in source) == (chain == "joint")
-    assert ("_combine_excl" in source) == (chain == "sequential")
+    # the maps a chunk scans (scangen.kernels.common.scan_tiles: their count picks the combine)
+    assert (JOINT_MAPS in source) == (chain == "joint")
+    assert (EXCL_MAPS in source) == (chain == "sequential")
     _check(fn, "masked_gae", 3, 23, f"chain={chain} {family} SHIFT_G={group}",
            mock.patch.object(runtime.launch, "shift_group", lambda c, cfg: group), family=family)
 
@@ -195,7 +202,7 @@ def test_forward_chained_scans_jointly(family, cache):
     assert [(j.first, j.second) for j in plan(ir).joints] == [("S1", "S2")]
     from scangen.compiler.store import compile_spec
     fn = compile_spec(FORWARD_CHAIN, cache, Options(chain="joint"))
-    assert "_combine_joint" in _kernel_source(fn)
+    assert JOINT_MAPS in _kernel_source(fn)
     g = torch.Generator().manual_seed(9)
     x = {"x": torch.rand(5, 50, generator=g) * 2 - 1, "d": torch.rand(5, 50, generator=g) < 0.2}
     expected = ir_eval.evaluate(ir, x)["y"]
@@ -287,8 +294,8 @@ def test_scan_order(name, family, order, group, T, cache):
     tiles, no masks). scan_order="natural" runs the reverse associative scan."""
     fn = compile_variant(name, cache, scan_order=order)
     source = _kernel_source(fn)
-    assert ("_flip_groups" in source) == (order == "grouped")
-    assert ("reverse=True" in source) == (order == "natural")
+    assert ("FLIP=True, REV=False)" in source) == (order == "grouped")
+    assert ("FLIP=False, REV=True)" in source) == (order == "natural")
     _check(fn, name, 3, 7, f"scan_order={order} {family} SHIFT_G={group} T={T}",
            mock.patch.object(runtime.launch, "shift_group", lambda c, cfg: group), family=family, T=T)
 
@@ -298,7 +305,8 @@ def test_trailing_axis_specs_keep_the_natural_order():
     scan_order="grouped" too: grouped measured slower for it (bench/NOTES.md, seventh round).
     Its kernels run in every other test of this file and of test_ops."""
     kernels = _triton_source("retrace")
-    assert "_flip_groups" not in kernels and "reverse=True" in kernels
+    # the launch's GROUPED order reverses the columns instead (launch_params.grouped_order)
+    assert "FLIP=True" not in kernels and "FLIP=False, REV=not GROUPED)" in kernels
 
 
 @pytest.mark.parametrize("option", [{"shift": "gather"}, {"input_shift": "gather"}])
@@ -307,8 +315,8 @@ def test_gathers_scan_in_natural_order(option):
     order whatever scan_order says; without them the default is grouped."""
     default = _triton_source("gae")
     gathered = _triton_source("gae", Options(**option))
-    assert "_flip_groups(" in default and "reverse=True" not in default
-    assert "_flip_groups(" not in gathered and "reverse=True" in gathered
+    assert "FLIP=True, REV=False)" in default and "REV=True" not in default
+    assert "FLIP=True" not in gathered and "FLIP=False, REV=True)" in gathered
 
 
 @pytest.mark.parametrize("warps,steps", [(2, 16), (2, 32), (4, 16), (4, 32)])

@@ -6,7 +6,7 @@ parts of its look-back left out (H200.md's method: time variants, take differenc
     python3 bench/dev/probe_lookback.py --layout time-major --tiles 32x128x4 --shapes 64x65536
 
 Variants of each module's look-back (string edits of generated/<algo>_triton.py, the module's
-kernels, loaded beside it; the look-back itself is scangen.kernels.common.lookback / lookback_joint, which a variant copies):
+kernels, loaded beside it; the look-back itself is scangen.kernels.lookback's, which a variant copies):
   default  as generated (the window and wait runtime.launch_params.lookback_window and lookback_spin pick)
   @<name>  another build of the module, from ab_base/<algo>_<name>.py and its kernels'
            ab_base/<algo>_<name>_triton.py at the checkout's root (an A/B against an earlier
@@ -48,17 +48,19 @@ import torch  # noqa: E402
 from triton.testing import do_bench_cudagraph  # noqa: E402
 
 from scangen import abi  # noqa: E402
-from scangen.kernels import common  # noqa: E402
+from scangen.kernels import lookback as lb  # noqa: E402
 from scangen.runtime import config, fastpath, workspace  # noqa: E402
 from scangen.runtime import tiles as sg_tiles  # noqa: E402
 from scangen.runtime import PLANS  # noqa: E402
 from scangen.runtime.config import Config  # noqa: E402
 from scangen.testing import as_time_major, assert_close, make_inputs  # noqa: E402
 
-# the look-back helper's wait and loop (scangen.kernels.common.lookback, lookback_joint and their
+# the look-back helper's wait and loop (scangen.kernels.lookback.lookback, lookback_joint and their
 # row-tile forms lookback_rows, lookback_joint_rows)
 WAIT = re.compile(r"\n    if SPIN:\n.*?(?=\n    (?:carry|c2) = )", re.S)
-CLEAR = re.compile(r"\n( +)for _w in tl\.static_range\(\d+\):[^\n]*\n +tl\.store\(_ws_clear[^\n]*")
+# the ticket's reset of the other half's words (lookback_ticket, without LB_PID)
+TICKET_RESET = "    if not PID:\n        lookback_reset(ws_clear, n_words, WORDS, BN)\n"
+LB_CALL = re.compile(r"\blookback(_rows|_joint|_joint_rows)?\(")
 OUT_STORE = re.compile(r"^(\s+)tl\.store\(\w+__optr [^\n]*$", re.M)
 
 
@@ -67,10 +69,13 @@ def modify(src: str, name: str, mods: list) -> str:
     head, sep, kernel = src.partition("_lookback_kernel(")
     body, sep2, rest = kernel.partition("\ndef _torch_impl(")
     for m in mods:
-        if m in ("pid", "ticket"):
-            body, n = re.subn(r"\bif LB_PID:", f"if {m == 'pid'}:", body)
-        elif m == "noclear":
-            body, n = CLEAR.subn(lambda g: "\n" + g.group(1) + "pass", body)
+        if m in ("pid", "ticket"):  # the ticket's order and where the reset sits
+            body, n = re.subn(r"\bif LB_PID:|, LB_PID, ACC\)",
+                              lambda g: g.group(0).replace("LB_PID", str(m == "pid")), body)
+            n -= 1  # both places
+        elif m == "noclear":  # the reset after the stores, and the ticket's copy without its own
+            body, n = re.subn(r"_lookback_reset\([^)]*\)", "pass", body)
+            body = body.replace("_lookback_ticket(", "lookback_ticket_noclear(")
         elif m == "nostore":
             body, n = OUT_STORE.subn(r"\1pass", body)
         elif m == "keptws":  # applied when timing (kept_workspace)
@@ -78,7 +83,21 @@ def modify(src: str, name: str, mods: list) -> str:
         else:
             raise SystemExit(f"unknown modifier {m!r}")
         assert n >= 1, (m, n)
-    return head + sep + body + sep2 + rest
+    src = head + sep + body + sep2 + rest
+    if "noclear" in mods:
+        code = inspect.getsource(lb.lookback_ticket.fn)
+        assert TICKET_RESET in code
+        code = code.replace(TICKET_RESET, "").replace("def lookback_ticket(",
+                                                      "def lookback_ticket_noclear(")
+        src = _with_helpers(src, [code])
+    return src
+
+
+def _with_helpers(src: str, helpers: list) -> str:
+    """``src`` (a generated ``_triton`` module) with the helpers' source after its imports."""
+    head, sep, rest = src.partition("\n\n\n@triton.jit")
+    return (head + "\nfrom scangen.kernels.lookback import lb_word  # noqa: E402\n\n\n"
+            + "\n\n".join(helpers) + sep + rest)
 
 
 def variant(algo: str, name: str, tmp: Path):
@@ -109,20 +128,24 @@ def variant(algo: str, name: str, tmp: Path):
 
 
 def without_wait(src: str) -> str:
-    """``src`` with its look-back calls going to copies of scangen.kernels.common's helpers that
-    publish their words but neither wait nor read (the carry is the initial value)."""
+    """``src`` with its look-back calls going to copies of scangen.kernels.lookback's helpers
+    that publish their words but neither wait nor read (the carry is the initial value)."""
     helpers = []
     for name in ("lookback", "lookback_joint", "lookback_rows", "lookback_joint_rows"):
-        if f"_{name}(" not in src:
-            continue
-        code, n = WAIT.subn("", inspect.getsource(getattr(common, name).fn))
+        code, n = WAIT.subn("", inspect.getsource(getattr(lb, name).fn))
         assert n == 1, (name, n)
         helpers.append(code.replace(f"def {name}(", f"def {name}_nowait("))
+    calls = 0
+    for name in ("lookback_tile", "lookback_joint_tile"):  # what the kernels call
+        if f"_{name}(" not in src:
+            continue
+        code = LB_CALL.sub(lambda g: g.group(0)[:-1] + "_nowait(",
+                           inspect.getsource(getattr(lb, name).fn))
+        helpers.append(code.replace(f"def {name}(", f"def {name}_nowait("))
         src = src.replace(f"_{name}(", f"{name}_nowait(")
-    assert helpers, "no look-back call in the module"
-    head, sep, rest = src.partition("\n\n\n@triton.jit")
-    return (head + "\nfrom scangen.kernels.common import lb_word  # noqa: E402\n\n\n"
-            + "\n\n".join(helpers) + sep + rest)
+        calls += 1
+    assert calls, "no look-back call in the module"
+    return _with_helpers(src, helpers)
 
 
 def kept_workspace():

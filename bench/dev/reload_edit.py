@@ -10,7 +10,9 @@ one-scan ops into a folder for ``module_ab.py --new``:
 
 Offline (Triton 3.6, sm_90) eligibility traces' 32 x 256 lane tile on 8 warps took 227 -> 160
 registers, but on the GPU every cell ran 1.08x-1.22x slower (GAE and TD(lambda) 2.1x-2.5x, with
-spills): results/h100-2026-12-05-d-reload-*.txt.
+spills): results/h100-2026-12-05-d-reload-*.txt. It edits the generated text as it was before the
+thirty-second round moved the look-back's calls into scangen.kernels.lookback: run it on 13481e0's
+modules (git show 13481e0:generated/<op>_triton.py).
 """
 import re, sys
 from pathlib import Path

@@ -98,10 +98,10 @@ def seg_source(D: int) -> str:
     """A segment kernel: a program per (tile of BLOCK_N rows, segment of D steps), the D steps'
     loads issued together, each row's chain run from zero with the product of its betas beside
     it, the carry into the segment found by the decoupled look-back over the row tile's later
-    segments (scangen.kernels.common.lookback_rows, as today's time-major look-back family),
+    segments (scangen.kernels.lookback.lookback_rows, as today's time-major look-back family),
     then the D outputs. T a multiple of D."""
     L = ["import triton", "import triton.language as tl", "",
-         "from scangen.kernels.common import lookback_rows", "", "", "@triton.jit",
+         "from scangen.kernels.lookback import lookback_rows", "", "", "@triton.jit",
          "def gae_tm_seg(r_ptr, v_ptr, d_ptr, lv_ptr, adv_ptr, ret_ptr, ws, N, T, gamma, lam,",
          "               BLOCK_N: tl.constexpr, WINDOW: tl.constexpr):",
          "    n_tiles = tl.cdiv(N, BLOCK_N)",

@@ -158,10 +158,15 @@ def _triton_context(plan: Plan, sy: _Symbols, options: Options) -> NS:
     return NS(kernel=f"_{ir.name}_chunked_kernel", uses_t_next="next" in tp.shifts,
               uses_t_prev="prev" in tp.shifts, uses_t_next2="next2" in tp.shifts,
               uses_t_prev2="prev2" in tp.shifts, lookback_kernel=f"_{ir.name}_lookback_kernel",
-              n_scans=len(plan.scans), direction=ir.direction, head_args=head, int_args=ints,
+              n_scans=len(plan.scans), direction=ir.direction,
+              # the signature, wrapped for the page: pointers and values, each tensor's strides
+              # on a line of their own, the op's constexprs
+              head_lines=_wrap(head, 4), head_ws_lines=_wrap(head + ["_ws"], 4),
+              int_lines=[", ".join(g) + "," for g in _by_tensor(ints)],
+              constexpr_lines=_wrap([f"{c}: tl.constexpr" for c in constexprs], 4),
               step_to_chunk="_n_chunks - 1 - _step" if rev else "_step",
               state_idx="_idx_next" if rev else "_idx_prev",
-              constexprs=constexprs, bases=bases, row_loads=row_loads, loads=loads,
+              bases=bases, row_loads=row_loads, loads=loads,
               positions=positions, gathers=gathers, sums=sums, scans=list(scans.values()),
               groups=groups, uses_joint=tp.joint, lb_words=tp.lb_words,
               out_assigns=_assigns(plan.outputs, TritonPrinter, tile, ir.name), outputs=outputs,
@@ -200,6 +205,18 @@ def _lean_kernels(ir, tp) -> list[NS]:
                       body=f"_{ir.name}_{kind}_kernel", params=_wrap(params, 4),
                       call=_wrap(call, 8)))
     return out
+
+
+def _by_tensor(names: list[str]) -> list[list[str]]:
+    """Consecutive stride arguments grouped by the tensor they belong to (``x__s1``, ``x__s2``,
+    ``x__st``: ``x``)."""
+    groups: list[list[str]] = []
+    for n in names:
+        if groups and groups[-1][0].rsplit("__", 1)[0] == n.rsplit("__", 1)[0]:
+            groups[-1].append(n)
+        else:
+            groups.append([n])
+    return groups
 
 
 def _wrap(items: list[str], indent: int, width: int = 100) -> list[str]:
@@ -334,12 +351,18 @@ def render(plan: Plan, source: str, options: Options | None = None) -> dict[str,
             abi.TRITON_SUFFIX: _drop_unused_helpers(render_template(TRITON_TEMPLATE, **common))}
 
 
+KERNEL_HELPERS = ("common", "lookback")  # the modules of scangen/kernels the kernels import
+
+
 @functools.lru_cache(maxsize=1)
-def shared_helpers() -> tuple[str, ...]:
-    """The @triton.jit helpers of scangen/kernels/common.py, read from its source (the module
-    imports Triton, which the compiler does not need)."""
-    text = (PACKAGE / "kernels" / "common.py").read_text(encoding="utf-8")
-    return tuple(sorted(re.findall(r"^@triton\.jit\ndef (\w+)\(", text, re.M)))
+def shared_helpers() -> dict[str, tuple[str, ...]]:
+    """The @triton.jit helpers of each module of scangen/kernels (KERNEL_HELPERS), read from its
+    source (the modules import Triton, which the compiler does not need)."""
+    out = {}
+    for mod in KERNEL_HELPERS:
+        text = (PACKAGE / "kernels" / f"{mod}.py").read_text(encoding="utf-8")
+        out[mod] = tuple(sorted(re.findall(r"^@triton\.jit\ndef (\w+)\(", text, re.M)))
+    return out
 
 
 def _drop_unused_helpers(text: str) -> str:
@@ -352,4 +375,5 @@ def _drop_unused_helpers(text: str) -> str:
         if m and len(re.findall(rf"\b{m.group(2)}\b", text)) < 2:
             continue
         out.append(line)
-    return "\n".join(out)
+    # a helpers' module none of whose helpers the kernels call: no import at all
+    return re.sub(r"from scangen\.kernels\.\w+ import \(\n\)\n", "", "\n".join(out))

@@ -308,7 +308,7 @@ def lane_warps(cfg, lanes: int, shift_g: int = 1) -> int:
     where warp w would take the columns w, w + W, w + 2W, ... and the scan would join the warps at
     every step through shared memory. With ``LANE_WARPS`` = W > 1 the kernels give each warp a run
     of ``BLOCK_T / W`` consecutive steps instead, scanned in its registers, and join the runs once
-    a chunk (the template's ``warp_run_scan``; eligibility traces' 32 x 128 stream tile on 4 warps,
+    a chunk (``scangen.kernels.common.scan_tiles``; eligibility traces' 32 x 128 stream tile on 4 warps,
     sm_90: 255 -> 96 registers, 256 -> 6 shared-memory loads a thread; bench/NOTES.md, the
     twenty-seventh round)."""
     if not lanes or shift_g != 1:

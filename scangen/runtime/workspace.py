@@ -1,7 +1,7 @@
 """The look-back family's workspace, per plan and CUDA stream, and under CUDA-graph capture.
 
 The look-back kernels pass carries between the programs of a row through words written once
-(scangen.kernels.common.lookback). A plan keeps its workspace across calls, so a call costs no
+(scangen.kernels.lookback). A plan keeps its workspace across calls, so a call costs no
 fill; under capture, calls get workspaces whose fill the graph either does not need (a spare
 made by an earlier eager call) or does itself.
 """
