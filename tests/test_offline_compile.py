@@ -440,3 +440,47 @@ def test_lane_tiles_compile_with_the_oldest_triton(oldest_results, name, option,
     _, lanes = oldest_results
     got = lanes[f"{name}[{option}]/{family}"]
     assert isinstance(got, list) and min(got) >= 0, got
+
+
+# bench/dev/ptx_digest.py calls a template refactor safe when every kernel's PTX, debug lines
+# left out, is the one before: the digest must ignore where the source lines are and must not
+# ignore a changed instruction.
+DIGEST = r"""
+import json, pathlib, sys, tempfile
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+sys.path.insert(0, "bench/dev")
+from ptx_digest import normalise
+from scangen.abi import load_module
+BODY = '''
+import triton
+import triton.language as tl
+{pad}
+@triton.jit
+def k(x, y, n, B: tl.constexpr):
+    o = tl.arange(0, B){pad2}
+    v = tl.load(x + o, mask=o < n)
+    tl.store(y + o, v {op} 3.0, mask=o < n)
+'''
+out = {}
+tmp = pathlib.Path(tempfile.mkdtemp())
+for name, pad, pad2, op in [("base", "", "", "*"), ("moved", "# a comment\n\n\n", "  # here", "*"),
+                            ("other", "", "", "+")]:
+    path = tmp / f"k_{name}.py"
+    path.write_text(BODY.format(pad=pad, pad2=pad2, op=op))
+    fn = load_module(f"digest_{name}", path).k
+    src = ASTSource(fn=fn, signature={"x": "*fp32", "y": "*fp32", "n": "i32", "B": "constexpr"},
+                    constexprs={"B": 128})
+    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+    out[name] = [normalise(ptx), ".loc" in ptx]
+print("RESULTS " + json.dumps(out))
+"""
+
+
+def test_ptx_digest_ignores_source_lines_not_instructions():
+    got = _child(DIGEST, timeout=300)
+    (base, loc), (moved, moved_loc), (other, _) = got["base"], got["moved"], got["other"]
+    assert loc and moved_loc  # the raw PTX names its source lines, which moved ...
+    assert base == moved  # ... and the normalised PTX does not
+    assert base != other and "mul.f32" in base and "add.f32" in other
