@@ -70,8 +70,8 @@ def _discounted_returns_chunked_kernel(
     # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
     # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
     # order, the steps of each group in order, so loads keep their vectors, and _scan_tiles' FLIP
-    # (each group reversed in registers) puts the chunk in reverse time order, where a forward scan runs the reverse
-    # recurrence without the lane reversal of a reverse associative_scan.
+    # (each group reversed in registers) puts the chunk in reverse time order, where a forward scan
+    # runs the reverse recurrence without the lane reversal of a reverse associative_scan.
     _tcol = (BLOCK_T - SHIFT_G) - (_pos // SHIFT_G) * SHIFT_G + _pos % SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
     # the carry between chunks fold away at compile time
@@ -159,8 +159,8 @@ def _discounted_returns_persist_kernel(
     # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
     # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
     # order, the steps of each group in order, so loads keep their vectors, and _scan_tiles' FLIP
-    # (each group reversed in registers) puts the chunk in reverse time order, where a forward scan runs the reverse
-    # recurrence without the lane reversal of a reverse associative_scan.
+    # (each group reversed in registers) puts the chunk in reverse time order, where a forward scan
+    # runs the reverse recurrence without the lane reversal of a reverse associative_scan.
     _tcol = (BLOCK_T - SHIFT_G) - (_pos // SHIFT_G) * SHIFT_G + _pos % SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
     # the carry between chunks fold away at compile time
@@ -361,8 +361,8 @@ def _discounted_returns_lookback_kernel(
     # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
     # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
     # order, the steps of each group in order, so loads keep their vectors, and _scan_tiles' FLIP
-    # (each group reversed in registers) puts the chunk in reverse time order, where a forward scan runs the reverse
-    # recurrence without the lane reversal of a reverse associative_scan.
+    # (each group reversed in registers) puts the chunk in reverse time order, where a forward scan
+    # runs the reverse recurrence without the lane reversal of a reverse associative_scan.
     _tcol = (BLOCK_T - SHIFT_G) - (_pos // SHIFT_G) * SHIFT_G + _pos % SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
     # the carry between chunks fold away at compile time

@@ -77,8 +77,8 @@ def _episodic_prefix_sum_grad_chunked_kernel(
     # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
     # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
     # order, the steps of each group in order, so loads keep their vectors, and _scan_tiles' FLIP
-    # (each group reversed in registers) puts the chunk in reverse time order, where a forward scan runs the reverse
-    # recurrence without the lane reversal of a reverse associative_scan.
+    # (each group reversed in registers) puts the chunk in reverse time order, where a forward scan
+    # runs the reverse recurrence without the lane reversal of a reverse associative_scan.
     _tcol = (BLOCK_T - SHIFT_G) - (_pos // SHIFT_G) * SHIFT_G + _pos % SHIFT_G
     _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
@@ -197,8 +197,8 @@ def _episodic_prefix_sum_grad_persist_kernel(
     # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
     # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
     # order, the steps of each group in order, so loads keep their vectors, and _scan_tiles' FLIP
-    # (each group reversed in registers) puts the chunk in reverse time order, where a forward scan runs the reverse
-    # recurrence without the lane reversal of a reverse associative_scan.
+    # (each group reversed in registers) puts the chunk in reverse time order, where a forward scan
+    # runs the reverse recurrence without the lane reversal of a reverse associative_scan.
     _tcol = (BLOCK_T - SHIFT_G) - (_pos // SHIFT_G) * SHIFT_G + _pos % SHIFT_G
     _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
@@ -460,8 +460,8 @@ def _episodic_prefix_sum_grad_lookback_kernel(
     # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
     # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
     # order, the steps of each group in order, so loads keep their vectors, and _scan_tiles' FLIP
-    # (each group reversed in registers) puts the chunk in reverse time order, where a forward scan runs the reverse
-    # recurrence without the lane reversal of a reverse associative_scan.
+    # (each group reversed in registers) puts the chunk in reverse time order, where a forward scan
+    # runs the reverse recurrence without the lane reversal of a reverse associative_scan.
     _tcol = (BLOCK_T - SHIFT_G) - (_pos // SHIFT_G) * SHIFT_G + _pos % SHIFT_G
     _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
     _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G

@@ -359,7 +359,9 @@ def lookback_joint_tile(ws, BASE: tl.constexpr, n, slot, step, x, carry2, carry1
                         ACC: tl.constexpr):
     # lookback_tile for two scans scanned jointly: `x` the scanned maps (p, q, r, u, v) of the
     # tile, their seven word arrays from BASE, `carry2` and `carry1` the states (second, first)
-    # before the row's first chunk. Returns the tile's states (second, first).
+    # before the row's first chunk. Returns the tile's states (second, first), not the carries
+    # (nothing after the look-back reads them), applied as the template applied them, so the
+    # kernels' code stayed as it was (bench/dev/ptx_digest.py).
     p, q, r, u, v = x
     if BN == 1:
         c2, c1 = lookback_joint(ws + BASE * n, n, slot, step, tl.sum(tl.where(at, p, 0.0)),
