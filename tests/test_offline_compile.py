@@ -59,22 +59,18 @@ ORDER_MODULES = [m for m in MODULES
 CHILD = r"""
 import importlib, json, sys, traceback
 import triton
-import triton.language as tl
-from scangen.testing import compile_offline
+from scangen.testing import compile_case
 modules, cases = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 out = {"triton": triton.__version__}
 for name in modules:
     module = importlib.import_module("scangen.generated." + name)
-    k = 8 if any(i.shape == "NTK" for i in module.OP.inputs) else 1
     for case, (family, bn, bt, nw, general, lb) in cases.items():
         if case.endswith("grouped") and not module.OP.kernels.grouped:
             continue
         try:
-            c = compile_offline(module, family, block_n=bn, block_t=max(16, bt // k), block_k=k,
-                                num_warps=nw, acc=tl.float64 if general else None,
-                                present=not general, contiguous=not general,
-                                lb_pid=lb == "pid", lean=lb.startswith("lean"),
-                                grouped=lb.endswith("grouped"))
+            c = compile_case(module, family, block_n=bn, block_t=bt, general=general,
+                             num_warps=nw, lb_pid=lb == "pid", lean=lb.startswith("lean"),
+                             grouped=lb.endswith("grouped"))
             out[name + "/" + case] = "ok" if c.asm.get("cubin") else "no cubin"
         except Exception as exc:
             out[name + "/" + case] = "".join(traceback.format_exception_only(exc))[-2000:]
@@ -163,16 +159,14 @@ def test_maxnreg_caps_the_registers_a_thread(time_major):
 SEQUENTIAL = r"""
 import json, sys, tempfile, traceback
 from pathlib import Path
-import triton.language as tl
-from scangen.testing import compile_offline, compile_variant
+from scangen.testing import compile_case, compile_variant
 fn = compile_variant("masked_gae", Path(tempfile.mkdtemp()), chain="sequential")
 module = sys.modules[fn.__module__]
 out = {}
 for case, (family, bn, bt, nw, general, lb) in json.loads(sys.argv[1]).items():
     try:
-        c = compile_offline(module, family, block_n=bn, block_t=bt, num_warps=nw,
-                            acc=tl.float64 if general else None, present=not general,
-                            contiguous=not general, lb_pid=lb == "pid")
+        c = compile_case(module, family, block_n=bn, block_t=bt, general=general,
+                         num_warps=nw, lb_pid=lb == "pid")
         out[case] = "ok" if c.asm.get("cubin") else "no cubin"
     except Exception as exc:
         out[case] = "".join(traceback.format_exception_only(exc))[-2000:]

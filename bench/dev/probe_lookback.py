@@ -72,7 +72,7 @@ def modify(src: str, name: str, mods: list) -> str:
         if m in ("pid", "ticket"):  # the ticket's order and where the reset sits
             body, n = re.subn(r"\bif LB_PID:|, LB_PID, ACC\)",
                               lambda g: g.group(0).replace("LB_PID", str(m == "pid")), body)
-            n -= 1  # both places
+            assert n == 2, (m, n)  # the ticket's call and the reset after the stores
         elif m == "noclear":  # the reset after the stores, and the ticket's copy without its own
             body, n = re.subn(r"_lookback_reset\([^)]*\)", "pass", body)
             body = body.replace("_lookback_ticket(", "lookback_ticket_noclear(")

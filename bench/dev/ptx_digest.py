@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-CASES = {  # name: compile_offline keywords (block_t divided by 8 for ops with [N, T, K] inputs)
+CASES = {  # name: scangen.testing.compile_case keywords
     "stream-short": dict(family="stream", block_n=64, block_t=32),
     "stream-long": dict(family="stream", block_n=1, block_t=1024),
     "stream-one-chunk": dict(family="stream", block_n=1, block_t=1024, one_chunk=True),
@@ -69,22 +69,13 @@ def normalise(ptx: str) -> str:
 def compile_one(job):
     name, case = job
     os.environ.pop("TRITON_INTERPRET", None)
-    import triton.language as tl
-
-    from scangen.testing import compile_offline
+    from scangen.testing import compile_case
     module = importlib.import_module(f"scangen.generated.{name}")
     kw = dict(CASES[case])
-    if kw.pop("grouped", False):
-        if not module.OP.kernels.grouped:
-            return name, case, None, None
-        kw["grouped"] = True
-    general = kw.pop("general", False)
-    k = 8 if any(i.shape == "NTK" for i in module.OP.inputs) else 1
-    kw["block_t"] = max(16, kw["block_t"] // k)
-    family = kw.pop("family")
+    if kw.get("grouped") and not module.OP.kernels.grouped:
+        return name, case, None, None
     try:
-        c = compile_offline(module, family, block_k=k, acc=tl.float64 if general else None,
-                            present=not general, contiguous=not general, **kw)
+        c = compile_case(module, kw.pop("family"), **kw)
     except Exception as exc:  # a case this op cannot take is recorded, not fatal
         msg = f"error: {type(exc).__name__}: {str(exc)[:300]}"
         return name, case, msg, None

@@ -343,6 +343,20 @@ def compile_offline(module, family: str = "stream", *, arch: int = 90, num_warps
                                        **({"maxnreg": maxnreg} if maxnreg else {})))
 
 
+def compile_case(module, family: str, *, block_n: int, block_t: int, general: bool = False,
+                 **options):
+    """:func:`compile_offline` for one case of the offline checks (tests/test_offline_compile.py,
+    bench/dev/ptx_digest.py): ops with ``[N, T, K]`` inputs take ``K = 8`` and ``block_t / 8``
+    steps (at least 16), as their launches do; ``general``: float64 accumulation, optional inputs
+    absent and strides Triton knows nothing about, instead of present inputs and contiguous rows."""
+    import triton.language as tl
+
+    k = 8 if any(i.shape == "NTK" for i in module.OP.inputs) else 1
+    return compile_offline(module, family, block_n=block_n, block_t=max(16, block_t // k),
+                           block_k=k, acc=tl.float64 if general else None, present=not general,
+                           contiguous=not general, **options)
+
+
 def compile_variant(name: str, cache_dir, **options):
     """The built-in ``specs/<name>.yaml`` compiled with template ``options``
     (:class:`scangen.compiler.options.Options`), under a name that says which: for side-by-side
