@@ -11,9 +11,9 @@ import triton.language as tl
 
 from scangen import abi as _abi
 from scangen.kernels.common import (
+    load_shifted as _load_shifted,
     scan_tiles as _scan_tiles,
-    shift_next as _shift_next,
-    shift_prev as _shift_prev,
+    shift_tile as _shift_tile,
 )
 from scangen.kernels.lookback import (
     lookback_reset as _lookback_reset,
@@ -80,8 +80,10 @@ def _episodic_prefix_sum_grad_chunked_kernel(
     # (each group reversed in registers) puts the chunk in reverse time order, where a forward scan
     # runs the reverse recurrence without the lane reversal of a reverse associative_scan.
     _tcol = (BLOCK_T - SHIFT_G) - (_pos // SHIFT_G) * SHIFT_G + _pos % SHIFT_G
-    _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
-    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
+    # Inputs read one step away load aligned (16-byte vectors, SHIFT_G steps a thread); their
+    # shifted tiles come from those in registers and one strided load a group (_load_shifted,
+    # _shift_tile), whose groups start at these columns
+    _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
     # the carry between chunks fold away at compile time
     _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
@@ -113,30 +115,12 @@ def _episodic_prefix_sum_grad_chunked_kernel(
             boundary__next__t = boundary__next__t__raw.to(ACC)
         else:
             boundary__next__t = _zero + boundary
-        # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
         dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            dones__next__raw = tl.load(dones__ptr + dones__row[:, None] + _t_next[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g + SHIFT_G  # [BT / G] the step after each group
-            dones__next__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g - 1  # [BT / G] the step before each group
-            dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        dones__next__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+        dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         dones = dones__raw.to(ACC)
-        if SHIFT_G == 1:
-            dones__next = dones__next__raw.to(ACC)
-        else:
-            _s = _shift_next(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__next__raw, (_M,)), _M, SHIFT_G)
-            dones__next = tl.where((_tcol == _rem - 1)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-        if SHIFT_G == 1:
-            dones__prev = dones__prev__raw.to(ACC)
-        else:
-            _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
-            dones__prev = tl.where((_tcol == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        dones__next = _shift_tile(dones, dones__raw, dones__next__raw, _tcol, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
+        dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _tcol, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
         if HAS_gy__sums:
             gy__sums__raw = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1, volatile=LANES == 2)
             gy__sums = gy__sums__raw.to(ACC)
@@ -200,8 +184,10 @@ def _episodic_prefix_sum_grad_persist_kernel(
     # (each group reversed in registers) puts the chunk in reverse time order, where a forward scan
     # runs the reverse recurrence without the lane reversal of a reverse associative_scan.
     _tcol = (BLOCK_T - SHIFT_G) - (_pos // SHIFT_G) * SHIFT_G + _pos % SHIFT_G
-    _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
-    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
+    # Inputs read one step away load aligned (16-byte vectors, SHIFT_G steps a thread); their
+    # shifted tiles come from those in registers and one strided load a group (_load_shifted,
+    # _shift_tile), whose groups start at these columns
+    _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
     # the carry between chunks fold away at compile time
     _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
@@ -246,19 +232,9 @@ def _episodic_prefix_sum_grad_persist_kernel(
         boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1, volatile=LANES == 2)
     if boundary__TENSOR:
         boundary__next__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t_next[None, :] * boundary__st, mask=_ok, other=1, volatile=LANES == 2)
-    # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-    # steps per thread, and one strided load per group gives the step beyond the group
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-    if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        dones__next__raw = tl.load(dones__ptr + dones__row[:, None] + _t_next[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-    else:
-        _te = _g + SHIFT_G  # [BT / G] the step after each group
-        dones__next__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-    if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-    else:
-        _te = _g - 1  # [BT / G] the step before each group
-        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+    dones__next__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+    dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
     if HAS_gy__sums:
         gy__sums__raw = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1, volatile=LANES == 2)
     for _i in range(0, _n_items):
@@ -302,19 +278,9 @@ def _episodic_prefix_sum_grad_persist_kernel(
             boundary__t__raw__nx = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1, volatile=LANES == 2)
         if boundary__TENSOR:
             boundary__next__t__raw__nx = tl.load(boundary__ptr + boundary__row[:, None] + _t_next[None, :] * boundary__st, mask=_ok, other=1, volatile=LANES == 2)
-        # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
         dones__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            dones__next__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t_next[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g + SHIFT_G  # [BT / G] the step after each group
-            dones__next__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            dones__prev__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g - 1  # [BT / G] the step before each group
-            dones__prev__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        dones__next__raw__nx = _load_shifted(dones__ptr, dones__row, dones__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+        dones__prev__raw__nx = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         if HAS_gy__sums:
             gy__sums__raw__nx = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1, volatile=LANES == 2)
         # this item: the tiles loaded one iteration ago
@@ -364,16 +330,8 @@ def _episodic_prefix_sum_grad_persist_kernel(
         else:
             boundary__next__t = _zero + boundary
         dones = dones__raw.to(ACC)
-        if SHIFT_G == 1:
-            dones__next = dones__next__raw.to(ACC)
-        else:
-            _s = _shift_next(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__next__raw, (_M,)), _M, SHIFT_G)
-            dones__next = tl.where((_tcol == _rem - 1)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-        if SHIFT_G == 1:
-            dones__prev = dones__prev__raw.to(ACC)
-        else:
-            _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
-            dones__prev = tl.where((_tcol == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        dones__next = _shift_tile(dones, dones__raw, dones__next__raw, _tcol, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
+        dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _tcol, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
         if HAS_gy__sums:
             gy__sums = gy__sums__raw.to(ACC)
         else:
@@ -463,8 +421,10 @@ def _episodic_prefix_sum_grad_lookback_kernel(
     # (each group reversed in registers) puts the chunk in reverse time order, where a forward scan
     # runs the reverse recurrence without the lane reversal of a reverse associative_scan.
     _tcol = (BLOCK_T - SHIFT_G) - (_pos // SHIFT_G) * SHIFT_G + _pos % SHIFT_G
-    _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
-    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
+    # Inputs read one step away load aligned (16-byte vectors, SHIFT_G steps a thread); their
+    # shifted tiles come from those in registers and one strided load a group (_load_shifted,
+    # _shift_tile), whose groups start at these columns
+    _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
     # the carry between chunks fold away at compile time
     _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
@@ -495,30 +455,12 @@ def _episodic_prefix_sum_grad_lookback_kernel(
         boundary__next__t = boundary__next__t__raw.to(ACC)
     else:
         boundary__next__t = _zero + boundary
-    # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-    # steps per thread, and one strided load per group gives the step beyond the group
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-    if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        dones__next__raw = tl.load(dones__ptr + dones__row[:, None] + _t_next[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-    else:
-        _te = _g + SHIFT_G  # [BT / G] the step after each group
-        dones__next__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-    if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-    else:
-        _te = _g - 1  # [BT / G] the step before each group
-        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+    dones__next__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+    dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
     dones = dones__raw.to(ACC)
-    if SHIFT_G == 1:
-        dones__next = dones__next__raw.to(ACC)
-    else:
-        _s = _shift_next(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__next__raw, (_M,)), _M, SHIFT_G)
-        dones__next = tl.where((_tcol == _rem - 1)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-    if SHIFT_G == 1:
-        dones__prev = dones__prev__raw.to(ACC)
-    else:
-        _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
-        dones__prev = tl.where((_tcol == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+    dones__next = _shift_tile(dones, dones__raw, dones__next__raw, _tcol, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
+    dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _tcol, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
     if HAS_gy__sums:
         gy__sums__raw = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1, volatile=LANES == 2)
         gy__sums = gy__sums__raw.to(ACC)

@@ -11,8 +11,9 @@ import triton.language as tl
 
 from scangen import abi as _abi
 from scangen.kernels.common import (
+    load_shifted as _load_shifted,
     scan_tiles as _scan_tiles,
-    shift_prev as _shift_prev,
+    shift_tile as _shift_tile,
 )
 from scangen.kernels.lookback import (
     lookback_reset as _lookback_reset,
@@ -67,8 +68,10 @@ def _episodic_prefix_sum_chunked_kernel(
     else:
         _pos = _cols
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    # Inputs read one step away load aligned (16-byte vectors, SHIFT_G steps a thread); their
+    # shifted tiles come from those in registers and one strided load a group (_load_shifted,
+    # _shift_tile), whose groups start at these columns
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
-    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
     # the carry between chunks fold away at compile time
     _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
@@ -92,20 +95,10 @@ def _episodic_prefix_sum_chunked_kernel(
             boundary__t = boundary__t__raw.to(ACC)
         else:
             boundary__t = _zero + boundary
-        # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
         dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g - 1  # [BT / G] the step before each group
-            dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         dones = dones__raw.to(ACC)
-        if SHIFT_G == 1:
-            dones__prev = dones__prev__raw.to(ACC)
-        else:
-            _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
-            dones__prev = tl.where((_pos == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
         inputs__raw = tl.load(inputs__ptr + inputs__row[:, None] + _t[None, :] * inputs__st, mask=_ok, other=1, volatile=LANES == 2)
         inputs = inputs__raw.to(ACC)
         # scan C: C_t = alpha_t + beta_t * C_{t-1}
@@ -152,8 +145,10 @@ def _episodic_prefix_sum_persist_kernel(
     else:
         _pos = _cols
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    # Inputs read one step away load aligned (16-byte vectors, SHIFT_G steps a thread); their
+    # shifted tiles come from those in registers and one strided load a group (_load_shifted,
+    # _shift_tile), whose groups start at these columns
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
-    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
     # the carry between chunks fold away at compile time
     _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
@@ -190,14 +185,8 @@ def _episodic_prefix_sum_persist_kernel(
     is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
     if boundary__TENSOR:
         boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1, volatile=LANES == 2)
-    # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-    # steps per thread, and one strided load per group gives the step beyond the group
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-    if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-    else:
-        _te = _g - 1  # [BT / G] the step before each group
-        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+    dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
     inputs__raw = tl.load(inputs__ptr + inputs__row[:, None] + _t[None, :] * inputs__st, mask=_ok, other=1, volatile=LANES == 2)
     for _i in range(0, _n_items):
         # the next item's raw tiles (masked off past the program's last item)
@@ -232,14 +221,8 @@ def _episodic_prefix_sum_persist_kernel(
         is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         if boundary__TENSOR:
             boundary__t__raw__nx = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1, volatile=LANES == 2)
-        # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
         dones__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            dones__prev__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g - 1  # [BT / G] the step before each group
-            dones__prev__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        dones__prev__raw__nx = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         inputs__raw__nx = tl.load(inputs__ptr + inputs__row[:, None] + _t[None, :] * inputs__st, mask=_ok, other=1, volatile=LANES == 2)
         # this item: the tiles loaded one iteration ago
         _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
@@ -281,11 +264,7 @@ def _episodic_prefix_sum_persist_kernel(
         else:
             boundary__t = _zero + boundary
         dones = dones__raw.to(ACC)
-        if SHIFT_G == 1:
-            dones__prev = dones__prev__raw.to(ACC)
-        else:
-            _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
-            dones__prev = tl.where((_pos == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
         inputs = inputs__raw.to(ACC)
         # scan C: C_t = alpha_t + beta_t * C_{t-1}
         _alpha = tl.where(_ok, _zero + (inputs), 0.0)
@@ -355,8 +334,10 @@ def _episodic_prefix_sum_lookback_kernel(
     else:
         _pos = _cols
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    # Inputs read one step away load aligned (16-byte vectors, SHIFT_G steps a thread); their
+    # shifted tiles come from those in registers and one strided load a group (_load_shifted,
+    # _shift_tile), whose groups start at these columns
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
-    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
     # the carry between chunks fold away at compile time
     _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
@@ -379,20 +360,10 @@ def _episodic_prefix_sum_lookback_kernel(
         boundary__t = boundary__t__raw.to(ACC)
     else:
         boundary__t = _zero + boundary
-    # dones with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-    # steps per thread, and one strided load per group gives the step beyond the group
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-    if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _t_prev[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-    else:
-        _te = _g - 1  # [BT / G] the step before each group
-        dones__prev__raw = tl.load(dones__ptr + dones__row[:, None] + _te[None, :] * dones__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+    dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
     dones = dones__raw.to(ACC)
-    if SHIFT_G == 1:
-        dones__prev = dones__prev__raw.to(ACC)
-    else:
-        _s = _shift_prev(tl.reshape(dones__raw, (_M, SHIFT_G)), tl.reshape(dones__prev__raw, (_M,)), _M, SHIFT_G)
-        dones__prev = tl.where((_pos == 0 - _t0)[None, :], dones, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+    dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
     inputs__raw = tl.load(inputs__ptr + inputs__row[:, None] + _t[None, :] * inputs__st, mask=_ok, other=1, volatile=LANES == 2)
     inputs = inputs__raw.to(ACC)
     # scan C: C_t = alpha_t + beta_t * C_{t-1}

@@ -11,8 +11,9 @@ import triton.language as tl
 
 from scangen import abi as _abi
 from scangen.kernels.common import (
+    load_shifted as _load_shifted,
     scan_tiles as _scan_tiles,
-    shift_next as _shift_next,
+    shift_tile as _shift_tile,
 )
 from scangen.kernels.lookback import (
     lookback_reset as _lookback_reset,
@@ -87,8 +88,10 @@ def _gae_chunked_kernel(
     # (each group reversed in registers) puts the chunk in reverse time order, where a forward scan
     # runs the reverse recurrence without the lane reversal of a reverse associative_scan.
     _tcol = (BLOCK_T - SHIFT_G) - (_pos // SHIFT_G) * SHIFT_G + _pos % SHIFT_G
-    _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
-    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
+    # Inputs read one step away load aligned (16-byte vectors, SHIFT_G steps a thread); their
+    # shifted tiles come from those in registers and one strided load a group (_load_shifted,
+    # _shift_tile), whose groups start at these columns
+    _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
     # the carry between chunks fold away at compile time
     _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
@@ -131,20 +134,10 @@ def _gae_chunked_kernel(
             truncateds = truncateds__raw.to(ACC)
         else:
             truncateds = _zero + 0.0
-        # values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
         values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            values__next__raw = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g + SHIFT_G  # [BT / G] the step after each group
-            values__next__raw = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+        values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
         values = values__raw.to(ACC)
-        if SHIFT_G == 1:
-            values__next = values__next__raw.to(ACC)
-        else:
-            _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
-            values__next = tl.where((_tcol == _rem - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        values__next = _shift_tile(values, values__raw, values__next__raw, _tcol, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _e1 = tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)
         _alpha = tl.where(_ok, _zero + (rewards - values + gamma__t*tl.where((tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((terminateds != 0), 0.0, tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values)), tl.where((is_last != 0), 0.0, values__next))), 0.0)
@@ -207,8 +200,10 @@ def _gae_persist_kernel(
     # (each group reversed in registers) puts the chunk in reverse time order, where a forward scan
     # runs the reverse recurrence without the lane reversal of a reverse associative_scan.
     _tcol = (BLOCK_T - SHIFT_G) - (_pos // SHIFT_G) * SHIFT_G + _pos % SHIFT_G
-    _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
-    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
+    # Inputs read one step away load aligned (16-byte vectors, SHIFT_G steps a thread); their
+    # shifted tiles come from those in registers and one strided load a group (_load_shifted,
+    # _shift_tile), whose groups start at these columns
+    _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
     # the carry between chunks fold away at compile time
     _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
@@ -258,14 +253,8 @@ def _gae_persist_kernel(
     terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
     if HAS_truncateds:
         truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-    # values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-    # steps per thread, and one strided load per group gives the step beyond the group
     values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-    if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        values__next__raw = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-    else:
-        _te = _g + SHIFT_G  # [BT / G] the step after each group
-        values__next__raw = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+    values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
     for _i in range(0, _n_items):
         # the next item's raw tiles (masked off past the program's last item)
         _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
@@ -312,14 +301,8 @@ def _gae_persist_kernel(
         terminateds__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
         if HAS_truncateds:
             truncateds__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        # values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
         values__raw__nx = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            values__next__raw__nx = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g + SHIFT_G  # [BT / G] the step after each group
-            values__next__raw__nx = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+        values__next__raw__nx = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
         # this item: the tiles loaded one iteration ago
         _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
         _c = (_i) % _n_chunks
@@ -379,11 +362,7 @@ def _gae_persist_kernel(
         else:
             truncateds = _zero + 0.0
         values = values__raw.to(ACC)
-        if SHIFT_G == 1:
-            values__next = values__next__raw.to(ACC)
-        else:
-            _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
-            values__next = tl.where((_tcol == _rem - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        values__next = _shift_tile(values, values__raw, values__next__raw, _tcol, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _e1 = tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)
         _alpha = tl.where(_ok, _zero + (rewards - values + gamma__t*tl.where((tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((terminateds != 0), 0.0, tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values)), tl.where((is_last != 0), 0.0, values__next))), 0.0)
@@ -481,8 +460,10 @@ def _gae_lookback_kernel(
     # (each group reversed in registers) puts the chunk in reverse time order, where a forward scan
     # runs the reverse recurrence without the lane reversal of a reverse associative_scan.
     _tcol = (BLOCK_T - SHIFT_G) - (_pos // SHIFT_G) * SHIFT_G + _pos % SHIFT_G
-    _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G  # each group's first step
-    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
+    # Inputs read one step away load aligned (16-byte vectors, SHIFT_G steps a thread); their
+    # shifted tiles come from those in registers and one strided load a group (_load_shifted,
+    # _shift_tile), whose groups start at these columns
+    _gcols = (BLOCK_T - SHIFT_G) - tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
     # the carry between chunks fold away at compile time
     _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
@@ -524,20 +505,10 @@ def _gae_lookback_kernel(
         truncateds = truncateds__raw.to(ACC)
     else:
         truncateds = _zero + 0.0
-    # values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-    # steps per thread, and one strided load per group gives the step beyond the group
     values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-    if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        values__next__raw = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-    else:
-        _te = _g + SHIFT_G  # [BT / G] the step after each group
-        values__next__raw = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+    values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
     values = values__raw.to(ACC)
-    if SHIFT_G == 1:
-        values__next = values__next__raw.to(ACC)
-    else:
-        _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
-        values__next = tl.where((_tcol == _rem - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+    values__next = _shift_tile(values, values__raw, values__next__raw, _tcol, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
     # scan A: A_t = alpha_t + beta_t * A_{t+1}
     _e1 = tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)
     _alpha = tl.where(_ok, _zero + (rewards - values + gamma__t*tl.where((tl.where((is_last != 0), 1.0, _e1) != 0), tl.where((terminateds != 0), 0.0, tl.where((is_last != 0), bootstrap_values + last_value[:, None], bootstrap_values)), tl.where((is_last != 0), 0.0, values__next))), 0.0)

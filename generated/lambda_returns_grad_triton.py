@@ -11,9 +11,9 @@ import triton.language as tl
 
 from scangen import abi as _abi
 from scangen.kernels.common import (
+    load_shifted as _load_shifted,
     scan_tiles as _scan_tiles,
-    shift_next as _shift_next,
-    shift_prev as _shift_prev,
+    shift_tile as _shift_tile,
 )
 from scangen.kernels.lookback import (
     lookback_reset as _lookback_reset,
@@ -86,8 +86,10 @@ def _lambda_returns_grad_chunked_kernel(
     else:
         _pos = _cols
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    # Inputs read one step away load aligned (16-byte vectors, SHIFT_G steps a thread); their
+    # shifted tiles come from those in registers and one strided load a group (_load_shifted,
+    # _shift_tile), whose groups start at these columns
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
-    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
     # the carry between chunks fold away at compile time
     _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
@@ -141,49 +143,19 @@ def _lambda_returns_grad_chunked_kernel(
             lambda___prev__t = _zero + lambda_
         next_values__raw = tl.load(next_values__ptr + next_values__row[:, None] + _t[None, :] * next_values__st, mask=_ok, other=1, volatile=LANES == 2)
         next_values = next_values__raw.to(ACC)
-        # st__G with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
         st__G__raw = tl.load(st__G__ptr + st__G__row[:, None] + _t[None, :] * st__G__st, mask=_ok, other=1, volatile=LANES == 2)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            st__G__next__raw = tl.load(st__G__ptr + st__G__row[:, None] + _t_next[None, :] * st__G__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g + SHIFT_G  # [BT / G] the step after each group
-            st__G__next__raw = tl.load(st__G__ptr + st__G__row[:, None] + _te[None, :] * st__G__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+        st__G__next__raw = _load_shifted(st__G__ptr, st__G__row, st__G__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
         st__G = st__G__raw.to(ACC)
-        if SHIFT_G == 1:
-            st__G__next = st__G__next__raw.to(ACC)
-        else:
-            _s = _shift_next(tl.reshape(st__G__raw, (_M, SHIFT_G)), tl.reshape(st__G__next__raw, (_M,)), _M, SHIFT_G)
-            st__G__next = tl.where((_pos == _rem - 1)[None, :], st__G, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-        # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
+        st__G__next = _shift_tile(st__G, st__G__raw, st__G__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
         terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g - 1  # [BT / G] the step before each group
-            terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        terminateds__prev__raw = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         terminateds = terminateds__raw.to(ACC)
-        if SHIFT_G == 1:
-            terminateds__prev = terminateds__prev__raw.to(ACC)
-        else:
-            _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(terminateds__prev__raw, (_M,)), _M, SHIFT_G)
-            terminateds__prev = tl.where((_pos == 0 - _t0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        terminateds__prev = _shift_tile(terminateds, terminateds__raw, terminateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
         if HAS_truncateds:
-            # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-            # steps per thread, and one strided load per group gives the step beyond the group
             truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-            if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-            else:
-                _te = _g - 1  # [BT / G] the step before each group
-                truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+            truncateds__prev__raw = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
             truncateds = truncateds__raw.to(ACC)
-            if SHIFT_G == 1:
-                truncateds__prev = truncateds__prev__raw.to(ACC)
-            else:
-                _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(truncateds__prev__raw, (_M,)), _M, SHIFT_G)
-                truncateds__prev = tl.where((_pos == 0 - _t0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            truncateds__prev = _shift_tile(truncateds, truncateds__raw, truncateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
         else:
             truncateds = _zero + 0.0
             truncateds__prev = _zero + 0.0
@@ -259,8 +231,10 @@ def _lambda_returns_grad_persist_kernel(
     else:
         _pos = _cols
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    # Inputs read one step away load aligned (16-byte vectors, SHIFT_G steps a thread); their
+    # shifted tiles come from those in registers and one strided load a group (_load_shifted,
+    # _shift_tile), whose groups start at these columns
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
-    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
     # the carry between chunks fold away at compile time
     _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
@@ -319,31 +293,13 @@ def _lambda_returns_grad_persist_kernel(
     if lambda___TENSOR:
         lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
     next_values__raw = tl.load(next_values__ptr + next_values__row[:, None] + _t[None, :] * next_values__st, mask=_ok, other=1, volatile=LANES == 2)
-    # st__G with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-    # steps per thread, and one strided load per group gives the step beyond the group
     st__G__raw = tl.load(st__G__ptr + st__G__row[:, None] + _t[None, :] * st__G__st, mask=_ok, other=1, volatile=LANES == 2)
-    if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        st__G__next__raw = tl.load(st__G__ptr + st__G__row[:, None] + _t_next[None, :] * st__G__st, mask=_ok, other=1, volatile=LANES == 2)
-    else:
-        _te = _g + SHIFT_G  # [BT / G] the step after each group
-        st__G__next__raw = tl.load(st__G__ptr + st__G__row[:, None] + _te[None, :] * st__G__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-    # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-    # steps per thread, and one strided load per group gives the step beyond the group
+    st__G__next__raw = _load_shifted(st__G__ptr, st__G__row, st__G__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
     terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-    if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-    else:
-        _te = _g - 1  # [BT / G] the step before each group
-        terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+    terminateds__prev__raw = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
     if HAS_truncateds:
-        # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
         truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g - 1  # [BT / G] the step before each group
-            truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        truncateds__prev__raw = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
     for _i in range(0, _n_items):
         # the next item's raw tiles (masked off past the program's last item)
         _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
@@ -399,31 +355,13 @@ def _lambda_returns_grad_persist_kernel(
         if lambda___TENSOR:
             lambda___prev__t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
         next_values__raw__nx = tl.load(next_values__ptr + next_values__row[:, None] + _t[None, :] * next_values__st, mask=_ok, other=1, volatile=LANES == 2)
-        # st__G with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
         st__G__raw__nx = tl.load(st__G__ptr + st__G__row[:, None] + _t[None, :] * st__G__st, mask=_ok, other=1, volatile=LANES == 2)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            st__G__next__raw__nx = tl.load(st__G__ptr + st__G__row[:, None] + _t_next[None, :] * st__G__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g + SHIFT_G  # [BT / G] the step after each group
-            st__G__next__raw__nx = tl.load(st__G__ptr + st__G__row[:, None] + _te[None, :] * st__G__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-        # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
+        st__G__next__raw__nx = _load_shifted(st__G__ptr, st__G__row, st__G__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
         terminateds__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            terminateds__prev__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g - 1  # [BT / G] the step before each group
-            terminateds__prev__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        terminateds__prev__raw__nx = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         if HAS_truncateds:
-            # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-            # steps per thread, and one strided load per group gives the step beyond the group
             truncateds__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-            if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                truncateds__prev__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-            else:
-                _te = _g - 1  # [BT / G] the step before each group
-                truncateds__prev__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+            truncateds__prev__raw__nx = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         # this item: the tiles loaded one iteration ago
         _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
         _c = (_i) % _n_chunks
@@ -493,24 +431,12 @@ def _lambda_returns_grad_persist_kernel(
             lambda___prev__t = _zero + lambda_
         next_values = next_values__raw.to(ACC)
         st__G = st__G__raw.to(ACC)
-        if SHIFT_G == 1:
-            st__G__next = st__G__next__raw.to(ACC)
-        else:
-            _s = _shift_next(tl.reshape(st__G__raw, (_M, SHIFT_G)), tl.reshape(st__G__next__raw, (_M,)), _M, SHIFT_G)
-            st__G__next = tl.where((_pos == _rem - 1)[None, :], st__G, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        st__G__next = _shift_tile(st__G, st__G__raw, st__G__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
         terminateds = terminateds__raw.to(ACC)
-        if SHIFT_G == 1:
-            terminateds__prev = terminateds__prev__raw.to(ACC)
-        else:
-            _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(terminateds__prev__raw, (_M,)), _M, SHIFT_G)
-            terminateds__prev = tl.where((_pos == 0 - _t0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        terminateds__prev = _shift_tile(terminateds, terminateds__raw, terminateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
         if HAS_truncateds:
             truncateds = truncateds__raw.to(ACC)
-            if SHIFT_G == 1:
-                truncateds__prev = truncateds__prev__raw.to(ACC)
-            else:
-                _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(truncateds__prev__raw, (_M,)), _M, SHIFT_G)
-                truncateds__prev = tl.where((_pos == 0 - _t0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            truncateds__prev = _shift_tile(truncateds, truncateds__raw, truncateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
         else:
             truncateds = _zero + 0.0
             truncateds__prev = _zero + 0.0
@@ -629,8 +555,10 @@ def _lambda_returns_grad_lookback_kernel(
     else:
         _pos = _cols
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    # Inputs read one step away load aligned (16-byte vectors, SHIFT_G steps a thread); their
+    # shifted tiles come from those in registers and one strided load a group (_load_shifted,
+    # _shift_tile), whose groups start at these columns
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
-    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
     # the carry between chunks fold away at compile time
     _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
@@ -683,49 +611,19 @@ def _lambda_returns_grad_lookback_kernel(
         lambda___prev__t = _zero + lambda_
     next_values__raw = tl.load(next_values__ptr + next_values__row[:, None] + _t[None, :] * next_values__st, mask=_ok, other=1, volatile=LANES == 2)
     next_values = next_values__raw.to(ACC)
-    # st__G with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-    # steps per thread, and one strided load per group gives the step beyond the group
     st__G__raw = tl.load(st__G__ptr + st__G__row[:, None] + _t[None, :] * st__G__st, mask=_ok, other=1, volatile=LANES == 2)
-    if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        st__G__next__raw = tl.load(st__G__ptr + st__G__row[:, None] + _t_next[None, :] * st__G__st, mask=_ok, other=1, volatile=LANES == 2)
-    else:
-        _te = _g + SHIFT_G  # [BT / G] the step after each group
-        st__G__next__raw = tl.load(st__G__ptr + st__G__row[:, None] + _te[None, :] * st__G__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+    st__G__next__raw = _load_shifted(st__G__ptr, st__G__row, st__G__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
     st__G = st__G__raw.to(ACC)
-    if SHIFT_G == 1:
-        st__G__next = st__G__next__raw.to(ACC)
-    else:
-        _s = _shift_next(tl.reshape(st__G__raw, (_M, SHIFT_G)), tl.reshape(st__G__next__raw, (_M,)), _M, SHIFT_G)
-        st__G__next = tl.where((_pos == _rem - 1)[None, :], st__G, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-    # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-    # steps per thread, and one strided load per group gives the step beyond the group
+    st__G__next = _shift_tile(st__G, st__G__raw, st__G__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
     terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-    if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-    else:
-        _te = _g - 1  # [BT / G] the step before each group
-        terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+    terminateds__prev__raw = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
     terminateds = terminateds__raw.to(ACC)
-    if SHIFT_G == 1:
-        terminateds__prev = terminateds__prev__raw.to(ACC)
-    else:
-        _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(terminateds__prev__raw, (_M,)), _M, SHIFT_G)
-        terminateds__prev = tl.where((_pos == 0 - _t0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+    terminateds__prev = _shift_tile(terminateds, terminateds__raw, terminateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
     if HAS_truncateds:
-        # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
         truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g - 1  # [BT / G] the step before each group
-            truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        truncateds__prev__raw = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         truncateds = truncateds__raw.to(ACC)
-        if SHIFT_G == 1:
-            truncateds__prev = truncateds__prev__raw.to(ACC)
-        else:
-            _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(truncateds__prev__raw, (_M,)), _M, SHIFT_G)
-            truncateds__prev = tl.where((_pos == 0 - _t0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        truncateds__prev = _shift_tile(truncateds, truncateds__raw, truncateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
     else:
         truncateds = _zero + 0.0
         truncateds__prev = _zero + 0.0

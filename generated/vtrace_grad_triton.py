@@ -11,9 +11,9 @@ import triton.language as tl
 
 from scangen import abi as _abi
 from scangen.kernels.common import (
+    load_shifted as _load_shifted,
     scan_tiles as _scan_tiles,
-    shift_next as _shift_next,
-    shift_prev as _shift_prev,
+    shift_tile as _shift_tile,
 )
 from scangen.kernels.lookback import (
     lookback_reset as _lookback_reset,
@@ -122,8 +122,10 @@ def _vtrace_grad_chunked_kernel(
     else:
         _pos = _cols
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    # Inputs read one step away load aligned (16-byte vectors, SHIFT_G steps a thread); their
+    # shifted tiles come from those in registers and one strided load a group (_load_shifted,
+    # _shift_tile), whose groups start at these columns
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
-    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
     # the carry between chunks fold away at compile time
     _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
@@ -171,20 +173,10 @@ def _vtrace_grad_chunked_kernel(
         else:
             gamma__prev__t = _zero + gamma
         if HAS_gy__pg_advantages:
-            # gy__pg_advantages with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-            # steps per thread, and one strided load per group gives the step beyond the group
             gy__pg_advantages__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t[None, :] * gy__pg_advantages__st, mask=_ok, other=1, volatile=LANES == 2)
-            if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                gy__pg_advantages__prev__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t_prev[None, :] * gy__pg_advantages__st, mask=_ok, other=1, volatile=LANES == 2)
-            else:
-                _te = _g - 1  # [BT / G] the step before each group
-                gy__pg_advantages__prev__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _te[None, :] * gy__pg_advantages__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+            gy__pg_advantages__prev__raw = _load_shifted(gy__pg_advantages__ptr, gy__pg_advantages__row, gy__pg_advantages__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
             gy__pg_advantages = gy__pg_advantages__raw.to(ACC)
-            if SHIFT_G == 1:
-                gy__pg_advantages__prev = gy__pg_advantages__prev__raw.to(ACC)
-            else:
-                _s = _shift_prev(tl.reshape(gy__pg_advantages__raw, (_M, SHIFT_G)), tl.reshape(gy__pg_advantages__prev__raw, (_M,)), _M, SHIFT_G)
-                gy__pg_advantages__prev = tl.where((_pos == 0 - _t0)[None, :], gy__pg_advantages, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            gy__pg_advantages__prev = _shift_tile(gy__pg_advantages, gy__pg_advantages__raw, gy__pg_advantages__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
         else:
             gy__pg_advantages = _zero + 0.0
             gy__pg_advantages__prev = _zero + 0.0
@@ -203,34 +195,14 @@ def _vtrace_grad_chunked_kernel(
             lambda___prev__t = lambda___prev__t__raw.to(ACC)
         else:
             lambda___prev__t = _zero + lambda_
-        # log_pi_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
         log_pi_behavior__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            log_pi_behavior__prev__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t_prev[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g - 1  # [BT / G] the step before each group
-            log_pi_behavior__prev__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _te[None, :] * log_pi_behavior__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        log_pi_behavior__prev__raw = _load_shifted(log_pi_behavior__ptr, log_pi_behavior__row, log_pi_behavior__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         log_pi_behavior = log_pi_behavior__raw.to(ACC)
-        if SHIFT_G == 1:
-            log_pi_behavior__prev = log_pi_behavior__prev__raw.to(ACC)
-        else:
-            _s = _shift_prev(tl.reshape(log_pi_behavior__raw, (_M, SHIFT_G)), tl.reshape(log_pi_behavior__prev__raw, (_M,)), _M, SHIFT_G)
-            log_pi_behavior__prev = tl.where((_pos == 0 - _t0)[None, :], log_pi_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-        # log_pi_target with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
+        log_pi_behavior__prev = _shift_tile(log_pi_behavior, log_pi_behavior__raw, log_pi_behavior__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
         log_pi_target__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1, volatile=LANES == 2)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            log_pi_target__prev__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t_prev[None, :] * log_pi_target__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g - 1  # [BT / G] the step before each group
-            log_pi_target__prev__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _te[None, :] * log_pi_target__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        log_pi_target__prev__raw = _load_shifted(log_pi_target__ptr, log_pi_target__row, log_pi_target__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         log_pi_target = log_pi_target__raw.to(ACC)
-        if SHIFT_G == 1:
-            log_pi_target__prev = log_pi_target__prev__raw.to(ACC)
-        else:
-            _s = _shift_prev(tl.reshape(log_pi_target__raw, (_M, SHIFT_G)), tl.reshape(log_pi_target__prev__raw, (_M,)), _M, SHIFT_G)
-            log_pi_target__prev = tl.where((_pos == 0 - _t0)[None, :], log_pi_target, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        log_pi_target__prev = _shift_tile(log_pi_target, log_pi_target__raw, log_pi_target__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
         if pg_rho_bar__TENSOR:
             pg_rho_bar__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
             pg_rho_bar__t = pg_rho_bar__t__raw.to(ACC)
@@ -253,66 +225,26 @@ def _vtrace_grad_chunked_kernel(
             rho_bar__prev__t = rho_bar__prev__t__raw.to(ACC)
         else:
             rho_bar__prev__t = _zero + rho_bar
-        # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
         st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g + SHIFT_G  # [BT / G] the step after each group
-            st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+        st__A__next__raw = _load_shifted(st__A__ptr, st__A__row, st__A__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
         st__A = st__A__raw.to(ACC)
-        if SHIFT_G == 1:
-            st__A__next = st__A__next__raw.to(ACC)
-        else:
-            _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(st__A__next__raw, (_M,)), _M, SHIFT_G)
-            st__A__next = tl.where((_pos == _rem - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-        # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
+        st__A__next = _shift_tile(st__A, st__A__raw, st__A__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
         terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g - 1  # [BT / G] the step before each group
-            terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        terminateds__prev__raw = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         terminateds = terminateds__raw.to(ACC)
-        if SHIFT_G == 1:
-            terminateds__prev = terminateds__prev__raw.to(ACC)
-        else:
-            _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(terminateds__prev__raw, (_M,)), _M, SHIFT_G)
-            terminateds__prev = tl.where((_pos == 0 - _t0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        terminateds__prev = _shift_tile(terminateds, terminateds__raw, terminateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
         if HAS_truncateds:
-            # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-            # steps per thread, and one strided load per group gives the step beyond the group
             truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-            if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-            else:
-                _te = _g - 1  # [BT / G] the step before each group
-                truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+            truncateds__prev__raw = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
             truncateds = truncateds__raw.to(ACC)
-            if SHIFT_G == 1:
-                truncateds__prev = truncateds__prev__raw.to(ACC)
-            else:
-                _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(truncateds__prev__raw, (_M,)), _M, SHIFT_G)
-                truncateds__prev = tl.where((_pos == 0 - _t0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            truncateds__prev = _shift_tile(truncateds, truncateds__raw, truncateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
         else:
             truncateds = _zero + 0.0
             truncateds__prev = _zero + 0.0
-        # values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
         values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            values__next__raw = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g + SHIFT_G  # [BT / G] the step after each group
-            values__next__raw = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+        values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
         values = values__raw.to(ACC)
-        if SHIFT_G == 1:
-            values__next = values__next__raw.to(ACC)
-        else:
-            _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
-            values__next = tl.where((_pos == _rem - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        values__next = _shift_tile(values, values__raw, values__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
         # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
         _e1 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
         _e2 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
@@ -442,8 +374,10 @@ def _vtrace_grad_persist_kernel(
     else:
         _pos = _cols
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    # Inputs read one step away load aligned (16-byte vectors, SHIFT_G steps a thread); their
+    # shifted tiles come from those in registers and one strided load a group (_load_shifted,
+    # _shift_tile), whose groups start at these columns
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
-    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
     # the carry between chunks fold away at compile time
     _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
@@ -513,36 +447,18 @@ def _vtrace_grad_persist_kernel(
     if gamma__TENSOR:
         gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
     if HAS_gy__pg_advantages:
-        # gy__pg_advantages with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
         gy__pg_advantages__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t[None, :] * gy__pg_advantages__st, mask=_ok, other=1, volatile=LANES == 2)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            gy__pg_advantages__prev__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t_prev[None, :] * gy__pg_advantages__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g - 1  # [BT / G] the step before each group
-            gy__pg_advantages__prev__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _te[None, :] * gy__pg_advantages__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        gy__pg_advantages__prev__raw = _load_shifted(gy__pg_advantages__ptr, gy__pg_advantages__row, gy__pg_advantages__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
     if HAS_gy__targets:
         gy__targets__raw = tl.load(gy__targets__ptr + gy__targets__row[:, None] + _t[None, :] * gy__targets__st, mask=_ok, other=1, volatile=LANES == 2)
     if lambda___TENSOR:
         lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
     if lambda___TENSOR:
         lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-    # log_pi_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-    # steps per thread, and one strided load per group gives the step beyond the group
     log_pi_behavior__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
-    if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        log_pi_behavior__prev__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t_prev[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
-    else:
-        _te = _g - 1  # [BT / G] the step before each group
-        log_pi_behavior__prev__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _te[None, :] * log_pi_behavior__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-    # log_pi_target with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-    # steps per thread, and one strided load per group gives the step beyond the group
+    log_pi_behavior__prev__raw = _load_shifted(log_pi_behavior__ptr, log_pi_behavior__row, log_pi_behavior__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
     log_pi_target__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1, volatile=LANES == 2)
-    if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        log_pi_target__prev__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t_prev[None, :] * log_pi_target__st, mask=_ok, other=1, volatile=LANES == 2)
-    else:
-        _te = _g - 1  # [BT / G] the step before each group
-        log_pi_target__prev__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _te[None, :] * log_pi_target__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+    log_pi_target__prev__raw = _load_shifted(log_pi_target__ptr, log_pi_target__row, log_pi_target__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
     if pg_rho_bar__TENSOR:
         pg_rho_bar__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
     if pg_rho_bar__TENSOR:
@@ -552,39 +468,15 @@ def _vtrace_grad_persist_kernel(
         rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
     if rho_bar__TENSOR:
         rho_bar__prev__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t_prev[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-    # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-    # steps per thread, and one strided load per group gives the step beyond the group
     st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
-    if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
-    else:
-        _te = _g + SHIFT_G  # [BT / G] the step after each group
-        st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-    # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-    # steps per thread, and one strided load per group gives the step beyond the group
+    st__A__next__raw = _load_shifted(st__A__ptr, st__A__row, st__A__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
     terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-    if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-    else:
-        _te = _g - 1  # [BT / G] the step before each group
-        terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+    terminateds__prev__raw = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
     if HAS_truncateds:
-        # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
         truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g - 1  # [BT / G] the step before each group
-            truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-    # values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-    # steps per thread, and one strided load per group gives the step beyond the group
+        truncateds__prev__raw = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
     values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-    if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        values__next__raw = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-    else:
-        _te = _g + SHIFT_G  # [BT / G] the step after each group
-        values__next__raw = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+    values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
     for _i in range(0, _n_items):
         # the next item's raw tiles (masked off past the program's last item)
         _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
@@ -651,36 +543,18 @@ def _vtrace_grad_persist_kernel(
         if gamma__TENSOR:
             gamma__prev__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
         if HAS_gy__pg_advantages:
-            # gy__pg_advantages with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-            # steps per thread, and one strided load per group gives the step beyond the group
             gy__pg_advantages__raw__nx = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t[None, :] * gy__pg_advantages__st, mask=_ok, other=1, volatile=LANES == 2)
-            if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                gy__pg_advantages__prev__raw__nx = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t_prev[None, :] * gy__pg_advantages__st, mask=_ok, other=1, volatile=LANES == 2)
-            else:
-                _te = _g - 1  # [BT / G] the step before each group
-                gy__pg_advantages__prev__raw__nx = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _te[None, :] * gy__pg_advantages__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+            gy__pg_advantages__prev__raw__nx = _load_shifted(gy__pg_advantages__ptr, gy__pg_advantages__row, gy__pg_advantages__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         if HAS_gy__targets:
             gy__targets__raw__nx = tl.load(gy__targets__ptr + gy__targets__row[:, None] + _t[None, :] * gy__targets__st, mask=_ok, other=1, volatile=LANES == 2)
         if lambda___TENSOR:
             lambda___t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
         if lambda___TENSOR:
             lambda___prev__t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-        # log_pi_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
         log_pi_behavior__raw__nx = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            log_pi_behavior__prev__raw__nx = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t_prev[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g - 1  # [BT / G] the step before each group
-            log_pi_behavior__prev__raw__nx = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _te[None, :] * log_pi_behavior__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-        # log_pi_target with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
+        log_pi_behavior__prev__raw__nx = _load_shifted(log_pi_behavior__ptr, log_pi_behavior__row, log_pi_behavior__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         log_pi_target__raw__nx = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1, volatile=LANES == 2)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            log_pi_target__prev__raw__nx = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t_prev[None, :] * log_pi_target__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g - 1  # [BT / G] the step before each group
-            log_pi_target__prev__raw__nx = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _te[None, :] * log_pi_target__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        log_pi_target__prev__raw__nx = _load_shifted(log_pi_target__ptr, log_pi_target__row, log_pi_target__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         if pg_rho_bar__TENSOR:
             pg_rho_bar__t__raw__nx = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
         if pg_rho_bar__TENSOR:
@@ -690,39 +564,15 @@ def _vtrace_grad_persist_kernel(
             rho_bar__t__raw__nx = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
         if rho_bar__TENSOR:
             rho_bar__prev__t__raw__nx = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t_prev[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-        # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
         st__A__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            st__A__next__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g + SHIFT_G  # [BT / G] the step after each group
-            st__A__next__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
-        # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
+        st__A__next__raw__nx = _load_shifted(st__A__ptr, st__A__row, st__A__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
         terminateds__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            terminateds__prev__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g - 1  # [BT / G] the step before each group
-            terminateds__prev__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        terminateds__prev__raw__nx = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         if HAS_truncateds:
-            # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-            # steps per thread, and one strided load per group gives the step beyond the group
             truncateds__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-            if SHIFT_G == 1:  # one step per thread: the plain shifted load
-                truncateds__prev__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-            else:
-                _te = _g - 1  # [BT / G] the step before each group
-                truncateds__prev__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
-        # values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
+            truncateds__prev__raw__nx = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         values__raw__nx = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            values__next__raw__nx = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g + SHIFT_G  # [BT / G] the step after each group
-            values__next__raw__nx = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+        values__next__raw__nx = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
         # this item: the tiles loaded one iteration ago
         _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
         _c = (_i) % _n_chunks
@@ -804,11 +654,7 @@ def _vtrace_grad_persist_kernel(
             gamma__prev__t = _zero + gamma
         if HAS_gy__pg_advantages:
             gy__pg_advantages = gy__pg_advantages__raw.to(ACC)
-            if SHIFT_G == 1:
-                gy__pg_advantages__prev = gy__pg_advantages__prev__raw.to(ACC)
-            else:
-                _s = _shift_prev(tl.reshape(gy__pg_advantages__raw, (_M, SHIFT_G)), tl.reshape(gy__pg_advantages__prev__raw, (_M,)), _M, SHIFT_G)
-                gy__pg_advantages__prev = tl.where((_pos == 0 - _t0)[None, :], gy__pg_advantages, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            gy__pg_advantages__prev = _shift_tile(gy__pg_advantages, gy__pg_advantages__raw, gy__pg_advantages__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
         else:
             gy__pg_advantages = _zero + 0.0
             gy__pg_advantages__prev = _zero + 0.0
@@ -825,17 +671,9 @@ def _vtrace_grad_persist_kernel(
         else:
             lambda___prev__t = _zero + lambda_
         log_pi_behavior = log_pi_behavior__raw.to(ACC)
-        if SHIFT_G == 1:
-            log_pi_behavior__prev = log_pi_behavior__prev__raw.to(ACC)
-        else:
-            _s = _shift_prev(tl.reshape(log_pi_behavior__raw, (_M, SHIFT_G)), tl.reshape(log_pi_behavior__prev__raw, (_M,)), _M, SHIFT_G)
-            log_pi_behavior__prev = tl.where((_pos == 0 - _t0)[None, :], log_pi_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        log_pi_behavior__prev = _shift_tile(log_pi_behavior, log_pi_behavior__raw, log_pi_behavior__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
         log_pi_target = log_pi_target__raw.to(ACC)
-        if SHIFT_G == 1:
-            log_pi_target__prev = log_pi_target__prev__raw.to(ACC)
-        else:
-            _s = _shift_prev(tl.reshape(log_pi_target__raw, (_M, SHIFT_G)), tl.reshape(log_pi_target__prev__raw, (_M,)), _M, SHIFT_G)
-            log_pi_target__prev = tl.where((_pos == 0 - _t0)[None, :], log_pi_target, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        log_pi_target__prev = _shift_tile(log_pi_target, log_pi_target__raw, log_pi_target__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
         if pg_rho_bar__TENSOR:
             pg_rho_bar__t = pg_rho_bar__t__raw.to(ACC)
         else:
@@ -854,33 +692,17 @@ def _vtrace_grad_persist_kernel(
         else:
             rho_bar__prev__t = _zero + rho_bar
         st__A = st__A__raw.to(ACC)
-        if SHIFT_G == 1:
-            st__A__next = st__A__next__raw.to(ACC)
-        else:
-            _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(st__A__next__raw, (_M,)), _M, SHIFT_G)
-            st__A__next = tl.where((_pos == _rem - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        st__A__next = _shift_tile(st__A, st__A__raw, st__A__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
         terminateds = terminateds__raw.to(ACC)
-        if SHIFT_G == 1:
-            terminateds__prev = terminateds__prev__raw.to(ACC)
-        else:
-            _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(terminateds__prev__raw, (_M,)), _M, SHIFT_G)
-            terminateds__prev = tl.where((_pos == 0 - _t0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        terminateds__prev = _shift_tile(terminateds, terminateds__raw, terminateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
         if HAS_truncateds:
             truncateds = truncateds__raw.to(ACC)
-            if SHIFT_G == 1:
-                truncateds__prev = truncateds__prev__raw.to(ACC)
-            else:
-                _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(truncateds__prev__raw, (_M,)), _M, SHIFT_G)
-                truncateds__prev = tl.where((_pos == 0 - _t0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+            truncateds__prev = _shift_tile(truncateds, truncateds__raw, truncateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
         else:
             truncateds = _zero + 0.0
             truncateds__prev = _zero + 0.0
         values = values__raw.to(ACC)
-        if SHIFT_G == 1:
-            values__next = values__next__raw.to(ACC)
-        else:
-            _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
-            values__next = tl.where((_pos == _rem - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        values__next = _shift_tile(values, values__raw, values__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
         # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
         _e1 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
         _e2 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
@@ -1090,8 +912,10 @@ def _vtrace_grad_lookback_kernel(
     else:
         _pos = _cols
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
+    # Inputs read one step away load aligned (16-byte vectors, SHIFT_G steps a thread); their
+    # shifted tiles come from those in registers and one strided load a group (_load_shifted,
+    # _shift_tile), whose groups start at these columns
     _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
-    _M: tl.constexpr = BLOCK_N * BLOCK_T // SHIFT_G
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
     # the carry between chunks fold away at compile time
     _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
@@ -1138,20 +962,10 @@ def _vtrace_grad_lookback_kernel(
     else:
         gamma__prev__t = _zero + gamma
     if HAS_gy__pg_advantages:
-        # gy__pg_advantages with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
         gy__pg_advantages__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t[None, :] * gy__pg_advantages__st, mask=_ok, other=1, volatile=LANES == 2)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            gy__pg_advantages__prev__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t_prev[None, :] * gy__pg_advantages__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g - 1  # [BT / G] the step before each group
-            gy__pg_advantages__prev__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _te[None, :] * gy__pg_advantages__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        gy__pg_advantages__prev__raw = _load_shifted(gy__pg_advantages__ptr, gy__pg_advantages__row, gy__pg_advantages__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         gy__pg_advantages = gy__pg_advantages__raw.to(ACC)
-        if SHIFT_G == 1:
-            gy__pg_advantages__prev = gy__pg_advantages__prev__raw.to(ACC)
-        else:
-            _s = _shift_prev(tl.reshape(gy__pg_advantages__raw, (_M, SHIFT_G)), tl.reshape(gy__pg_advantages__prev__raw, (_M,)), _M, SHIFT_G)
-            gy__pg_advantages__prev = tl.where((_pos == 0 - _t0)[None, :], gy__pg_advantages, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        gy__pg_advantages__prev = _shift_tile(gy__pg_advantages, gy__pg_advantages__raw, gy__pg_advantages__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
     else:
         gy__pg_advantages = _zero + 0.0
         gy__pg_advantages__prev = _zero + 0.0
@@ -1170,34 +984,14 @@ def _vtrace_grad_lookback_kernel(
         lambda___prev__t = lambda___prev__t__raw.to(ACC)
     else:
         lambda___prev__t = _zero + lambda_
-    # log_pi_behavior with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-    # steps per thread, and one strided load per group gives the step beyond the group
     log_pi_behavior__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
-    if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        log_pi_behavior__prev__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t_prev[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
-    else:
-        _te = _g - 1  # [BT / G] the step before each group
-        log_pi_behavior__prev__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _te[None, :] * log_pi_behavior__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+    log_pi_behavior__prev__raw = _load_shifted(log_pi_behavior__ptr, log_pi_behavior__row, log_pi_behavior__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
     log_pi_behavior = log_pi_behavior__raw.to(ACC)
-    if SHIFT_G == 1:
-        log_pi_behavior__prev = log_pi_behavior__prev__raw.to(ACC)
-    else:
-        _s = _shift_prev(tl.reshape(log_pi_behavior__raw, (_M, SHIFT_G)), tl.reshape(log_pi_behavior__prev__raw, (_M,)), _M, SHIFT_G)
-        log_pi_behavior__prev = tl.where((_pos == 0 - _t0)[None, :], log_pi_behavior, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-    # log_pi_target with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-    # steps per thread, and one strided load per group gives the step beyond the group
+    log_pi_behavior__prev = _shift_tile(log_pi_behavior, log_pi_behavior__raw, log_pi_behavior__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
     log_pi_target__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1, volatile=LANES == 2)
-    if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        log_pi_target__prev__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t_prev[None, :] * log_pi_target__st, mask=_ok, other=1, volatile=LANES == 2)
-    else:
-        _te = _g - 1  # [BT / G] the step before each group
-        log_pi_target__prev__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _te[None, :] * log_pi_target__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+    log_pi_target__prev__raw = _load_shifted(log_pi_target__ptr, log_pi_target__row, log_pi_target__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
     log_pi_target = log_pi_target__raw.to(ACC)
-    if SHIFT_G == 1:
-        log_pi_target__prev = log_pi_target__prev__raw.to(ACC)
-    else:
-        _s = _shift_prev(tl.reshape(log_pi_target__raw, (_M, SHIFT_G)), tl.reshape(log_pi_target__prev__raw, (_M,)), _M, SHIFT_G)
-        log_pi_target__prev = tl.where((_pos == 0 - _t0)[None, :], log_pi_target, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+    log_pi_target__prev = _shift_tile(log_pi_target, log_pi_target__raw, log_pi_target__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
     if pg_rho_bar__TENSOR:
         pg_rho_bar__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
         pg_rho_bar__t = pg_rho_bar__t__raw.to(ACC)
@@ -1220,66 +1014,26 @@ def _vtrace_grad_lookback_kernel(
         rho_bar__prev__t = rho_bar__prev__t__raw.to(ACC)
     else:
         rho_bar__prev__t = _zero + rho_bar
-    # st__A with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-    # steps per thread, and one strided load per group gives the step beyond the group
     st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
-    if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t_next[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
-    else:
-        _te = _g + SHIFT_G  # [BT / G] the step after each group
-        st__A__next__raw = tl.load(st__A__ptr + st__A__row[:, None] + _te[None, :] * st__A__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+    st__A__next__raw = _load_shifted(st__A__ptr, st__A__row, st__A__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
     st__A = st__A__raw.to(ACC)
-    if SHIFT_G == 1:
-        st__A__next = st__A__next__raw.to(ACC)
-    else:
-        _s = _shift_next(tl.reshape(st__A__raw, (_M, SHIFT_G)), tl.reshape(st__A__next__raw, (_M,)), _M, SHIFT_G)
-        st__A__next = tl.where((_pos == _rem - 1)[None, :], st__A, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
-    # terminateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-    # steps per thread, and one strided load per group gives the step beyond the group
+    st__A__next = _shift_tile(st__A, st__A__raw, st__A__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
     terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-    if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t_prev[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-    else:
-        _te = _g - 1  # [BT / G] the step before each group
-        terminateds__prev__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _te[None, :] * terminateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+    terminateds__prev__raw = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
     terminateds = terminateds__raw.to(ACC)
-    if SHIFT_G == 1:
-        terminateds__prev = terminateds__prev__raw.to(ACC)
-    else:
-        _s = _shift_prev(tl.reshape(terminateds__raw, (_M, SHIFT_G)), tl.reshape(terminateds__prev__raw, (_M,)), _M, SHIFT_G)
-        terminateds__prev = tl.where((_pos == 0 - _t0)[None, :], terminateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+    terminateds__prev = _shift_tile(terminateds, terminateds__raw, terminateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
     if HAS_truncateds:
-        # truncateds with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-        # steps per thread, and one strided load per group gives the step beyond the group
         truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        if SHIFT_G == 1:  # one step per thread: the plain shifted load
-            truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t_prev[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        else:
-            _te = _g - 1  # [BT / G] the step before each group
-            truncateds__prev__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _te[None, :] * truncateds__st, mask=_row_ok[:, None] & (_te >= 0)[None, :], other=1)
+        truncateds__prev__raw = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         truncateds = truncateds__raw.to(ACC)
-        if SHIFT_G == 1:
-            truncateds__prev = truncateds__prev__raw.to(ACC)
-        else:
-            _s = _shift_prev(tl.reshape(truncateds__raw, (_M, SHIFT_G)), tl.reshape(truncateds__prev__raw, (_M,)), _M, SHIFT_G)
-            truncateds__prev = tl.where((_pos == 0 - _t0)[None, :], truncateds, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+        truncateds__prev = _shift_tile(truncateds, truncateds__raw, truncateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
     else:
         truncateds = _zero + 0.0
         truncateds__prev = _zero + 0.0
-    # values with aligned vector loads; its shifted tiles come from it in registers, SHIFT_G
-    # steps per thread, and one strided load per group gives the step beyond the group
     values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-    if SHIFT_G == 1:  # one step per thread: the plain shifted load
-        values__next__raw = tl.load(values__ptr + values__row[:, None] + _t_next[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-    else:
-        _te = _g + SHIFT_G  # [BT / G] the step after each group
-        values__next__raw = tl.load(values__ptr + values__row[:, None] + _te[None, :] * values__st, mask=_row_ok[:, None] & (_te < T)[None, :], other=1)
+    values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
     values = values__raw.to(ACC)
-    if SHIFT_G == 1:
-        values__next = values__next__raw.to(ACC)
-    else:
-        _s = _shift_next(tl.reshape(values__raw, (_M, SHIFT_G)), tl.reshape(values__next__raw, (_M,)), _M, SHIFT_G)
-        values__next = tl.where((_pos == _rem - 1)[None, :], values, tl.reshape(_s, (BLOCK_N, BLOCK_T)).to(ACC))
+    values__next = _shift_tile(values, values__raw, values__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
     # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
     _e1 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
     _e2 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)

@@ -273,7 +273,7 @@ def test_variant_source_differs():
     default = _triton_source("gae")
     gathered = _triton_source("gae", Options(input_shift="gather"))
     assert "tl.gather(values, _idx_next, 1)" in gathered and "tl.gather(values" not in default
-    assert "_shift_next(" in default and "_shift_next(" not in gathered
+    assert "_shift_tile(" in default and "_shift_tile(" not in gathered
     state = _triton_source("vtrace", Options(shift="gather"))
     assert "tl.gather(A, _idx_next, 1)" in state
 

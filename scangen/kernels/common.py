@@ -4,8 +4,9 @@ scangen.kernels.lookback.
 
 ``combine`` and its variants compose the affine maps of a scan, and ``scan_tiles`` scans a
 chunk's maps with them (in either order, over grouped steps, or a run of steps a warp);
-``shift_next`` / ``shift_prev`` shift a tile by one step in registers (template option
-``input_shift="split"``); ``flip_groups`` reverses each thread's group of steps
+``load_shifted`` and ``shift_tile`` give an input's tile one step later or earlier (template
+option ``input_shift="split"``: from its aligned tile in registers, ``shift_next`` /
+``shift_prev``, and one load a thread's group of steps); ``flip_groups`` reverses each thread's group of steps
 (``scan_order="grouped"``).
 
 The generated kernels call these and keep what each op's spec decides (its loads, maps and
@@ -133,3 +134,47 @@ def shift_prev(x, e, M: tl.constexpr, G: tl.constexpr):
         ev, od = tl.split(tl.reshape(x, (M, G // 2, 2)))
         r = tl.reshape(tl.join(shift_prev(od, e, M, G // 2), ev), (M, G))
     return r
+
+
+@triton.jit
+def load_shifted(ptr, base, st, t_shift, g, ok, row_ok, T, NEXT: tl.constexpr, G: tl.constexpr,
+                 LANES: tl.constexpr):
+    # The raw tile shift_tile needs for an input one step later (NEXT) or earlier than the
+    # chunk's steps (template option input_shift="split"). One step a thread (G == 1): the plain
+    # load at the shifted steps t_shift ([BN, BT]). Groups of G steps a thread, whose aligned
+    # tile loads as 16-byte vectors: only the step beyond each group ([BN, BT / G], one strided
+    # load a group, g: each group's first step); the rest of the shift comes from registers.
+    if G == 1:
+        r = tl.load(ptr + base[:, None] + t_shift[None, :] * st, mask=ok, other=1,
+                    volatile=LANES == 2)
+    else:
+        if NEXT:
+            te = g + G  # the step after each group
+            inside = te < T
+        else:
+            te = g - 1  # the step before each group
+            inside = te >= 0
+        r = tl.load(ptr + base[:, None] + te[None, :] * st,
+                    mask=row_ok[:, None] & inside[None, :], other=1)
+    return r
+
+
+@triton.jit
+def shift_tile(x, raw, shifted_raw, tcol, edge, BN: tl.constexpr, BT: tl.constexpr,
+               G: tl.constexpr, NEXT: tl.constexpr):
+    # Tile x ([BN, BT], cast from its aligned load raw) one step later (NEXT) or earlier, from
+    # load_shifted's shifted_raw: that load itself with one step a thread (G == 1); with groups
+    # of G steps a thread, raw's steps moved within each thread's group in registers
+    # (shift_next / shift_prev) and shifted_raw's step beyond the group; in the column of the
+    # row's edge (tcol == edge: its last step for NEXT, its first else) x itself, as the plain
+    # load's clamped steps give.
+    if G == 1:
+        y = shifted_raw.to(x.dtype)
+    else:
+        M: tl.constexpr = BN * BT // G
+        if NEXT:
+            s = shift_next(tl.reshape(raw, (M, G)), tl.reshape(shifted_raw, (M,)), M, G)
+        else:
+            s = shift_prev(tl.reshape(raw, (M, G)), tl.reshape(shifted_raw, (M,)), M, G)
+        y = tl.where((tcol == edge)[None, :], x, tl.reshape(s, (BN, BT)).to(x.dtype))
+    return y
