@@ -483,6 +483,9 @@ def test_which_tiles_take_a_row_a_lane(cfg, time_major, bootstrap, streams, expe
     (config.Config(32, 128, 1, 4), 2, 1, 4),   # ... on 4 warps, volatile loads alike
     (config.Config(64, 32, 1, 2), 1, 1, 1),    # 64 rows on 2 warps: the warps take the rows
     (config.Config(64, 32, 1, 8), 1, 1, 4),    # ... 2 warps on the rows, 4 on the steps
+    (config.Config(16, 32, 1, 4), 1, 1, 8),    # 16 rows: 2 lanes a row and 4 warps on the steps
+    (config.Config(16, 16, 1, 2), 1, 1, 4),    # ... on 2 warps
+    (config.Config(8, 16, 1, 4), 1, 1, 16),    # 8 rows: 4 lanes a row, runs of one step
     (config.Config(32, 32, 1, 2), 0, 1, 1),    # no lanes: the columns keep their order
     (config.Config(32, 32, 1, 2), 1, 4, 1),    # register shift groups: steps in column order
 ])

@@ -325,7 +325,7 @@ def test_gathers_scan_in_natural_order(option):
     ("gae", {}), ("gae", {"scan_order": "natural"}), ("gae", {"input_shift": "gather"}),
     ("eligibility_traces", {}), ("masked_gae", {}), ("masked_gae", {"chain": "sequential"}),
     ("vtrace", {}), ("discounted_returns", {"scan_order": "natural"}), ("retrace", {})])
-def test_lane_tiles_in_runs_of_steps(name, options, family, warps, steps, cache):
+def test_lane_tiles_in_runs_of_steps(name, options, family, warps, steps, cache, rows=32):
     """Time-major lane tiles of 32 rows whose warps split the steps (runtime.launch.lane_warps):
     each warp scans a run of consecutive steps and the runs join once a chunk (the template's
     warp_run_scan), forward, reverse over reversed columns (the default scan order), reverse in
@@ -348,7 +348,7 @@ def test_lane_tiles_in_runs_of_steps(name, options, family, warps, steps, cache)
 
     runtime.PLANS.clear()
     try:
-        with config.override(lambda c: config.Config(32, steps, 1, warps, family, 3)), \
+        with config.override(lambda c: config.Config(rows, steps, 1, warps, family, 3)), \
                 mock.patch.object(runtime.timemajor, "lookback_lanes", lambda c, cfg: True), \
                 mock.patch.object(runtime.launch, "launch", spy):
             got = _tuple(fn(**tm, backend="triton"))
@@ -356,9 +356,21 @@ def test_lane_tiles_in_runs_of_steps(name, options, family, warps, steps, cache)
         runtime.PLANS.clear()
     for g, e in zip(got, expected):
         assert_close(g.cpu(), e, dtype=g.dtype, name=f"{name} {options} {family} {warps} warps")
-    assert seen and all(s == (True, warps) for s in seen), seen
+    runs = warps * max(1, 32 // rows)  # tiles of fewer than 32 rows: lanes on the steps too
+    assert seen and all(s == (True, runs) for s in seen), seen
     gathers = options.get("input_shift") == "gather"
     assert ("if LANE_WARPS > 1:" in _kernel_source(fn)) is not gathers
+
+
+@pytest.mark.parametrize("warps,steps", [(2, 16), (4, 32)])
+@pytest.mark.parametrize("family", ["stream", "persist", "lookback"])
+@pytest.mark.parametrize("name", ["gae", "eligibility_traces", "vtrace", "masked_gae"])
+def test_lane_tiles_of_sixteen_rows(name, family, warps, steps, cache, monkeypatch):
+    """Lane tiles of 16 rows (runtime.launch.LANES_MIN_ROWS = 16): two lanes a row, whose halves
+    of the steps are runs like the warps' (runtime.launch.lane_warps: 2 x warps runs), forward,
+    reverse and joint scans, against the float64 reference."""
+    monkeypatch.setattr(runtime.launch, "LANES_MIN_ROWS", 16)
+    test_lane_tiles_in_runs_of_steps(name, {}, family, warps, steps, cache, rows=16)
 
 
 @pytest.mark.parametrize("name", ["eligibility_traces", "discounted_returns", "gae"])

@@ -51,6 +51,7 @@ LEAN = True
 ONE_CHUNK_ON = True  # one_chunk's switch, for A/B runs
 LANES_VOLATILE = True  # lanes' volatile loads, for A/B runs
 LANES_ROWS_A_WARP = 4  # lanes: rows a warp at least (32 rows on up to 8 warps: timemajor.TM_LB_LONG_LANE_WARPS)
+LANES_MIN_ROWS = 32  # lanes: rows a tile at least (fewer than 32: a warp's lanes split the steps too)
 MAXNREG = 0  # registers a thread at most (Triton's maxnreg; 0: ptxas decides), for A/B runs
 
 # Look-back kernels whose registers leave them just past an occupancy cliff (a few registers
@@ -284,9 +285,10 @@ def one_chunk(c, cfg) -> bool:
 
 def lanes(c, cfg) -> int:
     """Whether the tile takes a row a lane (``LANES``, 0 if not): time-major buffers (adjacent
-    rows, ``timemajor.rows_contiguous``) without a trailing axis, in tiles of at least 32 rows and
-    ``LANES_ROWS_A_WARP`` rows a warp (32 rows on two to eight warps: the warps split the chunk's
-    steps, and the scan joins their parts through shared memory once); in the look-back, where
+    rows, ``timemajor.rows_contiguous``) without a trailing axis, in tiles of at least
+    ``LANES_MIN_ROWS`` (32) rows and ``LANES_ROWS_A_WARP`` rows a warp (32 rows on two to eight
+    warps: the warps split the chunk's steps, and the scan joins their parts through shared
+    memory once); in the look-back, where
     ``timemajor.lookback_lanes`` allows. The kernels then hide the rows' alignment from Triton,
     whose coalescing gives each lane whole rows (one element a step: each step still one
     128-byte load a warp) in place of 16-byte vectors across rows, so the scan along time runs
@@ -296,7 +298,7 @@ def lanes(c, cfg) -> int:
     issues them all up front (``timemajor.lanes_volatile`` says where; ``LANES_VOLATILE = False``
     turns them off for A/B runs)."""
     if (cfg.block_k == 1 and cfg.block_n >= LANES_ROWS_A_WARP * cfg.num_warps
-            and cfg.block_n >= 32 and timemajor.rows_contiguous(c)
+            and cfg.block_n >= LANES_MIN_ROWS and timemajor.rows_contiguous(c)
             and (cfg.family != "lookback" or timemajor.lookback_lanes(c, cfg))):
         return 2 if LANES_VOLATILE and timemajor.lanes_volatile(c) else 1
     return 0
@@ -314,7 +316,11 @@ def lane_warps(cfg, lanes: int, shift_g: int = 1) -> int:
     if not lanes or shift_g != 1:
         return 1
     on_rows = max(1, min(cfg.num_warps, cfg.block_n // 32))
-    return max(1, min(cfg.num_warps // on_rows, cfg.block_t))
+    # a tile of fewer than 32 rows (LANES_MIN_ROWS): Triton puts a warp's spare lanes on the
+    # steps before its warps, 32 / rows lanes a row, so column j sits in slot j % W of the
+    # W = 32 / rows x warps over the steps, and each slot takes a run alike
+    lanes_on_steps = max(1, 32 // cfg.block_n)
+    return max(1, min(lanes_on_steps * cfg.num_warps // on_rows, cfg.block_t))
 
 
 def k_dense(c, cfg) -> bool:
