@@ -54,6 +54,7 @@ TM_LANES_LOADS = 64  # ... volatile tiles: twice the warps while a thread's load
 TM_LANES_JOINT_MIN_ROWS = 4096
 TM_LANES_PERSIST_MIN_T = 256
 TM_LANES_FEW_TILE = 4096
+TM_LANES_FEW_ROWS = 32  # ... of this many rows
 # Plain calls whose rows fit TM_LANES_PLAIN_ROW steps (more than TM_LANES_STEPS) take the whole
 # row as one chunk on two warps: eligibility traces 16384x64 5.86 -> 5.03 us, episodic sums 6.05
 # -> 5.35 (results/h200-2026-12-03-t-layout-ab.txt).
@@ -192,8 +193,8 @@ def stream_tile(c, rows: int, block_k: int, kk: int, sms: int) -> Config:
     tiles = -(-rows // TM_LANES_ROWS)
     if light and not many and c.T >= 64 and tiles >= sms - sms // 8 and TM_LANES_FEW_TILE:
         halve = streams(c, outputs=False) >= TM_LANES_FEW_HALVE_STREAMS
-        steps = TM_LANES_FEW_TILE // TM_LANES_ROWS // (2 if halve else 1)
-        return Config(TM_LANES_ROWS, min(steps, pow2(c.T)), block_k, 4, "stream")
+        steps = TM_LANES_FEW_TILE // TM_LANES_FEW_ROWS // (2 if halve else 1)
+        return Config(TM_LANES_FEW_ROWS, min(steps, pow2(c.T)), block_k, 4, "stream")
     if (light and many and not joint and (not volatile or c.T >= TM_LANES_STEPS)
             or sms and joint and rows >= TM_LANES_JOINT_MIN_ROWS):
         steps = max(16, min(TM_LANES_STEPS, pow2(c.T)))
