@@ -241,7 +241,7 @@ def test_trailing_axis_counts_in_the_tile():
     (3, 40, (4, 64, 4)),
 ])
 def test_time_major_row_tiles(N, T, expected):
-    cfg = _choose(N, T, time_major=True, streams=7)  # GAE: no tiles of a row a lane
+    cfg = _choose(N, T, time_major=True, streams=9)  # nine tensors: no tiles of a row a lane
     assert (cfg.block_n, cfg.block_t, cfg.num_warps) == expected
     assert cfg.family == "stream"
 
@@ -254,25 +254,27 @@ def test_time_major_row_tiles(N, T, expected):
     (32768, 16, (32, 16, 1, "stream")),   # ... one chunk
     (16384, 1024, (32, 128, 4, "stream")),  # rows of 256 steps or more: 128-step chunks on four
     (16384, 256, (32, 128, 4, "stream")),   # warps, each a run of 32 (runtime.launch.lane_warps)
-    (4096, 128, (32, 128, 4, "stream")),  # 128 tiles of 32 rows, about one a SM: 4 warps
+    (4096, 128, (16, 128, 4, "stream")),  # 128 tiles of 32 rows, about one a SM: 256 of 16 rows
 ])
 def test_time_major_light_calls(N, T, expected):
     cfg = _choose(N, T, time_major=True, streams=config.LIGHT_STREAMS)
     assert (cfg.block_n, cfg.block_t, cfg.num_warps, cfg.family) == expected
-    heavier = _choose(N, T, time_major=True, streams=timemajor.TM_LANES_STREAMS + 1)
+    heavier = _choose(N, T, time_major=True, streams=timemajor.TM_LANES_FEW_STREAMS + 1)
     assert (heavier.block_n, heavier.block_t) == ((16, 16) if N >= 16384 else (16, 64))
 
 
 @pytest.mark.parametrize("N,T,kw,expected", [
-    (4096, 128, {}, (32, 128, 4)),          # about a tile of 32 rows a SM: 4 warps, 4096 elements
-    (4096, 256, {}, (32, 128, 4)),
-    (4096, 128, {"streams": 6, "bootstrap": True}, (32, 64, 4)),  # 5 inputs: half the tile
-    (4096, 128, {"streams": 5, "bootstrap": True}, (32, 128, 4)),  # 4 (discounted returns): whole
-    (4096, 128, {"streams": 5, "lb_words": 7}, (32, 128, 4)),     # joint pair of 3 inputs alike
-    (3700, 128, {}, (32, 128, 4)),          # 116 tiles: 132 SMs less an eighth
+    (4096, 128, {}, (16, 128, 4)),          # about a tile of 32 rows a SM: tiles of 16 rows, 4
+    (4096, 256, {}, (16, 256, 4)),          # warps, 4096 elements
+    (4096, 128, {"streams": 6, "bootstrap": True}, (16, 128, 4)),  # 5 inputs: half the tile
+    (4096, 64, {"streams": 6, "bootstrap": True}, (16, 64, 4)),
+    (4096, 128, {"streams": 5, "bootstrap": True}, (16, 128, 4)),  # 4 (discounted returns): whole
+    (4096, 128, {"streams": 5, "lb_words": 7}, (16, 128, 4)),     # joint pair of 3 inputs alike
+    (3700, 128, {}, (16, 128, 4)),          # 116 tiles of 32 rows: 132 SMs less an eighth
     (3600, 128, {}, (16, 64, 4)),           # 113 tiles: too few, the row tiles
     (4096, 32, {}, (16, 32, 4)),            # fewer than 64 steps: the row tiles
-    (4096, 128, {"streams": 7}, (16, 64, 4)),  # seven tensors: the row tiles
+    (4096, 128, {"streams": 8}, (16, 128, 4)),  # eight tensors (V-trace) alike
+    (4096, 128, {"streams": 9}, (16, 64, 4)),   # nine: the row tiles
 ])
 def test_time_major_fewer_programs_take_four_warps_a_tile(N, T, kw, expected):
     cfg = _choose(N, T, time_major=True, **kw)
@@ -305,7 +307,7 @@ def test_time_major_volatile_tiles_need_two_chunks_of_steps():
     (16384, 1024, (32, 32, 2, "persist")),  # joint pairs of scans: a row a lane from 4096 rows,
     (16384, 128, (32, 32, 1)),              # persisting on two warps where rows are long
     (32768, 16, (32, 16, 1)),
-    (4096, 128, (32, 64, 4)),     # about a tile a SM: four warps, 2048 elements (5 inputs)
+    (4096, 128, (16, 128, 4)),    # about a 32-row tile a SM: 16 rows, 2048 elements (5 inputs)
     (2048, 128, (8, 128, 4)),     # fewer rows: the row tiles of the other calls
 ])
 def test_time_major_joint_pairs_take_a_row_a_lane(N, T, expected):
@@ -462,6 +464,11 @@ LB = config.Config(32, 128, 1, 4, "lookback")
     (LB, True, False, 5, 1),                                 # ... 4 x 32 (masked GAE: 3)
     (config.Config(64, 32, 1, 8), True, False, 3, 1),
     (config.Config(16, 16, 1, 2), True, False, 3, 0),       # the row tiles
+    (config.Config(16, 32, 1, 4), True, False, 3, 0),       # 16 rows, fewer than 64 steps
+    (config.Config(16, 64, 1, 4), True, False, 3, 1),       # 16 rows: two lanes a row
+    (config.Config(16, 128, 1, 4), True, True, 6, 2),       # ... volatile alike
+    (config.Config(16, 64, 1, 8), True, False, 3, 0),       # fewer than 4 rows a warp
+    (config.Config(8, 128, 1, 2), True, False, 3, 0),       # fewer than 16 rows
     (config.Config(32, 64, 1, 8), True, False, 3, 1),       # 4 rows a warp (the long tiles')
     (config.Config(32, 64, 1, 16), True, False, 3, 0),      # fewer than 4 rows a warp
     (config.Config(8, 32, 8, 4), True, False, 3, 0),        # a trailing axis (Retrace)

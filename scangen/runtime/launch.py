@@ -51,7 +51,11 @@ LEAN = True
 ONE_CHUNK_ON = True  # one_chunk's switch, for A/B runs
 LANES_VOLATILE = True  # lanes' volatile loads, for A/B runs
 LANES_ROWS_A_WARP = 4  # lanes: rows a warp at least (32 rows on up to 8 warps: timemajor.TM_LB_LONG_LANE_WARPS)
-LANES_MIN_ROWS = 32  # lanes: rows a tile at least (fewer than 32: a warp's lanes split the steps too)
+# lanes: rows a tile at least; tiles of fewer than 32 rows (a warp's lanes on the steps too) from
+# LANES_NARROW_MIN_STEPS steps (16 x 16 tiles lost on lanes: 32768x16 TD(lambda) 5.55 -> 5.82 us,
+# discounted returns 4.86 -> 5.12; h100-2026-12-05-h-layout-ab-lanes16.md)
+LANES_MIN_ROWS = 16
+LANES_NARROW_MIN_STEPS = 64
 MAXNREG = 0  # registers a thread at most (Triton's maxnreg; 0: ptxas decides), for A/B runs
 
 # Look-back kernels whose registers leave them just past an occupancy cliff (a few registers
@@ -286,9 +290,10 @@ def one_chunk(c, cfg) -> bool:
 def lanes(c, cfg) -> int:
     """Whether the tile takes a row a lane (``LANES``, 0 if not): time-major buffers (adjacent
     rows, ``timemajor.rows_contiguous``) without a trailing axis, in tiles of at least
-    ``LANES_MIN_ROWS`` (32) rows and ``LANES_ROWS_A_WARP`` rows a warp (32 rows on two to eight
-    warps: the warps split the chunk's steps, and the scan joins their parts through shared
-    memory once); in the look-back, where
+    32 rows and ``LANES_ROWS_A_WARP`` rows a warp (32 rows on two to eight warps: the warps split
+    the chunk's steps, and the scan joins their parts through shared memory once), or of
+    ``LANES_MIN_ROWS`` (16) rows and ``LANES_NARROW_MIN_STEPS`` steps (two lanes a row, each over
+    part of the steps, as the warps); in the look-back, where
     ``timemajor.lookback_lanes`` allows. The kernels then hide the rows' alignment from Triton,
     whose coalescing gives each lane whole rows (one element a step: each step still one
     128-byte load a warp) in place of 16-byte vectors across rows, so the scan along time runs
@@ -299,6 +304,7 @@ def lanes(c, cfg) -> int:
     turns them off for A/B runs)."""
     if (cfg.block_k == 1 and cfg.block_n >= LANES_ROWS_A_WARP * cfg.num_warps
             and cfg.block_n >= LANES_MIN_ROWS and timemajor.rows_contiguous(c)
+            and (cfg.block_n >= 32 or cfg.block_t >= LANES_NARROW_MIN_STEPS)
             and (cfg.family != "lookback" or timemajor.lookback_lanes(c, cfg))):
         return 2 if LANES_VOLATILE and timemajor.lanes_volatile(c) else 1
     return 0

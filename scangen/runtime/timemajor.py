@@ -54,7 +54,14 @@ TM_LANES_LOADS = 64  # ... volatile tiles: twice the warps while a thread's load
 TM_LANES_JOINT_MIN_ROWS = 4096
 TM_LANES_PERSIST_MIN_T = 256
 TM_LANES_FEW_TILE = 4096
-TM_LANES_FEW_ROWS = 32  # ... of this many rows
+# Since lane tiles of 16 rows take two lanes a row (runtime.launch.LANES_MIN_ROWS), the
+# few-program tiles have 16 rows (thirty-third round, H100, layout_ab.py --baseline,
+# h100-2026-12-05-h-layout-ab-lanes16.md): twice the programs, about two an SM at 4096x128,
+# where GAE took 6.99 -> 5.99 us, TD(lambda) 6.94 -> 5.82, discounted returns 6.09 -> 5.25, masked
+# GAE 6.20 -> 5.72, episodic sums 4.70 -> 4.54 (eligibility traces 4.26 -> 4.24); and calls of up
+# to TM_LANES_FEW_STREAMS tensors take them (V-trace, 8: 16 x 64 row tiles before).
+TM_LANES_FEW_ROWS = 16
+TM_LANES_FEW_STREAMS = 8
 # Plain calls whose rows fit TM_LANES_PLAIN_ROW steps (more than TM_LANES_STEPS) take the whole
 # row as one chunk on two warps: eligibility traces 16384x64 5.86 -> 5.03 us, episodic sums 6.05
 # -> 5.35 (results/h200-2026-12-03-t-layout-ab.txt).
@@ -191,7 +198,8 @@ def stream_tile(c, rows: int, block_k: int, kk: int, sms: int) -> Config:
     joint, volatile = c.op.kernels.lb_words > 3, lanes_volatile(c)
     light = sms and streams(c) <= TM_LANES_STREAMS
     tiles = -(-rows // TM_LANES_ROWS)
-    if light and not many and c.T >= 64 and tiles >= sms - sms // 8 and TM_LANES_FEW_TILE:
+    few = sms and streams(c) <= TM_LANES_FEW_STREAMS and not many
+    if few and c.T >= 64 and tiles >= sms - sms // 8 and TM_LANES_FEW_TILE:
         halve = streams(c, outputs=False) >= TM_LANES_FEW_HALVE_STREAMS
         steps = TM_LANES_FEW_TILE // TM_LANES_FEW_ROWS // (2 if halve else 1)
         return Config(TM_LANES_FEW_ROWS, min(steps, pow2(c.T)), block_k, 4, "stream")
