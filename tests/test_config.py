@@ -335,8 +335,8 @@ def test_time_major_joint_pairs_take_a_row_a_lane(N, T, expected):
     (256, 8192, {"streams": 6, "bootstrap": True}, (32, 256, 1)),
     (512, 4096, {"streams": 6, "bootstrap": True}, (32, 256, 1)),
     (64, 65536, {"streams": 6, "bootstrap": True}, (32, 256, 1)),
-    (64, 65536, {}, (32, 256, 1)),                                  # plain calls too
-    (256, 8192, {}, (32, 256, 1)),
+    (64, 65536, {}, (16, 512, 1)),      # plain calls too, as lane tiles of 16 rows where loads fit
+    (256, 8192, {}, (16, 512, 1)),
     (64, 65536, {"streams": 8, "bootstrap": True}, (32, 64, 1)),    # V-trace's 8: as before
     (16, 65536, {"streams": 6, "bootstrap": True}, (16, 256, 1)),   # fewer rows: as before
     # grids of fewer programs than SMs: lane tiles of 64 steps keeping 32 rows where a thread's
@@ -354,15 +354,17 @@ def test_time_major_look_back_over_row_tiles(N, T, kw, expected):
     assert (cfg.block_n, cfg.block_t, cfg.block_k) == expected
 
 
-@pytest.mark.parametrize("algo_streams,warps,lanes", [(3, 8, 1), (5, 8, 1), (6, 4, 0)])
-def test_time_major_long_tiles_take_lanes_on_eight_warps_where_loads_fit(algo_streams, warps, lanes):
-    """The long row tiles of 32 x 256 take a row a lane on timemajor.TM_LB_LONG_LANE_WARPS (8)
-    warps where a thread's loads fit (3 tensors: 2 inputs x 32 steps a thread; 5: 4 x 32 =
-    TM_LB_LANES_LOADS), else rows on 4 warps (6 tensors: 5 x 32 > TM_LB_LANES_LOADS, GAE and
-    TD(lambda)); with the knob at 0 every long tile is rows on 4 warps, as before."""
+@pytest.mark.parametrize("algo_streams,tile,lanes", [
+    (3, (16, 512, 8), 1), (5, (16, 512, 8), 1), (6, (32, 256, 4), 0)])
+def test_time_major_long_tiles_take_lanes_on_eight_warps_where_loads_fit(algo_streams, tile, lanes):
+    """The long tiles (8192 elements) take a row a lane as 16 x 512 tiles on
+    timemajor.TM_LB_LONG_LANE_WARPS (8) warps, two lanes a row, where a thread's loads fit (3
+    tensors: 2 inputs x 32 steps a thread; 5: 4 x 32 = TM_LB_LANES_LOADS), else 32 x 256 rows on
+    4 warps (6 tensors: 5 x 32 > TM_LB_LANES_LOADS, GAE and TD(lambda)); with the knob at 0
+    every long tile is rows on 4 warps, as before."""
     from scangen.runtime import launch, timemajor
     cfg = _choose(64, 65536, time_major=True, streams=algo_streams)
-    assert (cfg.block_n, cfg.block_t, cfg.num_warps, cfg.family) == (32, 256, warps, "lookback")
+    assert (cfg.block_n, cfg.block_t, cfg.num_warps, cfg.family) == (*tile, "lookback")
     c = NS(R1=64, R2=1, T=65536, K=1, device=torch.device("cuda", 0),
            strides={f"x{i}": (1, 0, 64) for i in range(algo_streams - 1)},
            tensors=dict.fromkeys(f"x{i}" for i in range(algo_streams - 1)),
@@ -376,14 +378,14 @@ def test_time_major_long_tiles_take_lanes_on_eight_warps_where_loads_fit(algo_st
 
 
 def test_time_major_long_tiles_halved_below_a_lane_tile_keep_four_warps():
-    """32 rows of 4096 steps: the long tile's grid (16 programs) is halved down to 8-row tiles,
-    which cannot take a row a lane: they run on NUM_WARPS, not on the lane tile's 8."""
+    """32 rows of 4096 steps: the long lane tile's grid (16 x 512: 16 programs) is halved down to
+    8-row tiles, which cannot take a row a lane: they run on NUM_WARPS, not on the lane tile's 8."""
     cfg = _choose(32, 4096, time_major=True, streams=3)
     assert cfg.family == "lookback" and cfg.block_n < 32 and cfg.num_warps == 4
 
 
 @pytest.mark.parametrize("N,T,kw,window,pid", [
-    (64, 65536, {}, 32, True),       # 32 x 256 tiles, 256 chunks a row
+    (64, 65536, {}, 32, True),       # 16 x 512 lane tiles, 128 chunks a row
     (256, 8192, {"streams": 6, "bootstrap": True}, 32, True),   # 32 chunks a row
     (512, 4096, {"streams": 6, "bootstrap": True}, 16, False),  # 16 chunks: as before
     (1024, 1024, {}, 16, False),     # 32 x 128 tiles: as before
@@ -467,10 +469,11 @@ LB = config.Config(32, 128, 1, 4, "lookback")
     (config.Config(16, 32, 1, 4), True, False, 3, 0),       # 16 rows, fewer than 64 steps
     (config.Config(16, 64, 1, 4), True, False, 3, 1),       # 16 rows: two lanes a row
     (config.Config(16, 128, 1, 4), True, True, 6, 2),       # ... volatile alike
-    (config.Config(16, 64, 1, 8), True, False, 3, 0),       # fewer than 4 rows a warp
+    (config.Config(16, 64, 1, 8), True, False, 3, 1),       # 2 rows a warp (the long tiles')
+    (config.Config(16, 64, 1, 16), True, False, 3, 0),      # fewer than 2 rows a warp
     (config.Config(8, 128, 1, 2), True, False, 3, 0),       # fewer than 16 rows
-    (config.Config(32, 64, 1, 8), True, False, 3, 1),       # 4 rows a warp (the long tiles')
-    (config.Config(32, 64, 1, 16), True, False, 3, 0),      # fewer than 4 rows a warp
+    (config.Config(32, 64, 1, 8), True, False, 3, 1),       # 4 rows a warp
+    (config.Config(32, 64, 1, 16), True, False, 3, 1),      # 2 rows a warp
     (config.Config(8, 32, 8, 4), True, False, 3, 0),        # a trailing axis (Retrace)
     (config.Config(32, 32, 1, 1), False, False, 3, 0),      # rows layout
 ])

@@ -361,6 +361,46 @@ def lane_run_results():
     return _child(LANE_RUNS, json.dumps(LANE_RUN_OPS), timeout=1200)
 
 
+NARROW_LANES = r"""
+import importlib, json, re, sys, traceback
+from scangen.testing import compile_offline
+out = {}
+for name in json.loads(sys.argv[1]):
+    module = importlib.import_module("scangen.generated." + name)
+    for family, bt, nw in (("stream", 128, 4), ("lookback", 512, 8)):
+        key = f"{name}/{family}"
+        try:
+            c = compile_offline(module, family, block_n=16, block_t=bt, num_warps=nw,
+                                time_major=True, lanes=1)
+            out[key] = sorted(set(re.findall(r"threadsPerWarp = \[([0-9, ]+)\], "
+                                             r"warpsPerCTA = \[([0-9, ]+)\]", c.asm["ttgir"])))
+        except Exception as exc:
+            out[key] = "".join(traceback.format_exception_only(exc))[-2000:]
+print("RESULTS " + json.dumps(out))
+"""
+NARROW_LANE_OPS = ["eligibility_traces", "discounted_returns", "gae"]
+
+
+@pytest.fixture(scope="module")
+def narrow_lane_results():
+    return _child(NARROW_LANES, json.dumps(NARROW_LANE_OPS), timeout=600)
+
+
+@pytest.mark.parametrize("family,warps", [("stream", 4), ("lookback", 8)])
+@pytest.mark.parametrize("name", NARROW_LANE_OPS)
+def test_lane_tiles_of_sixteen_rows_hold_runs_in_registers(narrow_lane_results, name, family, warps):
+    """Lane tiles of 16 rows (runtime.launch.LANES_MIN_ROWS: the few-program stream tiles, 16 x
+    128 on 4 warps, and the look-back's long tiles, 16 x 512 on 8) compile for sm_90, and Triton
+    lays them out as runtime.launch.lane_warps counts: 16 lanes on the rows, 2 on the steps, the
+    warps on the steps, so that the runs' axis ([16, steps / runs, runs], the template's
+    reshape) spreads over 2 lanes x the warps and a lane holds its run in registers."""
+    got = narrow_lane_results[f"{name}/{family}"]
+    assert isinstance(got, list), got
+    layouts = {tuple(tuple(int(x) for x in part.split(",")) for part in pair) for pair in got}
+    assert ((16, 2), (1, warps)) in layouts, layouts  # the [BN, BT] tiles' loads
+    assert ((16, 1, 2), (1, 1, warps)) in layouts, layouts  # the runs: steps in registers
+
+
 @pytest.mark.parametrize("family", ["stream", "persist", "lookback"])
 @pytest.mark.parametrize("name,option", LANE_RUN_OPS)
 def test_lane_tiles_in_runs_of_steps_compile_for_sm90(lane_run_results, name, option, family):

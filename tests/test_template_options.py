@@ -362,14 +362,15 @@ def test_lane_tiles_in_runs_of_steps(name, options, family, warps, steps, cache,
     assert ("if LANE_WARPS > 1:" in _kernel_source(fn)) is not gathers
 
 
-@pytest.mark.parametrize("warps,steps", [(2, 16), (4, 32)])
+@pytest.mark.parametrize("warps,steps", [(2, 16), (4, 32), (8, 32)])
 @pytest.mark.parametrize("family", ["stream", "persist", "lookback"])
 @pytest.mark.parametrize("name", ["gae", "eligibility_traces", "vtrace", "masked_gae"])
 def test_lane_tiles_of_sixteen_rows(name, family, warps, steps, cache, monkeypatch):
     """Lane tiles of 16 rows (runtime.launch.LANES_MIN_ROWS): two lanes a row, whose halves of
     the steps are runs like the warps' (runtime.launch.lane_warps: 2 x warps runs), forward,
     reverse and joint scans, against the float64 reference; forced on chunks of 16 and 32 steps
-    (LANES_NARROW_MIN_STEPS), so that a row of 50 steps spans several chunks."""
+    (LANES_NARROW_MIN_STEPS), so that a row of 50 steps spans several chunks; on 8 warps as the
+    look-back's long tiles (timemajor.TM_LB_LONG_LANE_ROWS), 16 runs of 2 steps."""
     assert runtime.launch.LANES_MIN_ROWS == 16
     monkeypatch.setattr(runtime.launch, "LANES_NARROW_MIN_STEPS", 16)
     test_lane_tiles_in_runs_of_steps(name, {}, family, warps, steps, cache, rows=16)

@@ -50,7 +50,7 @@ def run(c) -> None:
 LEAN = True
 ONE_CHUNK_ON = True  # one_chunk's switch, for A/B runs
 LANES_VOLATILE = True  # lanes' volatile loads, for A/B runs
-LANES_ROWS_A_WARP = 4  # lanes: rows a warp at least (32 rows on up to 8 warps: timemajor.TM_LB_LONG_LANE_WARPS)
+LANES_ROWS_A_WARP = 2  # lanes: rows a warp at least (16 rows on up to 8 warps: timemajor.TM_LB_LONG_LANE_WARPS)
 # lanes: rows a tile at least; tiles of fewer than 32 rows (a warp's lanes on the steps too) from
 # LANES_NARROW_MIN_STEPS steps (16 x 16 tiles lost on lanes: 32768x16 TD(lambda) 5.55 -> 5.82 us,
 # discounted returns 4.86 -> 5.12; h100-2026-12-05-h-layout-ab-lanes16.md)

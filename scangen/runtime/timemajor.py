@@ -136,6 +136,13 @@ TM_LB_LONG_MIN_T = 4096  # (the same length as TM_LB_LANES_HALVE_MIN_T, set apar
 # 256x8192 17.2 -> 16.0, 512x4096 16.6 -> 15.5; episodic sums 37.9 -> 34.6, 17.1 -> 16.6, 16.6 ->
 # 15.8; discounted returns 44.5 -> 41.4, 21.2 -> 21.2, 20.9 -> 20.5.
 TM_LB_LONG_LANE_WARPS = 8
+# ... in tiles of TM_LB_LONG_LANE_ROWS rows (16: two lanes a row, runtime.launch.LANES_MIN_ROWS;
+# the same elements, so 16 x 512: half the look-back links a row tile and twice the row tiles;
+# thirty-third round, H100, sweep.py graph replays, h100-2026-12-05-j-tm-long-16rows-sweeps.txt):
+# eligibility traces 64x65536 34.6 -> 31.2 us, 256x8192 15.7 -> 15.4; discounted returns 45.2 ->
+# 42.2, 21.6 -> 20.8 (episodic sums, the same loads as eligibility traces, not measured; GAE,
+# whose loads do not fit, lost on 16-row lane tiles of either length: 52.6 -> 56.2 at best)
+TM_LB_LONG_LANE_ROWS = 16
 
 
 def rows_contiguous(c) -> bool:
@@ -161,7 +168,10 @@ def lanes_volatile(c) -> bool:
 
 def lookback_lanes(c, cfg: Config) -> bool:
     """Whether a look-back tile may take a row a lane (TM_LB_LANES_LOADS)."""
-    loads = streams(c, outputs=False) * -(-cfg.block_t // cfg.num_warps)
+    # a thread's steps: the warps split them, and in tiles of fewer than 32 rows a warp's spare
+    # lanes too (runtime.launch.lane_warps)
+    on_steps = cfg.num_warps * (32 // cfg.block_n if cfg.block_n < 32 else 1)
+    loads = streams(c, outputs=False) * -(-cfg.block_t // on_steps)
     return loads <= TM_LB_LANES_LOADS and not (
         TM_LB_LONG_TILE and cfg.block_n * cfg.block_t >= TM_LB_LONG_TILE
         and not TM_LB_LONG_LANE_WARPS)
@@ -242,11 +252,12 @@ def lookback_tile(c, rows: int, block_k: int, kk: int) -> Config:
         tile = TM_LB_TILE // (2 if streams(c) >= LOOKBACK_MANY_TENSORS else 1)
     block_n = min(tile_rows, pow2(rows))
     block_t = max(16, min(tile // block_n, pow2(c.T) // 2))
-    cfg = Config(block_n, block_t, block_k, NUM_WARPS, "lookback")
+    cfg = lane_tile = Config(block_n, block_t, block_k, NUM_WARPS, "lookback")
     if long_rows and TM_LB_LONG_LANE_WARPS:
-        lane = cfg._replace(num_warps=TM_LB_LONG_LANE_WARPS)
+        lane = cfg._replace(block_n=TM_LB_LONG_LANE_ROWS, num_warps=TM_LB_LONG_LANE_WARPS,
+                            block_t=min(TM_LB_LONG_TILE // TM_LB_LONG_LANE_ROWS, pow2(c.T) // 2))
         if block_n == TM_LB_ROWS and lookback_lanes(c, lane):
-            cfg = lane
+            cfg = lane_tile = lane
     if lanes and not joint and block_n == TM_LB_ROWS and c.T >= TM_LB_LANES_HALVE_MIN_T:
         while not lookback_lanes(c, cfg) and cfg.block_t > TM_LB_MIN_STEPS:
             cfg = cfg._replace(block_t=cfg.block_t // 2)
@@ -265,6 +276,6 @@ def lookback_tile(c, rows: int, block_k: int, kk: int) -> Config:
                 cfg = cfg._replace(block_t=cfg.block_t // 2)
             else:
                 break
-    if cfg.num_warps != NUM_WARPS and cfg.block_n < TM_LB_ROWS:
+    if cfg.num_warps != NUM_WARPS and cfg.block_n < lane_tile.block_n:
         cfg = cfg._replace(num_warps=NUM_WARPS)  # halved below a lane tile: rows on NUM_WARPS
     return cfg
