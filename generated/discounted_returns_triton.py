@@ -11,6 +11,7 @@ import triton.language as tl
 
 from scangen import abi as _abi
 from scangen.kernels.common import (
+    load_tile as _load_tile,
     scan_tiles as _scan_tiles,
 )
 from scangen.kernels.lookback import (
@@ -89,25 +90,13 @@ def _discounted_returns_chunked_kernel(
         else:
             _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        if HAS_bootstrap_values:
-            bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
-            bootstrap_values = bootstrap_values__raw.to(ACC)
-        else:
-            bootstrap_values = _zero + 0.0
-        if gamma__TENSOR:
-            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-            gamma__t = gamma__t__raw.to(ACC)
-        else:
-            gamma__t = _zero + gamma
+        bootstrap_values = _load_tile(bootstrap_values__ptr, bootstrap_values__row, _t, bootstrap_values__st, _ok, _zero, 0.0, HAS_bootstrap_values, LANES)
+        gamma__t = _load_tile(gamma__ptr, gamma__row, _t, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
         rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
         rewards = rewards__raw.to(ACC)
         terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
         terminateds = terminateds__raw.to(ACC)
-        if HAS_truncateds:
-            truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-            truncateds = truncateds__raw.to(ACC)
-        else:
-            truncateds = _zero + 0.0
+        truncateds = _load_tile(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, _zero, 0.0, HAS_truncateds, LANES)
         # scan G: G_t = alpha_t + beta_t * G_{t+1}
         _e1 = tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL))
         _alpha = tl.where(_ok, _zero + (rewards + gamma__t*tl.where((_e1 != 0), tl.where((terminateds != 0), 0.0, bootstrap_values), 0.0)), 0.0)
@@ -379,25 +368,13 @@ def _discounted_returns_lookback_kernel(
     else:
         _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
     is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-    if HAS_bootstrap_values:
-        bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
-        bootstrap_values = bootstrap_values__raw.to(ACC)
-    else:
-        bootstrap_values = _zero + 0.0
-    if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-        gamma__t = gamma__t__raw.to(ACC)
-    else:
-        gamma__t = _zero + gamma
+    bootstrap_values = _load_tile(bootstrap_values__ptr, bootstrap_values__row, _t, bootstrap_values__st, _ok, _zero, 0.0, HAS_bootstrap_values, LANES)
+    gamma__t = _load_tile(gamma__ptr, gamma__row, _t, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
     rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
     rewards = rewards__raw.to(ACC)
     terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
     terminateds = terminateds__raw.to(ACC)
-    if HAS_truncateds:
-        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        truncateds = truncateds__raw.to(ACC)
-    else:
-        truncateds = _zero + 0.0
+    truncateds = _load_tile(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, _zero, 0.0, HAS_truncateds, LANES)
     # scan G: G_t = alpha_t + beta_t * G_{t+1}
     _e1 = tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL))
     _alpha = tl.where(_ok, _zero + (rewards + gamma__t*tl.where((_e1 != 0), tl.where((terminateds != 0), 0.0, bootstrap_values), 0.0)), 0.0)

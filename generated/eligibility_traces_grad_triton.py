@@ -12,6 +12,7 @@ import triton.language as tl
 from scangen import abi as _abi
 from scangen.kernels.common import (
     load_shifted as _load_shifted,
+    load_tile as _load_tile,
     scan_tiles as _scan_tiles,
     shift_tile as _shift_tile,
 )
@@ -118,31 +119,11 @@ def _eligibility_traces_grad_chunked_kernel(
         dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         dones = dones__raw.to(ACC)
         dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _tcol, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-        if gamma__TENSOR:
-            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-            gamma__t = gamma__t__raw.to(ACC)
-        else:
-            gamma__t = _zero + gamma
-        if gamma__TENSOR:
-            gamma__next__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_next[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-            gamma__next__t = gamma__next__t__raw.to(ACC)
-        else:
-            gamma__next__t = _zero + gamma
-        if HAS_gy__traces:
-            gy__traces__raw = tl.load(gy__traces__ptr + gy__traces__row[:, None] + _t[None, :] * gy__traces__st, mask=_ok, other=1, volatile=LANES == 2)
-            gy__traces = gy__traces__raw.to(ACC)
-        else:
-            gy__traces = _zero + 0.0
-        if lambda___TENSOR:
-            lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-            lambda___t = lambda___t__raw.to(ACC)
-        else:
-            lambda___t = _zero + lambda_
-        if lambda___TENSOR:
-            lambda___next__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-            lambda___next__t = lambda___next__t__raw.to(ACC)
-        else:
-            lambda___next__t = _zero + lambda_
+        gamma__t = _load_tile(gamma__ptr, gamma__row, _t, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
+        gamma__next__t = _load_tile(gamma__ptr, gamma__row, _t_next, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
+        gy__traces = _load_tile(gy__traces__ptr, gy__traces__row, _t, gy__traces__st, _ok, _zero, 0.0, HAS_gy__traces, LANES)
+        lambda___t = _load_tile(lambda___ptr, lambda___row, _t, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
+        lambda___next__t = _load_tile(lambda___ptr, lambda___row, _t_next, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
         st__z__raw = tl.load(st__z__ptr + st__z__row[:, None] + _t[None, :] * st__z__st, mask=_ok, other=1, volatile=LANES == 2)
         st__z__prev__raw = _load_shifted(st__z__ptr, st__z__row, st__z__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         st__z = st__z__raw.to(ACC)
@@ -526,31 +507,11 @@ def _eligibility_traces_grad_lookback_kernel(
     dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
     dones = dones__raw.to(ACC)
     dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _tcol, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-    if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-        gamma__t = gamma__t__raw.to(ACC)
-    else:
-        gamma__t = _zero + gamma
-    if gamma__TENSOR:
-        gamma__next__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_next[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-        gamma__next__t = gamma__next__t__raw.to(ACC)
-    else:
-        gamma__next__t = _zero + gamma
-    if HAS_gy__traces:
-        gy__traces__raw = tl.load(gy__traces__ptr + gy__traces__row[:, None] + _t[None, :] * gy__traces__st, mask=_ok, other=1, volatile=LANES == 2)
-        gy__traces = gy__traces__raw.to(ACC)
-    else:
-        gy__traces = _zero + 0.0
-    if lambda___TENSOR:
-        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-        lambda___t = lambda___t__raw.to(ACC)
-    else:
-        lambda___t = _zero + lambda_
-    if lambda___TENSOR:
-        lambda___next__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-        lambda___next__t = lambda___next__t__raw.to(ACC)
-    else:
-        lambda___next__t = _zero + lambda_
+    gamma__t = _load_tile(gamma__ptr, gamma__row, _t, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
+    gamma__next__t = _load_tile(gamma__ptr, gamma__row, _t_next, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
+    gy__traces = _load_tile(gy__traces__ptr, gy__traces__row, _t, gy__traces__st, _ok, _zero, 0.0, HAS_gy__traces, LANES)
+    lambda___t = _load_tile(lambda___ptr, lambda___row, _t, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
+    lambda___next__t = _load_tile(lambda___ptr, lambda___row, _t_next, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
     st__z__raw = tl.load(st__z__ptr + st__z__row[:, None] + _t[None, :] * st__z__st, mask=_ok, other=1, volatile=LANES == 2)
     st__z__prev__raw = _load_shifted(st__z__ptr, st__z__row, st__z__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
     st__z = st__z__raw.to(ACC)

@@ -12,6 +12,7 @@ import triton.language as tl
 from scangen import abi as _abi
 from scangen.kernels.common import (
     load_shifted as _load_shifted,
+    load_tile as _load_tile,
     scan_tiles as _scan_tiles,
     shift_tile as _shift_tile,
 )
@@ -98,18 +99,10 @@ def _eligibility_traces_chunked_kernel(
         dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         dones = dones__raw.to(ACC)
         dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-        if gamma__TENSOR:
-            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-            gamma__t = gamma__t__raw.to(ACC)
-        else:
-            gamma__t = _zero + gamma
+        gamma__t = _load_tile(gamma__ptr, gamma__row, _t, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
         gradients__raw = tl.load(gradients__ptr + gradients__row[:, None] + _t[None, :] * gradients__st, mask=_ok, other=1, volatile=LANES == 2)
         gradients = gradients__raw.to(ACC)
-        if lambda___TENSOR:
-            lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-            lambda___t = lambda___t__raw.to(ACC)
-        else:
-            lambda___t = _zero + lambda_
+        lambda___t = _load_tile(lambda___ptr, lambda___row, _t, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
         # scan z: z_t = alpha_t + beta_t * z_{t-1}
         _alpha = tl.where(_ok, _zero + (gradients), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev))), 1.0)  # identity past the window end
@@ -387,18 +380,10 @@ def _eligibility_traces_lookback_kernel(
     dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
     dones = dones__raw.to(ACC)
     dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-    if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-        gamma__t = gamma__t__raw.to(ACC)
-    else:
-        gamma__t = _zero + gamma
+    gamma__t = _load_tile(gamma__ptr, gamma__row, _t, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
     gradients__raw = tl.load(gradients__ptr + gradients__row[:, None] + _t[None, :] * gradients__st, mask=_ok, other=1, volatile=LANES == 2)
     gradients = gradients__raw.to(ACC)
-    if lambda___TENSOR:
-        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-        lambda___t = lambda___t__raw.to(ACC)
-    else:
-        lambda___t = _zero + lambda_
+    lambda___t = _load_tile(lambda___ptr, lambda___row, _t, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
     # scan z: z_t = alpha_t + beta_t * z_{t-1}
     _alpha = tl.where(_ok, _zero + (gradients), 0.0)
     _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev))), 1.0)  # identity past the window end

@@ -12,6 +12,7 @@ import triton.language as tl
 from scangen import abi as _abi
 from scangen.kernels.common import (
     load_shifted as _load_shifted,
+    load_tile as _load_tile,
     scan_tiles as _scan_tiles,
     shift_tile as _shift_tile,
 )
@@ -105,27 +106,15 @@ def _episodic_prefix_sum_grad_chunked_kernel(
         is_first = tl.where(_tcol == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         is_first__next = tl.where(_tcol + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        if boundary__TENSOR:
-            boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1, volatile=LANES == 2)
-            boundary__t = boundary__t__raw.to(ACC)
-        else:
-            boundary__t = _zero + boundary
-        if boundary__TENSOR:
-            boundary__next__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t_next[None, :] * boundary__st, mask=_ok, other=1, volatile=LANES == 2)
-            boundary__next__t = boundary__next__t__raw.to(ACC)
-        else:
-            boundary__next__t = _zero + boundary
+        boundary__t = _load_tile(boundary__ptr, boundary__row, _t, boundary__st, _ok, _zero, boundary, boundary__TENSOR, LANES)
+        boundary__next__t = _load_tile(boundary__ptr, boundary__row, _t_next, boundary__st, _ok, _zero, boundary, boundary__TENSOR, LANES)
         dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
         dones__next__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
         dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         dones = dones__raw.to(ACC)
         dones__next = _shift_tile(dones, dones__raw, dones__next__raw, _tcol, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
         dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _tcol, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-        if HAS_gy__sums:
-            gy__sums__raw = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1, volatile=LANES == 2)
-            gy__sums = gy__sums__raw.to(ACC)
-        else:
-            gy__sums = _zero + 0.0
+        gy__sums = _load_tile(gy__sums__ptr, gy__sums__row, _t, gy__sums__st, _ok, _zero, 0.0, HAS_gy__sums, LANES)
         # scan g__C: g__C_t = alpha_t + beta_t * g__C_{t+1}
         _alpha = tl.where(_ok, _zero + (gy__sums), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, 1.0 - tl.where((boundary__next__t != 0), dones__next, tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end
@@ -445,27 +434,15 @@ def _episodic_prefix_sum_grad_lookback_kernel(
     is_first = tl.where(_tcol == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
     is_first__next = tl.where(_tcol + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
     is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-    if boundary__TENSOR:
-        boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1, volatile=LANES == 2)
-        boundary__t = boundary__t__raw.to(ACC)
-    else:
-        boundary__t = _zero + boundary
-    if boundary__TENSOR:
-        boundary__next__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t_next[None, :] * boundary__st, mask=_ok, other=1, volatile=LANES == 2)
-        boundary__next__t = boundary__next__t__raw.to(ACC)
-    else:
-        boundary__next__t = _zero + boundary
+    boundary__t = _load_tile(boundary__ptr, boundary__row, _t, boundary__st, _ok, _zero, boundary, boundary__TENSOR, LANES)
+    boundary__next__t = _load_tile(boundary__ptr, boundary__row, _t_next, boundary__st, _ok, _zero, boundary, boundary__TENSOR, LANES)
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
     dones__next__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
     dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
     dones = dones__raw.to(ACC)
     dones__next = _shift_tile(dones, dones__raw, dones__next__raw, _tcol, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
     dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _tcol, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-    if HAS_gy__sums:
-        gy__sums__raw = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1, volatile=LANES == 2)
-        gy__sums = gy__sums__raw.to(ACC)
-    else:
-        gy__sums = _zero + 0.0
+    gy__sums = _load_tile(gy__sums__ptr, gy__sums__row, _t, gy__sums__st, _ok, _zero, 0.0, HAS_gy__sums, LANES)
     # scan g__C: g__C_t = alpha_t + beta_t * g__C_{t+1}
     _alpha = tl.where(_ok, _zero + (gy__sums), 0.0)
     _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, 1.0 - tl.where((boundary__next__t != 0), dones__next, tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end

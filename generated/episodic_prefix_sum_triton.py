@@ -12,6 +12,7 @@ import triton.language as tl
 from scangen import abi as _abi
 from scangen.kernels.common import (
     load_shifted as _load_shifted,
+    load_tile as _load_tile,
     scan_tiles as _scan_tiles,
     shift_tile as _shift_tile,
 )
@@ -90,11 +91,7 @@ def _episodic_prefix_sum_chunked_kernel(
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-        if boundary__TENSOR:
-            boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1, volatile=LANES == 2)
-            boundary__t = boundary__t__raw.to(ACC)
-        else:
-            boundary__t = _zero + boundary
+        boundary__t = _load_tile(boundary__ptr, boundary__row, _t, boundary__st, _ok, _zero, boundary, boundary__TENSOR, LANES)
         dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
         dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         dones = dones__raw.to(ACC)
@@ -355,11 +352,7 @@ def _episodic_prefix_sum_lookback_kernel(
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_prev = tl.maximum(_t - 1, 0)
     is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-    if boundary__TENSOR:
-        boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1, volatile=LANES == 2)
-        boundary__t = boundary__t__raw.to(ACC)
-    else:
-        boundary__t = _zero + boundary
+    boundary__t = _load_tile(boundary__ptr, boundary__row, _t, boundary__st, _ok, _zero, boundary, boundary__TENSOR, LANES)
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
     dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
     dones = dones__raw.to(ACC)

@@ -12,6 +12,7 @@ import triton.language as tl
 from scangen import abi as _abi
 from scangen.kernels.common import (
     load_shifted as _load_shifted,
+    load_tile as _load_tile,
     scan_tiles as _scan_tiles,
     shift_tile as _shift_tile,
 )
@@ -122,41 +123,13 @@ def _gae_grad_chunked_kernel(
         is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_pos == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         is_last__prev = tl.where(_pos - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        if HAS_bootstrap_values:
-            bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
-            bootstrap_values = bootstrap_values__raw.to(ACC)
-        else:
-            bootstrap_values = _zero + 0.0
-        if gamma__TENSOR:
-            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-            gamma__t = gamma__t__raw.to(ACC)
-        else:
-            gamma__t = _zero + gamma
-        if gamma__TENSOR:
-            gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-            gamma__prev__t = gamma__prev__t__raw.to(ACC)
-        else:
-            gamma__prev__t = _zero + gamma
-        if HAS_gy__advantages:
-            gy__advantages__raw = tl.load(gy__advantages__ptr + gy__advantages__row[:, None] + _t[None, :] * gy__advantages__st, mask=_ok, other=1, volatile=LANES == 2)
-            gy__advantages = gy__advantages__raw.to(ACC)
-        else:
-            gy__advantages = _zero + 0.0
-        if HAS_gy__returns:
-            gy__returns__raw = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1, volatile=LANES == 2)
-            gy__returns = gy__returns__raw.to(ACC)
-        else:
-            gy__returns = _zero + 0.0
-        if lambda___TENSOR:
-            lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-            lambda___t = lambda___t__raw.to(ACC)
-        else:
-            lambda___t = _zero + lambda_
-        if lambda___TENSOR:
-            lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-            lambda___prev__t = lambda___prev__t__raw.to(ACC)
-        else:
-            lambda___prev__t = _zero + lambda_
+        bootstrap_values = _load_tile(bootstrap_values__ptr, bootstrap_values__row, _t, bootstrap_values__st, _ok, _zero, 0.0, HAS_bootstrap_values, LANES)
+        gamma__t = _load_tile(gamma__ptr, gamma__row, _t, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
+        gamma__prev__t = _load_tile(gamma__ptr, gamma__row, _t_prev, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
+        gy__advantages = _load_tile(gy__advantages__ptr, gy__advantages__row, _t, gy__advantages__st, _ok, _zero, 0.0, HAS_gy__advantages, LANES)
+        gy__returns = _load_tile(gy__returns__ptr, gy__returns__row, _t, gy__returns__st, _ok, _zero, 0.0, HAS_gy__returns, LANES)
+        lambda___t = _load_tile(lambda___ptr, lambda___row, _t, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
+        lambda___prev__t = _load_tile(lambda___ptr, lambda___row, _t_prev, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
         st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
         st__A__next__raw = _load_shifted(st__A__ptr, st__A__row, st__A__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
         st__A = st__A__raw.to(ACC)
@@ -637,41 +610,13 @@ def _gae_grad_lookback_kernel(
     is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
     is_last = tl.where(_pos == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     is_last__prev = tl.where(_pos - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-    if HAS_bootstrap_values:
-        bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
-        bootstrap_values = bootstrap_values__raw.to(ACC)
-    else:
-        bootstrap_values = _zero + 0.0
-    if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-        gamma__t = gamma__t__raw.to(ACC)
-    else:
-        gamma__t = _zero + gamma
-    if gamma__TENSOR:
-        gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-        gamma__prev__t = gamma__prev__t__raw.to(ACC)
-    else:
-        gamma__prev__t = _zero + gamma
-    if HAS_gy__advantages:
-        gy__advantages__raw = tl.load(gy__advantages__ptr + gy__advantages__row[:, None] + _t[None, :] * gy__advantages__st, mask=_ok, other=1, volatile=LANES == 2)
-        gy__advantages = gy__advantages__raw.to(ACC)
-    else:
-        gy__advantages = _zero + 0.0
-    if HAS_gy__returns:
-        gy__returns__raw = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1, volatile=LANES == 2)
-        gy__returns = gy__returns__raw.to(ACC)
-    else:
-        gy__returns = _zero + 0.0
-    if lambda___TENSOR:
-        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-        lambda___t = lambda___t__raw.to(ACC)
-    else:
-        lambda___t = _zero + lambda_
-    if lambda___TENSOR:
-        lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-        lambda___prev__t = lambda___prev__t__raw.to(ACC)
-    else:
-        lambda___prev__t = _zero + lambda_
+    bootstrap_values = _load_tile(bootstrap_values__ptr, bootstrap_values__row, _t, bootstrap_values__st, _ok, _zero, 0.0, HAS_bootstrap_values, LANES)
+    gamma__t = _load_tile(gamma__ptr, gamma__row, _t, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
+    gamma__prev__t = _load_tile(gamma__ptr, gamma__row, _t_prev, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
+    gy__advantages = _load_tile(gy__advantages__ptr, gy__advantages__row, _t, gy__advantages__st, _ok, _zero, 0.0, HAS_gy__advantages, LANES)
+    gy__returns = _load_tile(gy__returns__ptr, gy__returns__row, _t, gy__returns__st, _ok, _zero, 0.0, HAS_gy__returns, LANES)
+    lambda___t = _load_tile(lambda___ptr, lambda___row, _t, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
+    lambda___prev__t = _load_tile(lambda___ptr, lambda___row, _t_prev, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
     st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
     st__A__next__raw = _load_shifted(st__A__ptr, st__A__row, st__A__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
     st__A = st__A__raw.to(ACC)

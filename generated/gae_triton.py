@@ -12,6 +12,7 @@ import triton.language as tl
 from scangen import abi as _abi
 from scangen.kernels.common import (
     load_shifted as _load_shifted,
+    load_tile as _load_tile,
     scan_tiles as _scan_tiles,
     shift_tile as _shift_tile,
 )
@@ -110,30 +111,14 @@ def _gae_chunked_kernel(
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        if HAS_bootstrap_values:
-            bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
-            bootstrap_values = bootstrap_values__raw.to(ACC)
-        else:
-            bootstrap_values = _zero + 0.0
-        if gamma__TENSOR:
-            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-            gamma__t = gamma__t__raw.to(ACC)
-        else:
-            gamma__t = _zero + gamma
-        if lambda___TENSOR:
-            lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-            lambda___t = lambda___t__raw.to(ACC)
-        else:
-            lambda___t = _zero + lambda_
+        bootstrap_values = _load_tile(bootstrap_values__ptr, bootstrap_values__row, _t, bootstrap_values__st, _ok, _zero, 0.0, HAS_bootstrap_values, LANES)
+        gamma__t = _load_tile(gamma__ptr, gamma__row, _t, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
+        lambda___t = _load_tile(lambda___ptr, lambda___row, _t, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
         rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
         rewards = rewards__raw.to(ACC)
         terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
         terminateds = terminateds__raw.to(ACC)
-        if HAS_truncateds:
-            truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-            truncateds = truncateds__raw.to(ACC)
-        else:
-            truncateds = _zero + 0.0
+        truncateds = _load_tile(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, _zero, 0.0, HAS_truncateds, LANES)
         values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
         values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
         values = values__raw.to(ACC)
@@ -481,30 +466,14 @@ def _gae_lookback_kernel(
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-    if HAS_bootstrap_values:
-        bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
-        bootstrap_values = bootstrap_values__raw.to(ACC)
-    else:
-        bootstrap_values = _zero + 0.0
-    if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-        gamma__t = gamma__t__raw.to(ACC)
-    else:
-        gamma__t = _zero + gamma
-    if lambda___TENSOR:
-        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-        lambda___t = lambda___t__raw.to(ACC)
-    else:
-        lambda___t = _zero + lambda_
+    bootstrap_values = _load_tile(bootstrap_values__ptr, bootstrap_values__row, _t, bootstrap_values__st, _ok, _zero, 0.0, HAS_bootstrap_values, LANES)
+    gamma__t = _load_tile(gamma__ptr, gamma__row, _t, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
+    lambda___t = _load_tile(lambda___ptr, lambda___row, _t, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
     rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
     rewards = rewards__raw.to(ACC)
     terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
     terminateds = terminateds__raw.to(ACC)
-    if HAS_truncateds:
-        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        truncateds = truncateds__raw.to(ACC)
-    else:
-        truncateds = _zero + 0.0
+    truncateds = _load_tile(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, _zero, 0.0, HAS_truncateds, LANES)
     values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
     values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
     values = values__raw.to(ACC)

@@ -11,6 +11,7 @@ import triton.language as tl
 
 from scangen import abi as _abi
 from scangen.kernels.common import (
+    load_tile as _load_tile,
     scan_tiles as _scan_tiles,
 )
 from scangen.kernels.lookback import (
@@ -94,16 +95,8 @@ def _masked_gae_chunked_kernel(
         else:
             _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        if gamma__TENSOR:
-            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-            gamma__t = gamma__t__raw.to(ACC)
-        else:
-            gamma__t = _zero + gamma
-        if lambda___TENSOR:
-            lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-            lambda___t = lambda___t__raw.to(ACC)
-        else:
-            lambda___t = _zero + lambda_
+        gamma__t = _load_tile(gamma__ptr, gamma__row, _t, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
+        lambda___t = _load_tile(lambda___ptr, lambda___row, _t, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
         response_mask__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1, volatile=LANES == 2)
         response_mask = response_mask__raw.to(ACC)
         token_level_rewards__raw = tl.load(token_level_rewards__ptr + token_level_rewards__row[:, None] + _t[None, :] * token_level_rewards__st, mask=_ok, other=1, volatile=LANES == 2)
@@ -410,16 +403,8 @@ def _masked_gae_lookback_kernel(
     else:
         _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
     is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-    if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-        gamma__t = gamma__t__raw.to(ACC)
-    else:
-        gamma__t = _zero + gamma
-    if lambda___TENSOR:
-        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-        lambda___t = lambda___t__raw.to(ACC)
-    else:
-        lambda___t = _zero + lambda_
+    gamma__t = _load_tile(gamma__ptr, gamma__row, _t, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
+    lambda___t = _load_tile(lambda___ptr, lambda___row, _t, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
     response_mask__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1, volatile=LANES == 2)
     response_mask = response_mask__raw.to(ACC)
     token_level_rewards__raw = tl.load(token_level_rewards__ptr + token_level_rewards__row[:, None] + _t[None, :] * token_level_rewards__st, mask=_ok, other=1, volatile=LANES == 2)

@@ -12,6 +12,7 @@ import triton.language as tl
 from scangen import abi as _abi
 from scangen.kernels.common import (
     load_shifted as _load_shifted,
+    load_tile as _load_tile,
     scan_tiles as _scan_tiles,
     shift_tile as _shift_tile,
 )
@@ -128,39 +129,19 @@ def _retrace_chunked_kernel(
         actions__next__raw = _load_shifted(actions__ptr, actions__row, actions__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
         actions = actions__raw
         actions__next = _shift_tile(actions, actions__raw, actions__next__raw, _tcol, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
-        if c_bar__TENSOR:
-            c_bar__next__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-            c_bar__next__t = c_bar__next__t__raw.to(ACC)
-        else:
-            c_bar__next__t = _zero + c_bar
-        if gamma__TENSOR:
-            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-            gamma__t = gamma__t__raw.to(ACC)
-        else:
-            gamma__t = _zero + gamma
-        if lambda___TENSOR:
-            lambda___next__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-            lambda___next__t = lambda___next__t__raw.to(ACC)
-        else:
-            lambda___next__t = _zero + lambda_
+        c_bar__next__t = _load_tile(c_bar__ptr, c_bar__row, _t_next, c_bar__st, _ok, _zero, c_bar, c_bar__TENSOR, LANES)
+        gamma__t = _load_tile(gamma__ptr, gamma__row, _t, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
+        lambda___next__t = _load_tile(lambda___ptr, lambda___row, _t_next, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
         q_values__raw = tl.load(q_values__ptr + q_values__row[:, None] + _t[None, :] * q_values__st, mask=_ok, other=1, volatile=LANES == 2)
         q_values__next__raw = _load_shifted(q_values__ptr, q_values__row, q_values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
         q_values = q_values__raw.to(ACC)
         q_values__next = _shift_tile(q_values, q_values__raw, q_values__next__raw, _tcol, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
         rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
         rewards = rewards__raw.to(ACC)
-        if rho_bar__TENSOR:
-            rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-            rho_bar__t = rho_bar__t__raw.to(ACC)
-        else:
-            rho_bar__t = _zero + rho_bar
+        rho_bar__t = _load_tile(rho_bar__ptr, rho_bar__row, _t, rho_bar__st, _ok, _zero, rho_bar, rho_bar__TENSOR, LANES)
         terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
         terminateds = terminateds__raw.to(ACC)
-        if HAS_truncateds:
-            truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-            truncateds = truncateds__raw.to(ACC)
-        else:
-            truncateds = _zero + 0.0
+        truncateds = _load_tile(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, _zero, 0.0, HAS_truncateds, LANES)
         _gi = actions__next.to(tl.int64)
         _gok = (_gi >= 0) & (_gi < K)
         _gather0 = tl.load(action_probs_target__ptr + action_probs_target__row[:, None] + _t_next[None, :] * action_probs_target__st + _gi * action_probs_target__sk, mask=_ok & _gok, other=0).to(ACC)
@@ -610,39 +591,19 @@ def _retrace_lookback_kernel(
     actions__next__raw = _load_shifted(actions__ptr, actions__row, actions__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
     actions = actions__raw
     actions__next = _shift_tile(actions, actions__raw, actions__next__raw, _tcol, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
-    if c_bar__TENSOR:
-        c_bar__next__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-        c_bar__next__t = c_bar__next__t__raw.to(ACC)
-    else:
-        c_bar__next__t = _zero + c_bar
-    if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-        gamma__t = gamma__t__raw.to(ACC)
-    else:
-        gamma__t = _zero + gamma
-    if lambda___TENSOR:
-        lambda___next__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-        lambda___next__t = lambda___next__t__raw.to(ACC)
-    else:
-        lambda___next__t = _zero + lambda_
+    c_bar__next__t = _load_tile(c_bar__ptr, c_bar__row, _t_next, c_bar__st, _ok, _zero, c_bar, c_bar__TENSOR, LANES)
+    gamma__t = _load_tile(gamma__ptr, gamma__row, _t, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
+    lambda___next__t = _load_tile(lambda___ptr, lambda___row, _t_next, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
     q_values__raw = tl.load(q_values__ptr + q_values__row[:, None] + _t[None, :] * q_values__st, mask=_ok, other=1, volatile=LANES == 2)
     q_values__next__raw = _load_shifted(q_values__ptr, q_values__row, q_values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
     q_values = q_values__raw.to(ACC)
     q_values__next = _shift_tile(q_values, q_values__raw, q_values__next__raw, _tcol, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
     rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
     rewards = rewards__raw.to(ACC)
-    if rho_bar__TENSOR:
-        rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-        rho_bar__t = rho_bar__t__raw.to(ACC)
-    else:
-        rho_bar__t = _zero + rho_bar
+    rho_bar__t = _load_tile(rho_bar__ptr, rho_bar__row, _t, rho_bar__st, _ok, _zero, rho_bar, rho_bar__TENSOR, LANES)
     terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
     terminateds = terminateds__raw.to(ACC)
-    if HAS_truncateds:
-        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        truncateds = truncateds__raw.to(ACC)
-    else:
-        truncateds = _zero + 0.0
+    truncateds = _load_tile(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, _zero, 0.0, HAS_truncateds, LANES)
     _gi = actions__next.to(tl.int64)
     _gok = (_gi >= 0) & (_gi < K)
     _gather0 = tl.load(action_probs_target__ptr + action_probs_target__row[:, None] + _t_next[None, :] * action_probs_target__st + _gi * action_probs_target__sk, mask=_ok & _gok, other=0).to(ACC)

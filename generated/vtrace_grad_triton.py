@@ -12,6 +12,7 @@ import triton.language as tl
 from scangen import abi as _abi
 from scangen.kernels.common import (
     load_shifted as _load_shifted,
+    load_tile as _load_tile,
     scan_tiles as _scan_tiles,
     shift_tile as _shift_tile,
 )
@@ -147,31 +148,11 @@ def _vtrace_grad_chunked_kernel(
         is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_pos == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         is_last__prev = tl.where(_pos - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        if HAS_bootstrap_values:
-            bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
-            bootstrap_values = bootstrap_values__raw.to(ACC)
-        else:
-            bootstrap_values = _zero + 0.0
-        if c_bar__TENSOR:
-            c_bar__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-            c_bar__t = c_bar__t__raw.to(ACC)
-        else:
-            c_bar__t = _zero + c_bar
-        if c_bar__TENSOR:
-            c_bar__prev__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_prev[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-            c_bar__prev__t = c_bar__prev__t__raw.to(ACC)
-        else:
-            c_bar__prev__t = _zero + c_bar
-        if gamma__TENSOR:
-            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-            gamma__t = gamma__t__raw.to(ACC)
-        else:
-            gamma__t = _zero + gamma
-        if gamma__TENSOR:
-            gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-            gamma__prev__t = gamma__prev__t__raw.to(ACC)
-        else:
-            gamma__prev__t = _zero + gamma
+        bootstrap_values = _load_tile(bootstrap_values__ptr, bootstrap_values__row, _t, bootstrap_values__st, _ok, _zero, 0.0, HAS_bootstrap_values, LANES)
+        c_bar__t = _load_tile(c_bar__ptr, c_bar__row, _t, c_bar__st, _ok, _zero, c_bar, c_bar__TENSOR, LANES)
+        c_bar__prev__t = _load_tile(c_bar__ptr, c_bar__row, _t_prev, c_bar__st, _ok, _zero, c_bar, c_bar__TENSOR, LANES)
+        gamma__t = _load_tile(gamma__ptr, gamma__row, _t, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
+        gamma__prev__t = _load_tile(gamma__ptr, gamma__row, _t_prev, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
         if HAS_gy__pg_advantages:
             gy__pg_advantages__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t[None, :] * gy__pg_advantages__st, mask=_ok, other=1, volatile=LANES == 2)
             gy__pg_advantages__prev__raw = _load_shifted(gy__pg_advantages__ptr, gy__pg_advantages__row, gy__pg_advantages__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
@@ -180,21 +161,9 @@ def _vtrace_grad_chunked_kernel(
         else:
             gy__pg_advantages = _zero + 0.0
             gy__pg_advantages__prev = _zero + 0.0
-        if HAS_gy__targets:
-            gy__targets__raw = tl.load(gy__targets__ptr + gy__targets__row[:, None] + _t[None, :] * gy__targets__st, mask=_ok, other=1, volatile=LANES == 2)
-            gy__targets = gy__targets__raw.to(ACC)
-        else:
-            gy__targets = _zero + 0.0
-        if lambda___TENSOR:
-            lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-            lambda___t = lambda___t__raw.to(ACC)
-        else:
-            lambda___t = _zero + lambda_
-        if lambda___TENSOR:
-            lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-            lambda___prev__t = lambda___prev__t__raw.to(ACC)
-        else:
-            lambda___prev__t = _zero + lambda_
+        gy__targets = _load_tile(gy__targets__ptr, gy__targets__row, _t, gy__targets__st, _ok, _zero, 0.0, HAS_gy__targets, LANES)
+        lambda___t = _load_tile(lambda___ptr, lambda___row, _t, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
+        lambda___prev__t = _load_tile(lambda___ptr, lambda___row, _t_prev, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
         log_pi_behavior__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
         log_pi_behavior__prev__raw = _load_shifted(log_pi_behavior__ptr, log_pi_behavior__row, log_pi_behavior__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         log_pi_behavior = log_pi_behavior__raw.to(ACC)
@@ -203,28 +172,12 @@ def _vtrace_grad_chunked_kernel(
         log_pi_target__prev__raw = _load_shifted(log_pi_target__ptr, log_pi_target__row, log_pi_target__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         log_pi_target = log_pi_target__raw.to(ACC)
         log_pi_target__prev = _shift_tile(log_pi_target, log_pi_target__raw, log_pi_target__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-        if pg_rho_bar__TENSOR:
-            pg_rho_bar__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-            pg_rho_bar__t = pg_rho_bar__t__raw.to(ACC)
-        else:
-            pg_rho_bar__t = _zero + pg_rho_bar
-        if pg_rho_bar__TENSOR:
-            pg_rho_bar__prev__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t_prev[None, :] * pg_rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-            pg_rho_bar__prev__t = pg_rho_bar__prev__t__raw.to(ACC)
-        else:
-            pg_rho_bar__prev__t = _zero + pg_rho_bar
+        pg_rho_bar__t = _load_tile(pg_rho_bar__ptr, pg_rho_bar__row, _t, pg_rho_bar__st, _ok, _zero, pg_rho_bar, pg_rho_bar__TENSOR, LANES)
+        pg_rho_bar__prev__t = _load_tile(pg_rho_bar__ptr, pg_rho_bar__row, _t_prev, pg_rho_bar__st, _ok, _zero, pg_rho_bar, pg_rho_bar__TENSOR, LANES)
         rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
         rewards = rewards__raw.to(ACC)
-        if rho_bar__TENSOR:
-            rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-            rho_bar__t = rho_bar__t__raw.to(ACC)
-        else:
-            rho_bar__t = _zero + rho_bar
-        if rho_bar__TENSOR:
-            rho_bar__prev__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t_prev[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-            rho_bar__prev__t = rho_bar__prev__t__raw.to(ACC)
-        else:
-            rho_bar__prev__t = _zero + rho_bar
+        rho_bar__t = _load_tile(rho_bar__ptr, rho_bar__row, _t, rho_bar__st, _ok, _zero, rho_bar, rho_bar__TENSOR, LANES)
+        rho_bar__prev__t = _load_tile(rho_bar__ptr, rho_bar__row, _t_prev, rho_bar__st, _ok, _zero, rho_bar, rho_bar__TENSOR, LANES)
         st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
         st__A__next__raw = _load_shifted(st__A__ptr, st__A__row, st__A__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
         st__A = st__A__raw.to(ACC)
@@ -936,31 +889,11 @@ def _vtrace_grad_lookback_kernel(
     is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
     is_last = tl.where(_pos == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     is_last__prev = tl.where(_pos - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-    if HAS_bootstrap_values:
-        bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
-        bootstrap_values = bootstrap_values__raw.to(ACC)
-    else:
-        bootstrap_values = _zero + 0.0
-    if c_bar__TENSOR:
-        c_bar__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-        c_bar__t = c_bar__t__raw.to(ACC)
-    else:
-        c_bar__t = _zero + c_bar
-    if c_bar__TENSOR:
-        c_bar__prev__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_prev[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-        c_bar__prev__t = c_bar__prev__t__raw.to(ACC)
-    else:
-        c_bar__prev__t = _zero + c_bar
-    if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-        gamma__t = gamma__t__raw.to(ACC)
-    else:
-        gamma__t = _zero + gamma
-    if gamma__TENSOR:
-        gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-        gamma__prev__t = gamma__prev__t__raw.to(ACC)
-    else:
-        gamma__prev__t = _zero + gamma
+    bootstrap_values = _load_tile(bootstrap_values__ptr, bootstrap_values__row, _t, bootstrap_values__st, _ok, _zero, 0.0, HAS_bootstrap_values, LANES)
+    c_bar__t = _load_tile(c_bar__ptr, c_bar__row, _t, c_bar__st, _ok, _zero, c_bar, c_bar__TENSOR, LANES)
+    c_bar__prev__t = _load_tile(c_bar__ptr, c_bar__row, _t_prev, c_bar__st, _ok, _zero, c_bar, c_bar__TENSOR, LANES)
+    gamma__t = _load_tile(gamma__ptr, gamma__row, _t, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
+    gamma__prev__t = _load_tile(gamma__ptr, gamma__row, _t_prev, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
     if HAS_gy__pg_advantages:
         gy__pg_advantages__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t[None, :] * gy__pg_advantages__st, mask=_ok, other=1, volatile=LANES == 2)
         gy__pg_advantages__prev__raw = _load_shifted(gy__pg_advantages__ptr, gy__pg_advantages__row, gy__pg_advantages__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
@@ -969,21 +902,9 @@ def _vtrace_grad_lookback_kernel(
     else:
         gy__pg_advantages = _zero + 0.0
         gy__pg_advantages__prev = _zero + 0.0
-    if HAS_gy__targets:
-        gy__targets__raw = tl.load(gy__targets__ptr + gy__targets__row[:, None] + _t[None, :] * gy__targets__st, mask=_ok, other=1, volatile=LANES == 2)
-        gy__targets = gy__targets__raw.to(ACC)
-    else:
-        gy__targets = _zero + 0.0
-    if lambda___TENSOR:
-        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-        lambda___t = lambda___t__raw.to(ACC)
-    else:
-        lambda___t = _zero + lambda_
-    if lambda___TENSOR:
-        lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-        lambda___prev__t = lambda___prev__t__raw.to(ACC)
-    else:
-        lambda___prev__t = _zero + lambda_
+    gy__targets = _load_tile(gy__targets__ptr, gy__targets__row, _t, gy__targets__st, _ok, _zero, 0.0, HAS_gy__targets, LANES)
+    lambda___t = _load_tile(lambda___ptr, lambda___row, _t, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
+    lambda___prev__t = _load_tile(lambda___ptr, lambda___row, _t_prev, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
     log_pi_behavior__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
     log_pi_behavior__prev__raw = _load_shifted(log_pi_behavior__ptr, log_pi_behavior__row, log_pi_behavior__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
     log_pi_behavior = log_pi_behavior__raw.to(ACC)
@@ -992,28 +913,12 @@ def _vtrace_grad_lookback_kernel(
     log_pi_target__prev__raw = _load_shifted(log_pi_target__ptr, log_pi_target__row, log_pi_target__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
     log_pi_target = log_pi_target__raw.to(ACC)
     log_pi_target__prev = _shift_tile(log_pi_target, log_pi_target__raw, log_pi_target__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-    if pg_rho_bar__TENSOR:
-        pg_rho_bar__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-        pg_rho_bar__t = pg_rho_bar__t__raw.to(ACC)
-    else:
-        pg_rho_bar__t = _zero + pg_rho_bar
-    if pg_rho_bar__TENSOR:
-        pg_rho_bar__prev__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t_prev[None, :] * pg_rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-        pg_rho_bar__prev__t = pg_rho_bar__prev__t__raw.to(ACC)
-    else:
-        pg_rho_bar__prev__t = _zero + pg_rho_bar
+    pg_rho_bar__t = _load_tile(pg_rho_bar__ptr, pg_rho_bar__row, _t, pg_rho_bar__st, _ok, _zero, pg_rho_bar, pg_rho_bar__TENSOR, LANES)
+    pg_rho_bar__prev__t = _load_tile(pg_rho_bar__ptr, pg_rho_bar__row, _t_prev, pg_rho_bar__st, _ok, _zero, pg_rho_bar, pg_rho_bar__TENSOR, LANES)
     rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
     rewards = rewards__raw.to(ACC)
-    if rho_bar__TENSOR:
-        rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-        rho_bar__t = rho_bar__t__raw.to(ACC)
-    else:
-        rho_bar__t = _zero + rho_bar
-    if rho_bar__TENSOR:
-        rho_bar__prev__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t_prev[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-        rho_bar__prev__t = rho_bar__prev__t__raw.to(ACC)
-    else:
-        rho_bar__prev__t = _zero + rho_bar
+    rho_bar__t = _load_tile(rho_bar__ptr, rho_bar__row, _t, rho_bar__st, _ok, _zero, rho_bar, rho_bar__TENSOR, LANES)
+    rho_bar__prev__t = _load_tile(rho_bar__ptr, rho_bar__row, _t_prev, rho_bar__st, _ok, _zero, rho_bar, rho_bar__TENSOR, LANES)
     st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
     st__A__next__raw = _load_shifted(st__A__ptr, st__A__row, st__A__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
     st__A = st__A__raw.to(ACC)

@@ -12,6 +12,7 @@ import triton.language as tl
 from scangen import abi as _abi
 from scangen.kernels.common import (
     load_shifted as _load_shifted,
+    load_tile as _load_tile,
     scan_tiles as _scan_tiles,
     shift_tile as _shift_tile,
 )
@@ -122,49 +123,21 @@ def _vtrace_chunked_kernel(
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        if HAS_bootstrap_values:
-            bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
-            bootstrap_values = bootstrap_values__raw.to(ACC)
-        else:
-            bootstrap_values = _zero + 0.0
-        if c_bar__TENSOR:
-            c_bar__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-            c_bar__t = c_bar__t__raw.to(ACC)
-        else:
-            c_bar__t = _zero + c_bar
-        if gamma__TENSOR:
-            gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-            gamma__t = gamma__t__raw.to(ACC)
-        else:
-            gamma__t = _zero + gamma
-        if lambda___TENSOR:
-            lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-            lambda___t = lambda___t__raw.to(ACC)
-        else:
-            lambda___t = _zero + lambda_
+        bootstrap_values = _load_tile(bootstrap_values__ptr, bootstrap_values__row, _t, bootstrap_values__st, _ok, _zero, 0.0, HAS_bootstrap_values, LANES)
+        c_bar__t = _load_tile(c_bar__ptr, c_bar__row, _t, c_bar__st, _ok, _zero, c_bar, c_bar__TENSOR, LANES)
+        gamma__t = _load_tile(gamma__ptr, gamma__row, _t, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
+        lambda___t = _load_tile(lambda___ptr, lambda___row, _t, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
         log_pi_behavior__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
         log_pi_behavior = log_pi_behavior__raw.to(ACC)
         log_pi_target__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1, volatile=LANES == 2)
         log_pi_target = log_pi_target__raw.to(ACC)
-        if pg_rho_bar__TENSOR:
-            pg_rho_bar__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-            pg_rho_bar__t = pg_rho_bar__t__raw.to(ACC)
-        else:
-            pg_rho_bar__t = _zero + pg_rho_bar
+        pg_rho_bar__t = _load_tile(pg_rho_bar__ptr, pg_rho_bar__row, _t, pg_rho_bar__st, _ok, _zero, pg_rho_bar, pg_rho_bar__TENSOR, LANES)
         rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
         rewards = rewards__raw.to(ACC)
-        if rho_bar__TENSOR:
-            rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-            rho_bar__t = rho_bar__t__raw.to(ACC)
-        else:
-            rho_bar__t = _zero + rho_bar
+        rho_bar__t = _load_tile(rho_bar__ptr, rho_bar__row, _t, rho_bar__st, _ok, _zero, rho_bar, rho_bar__TENSOR, LANES)
         terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
         terminateds = terminateds__raw.to(ACC)
-        if HAS_truncateds:
-            truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-            truncateds = truncateds__raw.to(ACC)
-        else:
-            truncateds = _zero + 0.0
+        truncateds = _load_tile(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, _zero, 0.0, HAS_truncateds, LANES)
         values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
         values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
         values = values__raw.to(ACC)
@@ -594,49 +567,21 @@ def _vtrace_lookback_kernel(
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-    if HAS_bootstrap_values:
-        bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
-        bootstrap_values = bootstrap_values__raw.to(ACC)
-    else:
-        bootstrap_values = _zero + 0.0
-    if c_bar__TENSOR:
-        c_bar__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-        c_bar__t = c_bar__t__raw.to(ACC)
-    else:
-        c_bar__t = _zero + c_bar
-    if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-        gamma__t = gamma__t__raw.to(ACC)
-    else:
-        gamma__t = _zero + gamma
-    if lambda___TENSOR:
-        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-        lambda___t = lambda___t__raw.to(ACC)
-    else:
-        lambda___t = _zero + lambda_
+    bootstrap_values = _load_tile(bootstrap_values__ptr, bootstrap_values__row, _t, bootstrap_values__st, _ok, _zero, 0.0, HAS_bootstrap_values, LANES)
+    c_bar__t = _load_tile(c_bar__ptr, c_bar__row, _t, c_bar__st, _ok, _zero, c_bar, c_bar__TENSOR, LANES)
+    gamma__t = _load_tile(gamma__ptr, gamma__row, _t, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
+    lambda___t = _load_tile(lambda___ptr, lambda___row, _t, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
     log_pi_behavior__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
     log_pi_behavior = log_pi_behavior__raw.to(ACC)
     log_pi_target__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1, volatile=LANES == 2)
     log_pi_target = log_pi_target__raw.to(ACC)
-    if pg_rho_bar__TENSOR:
-        pg_rho_bar__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-        pg_rho_bar__t = pg_rho_bar__t__raw.to(ACC)
-    else:
-        pg_rho_bar__t = _zero + pg_rho_bar
+    pg_rho_bar__t = _load_tile(pg_rho_bar__ptr, pg_rho_bar__row, _t, pg_rho_bar__st, _ok, _zero, pg_rho_bar, pg_rho_bar__TENSOR, LANES)
     rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
     rewards = rewards__raw.to(ACC)
-    if rho_bar__TENSOR:
-        rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-        rho_bar__t = rho_bar__t__raw.to(ACC)
-    else:
-        rho_bar__t = _zero + rho_bar
+    rho_bar__t = _load_tile(rho_bar__ptr, rho_bar__row, _t, rho_bar__st, _ok, _zero, rho_bar, rho_bar__TENSOR, LANES)
     terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
     terminateds = terminateds__raw.to(ACC)
-    if HAS_truncateds:
-        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        truncateds = truncateds__raw.to(ACC)
-    else:
-        truncateds = _zero + 0.0
+    truncateds = _load_tile(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, _zero, 0.0, HAS_truncateds, LANES)
     values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
     values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
     values = values__raw.to(ACC)

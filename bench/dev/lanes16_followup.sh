@@ -14,7 +14,7 @@ OUT=${OUT:?set OUT}; mkdir -p "$OUT"
   --shapes 64x65536,256x8192,512x4096 \
   --baseline scangen.runtime.timemajor.TM_LB_LONG_LANE_ROWS=32) > "$OUT/layout-ab-long16.log" 2>&1
 CASES="--layout time-major --tm-lanes --tm-lanes-rows 8,16,32 --tm-lanes-steps 64,128 \
---tm-lanes-warps 2,4 --families stream --top 5 --set scangen.runtime.launch.LANES_MIN_ROWS=8,\
+--tm-lanes-warps 2,4,8 --families stream --top 5 --set scangen.runtime.launch.LANES_MIN_ROWS=8,\
 scangen.runtime.launch.LANES_ROWS_A_WARP=2 --algos vtrace,gae,eligibility_traces \
 --shapes 4096x128,2048x128" BUDGETS=60 COMPILE_TIMEOUT=90 OUT="$OUT" \
   timeout 200 bash bench/dev/sweeps_session.sh > /dev/null 2>&1

@@ -4,6 +4,7 @@ scangen.kernels.lookback.
 
 ``combine`` and its variants compose the affine maps of a scan, and ``scan_tiles`` scans a
 chunk's maps with them (in either order, over grouped steps, or a run of steps a warp);
+``load_tile`` loads an optional input's or a param's tile, or broadcasts its default;
 ``load_shifted`` and ``shift_tile`` give an input's tile one step later or earlier (template
 option ``input_shift="split"``: from its aligned tile in registers, ``shift_next`` /
 ``shift_prev``, and one load a thread's group of steps); ``flip_groups`` reverses each thread's group of steps
@@ -178,3 +179,16 @@ def shift_tile(x, raw, shifted_raw, tcol, edge, BN: tl.constexpr, BT: tl.constex
             s = shift_prev(tl.reshape(raw, (M, G)), tl.reshape(shifted_raw, (M,)), M, G)
         y = tl.where((tcol == edge)[None, :], x, tl.reshape(s, (BN, BT)).to(x.dtype))
     return y
+
+
+@triton.jit
+def load_tile(ptr, base, t, st, ok, zero, default, HAS: tl.constexpr, LANES: tl.constexpr):
+    # The [BN, BT] tile of an input or a param at steps t, in zero's dtype (the kernel's ACC);
+    # where the call has no such tensor (HAS false: an optional input left out, a param given
+    # as a float) the default, broadcast. LANES == 2: the load volatile (runtime.launch.lanes).
+    if HAS:
+        x = tl.load(ptr + base[:, None] + t[None, :] * st, mask=ok, other=1,
+                    volatile=LANES == 2).to(zero.dtype)
+    else:
+        x = zero + default
+    return x
