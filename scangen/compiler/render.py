@@ -73,13 +73,15 @@ TVAR = {"": "_t", "next": "_t_next", "prev": "_t_prev", "next2": "_t_next2", "pr
 def _tile_load(ld) -> NS:
     """The template's view of one :class:`~scangen.compiler.tiling.TileLoad`."""
     b = ld.src
+    # tile_call: an optional input or a param without shifts or an index dtype, which the stream
+    # and look-back kernels load in one call (scangen.kernels.common.load_tile)
     if ld.how == "param":
         return NS(var=ld.sym, ptr=f"{b}__ptr", base=f"{b}__row", t=TVAR[ld.shift],
                   st=f"{b}__st", has=abi.tensor_flag(b), default=b, cast=".to(ACC)",
-                  gather_from="")
+                  gather_from="", tile_call=True)
     common = dict(ptr=f"{b}__ptr", base=f"{b}__row", st=f"{b}__st",
                   has=abi.has_flag(b) if ld.optional else "", default=repr(ld.default),
-                  cast="" if ld.index else ".to(ACC)", gather_from="")
+                  cast="" if ld.index else ".to(ACC)", gather_from="", tile_call=False)
     if ld.how == "split":
         return NS(var=ld.sym, shifts=[NS(var=v, next=nx) for v, nx in ld.shifts], **common)
     if ld.how == "gather":
@@ -87,7 +89,7 @@ def _tile_load(ld) -> NS:
         return NS(var=ld.sym, t="", **{**common, "gather_from": b},
                   edge_t=f"(_t0.to(tl.int64) + {edge})",
                   edge_col="BLOCK_T - 1" if ld.shift == "next" else "0", idx=f"_idx_{ld.shift}")
-    return NS(var=ld.sym, t=TVAR[ld.shift], **common)
+    return NS(var=ld.sym, t=TVAR[ld.shift], **{**common, "tile_call": ld.optional and not ld.index})
 
 
 def _triton_context(plan: Plan, sy: _Symbols, options: Options) -> NS:

@@ -18,6 +18,7 @@ import torch
 from .. import abi
 from . import launch_params, timemajor, workspace
 from .backends import interpreting
+from .tiles import lanes_on_steps, sm_count
 
 
 def run(c) -> None:
@@ -96,7 +97,6 @@ def _cliff_extra(c, kernel, grid, args, meta, options: dict) -> dict:
     """``{"maxnreg": cap}`` for a look-back kernel just past an occupancy cliff (REG_CLIFF),
     else ``{}``: compiles the kernel with the launch's ``options`` (Triton's warmup, cached) to
     read its registers."""
-    from .tiles import sm_count
     try:
         k = kernel.warmup(*args, **meta, grid=grid, **options)
         if hasattr(k, "_init_handles"):
@@ -325,8 +325,7 @@ def lane_warps(cfg, lanes: int, shift_g: int = 1) -> int:
     # a tile of fewer than 32 rows (LANES_MIN_ROWS): Triton puts a warp's spare lanes on the
     # steps before its warps, 32 / rows lanes a row, so column j sits in slot j % W of the
     # W = 32 / rows x warps over the steps, and each slot takes a run alike
-    lanes_on_steps = max(1, 32 // cfg.block_n)
-    return max(1, min(lanes_on_steps * cfg.num_warps // on_rows, cfg.block_t))
+    return max(1, min(lanes_on_steps(cfg.block_n) * cfg.num_warps // on_rows, cfg.block_t))
 
 
 def k_dense(c, cfg) -> bool:

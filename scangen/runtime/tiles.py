@@ -42,3 +42,9 @@ def sm_count(device) -> int:
 def streams(c, outputs: bool = True) -> int:
     """The [N, T] tensors a call moves: inputs that vary in time, and outputs if ``outputs``."""
     return sum(1 for n in c.tensors if c.strides[n][2] != 0) + (len(c.outs) if outputs else 0)
+
+
+def lanes_on_steps(block_n: int) -> int:
+    """A warp's lanes over the steps of a tile of a row a lane (``LANES``) with ``block_n`` rows:
+    Triton puts the lanes on the rows first, so 32 / rows below 32 rows, else 1."""
+    return max(1, 32 // block_n)

@@ -10,7 +10,8 @@ them); docs/runtime.md states the rule.
 """
 from __future__ import annotations
 
-from .tiles import LOOKBACK_MANY_TENSORS, NUM_WARPS, Config, pow2, sm_count, streams
+from .tiles import (LOOKBACK_MANY_TENSORS, NUM_WARPS, Config, lanes_on_steps, pow2, sm_count,
+                    streams)
 
 TM_ROWS = 16         # time-major tiles (K = 1): rows per tile, halved down to TM_MIN_ROWS
 TM_MIN_ROWS = 4      # ... while the grid has fewer programs than SMs
@@ -170,7 +171,7 @@ def lookback_lanes(c, cfg: Config) -> bool:
     """Whether a look-back tile may take a row a lane (TM_LB_LANES_LOADS)."""
     # a thread's steps: the warps split them, and in tiles of fewer than 32 rows a warp's spare
     # lanes too (runtime.launch.lane_warps)
-    on_steps = cfg.num_warps * (32 // cfg.block_n if cfg.block_n < 32 else 1)
+    on_steps = cfg.num_warps * lanes_on_steps(cfg.block_n)
     loads = streams(c, outputs=False) * -(-cfg.block_t // on_steps)
     return loads <= TM_LB_LANES_LOADS and not (
         TM_LB_LONG_TILE and cfg.block_n * cfg.block_t >= TM_LB_LONG_TILE
