@@ -11,7 +11,11 @@ import triton.language as tl
 
 from scangen import abi as _abi
 from scangen.kernels.common import (
+    chunk_steps as _chunk_steps,
+    grouped_steps as _grouped_steps,
+    lane_positions as _lane_positions,
     load_tile as _load_tile,
+    row_tile as _row_tile,
     scan_tiles as _scan_tiles,
 )
 from scangen.kernels.lookback import (
@@ -42,14 +46,7 @@ def _discounted_returns_chunked_kernel(
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
     # carrying each row's scan state across chunks (reverse in time).
-    _rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
-    if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
-        # registers; LANES == 2: the tile's loads volatile, all issued up front
-        _rows = tl.multiple_of(_rows, 1)
-    _row_ok = _rows < R1 * R2
-    _r1 = (_rows // R2).to(tl.int64)
-    _r2 = (_rows % R2).to(tl.int64)
+    _row_ok, _r1, _r2 = _row_tile(tl.program_id(0), R1, R2, BLOCK_N, LANES)
     rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
     terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
     truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
@@ -59,36 +56,16 @@ def _discounted_returns_chunked_kernel(
     st__G__orow = _r1 * st__G__os1 + _r2 * st__G__os2  # [BN] int64 row offsets
 
     G__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-    _cols = tl.arange(0, BLOCK_T)
-    if LANE_WARPS > 1:  # lane tiles whose warps split the steps (runtime.launch.lane_warps): Triton
-        # gives warp w the columns w, w + W, w + 2W, ...; column j takes scan position
-        # (j % W) * (BLOCK_T / W) + j // W, so each warp holds a run of consecutive steps, scans it
-        # in registers, and the warps join once a chunk (scan_tiles) instead of at every step
-        _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
-    else:
-        _pos = _cols
+    _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-    # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
-    # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
-    # order, the steps of each group in order, so loads keep their vectors, and _scan_tiles' FLIP
-    # (each group reversed in registers) puts the chunk in reverse time order, where a forward scan
-    # runs the reverse recurrence without the lane reversal of a reverse associative_scan.
-    _tcol = (BLOCK_T - SHIFT_G) - (_pos // SHIFT_G) * SHIFT_G + _pos % SHIFT_G
+    _tcol = _grouped_steps(_pos, BLOCK_T, SHIFT_G)  # [BT] each column's step (scan_order="grouped")
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
     # the carry between chunks fold away at compile time
     _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     for _c in range(0, _n_chunks):
         _chunk = _n_chunks - 1 - _c
-        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
-        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
-        _t0 = _chunk * BLOCK_T
-        _rem = T - _t0
-        _t = _t0.to(tl.int64) + _tcol  # [BT] int64
-        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
-            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
-        else:
-            _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
+        _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         bootstrap_values = _load_tile(bootstrap_values__ptr, bootstrap_values__row, _t, bootstrap_values__st, _ok, _zero, 0.0, HAS_bootstrap_values, LANES)
         gamma__t = _load_tile(gamma__ptr, gamma__row, _t, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
@@ -136,21 +113,9 @@ def _discounted_returns_persist_kernel(
     # one, so a program always has a tile of loads in flight (the "persist" family).
     _pid = tl.program_id(0)
     _P = tl.num_programs(0)
-    _cols = tl.arange(0, BLOCK_T)
-    if LANE_WARPS > 1:  # lane tiles whose warps split the steps (runtime.launch.lane_warps): Triton
-        # gives warp w the columns w, w + W, w + 2W, ...; column j takes scan position
-        # (j % W) * (BLOCK_T / W) + j // W, so each warp holds a run of consecutive steps, scans it
-        # in registers, and the warps join once a chunk (scan_tiles) instead of at every step
-        _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
-    else:
-        _pos = _cols
+    _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-    # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
-    # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
-    # order, the steps of each group in order, so loads keep their vectors, and _scan_tiles' FLIP
-    # (each group reversed in registers) puts the chunk in reverse time order, where a forward scan
-    # runs the reverse recurrence without the lane reversal of a reverse associative_scan.
-    _tcol = (BLOCK_T - SHIFT_G) - (_pos // SHIFT_G) * SHIFT_G + _pos % SHIFT_G
+    _tcol = _grouped_steps(_pos, BLOCK_T, SHIFT_G)  # [BT] each column's step (scan_order="grouped")
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
     # the carry between chunks fold away at compile time
     _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
@@ -159,14 +124,7 @@ def _discounted_returns_persist_kernel(
     _tile = _pid + ((0) // _n_chunks) * _P  # the item's row tile
     _c = (0) % _n_chunks
     _chunk = _n_chunks - 1 - _c
-    _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
-    if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
-        # registers; LANES == 2: the tile's loads volatile, all issued up front
-        _rows = tl.multiple_of(_rows, 1)
-    _row_ok = _rows < R1 * R2
-    _r1 = (_rows // R2).to(tl.int64)
-    _r2 = (_rows % R2).to(tl.int64)
+    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
     rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
     terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
     truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
@@ -174,15 +132,7 @@ def _discounted_returns_persist_kernel(
     gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
     returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
     st__G__orow = _r1 * st__G__os1 + _r2 * st__G__os2  # [BN] int64 row offsets
-    # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
-    # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
-    _t0 = _chunk * BLOCK_T
-    _rem = T - _t0
-    _t = _t0.to(tl.int64) + _tcol  # [BT] int64
-    if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
-        _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
-    else:
-        _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
+    _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
     is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     if HAS_bootstrap_values:
         bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
@@ -197,14 +147,7 @@ def _discounted_returns_persist_kernel(
         _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
         _c = (_i + 1) % _n_chunks
         _chunk = _n_chunks - 1 - _c
-        _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
-        if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
-            # registers; LANES == 2: the tile's loads volatile, all issued up front
-            _rows = tl.multiple_of(_rows, 1)
-        _row_ok = _rows < R1 * R2
-        _r1 = (_rows // R2).to(tl.int64)
-        _r2 = (_rows % R2).to(tl.int64)
+        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
         rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
         terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
         truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
@@ -212,15 +155,7 @@ def _discounted_returns_persist_kernel(
         gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
         returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
         st__G__orow = _r1 * st__G__os1 + _r2 * st__G__os2  # [BN] int64 row offsets
-        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
-        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
-        _t0 = _chunk * BLOCK_T
-        _rem = T - _t0
-        _t = _t0.to(tl.int64) + _tcol  # [BT] int64
-        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
-            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
-        else:
-            _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
+        _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         if HAS_bootstrap_values:
             bootstrap_values__raw__nx = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
@@ -234,14 +169,7 @@ def _discounted_returns_persist_kernel(
         _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
         _c = (_i) % _n_chunks
         _chunk = _n_chunks - 1 - _c
-        _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
-        if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
-            # registers; LANES == 2: the tile's loads volatile, all issued up front
-            _rows = tl.multiple_of(_rows, 1)
-        _row_ok = _rows < R1 * R2
-        _r1 = (_rows // R2).to(tl.int64)
-        _r2 = (_rows % R2).to(tl.int64)
+        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
         rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
         terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
         truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
@@ -249,15 +177,7 @@ def _discounted_returns_persist_kernel(
         gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
         returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
         st__G__orow = _r1 * st__G__os1 + _r2 * st__G__os2  # [BN] int64 row offsets
-        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
-        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
-        _t0 = _chunk * BLOCK_T
-        _rem = T - _t0
-        _t = _t0.to(tl.int64) + _tcol  # [BT] int64
-        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
-            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
-        else:
-            _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
+        _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
 
         G__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, G__carry)
@@ -321,14 +241,7 @@ def _discounted_returns_lookback_kernel(
     # decoupled look-back over the workspace _ws (scangen.kernels.common.lookback_ticket).
     _tile, _step, _slot, _ws_w, _ws_clear, _n_words = _lookback_ticket(
         _ws, R1 * R2, T, BLOCK_N, BLOCK_T, 3, LB_PID, ACC)
-    _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
-    if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
-        # registers; LANES == 2: the tile's loads volatile, all issued up front
-        _rows = tl.multiple_of(_rows, 1)
-    _row_ok = _rows < R1 * R2
-    _r1 = (_rows // R2).to(tl.int64)
-    _r2 = (_rows % R2).to(tl.int64)
+    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
     rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
     terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
     truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
@@ -338,35 +251,15 @@ def _discounted_returns_lookback_kernel(
     st__G__orow = _r1 * st__G__os1 + _r2 * st__G__os2  # [BN] int64 row offsets
 
     G__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-    _cols = tl.arange(0, BLOCK_T)
-    if LANE_WARPS > 1:  # lane tiles whose warps split the steps (runtime.launch.lane_warps): Triton
-        # gives warp w the columns w, w + W, w + 2W, ...; column j takes scan position
-        # (j % W) * (BLOCK_T / W) + j // W, so each warp holds a run of consecutive steps, scans it
-        # in registers, and the warps join once a chunk (scan_tiles) instead of at every step
-        _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
-    else:
-        _pos = _cols
+    _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-    # Grouped order (render OPTIONS scan_order="grouped"): column j of a chunk holds its step
-    # (BLOCK_T - G) - (j // G) * G + j % G, G = SHIFT_G steps per thread: the groups in reverse
-    # order, the steps of each group in order, so loads keep their vectors, and _scan_tiles' FLIP
-    # (each group reversed in registers) puts the chunk in reverse time order, where a forward scan
-    # runs the reverse recurrence without the lane reversal of a reverse associative_scan.
-    _tcol = (BLOCK_T - SHIFT_G) - (_pos // SHIFT_G) * SHIFT_G + _pos % SHIFT_G
+    _tcol = _grouped_steps(_pos, BLOCK_T, SHIFT_G)  # [BT] each column's step (scan_order="grouped")
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
     # the carry between chunks fold away at compile time
     _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     _chunk = _n_chunks - 1 - _step
-    # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
-    # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
-    _t0 = _chunk * BLOCK_T
-    _rem = T - _t0
-    _t = _t0.to(tl.int64) + _tcol  # [BT] int64
-    if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
-        _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
-    else:
-        _ok = _row_ok[:, None] & (_tcol < _rem)[None, :]  # [BN, BT]
+    _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
     is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     bootstrap_values = _load_tile(bootstrap_values__ptr, bootstrap_values__row, _t, bootstrap_values__st, _ok, _zero, 0.0, HAS_bootstrap_values, LANES)
     gamma__t = _load_tile(gamma__ptr, gamma__row, _t, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)

@@ -11,8 +11,13 @@ import triton.language as tl
 
 from scangen import abi as _abi
 from scangen.kernels.common import (
+    chunk_steps as _chunk_steps,
+    group_starts as _group_starts,
+    lane_positions as _lane_positions,
+    load_row as _load_row,
     load_shifted as _load_shifted,
     load_tile as _load_tile,
+    row_tile as _row_tile,
     scan_tiles as _scan_tiles,
     shift_tile as _shift_tile,
 )
@@ -74,14 +79,7 @@ def _vtrace_grad_chunked_kernel(
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
     # carrying each row's scan state across chunks (forward in time).
-    _rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
-    if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
-        # registers; LANES == 2: the tile's loads volatile, all issued up front
-        _rows = tl.multiple_of(_rows, 1)
-    _row_ok = _rows < R1 * R2
-    _r1 = (_rows // R2).to(tl.int64)
-    _r2 = (_rows % R2).to(tl.int64)
+    _row_ok, _r1, _r2 = _row_tile(tl.program_id(0), R1, R2, BLOCK_N, LANES)
     log_pi_target__row = _r1 * log_pi_target__s1 + _r2 * log_pi_target__s2  # [BN] int64 row offsets
     log_pi_behavior__row = _r1 * log_pi_behavior__s1 + _r2 * log_pi_behavior__s2  # [BN] int64 row offsets
     values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
@@ -109,39 +107,18 @@ def _vtrace_grad_chunked_kernel(
     d__c_bar__orow = _r1 * d__c_bar__os1 + _r2 * d__c_bar__os2  # [BN] int64 row offsets
     d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
     d__pg_rho_bar__orow = _r1 * d__pg_rho_bar__os1 + _r2 * d__pg_rho_bar__os2  # [BN] int64 row offsets
-    if HAS_last_value:
-        last_value = tl.load(last_value__ptr + last_value__row, mask=_row_ok, other=0).to(ACC)
-    else:
-        last_value = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
+    last_value = _load_row(last_value__ptr, last_value__row, _row_ok, 0.0, BLOCK_N, HAS_last_value, ACC)
     g__A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-    _cols = tl.arange(0, BLOCK_T)
-    if LANE_WARPS > 1:  # lane tiles whose warps split the steps (runtime.launch.lane_warps): Triton
-        # gives warp w the columns w, w + W, w + 2W, ...; column j takes scan position
-        # (j % W) * (BLOCK_T / W) + j // W, so each warp holds a run of consecutive steps, scans it
-        # in registers, and the warps join once a chunk (scan_tiles) instead of at every step
-        _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
-    else:
-        _pos = _cols
+    _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-    # Inputs read one step away load aligned (16-byte vectors, SHIFT_G steps a thread); their
-    # shifted tiles come from those in registers and one strided load a group (_load_shifted,
-    # _shift_tile), whose groups start at these columns
-    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    _gcols = _group_starts(BLOCK_T, SHIFT_G, False)  # [BT / G] for _load_shifted
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
     # the carry between chunks fold away at compile time
     _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     for _c in range(0, _n_chunks):
         _chunk = _c
-        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
-        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
-        _t0 = _chunk * BLOCK_T
-        _rem = T - _t0
-        _t = _t0.to(tl.int64) + _pos  # [BT] int64
-        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
-            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
-        else:
-            _ok = _row_ok[:, None] & (_pos < _rem)[None, :]  # [BN, BT]
+        _t0, _rem, _t, _ok = _chunk_steps(_chunk, _pos, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
@@ -318,19 +295,9 @@ def _vtrace_grad_persist_kernel(
     # one, so a program always has a tile of loads in flight (the "persist" family).
     _pid = tl.program_id(0)
     _P = tl.num_programs(0)
-    _cols = tl.arange(0, BLOCK_T)
-    if LANE_WARPS > 1:  # lane tiles whose warps split the steps (runtime.launch.lane_warps): Triton
-        # gives warp w the columns w, w + W, w + 2W, ...; column j takes scan position
-        # (j % W) * (BLOCK_T / W) + j // W, so each warp holds a run of consecutive steps, scans it
-        # in registers, and the warps join once a chunk (scan_tiles) instead of at every step
-        _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
-    else:
-        _pos = _cols
+    _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-    # Inputs read one step away load aligned (16-byte vectors, SHIFT_G steps a thread); their
-    # shifted tiles come from those in registers and one strided load a group (_load_shifted,
-    # _shift_tile), whose groups start at these columns
-    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    _gcols = _group_starts(BLOCK_T, SHIFT_G, False)  # [BT / G] for _load_shifted
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
     # the carry between chunks fold away at compile time
     _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
@@ -339,14 +306,7 @@ def _vtrace_grad_persist_kernel(
     _tile = _pid + ((0) // _n_chunks) * _P  # the item's row tile
     _c = (0) % _n_chunks
     _chunk = _c
-    _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
-    if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
-        # registers; LANES == 2: the tile's loads volatile, all issued up front
-        _rows = tl.multiple_of(_rows, 1)
-    _row_ok = _rows < R1 * R2
-    _r1 = (_rows // R2).to(tl.int64)
-    _r2 = (_rows % R2).to(tl.int64)
+    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
     log_pi_target__row = _r1 * log_pi_target__s1 + _r2 * log_pi_target__s2  # [BN] int64 row offsets
     log_pi_behavior__row = _r1 * log_pi_behavior__s1 + _r2 * log_pi_behavior__s2  # [BN] int64 row offsets
     values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
@@ -374,15 +334,7 @@ def _vtrace_grad_persist_kernel(
     d__c_bar__orow = _r1 * d__c_bar__os1 + _r2 * d__c_bar__os2  # [BN] int64 row offsets
     d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
     d__pg_rho_bar__orow = _r1 * d__pg_rho_bar__os1 + _r2 * d__pg_rho_bar__os2  # [BN] int64 row offsets
-    # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
-    # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
-    _t0 = _chunk * BLOCK_T
-    _rem = T - _t0
-    _t = _t0.to(tl.int64) + _pos  # [BT] int64
-    if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
-        _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
-    else:
-        _ok = _row_ok[:, None] & (_pos < _rem)[None, :]  # [BN, BT]
+    _t0, _rem, _t, _ok = _chunk_steps(_chunk, _pos, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
@@ -435,14 +387,7 @@ def _vtrace_grad_persist_kernel(
         _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
         _c = (_i + 1) % _n_chunks
         _chunk = _c
-        _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
-        if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
-            # registers; LANES == 2: the tile's loads volatile, all issued up front
-            _rows = tl.multiple_of(_rows, 1)
-        _row_ok = _rows < R1 * R2
-        _r1 = (_rows // R2).to(tl.int64)
-        _r2 = (_rows % R2).to(tl.int64)
+        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
         log_pi_target__row = _r1 * log_pi_target__s1 + _r2 * log_pi_target__s2  # [BN] int64 row offsets
         log_pi_behavior__row = _r1 * log_pi_behavior__s1 + _r2 * log_pi_behavior__s2  # [BN] int64 row offsets
         values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
@@ -470,15 +415,7 @@ def _vtrace_grad_persist_kernel(
         d__c_bar__orow = _r1 * d__c_bar__os1 + _r2 * d__c_bar__os2  # [BN] int64 row offsets
         d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
         d__pg_rho_bar__orow = _r1 * d__pg_rho_bar__os1 + _r2 * d__pg_rho_bar__os2  # [BN] int64 row offsets
-        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
-        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
-        _t0 = _chunk * BLOCK_T
-        _rem = T - _t0
-        _t = _t0.to(tl.int64) + _pos  # [BT] int64
-        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
-            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
-        else:
-            _ok = _row_ok[:, None] & (_pos < _rem)[None, :]  # [BN, BT]
+        _t0, _rem, _t, _ok = _chunk_steps(_chunk, _pos, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
@@ -530,14 +467,7 @@ def _vtrace_grad_persist_kernel(
         _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
         _c = (_i) % _n_chunks
         _chunk = _c
-        _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
-        if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-            # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
-            # registers; LANES == 2: the tile's loads volatile, all issued up front
-            _rows = tl.multiple_of(_rows, 1)
-        _row_ok = _rows < R1 * R2
-        _r1 = (_rows // R2).to(tl.int64)
-        _r2 = (_rows % R2).to(tl.int64)
+        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
         log_pi_target__row = _r1 * log_pi_target__s1 + _r2 * log_pi_target__s2  # [BN] int64 row offsets
         log_pi_behavior__row = _r1 * log_pi_behavior__s1 + _r2 * log_pi_behavior__s2  # [BN] int64 row offsets
         values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
@@ -565,25 +495,14 @@ def _vtrace_grad_persist_kernel(
         d__c_bar__orow = _r1 * d__c_bar__os1 + _r2 * d__c_bar__os2  # [BN] int64 row offsets
         d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
         d__pg_rho_bar__orow = _r1 * d__pg_rho_bar__os1 + _r2 * d__pg_rho_bar__os2  # [BN] int64 row offsets
-        # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
-        # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
-        _t0 = _chunk * BLOCK_T
-        _rem = T - _t0
-        _t = _t0.to(tl.int64) + _pos  # [BT] int64
-        if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
-            _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
-        else:
-            _ok = _row_ok[:, None] & (_pos < _rem)[None, :]  # [BN, BT]
+        _t0, _rem, _t, _ok = _chunk_steps(_chunk, _pos, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_pos == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         is_last__prev = tl.where(_pos - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        if HAS_last_value:
-            last_value = tl.load(last_value__ptr + last_value__row, mask=_row_ok, other=0).to(ACC)
-        else:
-            last_value = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
+        last_value = _load_row(last_value__ptr, last_value__row, _row_ok, 0.0, BLOCK_N, HAS_last_value, ACC)
         g__A__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, g__A__carry)
         if HAS_bootstrap_values:
             bootstrap_values = bootstrap_values__raw.to(ACC)
@@ -816,14 +735,7 @@ def _vtrace_grad_lookback_kernel(
     # decoupled look-back over the workspace _ws (scangen.kernels.common.lookback_ticket).
     _tile, _step, _slot, _ws_w, _ws_clear, _n_words = _lookback_ticket(
         _ws, R1 * R2, T, BLOCK_N, BLOCK_T, 3, LB_PID, ACC)
-    _rows = _tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
-    if LANES:  # time-major rows a lane (runtime.launch.lanes): with the rows' alignment unknown, Triton's
-        # coalescing gives each lane whole rows, one element a step, so the scan along time runs in
-        # registers; LANES == 2: the tile's loads volatile, all issued up front
-        _rows = tl.multiple_of(_rows, 1)
-    _row_ok = _rows < R1 * R2
-    _r1 = (_rows // R2).to(tl.int64)
-    _r2 = (_rows % R2).to(tl.int64)
+    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
     log_pi_target__row = _r1 * log_pi_target__s1 + _r2 * log_pi_target__s2  # [BN] int64 row offsets
     log_pi_behavior__row = _r1 * log_pi_behavior__s1 + _r2 * log_pi_behavior__s2  # [BN] int64 row offsets
     values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
@@ -851,38 +763,17 @@ def _vtrace_grad_lookback_kernel(
     d__c_bar__orow = _r1 * d__c_bar__os1 + _r2 * d__c_bar__os2  # [BN] int64 row offsets
     d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
     d__pg_rho_bar__orow = _r1 * d__pg_rho_bar__os1 + _r2 * d__pg_rho_bar__os2  # [BN] int64 row offsets
-    if HAS_last_value:
-        last_value = tl.load(last_value__ptr + last_value__row, mask=_row_ok, other=0).to(ACC)
-    else:
-        last_value = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
+    last_value = _load_row(last_value__ptr, last_value__row, _row_ok, 0.0, BLOCK_N, HAS_last_value, ACC)
     g__A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
-    _cols = tl.arange(0, BLOCK_T)
-    if LANE_WARPS > 1:  # lane tiles whose warps split the steps (runtime.launch.lane_warps): Triton
-        # gives warp w the columns w, w + W, w + 2W, ...; column j takes scan position
-        # (j % W) * (BLOCK_T / W) + j // W, so each warp holds a run of consecutive steps, scans it
-        # in registers, and the warps join once a chunk (scan_tiles) instead of at every step
-        _pos = (_cols % LANE_WARPS) * (BLOCK_T // LANE_WARPS) + _cols // LANE_WARPS
-    else:
-        _pos = _cols
+    _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
-    # Inputs read one step away load aligned (16-byte vectors, SHIFT_G steps a thread); their
-    # shifted tiles come from those in registers and one strided load a group (_load_shifted,
-    # _shift_tile), whose groups start at these columns
-    _gcols = tl.arange(0, BLOCK_T // SHIFT_G) * SHIFT_G
+    _gcols = _group_starts(BLOCK_T, SHIFT_G, False)  # [BT / G] for _load_shifted
     # ONE_CHUNK (T <= BLOCK_T, runtime.launch.one_chunk): a row is one chunk, so the chunk loop and
     # the carry between chunks fold away at compile time
     _n_chunks = 1 if ONE_CHUNK else tl.cdiv(T, BLOCK_T)
 
     _chunk = _step
-    # Steps are compared as chunk columns against the chunk's first step _t0 and the steps left
-    # _rem (32-bit, no overflow however long T is); addresses use the 64-bit step _t.
-    _t0 = _chunk * BLOCK_T
-    _rem = T - _t0
-    _t = _t0.to(tl.int64) + _pos  # [BT] int64
-    if EVEN:  # every tile full (runtime.even): no masks, which Triton folds away
-        _ok = tl.full([BLOCK_N, BLOCK_T], 1, tl.int1)
-    else:
-        _ok = _row_ok[:, None] & (_pos < _rem)[None, :]  # [BN, BT]
+    _t0, _rem, _t, _ok = _chunk_steps(_chunk, _pos, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)

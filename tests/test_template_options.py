@@ -359,7 +359,7 @@ def test_lane_tiles_in_runs_of_steps(name, options, family, warps, steps, cache,
     runs = warps * max(1, 32 // rows)  # tiles of fewer than 32 rows: lanes on the steps too
     assert seen and all(s == (True, runs) for s in seen), seen
     gathers = options.get("input_shift") == "gather"
-    assert ("if LANE_WARPS > 1:" in _kernel_source(fn)) is not gathers
+    assert ("_lane_positions(BLOCK_T, LANE_WARPS)" in _kernel_source(fn)) is not gathers
 
 
 @pytest.mark.parametrize("warps,steps", [(2, 16), (4, 32), (8, 32)])

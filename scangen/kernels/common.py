@@ -2,9 +2,11 @@
 spec): how a chunk's maps are composed and scanned. The look-back family's protocol is in
 scangen.kernels.lookback.
 
-``combine`` and its variants compose the affine maps of a scan, and ``scan_tiles`` scans a
-chunk's maps with them (in either order, over grouped steps, or a run of steps a warp);
-``load_tile`` loads an optional input's or a param's tile, or broadcasts its default;
+``row_tile``, ``lane_positions``, ``grouped_steps``, ``group_starts`` and ``chunk_steps`` index a
+program's tile: its rows, its columns' steps, a chunk's steps and mask; ``combine`` and its
+variants compose the affine maps of a scan, and ``scan_tiles`` scans a chunk's maps with them (in
+either order, over grouped steps, or a run of steps a warp); ``load_row`` loads a per-row input
+(or broadcasts its default); ``load_tile`` loads an optional input's or a param's tile, or broadcasts its default;
 ``load_shifted`` and ``shift_tile`` give an input's tile one step later or earlier (template
 option ``input_shift="split"``: from its aligned tile in registers, ``shift_next`` /
 ``shift_prev``, and one load a thread's group of steps); ``flip_groups`` reverses each thread's group of steps
@@ -17,6 +19,88 @@ look-back's protocol into helpers left the PTX of every kernel as it was, line f
 """
 import triton
 import triton.language as tl
+
+
+@triton.jit
+def row_tile(tile, R1, R2, BN: tl.constexpr, LANES: tl.constexpr):
+    # Row tile `tile`: which of its BN rows exist (row_ok, [BN]) and each row's two indices over
+    # the canonical [R1, R2] rows (int64, for the row offsets). LANES (time-major rows a lane,
+    # runtime.launch.lanes): the rows' alignment hidden, so that Triton's coalescing gives each
+    # lane whole rows, one element a step, and the scan along time runs in registers (LANES == 2
+    # also makes the tile's loads volatile, all issued up front: load_tile and the template).
+    rows = tile * BN + tl.arange(0, BN)
+    if LANES:
+        rows = tl.multiple_of(rows, 1)
+    return rows < R1 * R2, (rows // R2).to(tl.int64), (rows % R2).to(tl.int64)
+
+
+@triton.jit
+def lane_positions(BT: tl.constexpr, W: tl.constexpr):
+    # A chunk's columns (cols, [BT]) and the scan position each holds (pos). W > 1 (lane tiles
+    # whose warps split the steps, runtime.launch.lane_warps): Triton gives warp w the columns
+    # w, w + W, w + 2W, ..., so column j takes position (j % W) * (BT / W) + j // W: each warp
+    # holds a run of consecutive steps, scans it in registers, and the warps join once a chunk
+    # (scan_tiles) instead of at every step. W == 1 (and kernels with column gathers, which
+    # take a column's neighbour for its step's): the position is the column.
+    cols = tl.arange(0, BT)
+    if W > 1:
+        pos = (cols % W) * (BT // W) + cols // W
+    else:
+        pos = cols
+    return cols, pos
+
+
+@triton.jit
+def grouped_steps(pos, BT: tl.constexpr, G: tl.constexpr):
+    # The step (relative to the chunk) at scan position pos in the grouped order (template option
+    # scan_order="grouped"): (BT - G) - (pos // G) * G + pos % G, G = SHIFT_G steps a thread:
+    # the groups in reverse order, the steps of each group in order, so loads keep their vectors,
+    # and scan_tiles' FLIP (each group reversed in registers) puts the chunk in reverse time
+    # order, where a forward scan runs the reverse recurrence without the lane reversal of a
+    # reverse associative_scan.
+    return (BT - G) - (pos // G) * G + pos % G
+
+
+@triton.jit
+def group_starts(BT: tl.constexpr, G: tl.constexpr, GROUPED: tl.constexpr):
+    # The first step (relative to the chunk) of each thread's group of G steps ([BT / G]), in the
+    # columns' order (GROUPED: grouped_steps'). Inputs read one step away load aligned (16-byte
+    # vectors, G steps a thread); their shifted tiles come from those in registers and one
+    # strided load a group (load_shifted, shift_tile), whose groups start at these steps.
+    if GROUPED:
+        g = (BT - G) - tl.arange(0, BT // G) * G
+    else:
+        g = tl.arange(0, BT // G) * G
+    return g
+
+
+@triton.jit
+def chunk_steps(chunk, tcol, row_ok, T, BN: tl.constexpr, BT: tl.constexpr,
+                EVEN: tl.constexpr):
+    # Chunk `chunk`'s first step t0, the steps left from it (rem: steps are compared as chunk
+    # columns against t0 and rem, 32-bit, with no overflow however long T is), each column's
+    # step t (64-bit, for the addresses; tcol: each column's step relative to the chunk) and
+    # the mask of the tile's elements inside the rows and the window (ok, [BN, BT]). EVEN
+    # (every tile full, runtime.even): no mask, which Triton folds away.
+    t0 = chunk * BT
+    rem = T - t0
+    t = t0.to(tl.int64) + tcol
+    if EVEN:
+        ok = tl.full([BN, BT], 1, tl.int1)
+    else:
+        ok = row_ok[:, None] & (tcol < rem)[None, :]
+    return t0, rem, t, ok
+
+
+@triton.jit
+def load_row(ptr, base, row_ok, default, BN: tl.constexpr, HAS: tl.constexpr, ACC: tl.constexpr):
+    # A per-row input's value for each of a tile's rows ([BN], ACC); where the call leaves the
+    # input out (HAS false) its default.
+    if HAS:
+        x = tl.load(ptr + base, mask=row_ok, other=0).to(ACC)
+    else:
+        x = tl.zeros([BN], dtype=ACC) + default
+    return x
 
 
 @triton.jit
