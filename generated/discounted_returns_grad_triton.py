@@ -11,9 +11,11 @@ import triton.language as tl
 
 from scangen import abi as _abi
 from scangen.kernels.common import (
+    cast_tile as _cast_tile,
     chunk_steps as _chunk_steps,
     group_starts as _group_starts,
     lane_positions as _lane_positions,
+    load_raw as _load_raw,
     load_shifted as _load_shifted,
     load_tile as _load_tile,
     row_tile as _row_tile,
@@ -177,14 +179,10 @@ def _discounted_returns_grad_persist_kernel(
     is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
     is_last = tl.where(_pos == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     is_last__prev = tl.where(_pos - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-    if HAS_bootstrap_values:
-        bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
-    if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-    if gamma__TENSOR:
-        gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-    if HAS_gy__returns:
-        gy__returns__raw = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1, volatile=LANES == 2)
+    bootstrap_values__raw = _load_raw(bootstrap_values__ptr, bootstrap_values__row, _t, bootstrap_values__st, _ok, HAS_bootstrap_values, LANES)
+    gamma__t__raw = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
+    gamma__prev__t__raw = _load_raw(gamma__ptr, gamma__row, _t_prev, gamma__st, _ok, gamma__TENSOR, LANES)
+    gy__returns__raw = _load_raw(gy__returns__ptr, gy__returns__row, _t, gy__returns__st, _ok, HAS_gy__returns, LANES)
     st__G__raw = tl.load(st__G__ptr + st__G__row[:, None] + _t[None, :] * st__G__st, mask=_ok, other=1, volatile=LANES == 2)
     st__G__next__raw = _load_shifted(st__G__ptr, st__G__row, st__G__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
     terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
@@ -215,14 +213,10 @@ def _discounted_returns_grad_persist_kernel(
         is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_pos == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         is_last__prev = tl.where(_pos - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        if HAS_bootstrap_values:
-            bootstrap_values__raw__nx = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
-        if gamma__TENSOR:
-            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-        if gamma__TENSOR:
-            gamma__prev__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-        if HAS_gy__returns:
-            gy__returns__raw__nx = tl.load(gy__returns__ptr + gy__returns__row[:, None] + _t[None, :] * gy__returns__st, mask=_ok, other=1, volatile=LANES == 2)
+        bootstrap_values__raw__nx = _load_raw(bootstrap_values__ptr, bootstrap_values__row, _t, bootstrap_values__st, _ok, HAS_bootstrap_values, LANES)
+        gamma__t__raw__nx = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
+        gamma__prev__t__raw__nx = _load_raw(gamma__ptr, gamma__row, _t_prev, gamma__st, _ok, gamma__TENSOR, LANES)
+        gy__returns__raw__nx = _load_raw(gy__returns__ptr, gy__returns__row, _t, gy__returns__st, _ok, HAS_gy__returns, LANES)
         st__G__raw__nx = tl.load(st__G__ptr + st__G__row[:, None] + _t[None, :] * st__G__st, mask=_ok, other=1, volatile=LANES == 2)
         st__G__next__raw__nx = _load_shifted(st__G__ptr, st__G__row, st__G__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
         terminateds__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
@@ -254,22 +248,10 @@ def _discounted_returns_grad_persist_kernel(
         is_last__prev = tl.where(_pos - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
 
         g__G__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, g__G__carry)
-        if HAS_bootstrap_values:
-            bootstrap_values = bootstrap_values__raw.to(ACC)
-        else:
-            bootstrap_values = _zero + 0.0
-        if gamma__TENSOR:
-            gamma__t = gamma__t__raw.to(ACC)
-        else:
-            gamma__t = _zero + gamma
-        if gamma__TENSOR:
-            gamma__prev__t = gamma__prev__t__raw.to(ACC)
-        else:
-            gamma__prev__t = _zero + gamma
-        if HAS_gy__returns:
-            gy__returns = gy__returns__raw.to(ACC)
-        else:
-            gy__returns = _zero + 0.0
+        bootstrap_values = _cast_tile(bootstrap_values__raw, _zero, 0.0, HAS_bootstrap_values)
+        gamma__t = _cast_tile(gamma__t__raw, _zero, gamma, gamma__TENSOR)
+        gamma__prev__t = _cast_tile(gamma__prev__t__raw, _zero, gamma, gamma__TENSOR)
+        gy__returns = _cast_tile(gy__returns__raw, _zero, 0.0, HAS_gy__returns)
         st__G = st__G__raw.to(ACC)
         st__G__next = _shift_tile(st__G, st__G__raw, st__G__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
         terminateds = terminateds__raw.to(ACC)
@@ -294,14 +276,10 @@ def _discounted_returns_grad_persist_kernel(
             tl.store(d__bootstrap_values__optr + d__bootstrap_values__orow[:, None] + _t[None, :] * d__bootstrap_values__ost, (_zero + (g__G*gamma__t*(_e1 != 0).to(ACC)*(~(terminateds != 0)).to(ACC))).to(d__bootstrap_values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__gamma:
             tl.store(d__gamma__optr + d__gamma__orow[:, None] + _t[None, :] * d__gamma__ost, (_zero + (g__G*tl.where((_e1 != 0), tl.where((terminateds != 0), 0.0, bootstrap_values), 0.0) + g__G*(1.0 - _e1)*tl.where((is_last != 0), 0.0, st__G__next))).to(d__gamma__optr.dtype.element_ty), mask=_ok)
-        if HAS_bootstrap_values:
-            bootstrap_values__raw = bootstrap_values__raw__nx
-        if gamma__TENSOR:
-            gamma__t__raw = gamma__t__raw__nx
-        if gamma__TENSOR:
-            gamma__prev__t__raw = gamma__prev__t__raw__nx
-        if HAS_gy__returns:
-            gy__returns__raw = gy__returns__raw__nx
+        bootstrap_values__raw = bootstrap_values__raw__nx
+        gamma__t__raw = gamma__t__raw__nx
+        gamma__prev__t__raw = gamma__prev__t__raw__nx
+        gy__returns__raw = gy__returns__raw__nx
         st__G__raw = st__G__raw__nx
         st__G__next__raw = st__G__next__raw__nx
         terminateds__raw = terminateds__raw__nx

@@ -11,9 +11,11 @@ import triton.language as tl
 
 from scangen import abi as _abi
 from scangen.kernels.common import (
+    cast_tile as _cast_tile,
     chunk_steps as _chunk_steps,
     grouped_steps as _grouped_steps,
     lane_positions as _lane_positions,
+    load_raw as _load_raw,
     load_tile as _load_tile,
     row_tile as _row_tile,
     scan_tiles as _scan_tiles,
@@ -134,14 +136,11 @@ def _discounted_returns_persist_kernel(
     st__G__orow = _r1 * st__G__os1 + _r2 * st__G__os2  # [BN] int64 row offsets
     _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
     is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-    if HAS_bootstrap_values:
-        bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
-    if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
+    bootstrap_values__raw = _load_raw(bootstrap_values__ptr, bootstrap_values__row, _t, bootstrap_values__st, _ok, HAS_bootstrap_values, LANES)
+    gamma__t__raw = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
     rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
     terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-    if HAS_truncateds:
-        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
+    truncateds__raw = _load_raw(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, HAS_truncateds, LANES)
     for _i in range(0, _n_items):
         # the next item's raw tiles (masked off past the program's last item)
         _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
@@ -157,14 +156,11 @@ def _discounted_returns_persist_kernel(
         st__G__orow = _r1 * st__G__os1 + _r2 * st__G__os2  # [BN] int64 row offsets
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        if HAS_bootstrap_values:
-            bootstrap_values__raw__nx = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
-        if gamma__TENSOR:
-            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
+        bootstrap_values__raw__nx = _load_raw(bootstrap_values__ptr, bootstrap_values__row, _t, bootstrap_values__st, _ok, HAS_bootstrap_values, LANES)
+        gamma__t__raw__nx = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
         rewards__raw__nx = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
         terminateds__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        if HAS_truncateds:
-            truncateds__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
+        truncateds__raw__nx = _load_raw(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, HAS_truncateds, LANES)
         # this item: the tiles loaded one iteration ago
         _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
         _c = (_i) % _n_chunks
@@ -181,20 +177,11 @@ def _discounted_returns_persist_kernel(
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
 
         G__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, G__carry)
-        if HAS_bootstrap_values:
-            bootstrap_values = bootstrap_values__raw.to(ACC)
-        else:
-            bootstrap_values = _zero + 0.0
-        if gamma__TENSOR:
-            gamma__t = gamma__t__raw.to(ACC)
-        else:
-            gamma__t = _zero + gamma
+        bootstrap_values = _cast_tile(bootstrap_values__raw, _zero, 0.0, HAS_bootstrap_values)
+        gamma__t = _cast_tile(gamma__t__raw, _zero, gamma, gamma__TENSOR)
         rewards = rewards__raw.to(ACC)
         terminateds = terminateds__raw.to(ACC)
-        if HAS_truncateds:
-            truncateds = truncateds__raw.to(ACC)
-        else:
-            truncateds = _zero + 0.0
+        truncateds = _cast_tile(truncateds__raw, _zero, 0.0, HAS_truncateds)
         # scan G: G_t = alpha_t + beta_t * G_{t+1}
         _e1 = tl.where((is_last != 0), 1.0, tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL))
         _alpha = tl.where(_ok, _zero + (rewards + gamma__t*tl.where((_e1 != 0), tl.where((terminateds != 0), 0.0, bootstrap_values), 0.0)), 0.0)
@@ -207,14 +194,11 @@ def _discounted_returns_persist_kernel(
             tl.store(returns__optr + returns__orow[:, None] + _t[None, :] * returns__ost, (_zero + (G)).to(returns__optr.dtype.element_ty), mask=_ok)
         if STORE_st__G:
             tl.store(st__G__optr + st__G__orow[:, None] + _t[None, :] * st__G__ost, (_zero + (G)).to(st__G__optr.dtype.element_ty), mask=_ok)
-        if HAS_bootstrap_values:
-            bootstrap_values__raw = bootstrap_values__raw__nx
-        if gamma__TENSOR:
-            gamma__t__raw = gamma__t__raw__nx
+        bootstrap_values__raw = bootstrap_values__raw__nx
+        gamma__t__raw = gamma__t__raw__nx
         rewards__raw = rewards__raw__nx
         terminateds__raw = terminateds__raw__nx
-        if HAS_truncateds:
-            truncateds__raw = truncateds__raw__nx
+        truncateds__raw = truncateds__raw__nx
 
 
 @triton.jit

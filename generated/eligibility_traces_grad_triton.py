@@ -11,10 +11,12 @@ import triton.language as tl
 
 from scangen import abi as _abi
 from scangen.kernels.common import (
+    cast_tile as _cast_tile,
     chunk_steps as _chunk_steps,
     group_starts as _group_starts,
     grouped_steps as _grouped_steps,
     lane_positions as _lane_positions,
+    load_raw as _load_raw,
     load_row as _load_row,
     load_shifted as _load_shifted,
     load_tile as _load_tile,
@@ -186,16 +188,11 @@ def _eligibility_traces_grad_persist_kernel(
     is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
     dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
-    if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-    if gamma__TENSOR:
-        gamma__next__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_next[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-    if HAS_gy__traces:
-        gy__traces__raw = tl.load(gy__traces__ptr + gy__traces__row[:, None] + _t[None, :] * gy__traces__st, mask=_ok, other=1, volatile=LANES == 2)
-    if lambda___TENSOR:
-        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-    if lambda___TENSOR:
-        lambda___next__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
+    gamma__t__raw = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
+    gamma__next__t__raw = _load_raw(gamma__ptr, gamma__row, _t_next, gamma__st, _ok, gamma__TENSOR, LANES)
+    gy__traces__raw = _load_raw(gy__traces__ptr, gy__traces__row, _t, gy__traces__st, _ok, HAS_gy__traces, LANES)
+    lambda___t__raw = _load_raw(lambda___ptr, lambda___row, _t, lambda___st, _ok, lambda___TENSOR, LANES)
+    lambda___next__t__raw = _load_raw(lambda___ptr, lambda___row, _t_next, lambda___st, _ok, lambda___TENSOR, LANES)
     st__z__raw = tl.load(st__z__ptr + st__z__row[:, None] + _t[None, :] * st__z__st, mask=_ok, other=1, volatile=LANES == 2)
     st__z__prev__raw = _load_shifted(st__z__ptr, st__z__row, st__z__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
     for _i in range(0, _n_items):
@@ -224,16 +221,11 @@ def _eligibility_traces_grad_persist_kernel(
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         dones__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
         dones__prev__raw__nx = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
-        if gamma__TENSOR:
-            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-        if gamma__TENSOR:
-            gamma__next__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t_next[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-        if HAS_gy__traces:
-            gy__traces__raw__nx = tl.load(gy__traces__ptr + gy__traces__row[:, None] + _t[None, :] * gy__traces__st, mask=_ok, other=1, volatile=LANES == 2)
-        if lambda___TENSOR:
-            lambda___t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-        if lambda___TENSOR:
-            lambda___next__t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
+        gamma__t__raw__nx = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
+        gamma__next__t__raw__nx = _load_raw(gamma__ptr, gamma__row, _t_next, gamma__st, _ok, gamma__TENSOR, LANES)
+        gy__traces__raw__nx = _load_raw(gy__traces__ptr, gy__traces__row, _t, gy__traces__st, _ok, HAS_gy__traces, LANES)
+        lambda___t__raw__nx = _load_raw(lambda___ptr, lambda___row, _t, lambda___st, _ok, lambda___TENSOR, LANES)
+        lambda___next__t__raw__nx = _load_raw(lambda___ptr, lambda___row, _t_next, lambda___st, _ok, lambda___TENSOR, LANES)
         st__z__raw__nx = tl.load(st__z__ptr + st__z__row[:, None] + _t[None, :] * st__z__st, mask=_ok, other=1, volatile=LANES == 2)
         st__z__prev__raw__nx = _load_shifted(st__z__ptr, st__z__row, st__z__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         # this item: the tiles loaded one iteration ago
@@ -263,26 +255,11 @@ def _eligibility_traces_grad_persist_kernel(
         g__z__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, g__z__carry)
         dones = dones__raw.to(ACC)
         dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _tcol, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-        if gamma__TENSOR:
-            gamma__t = gamma__t__raw.to(ACC)
-        else:
-            gamma__t = _zero + gamma
-        if gamma__TENSOR:
-            gamma__next__t = gamma__next__t__raw.to(ACC)
-        else:
-            gamma__next__t = _zero + gamma
-        if HAS_gy__traces:
-            gy__traces = gy__traces__raw.to(ACC)
-        else:
-            gy__traces = _zero + 0.0
-        if lambda___TENSOR:
-            lambda___t = lambda___t__raw.to(ACC)
-        else:
-            lambda___t = _zero + lambda_
-        if lambda___TENSOR:
-            lambda___next__t = lambda___next__t__raw.to(ACC)
-        else:
-            lambda___next__t = _zero + lambda_
+        gamma__t = _cast_tile(gamma__t__raw, _zero, gamma, gamma__TENSOR)
+        gamma__next__t = _cast_tile(gamma__next__t__raw, _zero, gamma, gamma__TENSOR)
+        gy__traces = _cast_tile(gy__traces__raw, _zero, 0.0, HAS_gy__traces)
+        lambda___t = _cast_tile(lambda___t__raw, _zero, lambda_, lambda___TENSOR)
+        lambda___next__t = _cast_tile(lambda___next__t__raw, _zero, lambda_, lambda___TENSOR)
         st__z = st__z__raw.to(ACC)
         st__z__prev = _shift_tile(st__z, st__z__raw, st__z__prev__raw, _tcol, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
         # scan g__z: g__z_t = alpha_t + beta_t * g__z_{t+1}
@@ -305,16 +282,11 @@ def _eligibility_traces_grad_persist_kernel(
             tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e1*_e3*g__z*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
         dones__raw = dones__raw__nx
         dones__prev__raw = dones__prev__raw__nx
-        if gamma__TENSOR:
-            gamma__t__raw = gamma__t__raw__nx
-        if gamma__TENSOR:
-            gamma__next__t__raw = gamma__next__t__raw__nx
-        if HAS_gy__traces:
-            gy__traces__raw = gy__traces__raw__nx
-        if lambda___TENSOR:
-            lambda___t__raw = lambda___t__raw__nx
-        if lambda___TENSOR:
-            lambda___next__t__raw = lambda___next__t__raw__nx
+        gamma__t__raw = gamma__t__raw__nx
+        gamma__next__t__raw = gamma__next__t__raw__nx
+        gy__traces__raw = gy__traces__raw__nx
+        lambda___t__raw = lambda___t__raw__nx
+        lambda___next__t__raw = lambda___next__t__raw__nx
         st__z__raw = st__z__raw__nx
         st__z__prev__raw = st__z__prev__raw__nx
 

@@ -11,9 +11,11 @@ import triton.language as tl
 
 from scangen import abi as _abi
 from scangen.kernels.common import (
+    cast_tile as _cast_tile,
     chunk_steps as _chunk_steps,
     group_starts as _group_starts,
     lane_positions as _lane_positions,
+    load_raw as _load_raw,
     load_row as _load_row,
     load_shifted as _load_shifted,
     load_tile as _load_tile,
@@ -143,11 +145,9 @@ def _eligibility_traces_persist_kernel(
     is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
     dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
-    if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
+    gamma__t__raw = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
     gradients__raw = tl.load(gradients__ptr + gradients__row[:, None] + _t[None, :] * gradients__st, mask=_ok, other=1, volatile=LANES == 2)
-    if lambda___TENSOR:
-        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
+    lambda___t__raw = _load_raw(lambda___ptr, lambda___row, _t, lambda___st, _ok, lambda___TENSOR, LANES)
     for _i in range(0, _n_items):
         # the next item's raw tiles (masked off past the program's last item)
         _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
@@ -167,11 +167,9 @@ def _eligibility_traces_persist_kernel(
         is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         dones__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
         dones__prev__raw__nx = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
-        if gamma__TENSOR:
-            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
+        gamma__t__raw__nx = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
         gradients__raw__nx = tl.load(gradients__ptr + gradients__row[:, None] + _t[None, :] * gradients__st, mask=_ok, other=1, volatile=LANES == 2)
-        if lambda___TENSOR:
-            lambda___t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
+        lambda___t__raw__nx = _load_raw(lambda___ptr, lambda___row, _t, lambda___st, _ok, lambda___TENSOR, LANES)
         # this item: the tiles loaded one iteration ago
         _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
         _c = (_i) % _n_chunks
@@ -192,15 +190,9 @@ def _eligibility_traces_persist_kernel(
         z__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + seed_values, z__carry)
         dones = dones__raw.to(ACC)
         dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-        if gamma__TENSOR:
-            gamma__t = gamma__t__raw.to(ACC)
-        else:
-            gamma__t = _zero + gamma
+        gamma__t = _cast_tile(gamma__t__raw, _zero, gamma, gamma__TENSOR)
         gradients = gradients__raw.to(ACC)
-        if lambda___TENSOR:
-            lambda___t = lambda___t__raw.to(ACC)
-        else:
-            lambda___t = _zero + lambda_
+        lambda___t = _cast_tile(lambda___t__raw, _zero, lambda_, lambda___TENSOR)
         # scan z: z_t = alpha_t + beta_t * z_{t-1}
         _alpha = tl.where(_ok, _zero + (gradients), 0.0)
         _beta = tl.where(_ok, _zero + (gamma__t*lambda___t*(1.0 - tl.where((is_first != 0), 0.0, dones__prev))), 1.0)  # identity past the window end
@@ -214,11 +206,9 @@ def _eligibility_traces_persist_kernel(
             tl.store(st__z__optr + st__z__orow[:, None] + _t[None, :] * st__z__ost, (_zero + (z)).to(st__z__optr.dtype.element_ty), mask=_ok)
         dones__raw = dones__raw__nx
         dones__prev__raw = dones__prev__raw__nx
-        if gamma__TENSOR:
-            gamma__t__raw = gamma__t__raw__nx
+        gamma__t__raw = gamma__t__raw__nx
         gradients__raw = gradients__raw__nx
-        if lambda___TENSOR:
-            lambda___t__raw = lambda___t__raw__nx
+        lambda___t__raw = lambda___t__raw__nx
 
 
 @triton.jit

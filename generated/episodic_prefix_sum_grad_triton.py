@@ -11,10 +11,12 @@ import triton.language as tl
 
 from scangen import abi as _abi
 from scangen.kernels.common import (
+    cast_tile as _cast_tile,
     chunk_steps as _chunk_steps,
     group_starts as _group_starts,
     grouped_steps as _grouped_steps,
     lane_positions as _lane_positions,
+    load_raw as _load_raw,
     load_shifted as _load_shifted,
     load_tile as _load_tile,
     row_tile as _row_tile,
@@ -162,15 +164,12 @@ def _episodic_prefix_sum_grad_persist_kernel(
     is_first = tl.where(_tcol == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
     is_first__next = tl.where(_tcol + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
     is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-    if boundary__TENSOR:
-        boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1, volatile=LANES == 2)
-    if boundary__TENSOR:
-        boundary__next__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t_next[None, :] * boundary__st, mask=_ok, other=1, volatile=LANES == 2)
+    boundary__t__raw = _load_raw(boundary__ptr, boundary__row, _t, boundary__st, _ok, boundary__TENSOR, LANES)
+    boundary__next__t__raw = _load_raw(boundary__ptr, boundary__row, _t_next, boundary__st, _ok, boundary__TENSOR, LANES)
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
     dones__next__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
     dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
-    if HAS_gy__sums:
-        gy__sums__raw = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1, volatile=LANES == 2)
+    gy__sums__raw = _load_raw(gy__sums__ptr, gy__sums__row, _t, gy__sums__st, _ok, HAS_gy__sums, LANES)
     for _i in range(0, _n_items):
         # the next item's raw tiles (masked off past the program's last item)
         _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
@@ -193,15 +192,12 @@ def _episodic_prefix_sum_grad_persist_kernel(
         is_first = tl.where(_tcol == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         is_first__next = tl.where(_tcol + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        if boundary__TENSOR:
-            boundary__t__raw__nx = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1, volatile=LANES == 2)
-        if boundary__TENSOR:
-            boundary__next__t__raw__nx = tl.load(boundary__ptr + boundary__row[:, None] + _t_next[None, :] * boundary__st, mask=_ok, other=1, volatile=LANES == 2)
+        boundary__t__raw__nx = _load_raw(boundary__ptr, boundary__row, _t, boundary__st, _ok, boundary__TENSOR, LANES)
+        boundary__next__t__raw__nx = _load_raw(boundary__ptr, boundary__row, _t_next, boundary__st, _ok, boundary__TENSOR, LANES)
         dones__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
         dones__next__raw__nx = _load_shifted(dones__ptr, dones__row, dones__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
         dones__prev__raw__nx = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
-        if HAS_gy__sums:
-            gy__sums__raw__nx = tl.load(gy__sums__ptr + gy__sums__row[:, None] + _t[None, :] * gy__sums__st, mask=_ok, other=1, volatile=LANES == 2)
+        gy__sums__raw__nx = _load_raw(gy__sums__ptr, gy__sums__row, _t, gy__sums__st, _ok, HAS_gy__sums, LANES)
         # this item: the tiles loaded one iteration ago
         _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
         _c = (_i) % _n_chunks
@@ -225,21 +221,12 @@ def _episodic_prefix_sum_grad_persist_kernel(
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
 
         g__C__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, g__C__carry)
-        if boundary__TENSOR:
-            boundary__t = boundary__t__raw.to(ACC)
-        else:
-            boundary__t = _zero + boundary
-        if boundary__TENSOR:
-            boundary__next__t = boundary__next__t__raw.to(ACC)
-        else:
-            boundary__next__t = _zero + boundary
+        boundary__t = _cast_tile(boundary__t__raw, _zero, boundary, boundary__TENSOR)
+        boundary__next__t = _cast_tile(boundary__next__t__raw, _zero, boundary, boundary__TENSOR)
         dones = dones__raw.to(ACC)
         dones__next = _shift_tile(dones, dones__raw, dones__next__raw, _tcol, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
         dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _tcol, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-        if HAS_gy__sums:
-            gy__sums = gy__sums__raw.to(ACC)
-        else:
-            gy__sums = _zero + 0.0
+        gy__sums = _cast_tile(gy__sums__raw, _zero, 0.0, HAS_gy__sums)
         # scan g__C: g__C_t = alpha_t + beta_t * g__C_{t+1}
         _alpha = tl.where(_ok, _zero + (gy__sums), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, 1.0 - tl.where((boundary__next__t != 0), dones__next, tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end
@@ -253,15 +240,12 @@ def _episodic_prefix_sum_grad_persist_kernel(
             tl.store(d__seed_values__optr + d__seed_values__orow[:, None] + _t[None, :] * d__seed_values__ost, (_zero + (tl.where((is_first != 0), g__C*(1.0 - tl.where((boundary__t != 0), dones, tl.where((is_first != 0), 0.0, dones__prev))), 0.0))).to(d__seed_values__optr.dtype.element_ty), mask=_ok)
         if STORE_d__boundary:
             tl.store(d__boundary__optr + d__boundary__orow[:, None] + _t[None, :] * d__boundary__ost, (_zero + (0.0)).to(d__boundary__optr.dtype.element_ty), mask=_ok)
-        if boundary__TENSOR:
-            boundary__t__raw = boundary__t__raw__nx
-        if boundary__TENSOR:
-            boundary__next__t__raw = boundary__next__t__raw__nx
+        boundary__t__raw = boundary__t__raw__nx
+        boundary__next__t__raw = boundary__next__t__raw__nx
         dones__raw = dones__raw__nx
         dones__next__raw = dones__next__raw__nx
         dones__prev__raw = dones__prev__raw__nx
-        if HAS_gy__sums:
-            gy__sums__raw = gy__sums__raw__nx
+        gy__sums__raw = gy__sums__raw__nx
 
 
 @triton.jit

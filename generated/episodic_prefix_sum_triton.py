@@ -11,9 +11,11 @@ import triton.language as tl
 
 from scangen import abi as _abi
 from scangen.kernels.common import (
+    cast_tile as _cast_tile,
     chunk_steps as _chunk_steps,
     group_starts as _group_starts,
     lane_positions as _lane_positions,
+    load_raw as _load_raw,
     load_row as _load_row,
     load_shifted as _load_shifted,
     load_tile as _load_tile,
@@ -132,8 +134,7 @@ def _episodic_prefix_sum_persist_kernel(
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_prev = tl.maximum(_t - 1, 0)
     is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-    if boundary__TENSOR:
-        boundary__t__raw = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1, volatile=LANES == 2)
+    boundary__t__raw = _load_raw(boundary__ptr, boundary__row, _t, boundary__st, _ok, boundary__TENSOR, LANES)
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
     dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
     inputs__raw = tl.load(inputs__ptr + inputs__row[:, None] + _t[None, :] * inputs__st, mask=_ok, other=1, volatile=LANES == 2)
@@ -153,8 +154,7 @@ def _episodic_prefix_sum_persist_kernel(
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-        if boundary__TENSOR:
-            boundary__t__raw__nx = tl.load(boundary__ptr + boundary__row[:, None] + _t[None, :] * boundary__st, mask=_ok, other=1, volatile=LANES == 2)
+        boundary__t__raw__nx = _load_raw(boundary__ptr, boundary__row, _t, boundary__st, _ok, boundary__TENSOR, LANES)
         dones__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
         dones__prev__raw__nx = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         inputs__raw__nx = tl.load(inputs__ptr + inputs__row[:, None] + _t[None, :] * inputs__st, mask=_ok, other=1, volatile=LANES == 2)
@@ -175,10 +175,7 @@ def _episodic_prefix_sum_persist_kernel(
         is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         seed_values = _load_row(seed_values__ptr, seed_values__row, _row_ok, 0.0, BLOCK_N, HAS_seed_values, ACC)
         C__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + seed_values, C__carry)
-        if boundary__TENSOR:
-            boundary__t = boundary__t__raw.to(ACC)
-        else:
-            boundary__t = _zero + boundary
+        boundary__t = _cast_tile(boundary__t__raw, _zero, boundary, boundary__TENSOR)
         dones = dones__raw.to(ACC)
         dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
         inputs = inputs__raw.to(ACC)
@@ -193,8 +190,7 @@ def _episodic_prefix_sum_persist_kernel(
             tl.store(sums__optr + sums__orow[:, None] + _t[None, :] * sums__ost, (_zero + (C)).to(sums__optr.dtype.element_ty), mask=_ok)
         if STORE_st__C:
             tl.store(st__C__optr + st__C__orow[:, None] + _t[None, :] * st__C__ost, (_zero + (C)).to(st__C__optr.dtype.element_ty), mask=_ok)
-        if boundary__TENSOR:
-            boundary__t__raw = boundary__t__raw__nx
+        boundary__t__raw = boundary__t__raw__nx
         dones__raw = dones__raw__nx
         dones__prev__raw = dones__prev__raw__nx
         inputs__raw = inputs__raw__nx

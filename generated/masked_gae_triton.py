@@ -11,9 +11,11 @@ import triton.language as tl
 
 from scangen import abi as _abi
 from scangen.kernels.common import (
+    cast_tile as _cast_tile,
     chunk_steps as _chunk_steps,
     grouped_steps as _grouped_steps,
     lane_positions as _lane_positions,
+    load_raw as _load_raw,
     load_tile as _load_tile,
     row_tile as _row_tile,
     scan_tiles as _scan_tiles,
@@ -155,10 +157,8 @@ def _masked_gae_persist_kernel(
     st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
     _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
     is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-    if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-    if lambda___TENSOR:
-        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
+    gamma__t__raw = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
+    lambda___t__raw = _load_raw(lambda___ptr, lambda___row, _t, lambda___st, _ok, lambda___TENSOR, LANES)
     response_mask__raw = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1, volatile=LANES == 2)
     token_level_rewards__raw = tl.load(token_level_rewards__ptr + token_level_rewards__row[:, None] + _t[None, :] * token_level_rewards__st, mask=_ok, other=1, volatile=LANES == 2)
     values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
@@ -179,10 +179,8 @@ def _masked_gae_persist_kernel(
         st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        if gamma__TENSOR:
-            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-        if lambda___TENSOR:
-            lambda___t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
+        gamma__t__raw__nx = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
+        lambda___t__raw__nx = _load_raw(lambda___ptr, lambda___row, _t, lambda___st, _ok, lambda___TENSOR, LANES)
         response_mask__raw__nx = tl.load(response_mask__ptr + response_mask__row[:, None] + _t[None, :] * response_mask__st, mask=_ok, other=1, volatile=LANES == 2)
         token_level_rewards__raw__nx = tl.load(token_level_rewards__ptr + token_level_rewards__row[:, None] + _t[None, :] * token_level_rewards__st, mask=_ok, other=1, volatile=LANES == 2)
         values__raw__nx = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
@@ -205,14 +203,8 @@ def _masked_gae_persist_kernel(
 
         nv__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, nv__carry)
         A__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, A__carry)
-        if gamma__TENSOR:
-            gamma__t = gamma__t__raw.to(ACC)
-        else:
-            gamma__t = _zero + gamma
-        if lambda___TENSOR:
-            lambda___t = lambda___t__raw.to(ACC)
-        else:
-            lambda___t = _zero + lambda_
+        gamma__t = _cast_tile(gamma__t__raw, _zero, gamma, gamma__TENSOR)
+        lambda___t = _cast_tile(lambda___t__raw, _zero, lambda_, lambda___TENSOR)
         response_mask = response_mask__raw.to(ACC)
         token_level_rewards = token_level_rewards__raw.to(ACC)
         values = values__raw.to(ACC)
@@ -238,10 +230,8 @@ def _masked_gae_persist_kernel(
             tl.store(st__nv__optr + st__nv__orow[:, None] + _t[None, :] * st__nv__ost, (_zero + (nv)).to(st__nv__optr.dtype.element_ty), mask=_ok)
         if STORE_st__A:
             tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
-        if gamma__TENSOR:
-            gamma__t__raw = gamma__t__raw__nx
-        if lambda___TENSOR:
-            lambda___t__raw = lambda___t__raw__nx
+        gamma__t__raw = gamma__t__raw__nx
+        lambda___t__raw = lambda___t__raw__nx
         response_mask__raw = response_mask__raw__nx
         token_level_rewards__raw = token_level_rewards__raw__nx
         values__raw = values__raw__nx

@@ -11,9 +11,11 @@ import triton.language as tl
 
 from scangen import abi as _abi
 from scangen.kernels.common import (
+    cast_tile as _cast_tile,
     chunk_steps as _chunk_steps,
     group_starts as _group_starts,
     lane_positions as _lane_positions,
+    load_raw as _load_raw,
     load_shifted as _load_shifted,
     load_tile as _load_tile,
     row_tile as _row_tile,
@@ -239,20 +241,15 @@ def _retrace_persist_kernel(
     action_probs_behavior__next__raw = _load_shifted(action_probs_behavior__ptr, action_probs_behavior__row, action_probs_behavior__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
     actions__raw = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1, volatile=LANES == 2)
     actions__next__raw = _load_shifted(actions__ptr, actions__row, actions__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
-    if c_bar__TENSOR:
-        c_bar__next__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-    if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-    if lambda___TENSOR:
-        lambda___next__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
+    c_bar__next__t__raw = _load_raw(c_bar__ptr, c_bar__row, _t_next, c_bar__st, _ok, c_bar__TENSOR, LANES)
+    gamma__t__raw = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
+    lambda___next__t__raw = _load_raw(lambda___ptr, lambda___row, _t_next, lambda___st, _ok, lambda___TENSOR, LANES)
     q_values__raw = tl.load(q_values__ptr + q_values__row[:, None] + _t[None, :] * q_values__st, mask=_ok, other=1, volatile=LANES == 2)
     q_values__next__raw = _load_shifted(q_values__ptr, q_values__row, q_values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
     rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
-    if rho_bar__TENSOR:
-        rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
+    rho_bar__t__raw = _load_raw(rho_bar__ptr, rho_bar__row, _t, rho_bar__st, _ok, rho_bar__TENSOR, LANES)
     terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-    if HAS_truncateds:
-        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
+    truncateds__raw = _load_raw(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, HAS_truncateds, LANES)
     for _i in range(0, _n_items):
         # the next item's raw tiles (masked off past the program's last item)
         _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
@@ -283,20 +280,15 @@ def _retrace_persist_kernel(
         action_probs_behavior__next__raw__nx = _load_shifted(action_probs_behavior__ptr, action_probs_behavior__row, action_probs_behavior__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
         actions__raw__nx = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1, volatile=LANES == 2)
         actions__next__raw__nx = _load_shifted(actions__ptr, actions__row, actions__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
-        if c_bar__TENSOR:
-            c_bar__next__t__raw__nx = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_next[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-        if gamma__TENSOR:
-            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-        if lambda___TENSOR:
-            lambda___next__t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t_next[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
+        c_bar__next__t__raw__nx = _load_raw(c_bar__ptr, c_bar__row, _t_next, c_bar__st, _ok, c_bar__TENSOR, LANES)
+        gamma__t__raw__nx = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
+        lambda___next__t__raw__nx = _load_raw(lambda___ptr, lambda___row, _t_next, lambda___st, _ok, lambda___TENSOR, LANES)
         q_values__raw__nx = tl.load(q_values__ptr + q_values__row[:, None] + _t[None, :] * q_values__st, mask=_ok, other=1, volatile=LANES == 2)
         q_values__next__raw__nx = _load_shifted(q_values__ptr, q_values__row, q_values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
         rewards__raw__nx = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
-        if rho_bar__TENSOR:
-            rho_bar__t__raw__nx = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
+        rho_bar__t__raw__nx = _load_raw(rho_bar__ptr, rho_bar__row, _t, rho_bar__st, _ok, rho_bar__TENSOR, LANES)
         terminateds__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        if HAS_truncateds:
-            truncateds__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
+        truncateds__raw__nx = _load_raw(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, HAS_truncateds, LANES)
         # this item: the tiles loaded one iteration ago
         _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
         _c = (_i) % _n_chunks
@@ -328,30 +320,15 @@ def _retrace_persist_kernel(
         action_probs_behavior__next = _shift_tile(action_probs_behavior, action_probs_behavior__raw, action_probs_behavior__next__raw, _tcol, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
         actions = actions__raw
         actions__next = _shift_tile(actions, actions__raw, actions__next__raw, _tcol, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
-        if c_bar__TENSOR:
-            c_bar__next__t = c_bar__next__t__raw.to(ACC)
-        else:
-            c_bar__next__t = _zero + c_bar
-        if gamma__TENSOR:
-            gamma__t = gamma__t__raw.to(ACC)
-        else:
-            gamma__t = _zero + gamma
-        if lambda___TENSOR:
-            lambda___next__t = lambda___next__t__raw.to(ACC)
-        else:
-            lambda___next__t = _zero + lambda_
+        c_bar__next__t = _cast_tile(c_bar__next__t__raw, _zero, c_bar, c_bar__TENSOR)
+        gamma__t = _cast_tile(gamma__t__raw, _zero, gamma, gamma__TENSOR)
+        lambda___next__t = _cast_tile(lambda___next__t__raw, _zero, lambda_, lambda___TENSOR)
         q_values = q_values__raw.to(ACC)
         q_values__next = _shift_tile(q_values, q_values__raw, q_values__next__raw, _tcol, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
         rewards = rewards__raw.to(ACC)
-        if rho_bar__TENSOR:
-            rho_bar__t = rho_bar__t__raw.to(ACC)
-        else:
-            rho_bar__t = _zero + rho_bar
+        rho_bar__t = _cast_tile(rho_bar__t__raw, _zero, rho_bar, rho_bar__TENSOR)
         terminateds = terminateds__raw.to(ACC)
-        if HAS_truncateds:
-            truncateds = truncateds__raw.to(ACC)
-        else:
-            truncateds = _zero + 0.0
+        truncateds = _cast_tile(truncateds__raw, _zero, 0.0, HAS_truncateds)
         _gi = actions__next.to(tl.int64)
         _gok = (_gi >= 0) & (_gi < K)
         _gather0 = tl.load(action_probs_target__ptr + action_probs_target__row[:, None] + _t_next[None, :] * action_probs_target__st + _gi * action_probs_target__sk, mask=_ok & _gok, other=0).to(ACC)
@@ -391,20 +368,15 @@ def _retrace_persist_kernel(
         action_probs_behavior__next__raw = action_probs_behavior__next__raw__nx
         actions__raw = actions__raw__nx
         actions__next__raw = actions__next__raw__nx
-        if c_bar__TENSOR:
-            c_bar__next__t__raw = c_bar__next__t__raw__nx
-        if gamma__TENSOR:
-            gamma__t__raw = gamma__t__raw__nx
-        if lambda___TENSOR:
-            lambda___next__t__raw = lambda___next__t__raw__nx
+        c_bar__next__t__raw = c_bar__next__t__raw__nx
+        gamma__t__raw = gamma__t__raw__nx
+        lambda___next__t__raw = lambda___next__t__raw__nx
         q_values__raw = q_values__raw__nx
         q_values__next__raw = q_values__next__raw__nx
         rewards__raw = rewards__raw__nx
-        if rho_bar__TENSOR:
-            rho_bar__t__raw = rho_bar__t__raw__nx
+        rho_bar__t__raw = rho_bar__t__raw__nx
         terminateds__raw = terminateds__raw__nx
-        if HAS_truncateds:
-            truncateds__raw = truncateds__raw__nx
+        truncateds__raw = truncateds__raw__nx
 
 
 @triton.jit

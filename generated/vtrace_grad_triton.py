@@ -11,9 +11,11 @@ import triton.language as tl
 
 from scangen import abi as _abi
 from scangen.kernels.common import (
+    cast_tile as _cast_tile,
     chunk_steps as _chunk_steps,
     group_starts as _group_starts,
     lane_positions as _lane_positions,
+    load_raw as _load_raw,
     load_row as _load_row,
     load_shifted as _load_shifted,
     load_tile as _load_tile,
@@ -341,38 +343,26 @@ def _vtrace_grad_persist_kernel(
     is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
     is_last = tl.where(_pos == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     is_last__prev = tl.where(_pos - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-    if HAS_bootstrap_values:
-        bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
-    if c_bar__TENSOR:
-        c_bar__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-    if c_bar__TENSOR:
-        c_bar__prev__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_prev[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-    if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-    if gamma__TENSOR:
-        gamma__prev__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
+    bootstrap_values__raw = _load_raw(bootstrap_values__ptr, bootstrap_values__row, _t, bootstrap_values__st, _ok, HAS_bootstrap_values, LANES)
+    c_bar__t__raw = _load_raw(c_bar__ptr, c_bar__row, _t, c_bar__st, _ok, c_bar__TENSOR, LANES)
+    c_bar__prev__t__raw = _load_raw(c_bar__ptr, c_bar__row, _t_prev, c_bar__st, _ok, c_bar__TENSOR, LANES)
+    gamma__t__raw = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
+    gamma__prev__t__raw = _load_raw(gamma__ptr, gamma__row, _t_prev, gamma__st, _ok, gamma__TENSOR, LANES)
     if HAS_gy__pg_advantages:
         gy__pg_advantages__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t[None, :] * gy__pg_advantages__st, mask=_ok, other=1, volatile=LANES == 2)
         gy__pg_advantages__prev__raw = _load_shifted(gy__pg_advantages__ptr, gy__pg_advantages__row, gy__pg_advantages__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
-    if HAS_gy__targets:
-        gy__targets__raw = tl.load(gy__targets__ptr + gy__targets__row[:, None] + _t[None, :] * gy__targets__st, mask=_ok, other=1, volatile=LANES == 2)
-    if lambda___TENSOR:
-        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-    if lambda___TENSOR:
-        lambda___prev__t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
+    gy__targets__raw = _load_raw(gy__targets__ptr, gy__targets__row, _t, gy__targets__st, _ok, HAS_gy__targets, LANES)
+    lambda___t__raw = _load_raw(lambda___ptr, lambda___row, _t, lambda___st, _ok, lambda___TENSOR, LANES)
+    lambda___prev__t__raw = _load_raw(lambda___ptr, lambda___row, _t_prev, lambda___st, _ok, lambda___TENSOR, LANES)
     log_pi_behavior__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
     log_pi_behavior__prev__raw = _load_shifted(log_pi_behavior__ptr, log_pi_behavior__row, log_pi_behavior__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
     log_pi_target__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1, volatile=LANES == 2)
     log_pi_target__prev__raw = _load_shifted(log_pi_target__ptr, log_pi_target__row, log_pi_target__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
-    if pg_rho_bar__TENSOR:
-        pg_rho_bar__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-    if pg_rho_bar__TENSOR:
-        pg_rho_bar__prev__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t_prev[None, :] * pg_rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
+    pg_rho_bar__t__raw = _load_raw(pg_rho_bar__ptr, pg_rho_bar__row, _t, pg_rho_bar__st, _ok, pg_rho_bar__TENSOR, LANES)
+    pg_rho_bar__prev__t__raw = _load_raw(pg_rho_bar__ptr, pg_rho_bar__row, _t_prev, pg_rho_bar__st, _ok, pg_rho_bar__TENSOR, LANES)
     rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
-    if rho_bar__TENSOR:
-        rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-    if rho_bar__TENSOR:
-        rho_bar__prev__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t_prev[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
+    rho_bar__t__raw = _load_raw(rho_bar__ptr, rho_bar__row, _t, rho_bar__st, _ok, rho_bar__TENSOR, LANES)
+    rho_bar__prev__t__raw = _load_raw(rho_bar__ptr, rho_bar__row, _t_prev, rho_bar__st, _ok, rho_bar__TENSOR, LANES)
     st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
     st__A__next__raw = _load_shifted(st__A__ptr, st__A__row, st__A__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
     terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
@@ -422,38 +412,26 @@ def _vtrace_grad_persist_kernel(
         is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_pos == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         is_last__prev = tl.where(_pos - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        if HAS_bootstrap_values:
-            bootstrap_values__raw__nx = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
-        if c_bar__TENSOR:
-            c_bar__t__raw__nx = tl.load(c_bar__ptr + c_bar__row[:, None] + _t[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-        if c_bar__TENSOR:
-            c_bar__prev__t__raw__nx = tl.load(c_bar__ptr + c_bar__row[:, None] + _t_prev[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-        if gamma__TENSOR:
-            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-        if gamma__TENSOR:
-            gamma__prev__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t_prev[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
+        bootstrap_values__raw__nx = _load_raw(bootstrap_values__ptr, bootstrap_values__row, _t, bootstrap_values__st, _ok, HAS_bootstrap_values, LANES)
+        c_bar__t__raw__nx = _load_raw(c_bar__ptr, c_bar__row, _t, c_bar__st, _ok, c_bar__TENSOR, LANES)
+        c_bar__prev__t__raw__nx = _load_raw(c_bar__ptr, c_bar__row, _t_prev, c_bar__st, _ok, c_bar__TENSOR, LANES)
+        gamma__t__raw__nx = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
+        gamma__prev__t__raw__nx = _load_raw(gamma__ptr, gamma__row, _t_prev, gamma__st, _ok, gamma__TENSOR, LANES)
         if HAS_gy__pg_advantages:
             gy__pg_advantages__raw__nx = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t[None, :] * gy__pg_advantages__st, mask=_ok, other=1, volatile=LANES == 2)
             gy__pg_advantages__prev__raw__nx = _load_shifted(gy__pg_advantages__ptr, gy__pg_advantages__row, gy__pg_advantages__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
-        if HAS_gy__targets:
-            gy__targets__raw__nx = tl.load(gy__targets__ptr + gy__targets__row[:, None] + _t[None, :] * gy__targets__st, mask=_ok, other=1, volatile=LANES == 2)
-        if lambda___TENSOR:
-            lambda___t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
-        if lambda___TENSOR:
-            lambda___prev__t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t_prev[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
+        gy__targets__raw__nx = _load_raw(gy__targets__ptr, gy__targets__row, _t, gy__targets__st, _ok, HAS_gy__targets, LANES)
+        lambda___t__raw__nx = _load_raw(lambda___ptr, lambda___row, _t, lambda___st, _ok, lambda___TENSOR, LANES)
+        lambda___prev__t__raw__nx = _load_raw(lambda___ptr, lambda___row, _t_prev, lambda___st, _ok, lambda___TENSOR, LANES)
         log_pi_behavior__raw__nx = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
         log_pi_behavior__prev__raw__nx = _load_shifted(log_pi_behavior__ptr, log_pi_behavior__row, log_pi_behavior__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         log_pi_target__raw__nx = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1, volatile=LANES == 2)
         log_pi_target__prev__raw__nx = _load_shifted(log_pi_target__ptr, log_pi_target__row, log_pi_target__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
-        if pg_rho_bar__TENSOR:
-            pg_rho_bar__t__raw__nx = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-        if pg_rho_bar__TENSOR:
-            pg_rho_bar__prev__t__raw__nx = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t_prev[None, :] * pg_rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
+        pg_rho_bar__t__raw__nx = _load_raw(pg_rho_bar__ptr, pg_rho_bar__row, _t, pg_rho_bar__st, _ok, pg_rho_bar__TENSOR, LANES)
+        pg_rho_bar__prev__t__raw__nx = _load_raw(pg_rho_bar__ptr, pg_rho_bar__row, _t_prev, pg_rho_bar__st, _ok, pg_rho_bar__TENSOR, LANES)
         rewards__raw__nx = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
-        if rho_bar__TENSOR:
-            rho_bar__t__raw__nx = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-        if rho_bar__TENSOR:
-            rho_bar__prev__t__raw__nx = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t_prev[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
+        rho_bar__t__raw__nx = _load_raw(rho_bar__ptr, rho_bar__row, _t, rho_bar__st, _ok, rho_bar__TENSOR, LANES)
+        rho_bar__prev__t__raw__nx = _load_raw(rho_bar__ptr, rho_bar__row, _t_prev, rho_bar__st, _ok, rho_bar__TENSOR, LANES)
         st__A__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
         st__A__next__raw__nx = _load_shifted(st__A__ptr, st__A__row, st__A__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
         terminateds__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
@@ -504,65 +482,29 @@ def _vtrace_grad_persist_kernel(
         is_last__prev = tl.where(_pos - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         last_value = _load_row(last_value__ptr, last_value__row, _row_ok, 0.0, BLOCK_N, HAS_last_value, ACC)
         g__A__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, g__A__carry)
-        if HAS_bootstrap_values:
-            bootstrap_values = bootstrap_values__raw.to(ACC)
-        else:
-            bootstrap_values = _zero + 0.0
-        if c_bar__TENSOR:
-            c_bar__t = c_bar__t__raw.to(ACC)
-        else:
-            c_bar__t = _zero + c_bar
-        if c_bar__TENSOR:
-            c_bar__prev__t = c_bar__prev__t__raw.to(ACC)
-        else:
-            c_bar__prev__t = _zero + c_bar
-        if gamma__TENSOR:
-            gamma__t = gamma__t__raw.to(ACC)
-        else:
-            gamma__t = _zero + gamma
-        if gamma__TENSOR:
-            gamma__prev__t = gamma__prev__t__raw.to(ACC)
-        else:
-            gamma__prev__t = _zero + gamma
+        bootstrap_values = _cast_tile(bootstrap_values__raw, _zero, 0.0, HAS_bootstrap_values)
+        c_bar__t = _cast_tile(c_bar__t__raw, _zero, c_bar, c_bar__TENSOR)
+        c_bar__prev__t = _cast_tile(c_bar__prev__t__raw, _zero, c_bar, c_bar__TENSOR)
+        gamma__t = _cast_tile(gamma__t__raw, _zero, gamma, gamma__TENSOR)
+        gamma__prev__t = _cast_tile(gamma__prev__t__raw, _zero, gamma, gamma__TENSOR)
         if HAS_gy__pg_advantages:
             gy__pg_advantages = gy__pg_advantages__raw.to(ACC)
             gy__pg_advantages__prev = _shift_tile(gy__pg_advantages, gy__pg_advantages__raw, gy__pg_advantages__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
         else:
             gy__pg_advantages = _zero + 0.0
             gy__pg_advantages__prev = _zero + 0.0
-        if HAS_gy__targets:
-            gy__targets = gy__targets__raw.to(ACC)
-        else:
-            gy__targets = _zero + 0.0
-        if lambda___TENSOR:
-            lambda___t = lambda___t__raw.to(ACC)
-        else:
-            lambda___t = _zero + lambda_
-        if lambda___TENSOR:
-            lambda___prev__t = lambda___prev__t__raw.to(ACC)
-        else:
-            lambda___prev__t = _zero + lambda_
+        gy__targets = _cast_tile(gy__targets__raw, _zero, 0.0, HAS_gy__targets)
+        lambda___t = _cast_tile(lambda___t__raw, _zero, lambda_, lambda___TENSOR)
+        lambda___prev__t = _cast_tile(lambda___prev__t__raw, _zero, lambda_, lambda___TENSOR)
         log_pi_behavior = log_pi_behavior__raw.to(ACC)
         log_pi_behavior__prev = _shift_tile(log_pi_behavior, log_pi_behavior__raw, log_pi_behavior__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
         log_pi_target = log_pi_target__raw.to(ACC)
         log_pi_target__prev = _shift_tile(log_pi_target, log_pi_target__raw, log_pi_target__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-        if pg_rho_bar__TENSOR:
-            pg_rho_bar__t = pg_rho_bar__t__raw.to(ACC)
-        else:
-            pg_rho_bar__t = _zero + pg_rho_bar
-        if pg_rho_bar__TENSOR:
-            pg_rho_bar__prev__t = pg_rho_bar__prev__t__raw.to(ACC)
-        else:
-            pg_rho_bar__prev__t = _zero + pg_rho_bar
+        pg_rho_bar__t = _cast_tile(pg_rho_bar__t__raw, _zero, pg_rho_bar, pg_rho_bar__TENSOR)
+        pg_rho_bar__prev__t = _cast_tile(pg_rho_bar__prev__t__raw, _zero, pg_rho_bar, pg_rho_bar__TENSOR)
         rewards = rewards__raw.to(ACC)
-        if rho_bar__TENSOR:
-            rho_bar__t = rho_bar__t__raw.to(ACC)
-        else:
-            rho_bar__t = _zero + rho_bar
-        if rho_bar__TENSOR:
-            rho_bar__prev__t = rho_bar__prev__t__raw.to(ACC)
-        else:
-            rho_bar__prev__t = _zero + rho_bar
+        rho_bar__t = _cast_tile(rho_bar__t__raw, _zero, rho_bar, rho_bar__TENSOR)
+        rho_bar__prev__t = _cast_tile(rho_bar__prev__t__raw, _zero, rho_bar, rho_bar__TENSOR)
         st__A = st__A__raw.to(ACC)
         st__A__next = _shift_tile(st__A, st__A__raw, st__A__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
         terminateds = terminateds__raw.to(ACC)
@@ -638,38 +580,26 @@ def _vtrace_grad_persist_kernel(
             tl.store(d__lambda___optr + d__lambda___orow[:, None] + _t[None, :] * d__lambda___ost, (_zero + (_e30*(_e14 - _e10) + _e33*gamma__t)).to(d__lambda___optr.dtype.element_ty), mask=_ok)
         if STORE_d__pg_rho_bar:
             tl.store(d__pg_rho_bar__optr + d__pg_rho_bar__orow[:, None] + _t[None, :] * d__pg_rho_bar__ost, (_zero + (_e17*(_e13 != 0).to(ACC))).to(d__pg_rho_bar__optr.dtype.element_ty), mask=_ok)
-        if HAS_bootstrap_values:
-            bootstrap_values__raw = bootstrap_values__raw__nx
-        if c_bar__TENSOR:
-            c_bar__t__raw = c_bar__t__raw__nx
-        if c_bar__TENSOR:
-            c_bar__prev__t__raw = c_bar__prev__t__raw__nx
-        if gamma__TENSOR:
-            gamma__t__raw = gamma__t__raw__nx
-        if gamma__TENSOR:
-            gamma__prev__t__raw = gamma__prev__t__raw__nx
+        bootstrap_values__raw = bootstrap_values__raw__nx
+        c_bar__t__raw = c_bar__t__raw__nx
+        c_bar__prev__t__raw = c_bar__prev__t__raw__nx
+        gamma__t__raw = gamma__t__raw__nx
+        gamma__prev__t__raw = gamma__prev__t__raw__nx
         if HAS_gy__pg_advantages:
             gy__pg_advantages__raw = gy__pg_advantages__raw__nx
             gy__pg_advantages__prev__raw = gy__pg_advantages__prev__raw__nx
-        if HAS_gy__targets:
-            gy__targets__raw = gy__targets__raw__nx
-        if lambda___TENSOR:
-            lambda___t__raw = lambda___t__raw__nx
-        if lambda___TENSOR:
-            lambda___prev__t__raw = lambda___prev__t__raw__nx
+        gy__targets__raw = gy__targets__raw__nx
+        lambda___t__raw = lambda___t__raw__nx
+        lambda___prev__t__raw = lambda___prev__t__raw__nx
         log_pi_behavior__raw = log_pi_behavior__raw__nx
         log_pi_behavior__prev__raw = log_pi_behavior__prev__raw__nx
         log_pi_target__raw = log_pi_target__raw__nx
         log_pi_target__prev__raw = log_pi_target__prev__raw__nx
-        if pg_rho_bar__TENSOR:
-            pg_rho_bar__t__raw = pg_rho_bar__t__raw__nx
-        if pg_rho_bar__TENSOR:
-            pg_rho_bar__prev__t__raw = pg_rho_bar__prev__t__raw__nx
+        pg_rho_bar__t__raw = pg_rho_bar__t__raw__nx
+        pg_rho_bar__prev__t__raw = pg_rho_bar__prev__t__raw__nx
         rewards__raw = rewards__raw__nx
-        if rho_bar__TENSOR:
-            rho_bar__t__raw = rho_bar__t__raw__nx
-        if rho_bar__TENSOR:
-            rho_bar__prev__t__raw = rho_bar__prev__t__raw__nx
+        rho_bar__t__raw = rho_bar__t__raw__nx
+        rho_bar__prev__t__raw = rho_bar__prev__t__raw__nx
         st__A__raw = st__A__raw__nx
         st__A__next__raw = st__A__next__raw__nx
         terminateds__raw = terminateds__raw__nx

@@ -11,10 +11,12 @@ import triton.language as tl
 
 from scangen import abi as _abi
 from scangen.kernels.common import (
+    cast_tile as _cast_tile,
     chunk_steps as _chunk_steps,
     group_starts as _group_starts,
     grouped_steps as _grouped_steps,
     lane_positions as _lane_positions,
+    load_raw as _load_raw,
     load_row as _load_row,
     load_shifted as _load_shifted,
     load_tile as _load_tile,
@@ -207,24 +209,17 @@ def _vtrace_persist_kernel(
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-    if HAS_bootstrap_values:
-        bootstrap_values__raw = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
-    if c_bar__TENSOR:
-        c_bar__t__raw = tl.load(c_bar__ptr + c_bar__row[:, None] + _t[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-    if gamma__TENSOR:
-        gamma__t__raw = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-    if lambda___TENSOR:
-        lambda___t__raw = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
+    bootstrap_values__raw = _load_raw(bootstrap_values__ptr, bootstrap_values__row, _t, bootstrap_values__st, _ok, HAS_bootstrap_values, LANES)
+    c_bar__t__raw = _load_raw(c_bar__ptr, c_bar__row, _t, c_bar__st, _ok, c_bar__TENSOR, LANES)
+    gamma__t__raw = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
+    lambda___t__raw = _load_raw(lambda___ptr, lambda___row, _t, lambda___st, _ok, lambda___TENSOR, LANES)
     log_pi_behavior__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
     log_pi_target__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1, volatile=LANES == 2)
-    if pg_rho_bar__TENSOR:
-        pg_rho_bar__t__raw = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
+    pg_rho_bar__t__raw = _load_raw(pg_rho_bar__ptr, pg_rho_bar__row, _t, pg_rho_bar__st, _ok, pg_rho_bar__TENSOR, LANES)
     rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
-    if rho_bar__TENSOR:
-        rho_bar__t__raw = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
+    rho_bar__t__raw = _load_raw(rho_bar__ptr, rho_bar__row, _t, rho_bar__st, _ok, rho_bar__TENSOR, LANES)
     terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-    if HAS_truncateds:
-        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
+    truncateds__raw = _load_raw(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, HAS_truncateds, LANES)
     values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
     values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
     for _i in range(0, _n_items):
@@ -253,24 +248,17 @@ def _vtrace_persist_kernel(
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        if HAS_bootstrap_values:
-            bootstrap_values__raw__nx = tl.load(bootstrap_values__ptr + bootstrap_values__row[:, None] + _t[None, :] * bootstrap_values__st, mask=_ok, other=1, volatile=LANES == 2)
-        if c_bar__TENSOR:
-            c_bar__t__raw__nx = tl.load(c_bar__ptr + c_bar__row[:, None] + _t[None, :] * c_bar__st, mask=_ok, other=1, volatile=LANES == 2)
-        if gamma__TENSOR:
-            gamma__t__raw__nx = tl.load(gamma__ptr + gamma__row[:, None] + _t[None, :] * gamma__st, mask=_ok, other=1, volatile=LANES == 2)
-        if lambda___TENSOR:
-            lambda___t__raw__nx = tl.load(lambda___ptr + lambda___row[:, None] + _t[None, :] * lambda___st, mask=_ok, other=1, volatile=LANES == 2)
+        bootstrap_values__raw__nx = _load_raw(bootstrap_values__ptr, bootstrap_values__row, _t, bootstrap_values__st, _ok, HAS_bootstrap_values, LANES)
+        c_bar__t__raw__nx = _load_raw(c_bar__ptr, c_bar__row, _t, c_bar__st, _ok, c_bar__TENSOR, LANES)
+        gamma__t__raw__nx = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
+        lambda___t__raw__nx = _load_raw(lambda___ptr, lambda___row, _t, lambda___st, _ok, lambda___TENSOR, LANES)
         log_pi_behavior__raw__nx = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
         log_pi_target__raw__nx = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1, volatile=LANES == 2)
-        if pg_rho_bar__TENSOR:
-            pg_rho_bar__t__raw__nx = tl.load(pg_rho_bar__ptr + pg_rho_bar__row[:, None] + _t[None, :] * pg_rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
+        pg_rho_bar__t__raw__nx = _load_raw(pg_rho_bar__ptr, pg_rho_bar__row, _t, pg_rho_bar__st, _ok, pg_rho_bar__TENSOR, LANES)
         rewards__raw__nx = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
-        if rho_bar__TENSOR:
-            rho_bar__t__raw__nx = tl.load(rho_bar__ptr + rho_bar__row[:, None] + _t[None, :] * rho_bar__st, mask=_ok, other=1, volatile=LANES == 2)
+        rho_bar__t__raw__nx = _load_raw(rho_bar__ptr, rho_bar__row, _t, rho_bar__st, _ok, rho_bar__TENSOR, LANES)
         terminateds__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        if HAS_truncateds:
-            truncateds__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
+        truncateds__raw__nx = _load_raw(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, HAS_truncateds, LANES)
         values__raw__nx = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
         values__next__raw__nx = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
         # this item: the tiles loaded one iteration ago
@@ -300,38 +288,17 @@ def _vtrace_persist_kernel(
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         last_value = _load_row(last_value__ptr, last_value__row, _row_ok, 0.0, BLOCK_N, HAS_last_value, ACC)
         A__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, A__carry)
-        if HAS_bootstrap_values:
-            bootstrap_values = bootstrap_values__raw.to(ACC)
-        else:
-            bootstrap_values = _zero + 0.0
-        if c_bar__TENSOR:
-            c_bar__t = c_bar__t__raw.to(ACC)
-        else:
-            c_bar__t = _zero + c_bar
-        if gamma__TENSOR:
-            gamma__t = gamma__t__raw.to(ACC)
-        else:
-            gamma__t = _zero + gamma
-        if lambda___TENSOR:
-            lambda___t = lambda___t__raw.to(ACC)
-        else:
-            lambda___t = _zero + lambda_
+        bootstrap_values = _cast_tile(bootstrap_values__raw, _zero, 0.0, HAS_bootstrap_values)
+        c_bar__t = _cast_tile(c_bar__t__raw, _zero, c_bar, c_bar__TENSOR)
+        gamma__t = _cast_tile(gamma__t__raw, _zero, gamma, gamma__TENSOR)
+        lambda___t = _cast_tile(lambda___t__raw, _zero, lambda_, lambda___TENSOR)
         log_pi_behavior = log_pi_behavior__raw.to(ACC)
         log_pi_target = log_pi_target__raw.to(ACC)
-        if pg_rho_bar__TENSOR:
-            pg_rho_bar__t = pg_rho_bar__t__raw.to(ACC)
-        else:
-            pg_rho_bar__t = _zero + pg_rho_bar
+        pg_rho_bar__t = _cast_tile(pg_rho_bar__t__raw, _zero, pg_rho_bar, pg_rho_bar__TENSOR)
         rewards = rewards__raw.to(ACC)
-        if rho_bar__TENSOR:
-            rho_bar__t = rho_bar__t__raw.to(ACC)
-        else:
-            rho_bar__t = _zero + rho_bar
+        rho_bar__t = _cast_tile(rho_bar__t__raw, _zero, rho_bar, rho_bar__TENSOR)
         terminateds = terminateds__raw.to(ACC)
-        if HAS_truncateds:
-            truncateds = truncateds__raw.to(ACC)
-        else:
-            truncateds = _zero + 0.0
+        truncateds = _cast_tile(truncateds__raw, _zero, 0.0, HAS_truncateds)
         values = values__raw.to(ACC)
         values__next = _shift_tile(values, values__raw, values__next__raw, _tcol, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
@@ -353,24 +320,17 @@ def _vtrace_persist_kernel(
             tl.store(pg_advantages__optr + pg_advantages__orow[:, None] + _t[None, :] * pg_advantages__ost, (_zero + ((rewards - values + gamma__t*(lambda___t*tl.where((terminateds != 0), 0.0, tl.where((_e3 != 0), _e4, _e5 + tl.where((is_last != 0), 0.0, A__next))) + (1.0 - lambda___t)*tl.where((terminateds != 0), 0.0, tl.where((_e3 != 0), _e4, _e5))))*tl.minimum(pg_rho_bar__t, tl.exp(log_pi_target - log_pi_behavior), propagate_nan=tl.PropagateNan.ALL))).to(pg_advantages__optr.dtype.element_ty), mask=_ok)
         if STORE_st__A:
             tl.store(st__A__optr + st__A__orow[:, None] + _t[None, :] * st__A__ost, (_zero + (A)).to(st__A__optr.dtype.element_ty), mask=_ok)
-        if HAS_bootstrap_values:
-            bootstrap_values__raw = bootstrap_values__raw__nx
-        if c_bar__TENSOR:
-            c_bar__t__raw = c_bar__t__raw__nx
-        if gamma__TENSOR:
-            gamma__t__raw = gamma__t__raw__nx
-        if lambda___TENSOR:
-            lambda___t__raw = lambda___t__raw__nx
+        bootstrap_values__raw = bootstrap_values__raw__nx
+        c_bar__t__raw = c_bar__t__raw__nx
+        gamma__t__raw = gamma__t__raw__nx
+        lambda___t__raw = lambda___t__raw__nx
         log_pi_behavior__raw = log_pi_behavior__raw__nx
         log_pi_target__raw = log_pi_target__raw__nx
-        if pg_rho_bar__TENSOR:
-            pg_rho_bar__t__raw = pg_rho_bar__t__raw__nx
+        pg_rho_bar__t__raw = pg_rho_bar__t__raw__nx
         rewards__raw = rewards__raw__nx
-        if rho_bar__TENSOR:
-            rho_bar__t__raw = rho_bar__t__raw__nx
+        rho_bar__t__raw = rho_bar__t__raw__nx
         terminateds__raw = terminateds__raw__nx
-        if HAS_truncateds:
-            truncateds__raw = truncateds__raw__nx
+        truncateds__raw = truncateds__raw__nx
         values__raw = values__raw__nx
         values__next__raw = values__next__raw__nx
 

@@ -6,7 +6,8 @@ scangen.kernels.lookback.
 program's tile: its rows, its columns' steps, a chunk's steps and mask; ``combine`` and its
 variants compose the affine maps of a scan, and ``scan_tiles`` scans a chunk's maps with them (in
 either order, over grouped steps, or a run of steps a warp); ``load_row`` loads a per-row input
-(or broadcasts its default); ``load_tile`` loads an optional input's or a param's tile, or broadcasts its default;
+(or broadcasts its default); ``load_tile`` (``load_raw`` then ``cast_tile``, which the persist family
+calls apart) loads an optional input's or a param's tile, or broadcasts its default;
 ``load_shifted`` and ``shift_tile`` give an input's tile one step later or earlier (template
 option ``input_shift="split"``: from its aligned tile in registers, ``shift_next`` /
 ``shift_prev``, and one load a thread's group of steps); ``flip_groups`` reverses each thread's group of steps
@@ -266,13 +267,32 @@ def shift_tile(x, raw, shifted_raw, tcol, edge, BN: tl.constexpr, BT: tl.constex
 
 
 @triton.jit
+def load_raw(ptr, base, t, st, ok, HAS: tl.constexpr, LANES: tl.constexpr):
+    # The [BN, BT] tile of an input or a param at steps t as stored (cast_tile casts it); where
+    # the call has no such tensor (HAS false: an optional input left out, a param given as a
+    # float) a 0 that stands for it, which the persist family's loop carries for nothing (a
+    # constant). LANES == 2: the load volatile (runtime.launch.lanes).
+    if HAS:
+        x = tl.load(ptr + base[:, None] + t[None, :] * st, mask=ok, other=1, volatile=LANES == 2)
+    else:
+        x = 0
+    return x
+
+
+@triton.jit
+def cast_tile(raw, zero, default, HAS: tl.constexpr):
+    # load_raw's tile in zero's dtype (the kernel's ACC), or, without the tensor (HAS false), the
+    # default, broadcast.
+    if HAS:
+        x = raw.to(zero.dtype)
+    else:
+        x = zero + default
+    return x
+
+
+@triton.jit
 def load_tile(ptr, base, t, st, ok, zero, default, HAS: tl.constexpr, LANES: tl.constexpr):
     # The [BN, BT] tile of an input or a param at steps t, in zero's dtype (the kernel's ACC);
     # where the call has no such tensor (HAS false: an optional input left out, a param given
     # as a float) the default, broadcast. LANES == 2: the load volatile (runtime.launch.lanes).
-    if HAS:
-        x = tl.load(ptr + base[:, None] + t[None, :] * st, mask=ok, other=1,
-                    volatile=LANES == 2).to(zero.dtype)
-    else:
-        x = zero + default
-    return x
+    return cast_tile(load_raw(ptr, base, t, st, ok, HAS, LANES), zero, default, HAS)
