@@ -66,7 +66,6 @@ def _discounted_returns_grad_chunked_kernel(
     d__rewards__orow = _r1 * d__rewards__os1 + _r2 * d__rewards__os2  # [BN] int64 row offsets
     d__bootstrap_values__orow = _r1 * d__bootstrap_values__os1 + _r2 * d__bootstrap_values__os2  # [BN] int64 row offsets
     d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
-
     g__G__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -246,7 +245,6 @@ def _discounted_returns_grad_persist_kernel(
         is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_pos == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         is_last__prev = tl.where(_pos - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-
         g__G__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, g__G__carry)
         bootstrap_values = _cast_tile(bootstrap_values__raw, _zero, 0.0, HAS_bootstrap_values)
         gamma__t = _cast_tile(gamma__t__raw, _zero, gamma, gamma__TENSOR)
@@ -329,7 +327,6 @@ def _discounted_returns_grad_lookback_kernel(
     d__rewards__orow = _r1 * d__rewards__os1 + _r2 * d__rewards__os2  # [BN] int64 row offsets
     d__bootstrap_values__orow = _r1 * d__bootstrap_values__os1 + _r2 * d__bootstrap_values__os2  # [BN] int64 row offsets
     d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
-
     g__G__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)

@@ -56,7 +56,6 @@ def _discounted_returns_chunked_kernel(
     gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
     returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
     st__G__orow = _r1 * st__G__os1 + _r2 * st__G__os2  # [BN] int64 row offsets
-
     G__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -175,7 +174,6 @@ def _discounted_returns_persist_kernel(
         st__G__orow = _r1 * st__G__os1 + _r2 * st__G__os2  # [BN] int64 row offsets
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-
         G__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, G__carry)
         bootstrap_values = _cast_tile(bootstrap_values__raw, _zero, 0.0, HAS_bootstrap_values)
         gamma__t = _cast_tile(gamma__t__raw, _zero, gamma, gamma__TENSOR)
@@ -233,7 +231,6 @@ def _discounted_returns_lookback_kernel(
     gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
     returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
     st__G__orow = _r1 * st__G__os1 + _r2 * st__G__os2  # [BN] int64 row offsets
-
     G__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)

@@ -64,7 +64,6 @@ def _episodic_prefix_sum_grad_chunked_kernel(
     d__inputs__orow = _r1 * d__inputs__os1 + _r2 * d__inputs__os2  # [BN] int64 row offsets
     d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
     d__boundary__orow = _r1 * d__boundary__os1 + _r2 * d__boundary__os2  # [BN] int64 row offsets
-
     g__C__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -219,7 +218,6 @@ def _episodic_prefix_sum_grad_persist_kernel(
         is_first = tl.where(_tcol == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         is_first__next = tl.where(_tcol + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-
         g__C__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, g__C__carry)
         boundary__t = _cast_tile(boundary__t__raw, _zero, boundary, boundary__TENSOR)
         boundary__next__t = _cast_tile(boundary__next__t__raw, _zero, boundary, boundary__TENSOR)
@@ -285,7 +283,6 @@ def _episodic_prefix_sum_grad_lookback_kernel(
     d__inputs__orow = _r1 * d__inputs__os1 + _r2 * d__inputs__os2  # [BN] int64 row offsets
     d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
     d__boundary__orow = _r1 * d__boundary__os1 + _r2 * d__boundary__os2  # [BN] int64 row offsets
-
     g__C__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)

@@ -60,7 +60,6 @@ def _masked_gae_chunked_kernel(
     returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
     st__nv__orow = _r1 * st__nv__os1 + _r2 * st__nv__os2  # [BN] int64 row offsets
     st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
-
     nv__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position
@@ -200,7 +199,6 @@ def _masked_gae_persist_kernel(
         st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-
         nv__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, nv__carry)
         A__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, A__carry)
         gamma__t = _cast_tile(gamma__t__raw, _zero, gamma, gamma__TENSOR)
@@ -273,7 +271,6 @@ def _masked_gae_lookback_kernel(
     returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
     st__nv__orow = _r1 * st__nv__os1 + _r2 * st__nv__os2  # [BN] int64 row offsets
     st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
-
     nv__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position

@@ -79,7 +79,6 @@ def _retrace_chunked_kernel(
     targets__orow = _r1 * targets__os1 + _r2 * targets__os2  # [BN] int64 row offsets
     advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
     st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
-
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -314,7 +313,6 @@ def _retrace_persist_kernel(
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-
         A__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, A__carry)
         action_probs_behavior = action_probs_behavior__raw.to(ACC)
         action_probs_behavior__next = _shift_tile(action_probs_behavior, action_probs_behavior__raw, action_probs_behavior__next__raw, _tcol, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
@@ -432,7 +430,6 @@ def _retrace_lookback_kernel(
     targets__orow = _r1 * targets__os1 + _r2 * targets__os2  # [BN] int64 row offsets
     advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
     st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
-
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
