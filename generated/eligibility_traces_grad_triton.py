@@ -168,24 +168,15 @@ def _eligibility_traces_grad_persist_kernel(
     _c = (0) % _n_chunks
     _chunk = _n_chunks - 1 - _c
     _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-    gradients__row = _r1 * gradients__s1 + _r2 * gradients__s2  # [BN] int64 row offsets
     dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
-    seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
     st__z__row = _r1 * st__z__s1 + _r2 * st__z__s2  # [BN] int64 row offsets
     gy__traces__row = _r1 * gy__traces__s1 + _r2 * gy__traces__s2  # [BN] int64 row offsets
     gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
     lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
-    d__gradients__orow = _r1 * d__gradients__os1 + _r2 * d__gradients__os2  # [BN] int64 row offsets
-    d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
-    d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
-    d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
     _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
-    is_first = tl.where(_tcol == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-    is_first__next = tl.where(_tcol + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-    is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
     dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
     gamma__t__raw = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
@@ -201,24 +192,15 @@ def _eligibility_traces_grad_persist_kernel(
         _c = (_i + 1) % _n_chunks
         _chunk = _n_chunks - 1 - _c
         _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-        gradients__row = _r1 * gradients__s1 + _r2 * gradients__s2  # [BN] int64 row offsets
         dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
-        seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
         st__z__row = _r1 * st__z__s1 + _r2 * st__z__s2  # [BN] int64 row offsets
         gy__traces__row = _r1 * gy__traces__s1 + _r2 * gy__traces__s2  # [BN] int64 row offsets
         gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
         lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
-        d__gradients__orow = _r1 * d__gradients__os1 + _r2 * d__gradients__os2  # [BN] int64 row offsets
-        d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
-        d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
-        d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_tcol == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-        is_first__next = tl.where(_tcol + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         dones__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
         dones__prev__raw__nx = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
         gamma__t__raw__nx = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
@@ -233,21 +215,12 @@ def _eligibility_traces_grad_persist_kernel(
         _c = (_i) % _n_chunks
         _chunk = _n_chunks - 1 - _c
         _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-        gradients__row = _r1 * gradients__s1 + _r2 * gradients__s2  # [BN] int64 row offsets
-        dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
         seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
-        st__z__row = _r1 * st__z__s1 + _r2 * st__z__s2  # [BN] int64 row offsets
-        gy__traces__row = _r1 * gy__traces__s1 + _r2 * gy__traces__s2  # [BN] int64 row offsets
-        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
         d__gradients__orow = _r1 * d__gradients__os1 + _r2 * d__gradients__os2  # [BN] int64 row offsets
         d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
         d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
         d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
-        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
-        _t_next = tl.minimum(_t + 1, T - 1)
-        _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_tcol == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         is_first__next = tl.where(_tcol + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]

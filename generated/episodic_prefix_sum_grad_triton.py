@@ -147,22 +147,13 @@ def _episodic_prefix_sum_grad_persist_kernel(
     _c = (0) % _n_chunks
     _chunk = _n_chunks - 1 - _c
     _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-    inputs__row = _r1 * inputs__s1 + _r2 * inputs__s2  # [BN] int64 row offsets
     dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
-    seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
-    st__C__row = _r1 * st__C__s1 + _r2 * st__C__s2  # [BN] int64 row offsets
     gy__sums__row = _r1 * gy__sums__s1 + _r2 * gy__sums__s2  # [BN] int64 row offsets
     boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2  # [BN] int64 row offsets
-    d__inputs__orow = _r1 * d__inputs__os1 + _r2 * d__inputs__os2  # [BN] int64 row offsets
-    d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
-    d__boundary__orow = _r1 * d__boundary__os1 + _r2 * d__boundary__os2  # [BN] int64 row offsets
     _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
-    is_first = tl.where(_tcol == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-    is_first__next = tl.where(_tcol + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-    is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     boundary__t__raw = _load_raw(boundary__ptr, boundary__row, _t, boundary__st, _ok, boundary__TENSOR, LANES)
     boundary__next__t__raw = _load_raw(boundary__ptr, boundary__row, _t_next, boundary__st, _ok, boundary__TENSOR, LANES)
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
@@ -175,22 +166,13 @@ def _episodic_prefix_sum_grad_persist_kernel(
         _c = (_i + 1) % _n_chunks
         _chunk = _n_chunks - 1 - _c
         _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-        inputs__row = _r1 * inputs__s1 + _r2 * inputs__s2  # [BN] int64 row offsets
         dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
-        seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
-        st__C__row = _r1 * st__C__s1 + _r2 * st__C__s2  # [BN] int64 row offsets
         gy__sums__row = _r1 * gy__sums__s1 + _r2 * gy__sums__s2  # [BN] int64 row offsets
         boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2  # [BN] int64 row offsets
-        d__inputs__orow = _r1 * d__inputs__os1 + _r2 * d__inputs__os2  # [BN] int64 row offsets
-        d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
-        d__boundary__orow = _r1 * d__boundary__os1 + _r2 * d__boundary__os2  # [BN] int64 row offsets
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_tcol == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-        is_first__next = tl.where(_tcol + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         boundary__t__raw__nx = _load_raw(boundary__ptr, boundary__row, _t, boundary__st, _ok, boundary__TENSOR, LANES)
         boundary__next__t__raw__nx = _load_raw(boundary__ptr, boundary__row, _t_next, boundary__st, _ok, boundary__TENSOR, LANES)
         dones__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
@@ -202,19 +184,10 @@ def _episodic_prefix_sum_grad_persist_kernel(
         _c = (_i) % _n_chunks
         _chunk = _n_chunks - 1 - _c
         _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-        inputs__row = _r1 * inputs__s1 + _r2 * inputs__s2  # [BN] int64 row offsets
-        dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
-        seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
-        st__C__row = _r1 * st__C__s1 + _r2 * st__C__s2  # [BN] int64 row offsets
-        gy__sums__row = _r1 * gy__sums__s1 + _r2 * gy__sums__s2  # [BN] int64 row offsets
-        boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2  # [BN] int64 row offsets
         d__inputs__orow = _r1 * d__inputs__os1 + _r2 * d__inputs__os2  # [BN] int64 row offsets
         d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
         d__boundary__orow = _r1 * d__boundary__os1 + _r2 * d__boundary__os2  # [BN] int64 row offsets
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
-        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
-        _t_next = tl.minimum(_t + 1, T - 1)
-        _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_tcol == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         is_first__next = tl.where(_tcol + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]

@@ -126,14 +126,10 @@ def _episodic_prefix_sum_persist_kernel(
     _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
     inputs__row = _r1 * inputs__s1 + _r2 * inputs__s2  # [BN] int64 row offsets
     dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
-    seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
     boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2  # [BN] int64 row offsets
-    sums__orow = _r1 * sums__os1 + _r2 * sums__os2  # [BN] int64 row offsets
-    st__C__orow = _r1 * st__C__os1 + _r2 * st__C__os2  # [BN] int64 row offsets
     _t0, _rem, _t, _ok = _chunk_steps(_chunk, _pos, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_prev = tl.maximum(_t - 1, 0)
-    is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
     boundary__t__raw = _load_raw(boundary__ptr, boundary__row, _t, boundary__st, _ok, boundary__TENSOR, LANES)
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
     dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
@@ -146,14 +142,10 @@ def _episodic_prefix_sum_persist_kernel(
         _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
         inputs__row = _r1 * inputs__s1 + _r2 * inputs__s2  # [BN] int64 row offsets
         dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
-        seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
         boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2  # [BN] int64 row offsets
-        sums__orow = _r1 * sums__os1 + _r2 * sums__os2  # [BN] int64 row offsets
-        st__C__orow = _r1 * st__C__os1 + _r2 * st__C__os2  # [BN] int64 row offsets
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _pos, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         boundary__t__raw__nx = _load_raw(boundary__ptr, boundary__row, _t, boundary__st, _ok, boundary__TENSOR, LANES)
         dones__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
         dones__prev__raw__nx = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
@@ -163,15 +155,10 @@ def _episodic_prefix_sum_persist_kernel(
         _c = (_i) % _n_chunks
         _chunk = _c
         _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-        inputs__row = _r1 * inputs__s1 + _r2 * inputs__s2  # [BN] int64 row offsets
-        dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
         seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
-        boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2  # [BN] int64 row offsets
         sums__orow = _r1 * sums__os1 + _r2 * sums__os2  # [BN] int64 row offsets
         st__C__orow = _r1 * st__C__os1 + _r2 * st__C__os2  # [BN] int64 row offsets
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _pos, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
-        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
-        _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         seed_values = _load_row(seed_values__ptr, seed_values__row, _row_ok, 0.0, BLOCK_N, HAS_seed_values, ACC)
         C__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + seed_values, C__carry)

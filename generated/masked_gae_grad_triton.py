@@ -183,8 +183,6 @@ def _masked_gae_grad_persist_kernel(
     _c = (0) % _n_chunks
     _chunk = _c
     _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-    token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2  # [BN] int64 row offsets
-    values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
     response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2  # [BN] int64 row offsets
     st__nv__row = _r1 * st__nv__s1 + _r2 * st__nv__s2  # [BN] int64 row offsets
     st__A__row = _r1 * st__A__s1 + _r2 * st__A__s2  # [BN] int64 row offsets
@@ -192,17 +190,10 @@ def _masked_gae_grad_persist_kernel(
     gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2  # [BN] int64 row offsets
     gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
     lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
-    d__token_level_rewards__orow = _r1 * d__token_level_rewards__os1 + _r2 * d__token_level_rewards__os2  # [BN] int64 row offsets
-    d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2  # [BN] int64 row offsets
-    d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
-    d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
     _t0, _rem, _t, _ok = _chunk_steps(_chunk, _pos, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
-    is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-    is_last = tl.where(_pos == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-    is_last__prev = tl.where(_pos - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     gamma__t__raw = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
     gamma__prev__t__raw = _load_raw(gamma__ptr, gamma__row, _t_prev, gamma__st, _ok, gamma__TENSOR, LANES)
     gy__advantages__raw = _load_raw(gy__advantages__ptr, gy__advantages__row, _t, gy__advantages__st, _ok, HAS_gy__advantages, LANES)
@@ -221,8 +212,6 @@ def _masked_gae_grad_persist_kernel(
         _c = (_i + 1) % _n_chunks
         _chunk = _c
         _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-        token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2  # [BN] int64 row offsets
-        values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
         response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2  # [BN] int64 row offsets
         st__nv__row = _r1 * st__nv__s1 + _r2 * st__nv__s2  # [BN] int64 row offsets
         st__A__row = _r1 * st__A__s1 + _r2 * st__A__s2  # [BN] int64 row offsets
@@ -230,17 +219,10 @@ def _masked_gae_grad_persist_kernel(
         gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2  # [BN] int64 row offsets
         gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
         lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
-        d__token_level_rewards__orow = _r1 * d__token_level_rewards__os1 + _r2 * d__token_level_rewards__os2  # [BN] int64 row offsets
-        d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2  # [BN] int64 row offsets
-        d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
-        d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _pos, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
-        is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
-        is_last = tl.where(_pos == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
-        is_last__prev = tl.where(_pos - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         gamma__t__raw__nx = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
         gamma__prev__t__raw__nx = _load_raw(gamma__ptr, gamma__row, _t_prev, gamma__st, _ok, gamma__TENSOR, LANES)
         gy__advantages__raw__nx = _load_raw(gy__advantages__ptr, gy__advantages__row, _t, gy__advantages__st, _ok, HAS_gy__advantages, LANES)
@@ -258,23 +240,11 @@ def _masked_gae_grad_persist_kernel(
         _c = (_i) % _n_chunks
         _chunk = _c
         _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-        token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2  # [BN] int64 row offsets
-        values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
-        response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2  # [BN] int64 row offsets
-        st__nv__row = _r1 * st__nv__s1 + _r2 * st__nv__s2  # [BN] int64 row offsets
-        st__A__row = _r1 * st__A__s1 + _r2 * st__A__s2  # [BN] int64 row offsets
-        gy__advantages__row = _r1 * gy__advantages__s1 + _r2 * gy__advantages__s2  # [BN] int64 row offsets
-        gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2  # [BN] int64 row offsets
-        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
         d__token_level_rewards__orow = _r1 * d__token_level_rewards__os1 + _r2 * d__token_level_rewards__os2  # [BN] int64 row offsets
         d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2  # [BN] int64 row offsets
         d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
         d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _pos, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
-        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
-        _t_next = tl.minimum(_t + 1, T - 1)
-        _t_prev = tl.maximum(_t - 1, 0)
         is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_pos == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         is_last__prev = tl.where(_pos - 1 == _rem - 1, 1.0, 0.0).to(ACC)[None, :]

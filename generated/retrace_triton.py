@@ -216,26 +216,19 @@ def _retrace_persist_kernel(
     _c = (0) % _n_chunks
     _chunk = _n_chunks - 1 - _c
     _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-    action_probs_target__row = _r1 * action_probs_target__s1 + _r2 * action_probs_target__s2  # [BN] int64 row offsets
     action_probs_behavior__row = _r1 * action_probs_behavior__s1 + _r2 * action_probs_behavior__s2  # [BN] int64 row offsets
     q_values__row = _r1 * q_values__s1 + _r2 * q_values__s2  # [BN] int64 row offsets
-    next_q_values_all__row = _r1 * next_q_values_all__s1 + _r2 * next_q_values_all__s2  # [BN] int64 row offsets
     actions__row = _r1 * actions__s1 + _r2 * actions__s2  # [BN] int64 row offsets
     rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
     terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
     truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
-    next_action_probs_target__row = _r1 * next_action_probs_target__s1 + _r2 * next_action_probs_target__s2  # [BN] int64 row offsets
     gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
     lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
     c_bar__row = _r1 * c_bar__s1 + _r2 * c_bar__s2  # [BN] int64 row offsets
     rho_bar__row = _r1 * rho_bar__s1 + _r2 * rho_bar__s2  # [BN] int64 row offsets
-    targets__orow = _r1 * targets__os1 + _r2 * targets__os2  # [BN] int64 row offsets
-    advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
-    st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
     _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
-    is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     action_probs_behavior__raw = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
     action_probs_behavior__next__raw = _load_shifted(action_probs_behavior__ptr, action_probs_behavior__row, action_probs_behavior__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
     actions__raw = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1, volatile=LANES == 2)
@@ -255,26 +248,19 @@ def _retrace_persist_kernel(
         _c = (_i + 1) % _n_chunks
         _chunk = _n_chunks - 1 - _c
         _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-        action_probs_target__row = _r1 * action_probs_target__s1 + _r2 * action_probs_target__s2  # [BN] int64 row offsets
         action_probs_behavior__row = _r1 * action_probs_behavior__s1 + _r2 * action_probs_behavior__s2  # [BN] int64 row offsets
         q_values__row = _r1 * q_values__s1 + _r2 * q_values__s2  # [BN] int64 row offsets
-        next_q_values_all__row = _r1 * next_q_values_all__s1 + _r2 * next_q_values_all__s2  # [BN] int64 row offsets
         actions__row = _r1 * actions__s1 + _r2 * actions__s2  # [BN] int64 row offsets
         rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
         terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
         truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
-        next_action_probs_target__row = _r1 * next_action_probs_target__s1 + _r2 * next_action_probs_target__s2  # [BN] int64 row offsets
         gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
         lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
         c_bar__row = _r1 * c_bar__s1 + _r2 * c_bar__s2  # [BN] int64 row offsets
         rho_bar__row = _r1 * rho_bar__s1 + _r2 * rho_bar__s2  # [BN] int64 row offsets
-        targets__orow = _r1 * targets__os1 + _r2 * targets__os2  # [BN] int64 row offsets
-        advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
-        st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
-        is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         action_probs_behavior__raw__nx = tl.load(action_probs_behavior__ptr + action_probs_behavior__row[:, None] + _t[None, :] * action_probs_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
         action_probs_behavior__next__raw__nx = _load_shifted(action_probs_behavior__ptr, action_probs_behavior__row, action_probs_behavior__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
         actions__raw__nx = tl.load(actions__ptr + actions__row[:, None] + _t[None, :] * actions__st, mask=_ok, other=1, volatile=LANES == 2)
@@ -294,23 +280,12 @@ def _retrace_persist_kernel(
         _chunk = _n_chunks - 1 - _c
         _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
         action_probs_target__row = _r1 * action_probs_target__s1 + _r2 * action_probs_target__s2  # [BN] int64 row offsets
-        action_probs_behavior__row = _r1 * action_probs_behavior__s1 + _r2 * action_probs_behavior__s2  # [BN] int64 row offsets
-        q_values__row = _r1 * q_values__s1 + _r2 * q_values__s2  # [BN] int64 row offsets
         next_q_values_all__row = _r1 * next_q_values_all__s1 + _r2 * next_q_values_all__s2  # [BN] int64 row offsets
-        actions__row = _r1 * actions__s1 + _r2 * actions__s2  # [BN] int64 row offsets
-        rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
-        terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
-        truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
         next_action_probs_target__row = _r1 * next_action_probs_target__s1 + _r2 * next_action_probs_target__s2  # [BN] int64 row offsets
-        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
-        c_bar__row = _r1 * c_bar__s1 + _r2 * c_bar__s2  # [BN] int64 row offsets
-        rho_bar__row = _r1 * rho_bar__s1 + _r2 * rho_bar__s2  # [BN] int64 row offsets
         targets__orow = _r1 * targets__os1 + _r2 * targets__os2  # [BN] int64 row offsets
         advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
         st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
-        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         A__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, A__carry)

@@ -196,19 +196,14 @@ def _vtrace_persist_kernel(
     terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
     truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
     bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
-    last_value__row = _r1 * last_value__s1 + _r2 * last_value__s2  # [BN] int64 row offsets
     gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
     rho_bar__row = _r1 * rho_bar__s1 + _r2 * rho_bar__s2  # [BN] int64 row offsets
     c_bar__row = _r1 * c_bar__s1 + _r2 * c_bar__s2  # [BN] int64 row offsets
     lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
     pg_rho_bar__row = _r1 * pg_rho_bar__s1 + _r2 * pg_rho_bar__s2  # [BN] int64 row offsets
-    targets__orow = _r1 * targets__os1 + _r2 * targets__os2  # [BN] int64 row offsets
-    pg_advantages__orow = _r1 * pg_advantages__os1 + _r2 * pg_advantages__os2  # [BN] int64 row offsets
-    st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
     _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
-    is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     bootstrap_values__raw = _load_raw(bootstrap_values__ptr, bootstrap_values__row, _t, bootstrap_values__st, _ok, HAS_bootstrap_values, LANES)
     c_bar__t__raw = _load_raw(c_bar__ptr, c_bar__row, _t, c_bar__st, _ok, c_bar__TENSOR, LANES)
     gamma__t__raw = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
@@ -235,19 +230,14 @@ def _vtrace_persist_kernel(
         terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
         truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
         bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
-        last_value__row = _r1 * last_value__s1 + _r2 * last_value__s2  # [BN] int64 row offsets
         gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
         rho_bar__row = _r1 * rho_bar__s1 + _r2 * rho_bar__s2  # [BN] int64 row offsets
         c_bar__row = _r1 * c_bar__s1 + _r2 * c_bar__s2  # [BN] int64 row offsets
         lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
         pg_rho_bar__row = _r1 * pg_rho_bar__s1 + _r2 * pg_rho_bar__s2  # [BN] int64 row offsets
-        targets__orow = _r1 * targets__os1 + _r2 * targets__os2  # [BN] int64 row offsets
-        pg_advantages__orow = _r1 * pg_advantages__os1 + _r2 * pg_advantages__os2  # [BN] int64 row offsets
-        st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
-        is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         bootstrap_values__raw__nx = _load_raw(bootstrap_values__ptr, bootstrap_values__row, _t, bootstrap_values__st, _ok, HAS_bootstrap_values, LANES)
         c_bar__t__raw__nx = _load_raw(c_bar__ptr, c_bar__row, _t, c_bar__st, _ok, c_bar__TENSOR, LANES)
         gamma__t__raw__nx = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
@@ -266,25 +256,11 @@ def _vtrace_persist_kernel(
         _c = (_i) % _n_chunks
         _chunk = _n_chunks - 1 - _c
         _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-        log_pi_target__row = _r1 * log_pi_target__s1 + _r2 * log_pi_target__s2  # [BN] int64 row offsets
-        log_pi_behavior__row = _r1 * log_pi_behavior__s1 + _r2 * log_pi_behavior__s2  # [BN] int64 row offsets
-        values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
-        rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
-        terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
-        truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
-        bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
         last_value__row = _r1 * last_value__s1 + _r2 * last_value__s2  # [BN] int64 row offsets
-        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-        rho_bar__row = _r1 * rho_bar__s1 + _r2 * rho_bar__s2  # [BN] int64 row offsets
-        c_bar__row = _r1 * c_bar__s1 + _r2 * c_bar__s2  # [BN] int64 row offsets
-        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
-        pg_rho_bar__row = _r1 * pg_rho_bar__s1 + _r2 * pg_rho_bar__s2  # [BN] int64 row offsets
         targets__orow = _r1 * targets__os1 + _r2 * targets__os2  # [BN] int64 row offsets
         pg_advantages__orow = _r1 * pg_advantages__os1 + _r2 * pg_advantages__os2  # [BN] int64 row offsets
         st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
-        _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
-        _t_next = tl.minimum(_t + 1, T - 1)
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         last_value = _load_row(last_value__ptr, last_value__row, _row_ok, 0.0, BLOCK_N, HAS_last_value, ACC)
         A__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, A__carry)

@@ -157,9 +157,24 @@ def _triton_context(plan: Plan, sy: _Symbols, options: Options) -> NS:
                          lb_base=g.lb_base, **{w: pr(res[w]) for w in "pqruv"}))
     outputs = [NS(name=o, flag=abi.store_flag(o), ptr=f"{o}__optr", base=f"{o}__orow",
                   st=f"{o}__ost", code=pr(e)) for o, e in plan.outputs.results]
-    return NS(kernel=f"_{ir.name}_chunked_kernel", uses_t_next="next" in tp.shifts,
-              uses_t_prev="prev" in tp.shifts, uses_t_next2="next2" in tp.shifts,
-              uses_t_prev2="prev2" in tp.shifts, lookback_kernel=f"_{ir.name}_lookback_kernel",
+    # the persist family sets a row tile up twice an item: for the next item's loads (raw) and
+    # for this item's reductions and stores (compute); each computes the row offsets it reads
+    raw = {ld.base for ld in loads}
+    compute = ({r.base for r in row_loads} | {o.base for o in outputs} | {g.base for g in gathers}
+               | {ld.base for sp in sums for ld in sp.loads})
+    for b in bases:
+        b.raw, b.compute = b.var in raw, b.var in compute
+    # ... and the shifted steps each reads (TVAR's names; split loads read _t_next or _t_prev)
+    raw_t = {ld.t for ld in loads if getattr(ld, "t", "")}
+    raw_t |= {TVAR["next" if sh.next else "prev"] for ld in loads
+              for sh in getattr(ld, "shifts", ())}
+    compute_t = {g.t for g in gathers} | {ld.t for sp in sums for ld in sp.loads}
+    step_code = {"next": "tl.minimum(_t + 1, T - 1)", "prev": "tl.maximum(_t - 1, 0)",
+                 "next2": "tl.minimum(_t + 2, T - 1)", "prev2": "tl.maximum(_t - 2, 0)"}
+    steps = [NS(var=TVAR[sh], code=code, raw=TVAR[sh] in raw_t, compute=TVAR[sh] in compute_t)
+             for sh, code in step_code.items() if sh in tp.shifts]
+    return NS(kernel=f"_{ir.name}_chunked_kernel", steps=steps,
+              lookback_kernel=f"_{ir.name}_lookback_kernel",
               n_scans=len(plan.scans), direction=ir.direction,
               # the signature, wrapped for the page: pointers and values, each tensor's strides
               # on a line of their own, the op's constexprs

@@ -6,12 +6,12 @@ scangen.kernels.lookback.
 program's tile: its rows, its columns' steps, a chunk's steps and mask; ``combine`` and its
 variants compose the affine maps of a scan, and ``scan_tiles`` scans a chunk's maps with them (in
 either order, over grouped steps, or a run of steps a warp); ``load_row`` loads a per-row input
-(or broadcasts its default); ``load_tile`` (``load_raw`` then ``cast_tile``, which the persist family
-calls apart) loads an optional input's or a param's tile, or broadcasts its default;
+(or broadcasts its default); ``load_tile`` (``load_raw`` then ``cast_tile``, which the persist
+family calls apart) loads an optional input's or a param's tile, or broadcasts its default;
 ``load_shifted`` and ``shift_tile`` give an input's tile one step later or earlier (template
 option ``input_shift="split"``: from its aligned tile in registers, ``shift_next`` /
-``shift_prev``, and one load a thread's group of steps); ``flip_groups`` reverses each thread's group of steps
-(``scan_order="grouped"``).
+``shift_prev``, and one load a thread's group of steps); ``flip_groups`` reverses each thread's
+group of steps (``scan_order="grouped"``).
 
 The generated kernels call these and keep what each op's spec decides (its loads, maps and
 stores); Triton inlines every call, so a helper costs nothing: moving the scan and the
