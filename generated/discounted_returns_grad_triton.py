@@ -55,17 +55,17 @@ def _discounted_returns_grad_chunked_kernel(
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
     # carrying each row's scan state across chunks (forward in time).
-    _row_ok, _r1, _r2 = _row_tile(tl.program_id(0), R1, R2, BLOCK_N, LANES)
-    rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
-    terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
-    truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
-    bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
-    st__G__row = _r1 * st__G__s1 + _r2 * st__G__s2  # [BN] int64 row offsets
-    gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2  # [BN] int64 row offsets
-    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-    d__rewards__orow = _r1 * d__rewards__os1 + _r2 * d__rewards__os2  # [BN] int64 row offsets
-    d__bootstrap_values__orow = _r1 * d__bootstrap_values__os1 + _r2 * d__bootstrap_values__os2  # [BN] int64 row offsets
-    d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
+    _row_ok, _r1, _r2 = _row_tile(tl.program_id(0), R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+    rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2
+    terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2
+    truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2
+    bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2
+    st__G__row = _r1 * st__G__s1 + _r2 * st__G__s2
+    gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2
+    d__rewards__orow = _r1 * d__rewards__os1 + _r2 * d__rewards__os2
+    d__bootstrap_values__orow = _r1 * d__bootstrap_values__os1 + _r2 * d__bootstrap_values__os2
+    d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2
     g__G__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)
@@ -160,13 +160,13 @@ def _discounted_returns_grad_persist_kernel(
     _tile = _pid + ((0) // _n_chunks) * _P  # the item's row tile
     _c = (0) % _n_chunks
     _chunk = _c
-    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-    terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
-    truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
-    bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
-    st__G__row = _r1 * st__G__s1 + _r2 * st__G__s2  # [BN] int64 row offsets
-    gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2  # [BN] int64 row offsets
-    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+    terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2
+    truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2
+    bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2
+    st__G__row = _r1 * st__G__s1 + _r2 * st__G__s2
+    gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2
     _t0, _rem, _t, _ok = _chunk_steps(_chunk, _pos, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
@@ -187,13 +187,13 @@ def _discounted_returns_grad_persist_kernel(
         _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
         _c = (_i + 1) % _n_chunks
         _chunk = _c
-        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-        terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
-        truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
-        bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
-        st__G__row = _r1 * st__G__s1 + _r2 * st__G__s2  # [BN] int64 row offsets
-        gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2  # [BN] int64 row offsets
-        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
+        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+        terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2
+        truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2
+        bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2
+        st__G__row = _r1 * st__G__s1 + _r2 * st__G__s2
+        gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2
+        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _pos, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
@@ -213,10 +213,10 @@ def _discounted_returns_grad_persist_kernel(
         _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
         _c = (_i) % _n_chunks
         _chunk = _c
-        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-        d__rewards__orow = _r1 * d__rewards__os1 + _r2 * d__rewards__os2  # [BN] int64 row offsets
-        d__bootstrap_values__orow = _r1 * d__bootstrap_values__os1 + _r2 * d__bootstrap_values__os2  # [BN] int64 row offsets
-        d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
+        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+        d__rewards__orow = _r1 * d__rewards__os1 + _r2 * d__rewards__os2
+        d__bootstrap_values__orow = _r1 * d__bootstrap_values__os1 + _r2 * d__bootstrap_values__os2
+        d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _pos, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_pos == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
@@ -292,17 +292,17 @@ def _discounted_returns_grad_lookback_kernel(
     # decoupled look-back over the workspace _ws (scangen.kernels.common.lookback_ticket).
     _tile, _step, _slot, _ws_w, _ws_clear, _n_words = _lookback_ticket(
         _ws, R1 * R2, T, BLOCK_N, BLOCK_T, 3, LB_PID, ACC)
-    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-    rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
-    terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
-    truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
-    bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
-    st__G__row = _r1 * st__G__s1 + _r2 * st__G__s2  # [BN] int64 row offsets
-    gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2  # [BN] int64 row offsets
-    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-    d__rewards__orow = _r1 * d__rewards__os1 + _r2 * d__rewards__os2  # [BN] int64 row offsets
-    d__bootstrap_values__orow = _r1 * d__bootstrap_values__os1 + _r2 * d__bootstrap_values__os2  # [BN] int64 row offsets
-    d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
+    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+    rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2
+    terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2
+    truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2
+    bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2
+    st__G__row = _r1 * st__G__s1 + _r2 * st__G__s2
+    gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2
+    d__rewards__orow = _r1 * d__rewards__os1 + _r2 * d__rewards__os2
+    d__bootstrap_values__orow = _r1 * d__bootstrap_values__os1 + _r2 * d__bootstrap_values__os2
+    d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2
     g__G__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position
     _zero = tl.zeros([BLOCK_N, BLOCK_T], dtype=ACC)

@@ -59,18 +59,18 @@ def _eligibility_traces_grad_chunked_kernel(
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
     # carrying each row's scan state across chunks (reverse in time).
-    _row_ok, _r1, _r2 = _row_tile(tl.program_id(0), R1, R2, BLOCK_N, LANES)
-    gradients__row = _r1 * gradients__s1 + _r2 * gradients__s2  # [BN] int64 row offsets
-    dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
-    seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
-    st__z__row = _r1 * st__z__s1 + _r2 * st__z__s2  # [BN] int64 row offsets
-    gy__traces__row = _r1 * gy__traces__s1 + _r2 * gy__traces__s2  # [BN] int64 row offsets
-    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
-    d__gradients__orow = _r1 * d__gradients__os1 + _r2 * d__gradients__os2  # [BN] int64 row offsets
-    d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
-    d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
-    d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
+    _row_ok, _r1, _r2 = _row_tile(tl.program_id(0), R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+    gradients__row = _r1 * gradients__s1 + _r2 * gradients__s2
+    dones__row = _r1 * dones__s1 + _r2 * dones__s2
+    seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2
+    st__z__row = _r1 * st__z__s1 + _r2 * st__z__s2
+    gy__traces__row = _r1 * gy__traces__s1 + _r2 * gy__traces__s2
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2
+    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2
+    d__gradients__orow = _r1 * d__gradients__os1 + _r2 * d__gradients__os2
+    d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2
+    d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2
+    d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2
     seed_values = _load_row(seed_values__ptr, seed_values__row, _row_ok, 0.0, BLOCK_N, HAS_seed_values, ACC)
     g__z__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position
@@ -167,12 +167,12 @@ def _eligibility_traces_grad_persist_kernel(
     _tile = _pid + ((0) // _n_chunks) * _P  # the item's row tile
     _c = (0) % _n_chunks
     _chunk = _n_chunks - 1 - _c
-    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-    dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
-    st__z__row = _r1 * st__z__s1 + _r2 * st__z__s2  # [BN] int64 row offsets
-    gy__traces__row = _r1 * gy__traces__s1 + _r2 * gy__traces__s2  # [BN] int64 row offsets
-    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+    dones__row = _r1 * dones__s1 + _r2 * dones__s2
+    st__z__row = _r1 * st__z__s1 + _r2 * st__z__s2
+    gy__traces__row = _r1 * gy__traces__s1 + _r2 * gy__traces__s2
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2
+    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2
     _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
@@ -191,12 +191,12 @@ def _eligibility_traces_grad_persist_kernel(
         _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
         _c = (_i + 1) % _n_chunks
         _chunk = _n_chunks - 1 - _c
-        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-        dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
-        st__z__row = _r1 * st__z__s1 + _r2 * st__z__s2  # [BN] int64 row offsets
-        gy__traces__row = _r1 * gy__traces__s1 + _r2 * gy__traces__s2  # [BN] int64 row offsets
-        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+        dones__row = _r1 * dones__s1 + _r2 * dones__s2
+        st__z__row = _r1 * st__z__s1 + _r2 * st__z__s2
+        gy__traces__row = _r1 * gy__traces__s1 + _r2 * gy__traces__s2
+        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2
+        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
@@ -214,12 +214,12 @@ def _eligibility_traces_grad_persist_kernel(
         _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
         _c = (_i) % _n_chunks
         _chunk = _n_chunks - 1 - _c
-        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-        seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
-        d__gradients__orow = _r1 * d__gradients__os1 + _r2 * d__gradients__os2  # [BN] int64 row offsets
-        d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
-        d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
-        d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
+        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+        seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2
+        d__gradients__orow = _r1 * d__gradients__os1 + _r2 * d__gradients__os2
+        d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2
+        d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2
+        d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         is_first = tl.where(_tcol == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         is_first__next = tl.where(_tcol + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
@@ -295,18 +295,18 @@ def _eligibility_traces_grad_lookback_kernel(
     # decoupled look-back over the workspace _ws (scangen.kernels.common.lookback_ticket).
     _tile, _step, _slot, _ws_w, _ws_clear, _n_words = _lookback_ticket(
         _ws, R1 * R2, T, BLOCK_N, BLOCK_T, 3, LB_PID, ACC)
-    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-    gradients__row = _r1 * gradients__s1 + _r2 * gradients__s2  # [BN] int64 row offsets
-    dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
-    seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
-    st__z__row = _r1 * st__z__s1 + _r2 * st__z__s2  # [BN] int64 row offsets
-    gy__traces__row = _r1 * gy__traces__s1 + _r2 * gy__traces__s2  # [BN] int64 row offsets
-    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
-    d__gradients__orow = _r1 * d__gradients__os1 + _r2 * d__gradients__os2  # [BN] int64 row offsets
-    d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2  # [BN] int64 row offsets
-    d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
-    d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
+    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+    gradients__row = _r1 * gradients__s1 + _r2 * gradients__s2
+    dones__row = _r1 * dones__s1 + _r2 * dones__s2
+    seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2
+    st__z__row = _r1 * st__z__s1 + _r2 * st__z__s2
+    gy__traces__row = _r1 * gy__traces__s1 + _r2 * gy__traces__s2
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2
+    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2
+    d__gradients__orow = _r1 * d__gradients__os1 + _r2 * d__gradients__os2
+    d__seed_values__orow = _r1 * d__seed_values__os1 + _r2 * d__seed_values__os2
+    d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2
+    d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2
     seed_values = _load_row(seed_values__ptr, seed_values__row, _row_ok, 0.0, BLOCK_N, HAS_seed_values, ACC)
     g__z__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position

@@ -48,13 +48,13 @@ def _episodic_prefix_sum_chunked_kernel(
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
     # carrying each row's scan state across chunks (forward in time).
-    _row_ok, _r1, _r2 = _row_tile(tl.program_id(0), R1, R2, BLOCK_N, LANES)
-    inputs__row = _r1 * inputs__s1 + _r2 * inputs__s2  # [BN] int64 row offsets
-    dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
-    seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
-    boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2  # [BN] int64 row offsets
-    sums__orow = _r1 * sums__os1 + _r2 * sums__os2  # [BN] int64 row offsets
-    st__C__orow = _r1 * st__C__os1 + _r2 * st__C__os2  # [BN] int64 row offsets
+    _row_ok, _r1, _r2 = _row_tile(tl.program_id(0), R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+    inputs__row = _r1 * inputs__s1 + _r2 * inputs__s2
+    dones__row = _r1 * dones__s1 + _r2 * dones__s2
+    seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2
+    boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2
+    sums__orow = _r1 * sums__os1 + _r2 * sums__os2
+    st__C__orow = _r1 * st__C__os1 + _r2 * st__C__os2
     seed_values = _load_row(seed_values__ptr, seed_values__row, _row_ok, 0.0, BLOCK_N, HAS_seed_values, ACC)
     C__carry = tl.zeros([BLOCK_N], dtype=ACC) + seed_values
     _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position
@@ -123,10 +123,10 @@ def _episodic_prefix_sum_persist_kernel(
     _tile = _pid + ((0) // _n_chunks) * _P  # the item's row tile
     _c = (0) % _n_chunks
     _chunk = _c
-    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-    inputs__row = _r1 * inputs__s1 + _r2 * inputs__s2  # [BN] int64 row offsets
-    dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
-    boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2  # [BN] int64 row offsets
+    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+    inputs__row = _r1 * inputs__s1 + _r2 * inputs__s2
+    dones__row = _r1 * dones__s1 + _r2 * dones__s2
+    boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2
     _t0, _rem, _t, _ok = _chunk_steps(_chunk, _pos, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_prev = tl.maximum(_t - 1, 0)
@@ -139,10 +139,10 @@ def _episodic_prefix_sum_persist_kernel(
         _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
         _c = (_i + 1) % _n_chunks
         _chunk = _c
-        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-        inputs__row = _r1 * inputs__s1 + _r2 * inputs__s2  # [BN] int64 row offsets
-        dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
-        boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2  # [BN] int64 row offsets
+        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+        inputs__row = _r1 * inputs__s1 + _r2 * inputs__s2
+        dones__row = _r1 * dones__s1 + _r2 * dones__s2
+        boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _pos, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_prev = tl.maximum(_t - 1, 0)
@@ -154,10 +154,10 @@ def _episodic_prefix_sum_persist_kernel(
         _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
         _c = (_i) % _n_chunks
         _chunk = _c
-        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-        seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
-        sums__orow = _r1 * sums__os1 + _r2 * sums__os2  # [BN] int64 row offsets
-        st__C__orow = _r1 * st__C__os1 + _r2 * st__C__os2  # [BN] int64 row offsets
+        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+        seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2
+        sums__orow = _r1 * sums__os1 + _r2 * sums__os2
+        st__C__orow = _r1 * st__C__os1 + _r2 * st__C__os2
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _pos, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         seed_values = _load_row(seed_values__ptr, seed_values__row, _row_ok, 0.0, BLOCK_N, HAS_seed_values, ACC)
@@ -205,13 +205,13 @@ def _episodic_prefix_sum_lookback_kernel(
     # decoupled look-back over the workspace _ws (scangen.kernels.common.lookback_ticket).
     _tile, _step, _slot, _ws_w, _ws_clear, _n_words = _lookback_ticket(
         _ws, R1 * R2, T, BLOCK_N, BLOCK_T, 3, LB_PID, ACC)
-    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-    inputs__row = _r1 * inputs__s1 + _r2 * inputs__s2  # [BN] int64 row offsets
-    dones__row = _r1 * dones__s1 + _r2 * dones__s2  # [BN] int64 row offsets
-    seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2  # [BN] int64 row offsets
-    boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2  # [BN] int64 row offsets
-    sums__orow = _r1 * sums__os1 + _r2 * sums__os2  # [BN] int64 row offsets
-    st__C__orow = _r1 * st__C__os1 + _r2 * st__C__os2  # [BN] int64 row offsets
+    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+    inputs__row = _r1 * inputs__s1 + _r2 * inputs__s2
+    dones__row = _r1 * dones__s1 + _r2 * dones__s2
+    seed_values__row = _r1 * seed_values__s1 + _r2 * seed_values__s2
+    boundary__row = _r1 * boundary__s1 + _r2 * boundary__s2
+    sums__orow = _r1 * sums__os1 + _r2 * sums__os2
+    st__C__orow = _r1 * st__C__os1 + _r2 * st__C__os2
     seed_values = _load_row(seed_values__ptr, seed_values__row, _row_ok, 0.0, BLOCK_N, HAS_seed_values, ACC)
     C__carry = tl.zeros([BLOCK_N], dtype=ACC) + seed_values
     _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position

@@ -58,18 +58,18 @@ def _gae_chunked_kernel(
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
     # carrying each row's scan state across chunks (reverse in time).
-    _row_ok, _r1, _r2 = _row_tile(tl.program_id(0), R1, R2, BLOCK_N, LANES)
-    rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
-    values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
-    terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
-    truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
-    bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
-    last_value__row = _r1 * last_value__s1 + _r2 * last_value__s2  # [BN] int64 row offsets
-    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
-    advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
-    returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
-    st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
+    _row_ok, _r1, _r2 = _row_tile(tl.program_id(0), R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+    rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2
+    values__row = _r1 * values__s1 + _r2 * values__s2
+    terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2
+    truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2
+    bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2
+    last_value__row = _r1 * last_value__s1 + _r2 * last_value__s2
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2
+    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2
+    advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2
+    returns__orow = _r1 * returns__os1 + _r2 * returns__os2
+    st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2
     last_value = _load_row(last_value__ptr, last_value__row, _row_ok, 0.0, BLOCK_N, HAS_last_value, ACC)
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position
@@ -157,14 +157,14 @@ def _gae_persist_kernel(
     _tile = _pid + ((0) // _n_chunks) * _P  # the item's row tile
     _c = (0) % _n_chunks
     _chunk = _n_chunks - 1 - _c
-    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-    rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
-    values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
-    terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
-    truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
-    bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
-    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+    rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2
+    values__row = _r1 * values__s1 + _r2 * values__s2
+    terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2
+    truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2
+    bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2
+    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2
     _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
@@ -181,14 +181,14 @@ def _gae_persist_kernel(
         _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
         _c = (_i + 1) % _n_chunks
         _chunk = _n_chunks - 1 - _c
-        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-        rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
-        values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
-        terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
-        truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
-        bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
-        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+        rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2
+        values__row = _r1 * values__s1 + _r2 * values__s2
+        terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2
+        truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2
+        bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2
+        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2
+        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
@@ -204,11 +204,11 @@ def _gae_persist_kernel(
         _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
         _c = (_i) % _n_chunks
         _chunk = _n_chunks - 1 - _c
-        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-        last_value__row = _r1 * last_value__s1 + _r2 * last_value__s2  # [BN] int64 row offsets
-        advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
-        returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
-        st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
+        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+        last_value__row = _r1 * last_value__s1 + _r2 * last_value__s2
+        advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2
+        returns__orow = _r1 * returns__os1 + _r2 * returns__os2
+        st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         last_value = _load_row(last_value__ptr, last_value__row, _row_ok, 0.0, BLOCK_N, HAS_last_value, ACC)
@@ -275,18 +275,18 @@ def _gae_lookback_kernel(
     # decoupled look-back over the workspace _ws (scangen.kernels.common.lookback_ticket).
     _tile, _step, _slot, _ws_w, _ws_clear, _n_words = _lookback_ticket(
         _ws, R1 * R2, T, BLOCK_N, BLOCK_T, 3, LB_PID, ACC)
-    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-    rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2  # [BN] int64 row offsets
-    values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
-    terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2  # [BN] int64 row offsets
-    truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2  # [BN] int64 row offsets
-    bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2  # [BN] int64 row offsets
-    last_value__row = _r1 * last_value__s1 + _r2 * last_value__s2  # [BN] int64 row offsets
-    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
-    advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
-    returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
-    st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
+    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+    rewards__row = _r1 * rewards__s1 + _r2 * rewards__s2
+    values__row = _r1 * values__s1 + _r2 * values__s2
+    terminateds__row = _r1 * terminateds__s1 + _r2 * terminateds__s2
+    truncateds__row = _r1 * truncateds__s1 + _r2 * truncateds__s2
+    bootstrap_values__row = _r1 * bootstrap_values__s1 + _r2 * bootstrap_values__s2
+    last_value__row = _r1 * last_value__s1 + _r2 * last_value__s2
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2
+    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2
+    advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2
+    returns__orow = _r1 * returns__os1 + _r2 * returns__os2
+    st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2
     last_value = _load_row(last_value__ptr, last_value__row, _row_ok, 0.0, BLOCK_N, HAS_last_value, ACC)
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position

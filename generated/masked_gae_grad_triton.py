@@ -58,20 +58,20 @@ def _masked_gae_grad_chunked_kernel(
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
     # carrying each row's scan state across chunks (forward in time).
-    _row_ok, _r1, _r2 = _row_tile(tl.program_id(0), R1, R2, BLOCK_N, LANES)
-    token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2  # [BN] int64 row offsets
-    values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
-    response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2  # [BN] int64 row offsets
-    st__nv__row = _r1 * st__nv__s1 + _r2 * st__nv__s2  # [BN] int64 row offsets
-    st__A__row = _r1 * st__A__s1 + _r2 * st__A__s2  # [BN] int64 row offsets
-    gy__advantages__row = _r1 * gy__advantages__s1 + _r2 * gy__advantages__s2  # [BN] int64 row offsets
-    gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2  # [BN] int64 row offsets
-    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
-    d__token_level_rewards__orow = _r1 * d__token_level_rewards__os1 + _r2 * d__token_level_rewards__os2  # [BN] int64 row offsets
-    d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2  # [BN] int64 row offsets
-    d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
-    d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
+    _row_ok, _r1, _r2 = _row_tile(tl.program_id(0), R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+    token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2
+    values__row = _r1 * values__s1 + _r2 * values__s2
+    response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2
+    st__nv__row = _r1 * st__nv__s1 + _r2 * st__nv__s2
+    st__A__row = _r1 * st__A__s1 + _r2 * st__A__s2
+    gy__advantages__row = _r1 * gy__advantages__s1 + _r2 * gy__advantages__s2
+    gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2
+    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2
+    d__token_level_rewards__orow = _r1 * d__token_level_rewards__os1 + _r2 * d__token_level_rewards__os2
+    d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2
+    d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2
+    d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2
     g__A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     g__nv__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position
@@ -182,14 +182,14 @@ def _masked_gae_grad_persist_kernel(
     _tile = _pid + ((0) // _n_chunks) * _P  # the item's row tile
     _c = (0) % _n_chunks
     _chunk = _c
-    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-    response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2  # [BN] int64 row offsets
-    st__nv__row = _r1 * st__nv__s1 + _r2 * st__nv__s2  # [BN] int64 row offsets
-    st__A__row = _r1 * st__A__s1 + _r2 * st__A__s2  # [BN] int64 row offsets
-    gy__advantages__row = _r1 * gy__advantages__s1 + _r2 * gy__advantages__s2  # [BN] int64 row offsets
-    gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2  # [BN] int64 row offsets
-    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+    response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2
+    st__nv__row = _r1 * st__nv__s1 + _r2 * st__nv__s2
+    st__A__row = _r1 * st__A__s1 + _r2 * st__A__s2
+    gy__advantages__row = _r1 * gy__advantages__s1 + _r2 * gy__advantages__s2
+    gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2
+    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2
     _t0, _rem, _t, _ok = _chunk_steps(_chunk, _pos, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
     _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
     _t_next = tl.minimum(_t + 1, T - 1)
@@ -211,14 +211,14 @@ def _masked_gae_grad_persist_kernel(
         _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
         _c = (_i + 1) % _n_chunks
         _chunk = _c
-        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-        response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2  # [BN] int64 row offsets
-        st__nv__row = _r1 * st__nv__s1 + _r2 * st__nv__s2  # [BN] int64 row offsets
-        st__A__row = _r1 * st__A__s1 + _r2 * st__A__s2  # [BN] int64 row offsets
-        gy__advantages__row = _r1 * gy__advantages__s1 + _r2 * gy__advantages__s2  # [BN] int64 row offsets
-        gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2  # [BN] int64 row offsets
-        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+        response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2
+        st__nv__row = _r1 * st__nv__s1 + _r2 * st__nv__s2
+        st__A__row = _r1 * st__A__s1 + _r2 * st__A__s2
+        gy__advantages__row = _r1 * gy__advantages__s1 + _r2 * gy__advantages__s2
+        gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2
+        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2
+        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _pos, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         _g = _t0.to(tl.int64) + _gcols  # [BT / G] the first step of each group
         _t_next = tl.minimum(_t + 1, T - 1)
@@ -239,11 +239,11 @@ def _masked_gae_grad_persist_kernel(
         _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
         _c = (_i) % _n_chunks
         _chunk = _c
-        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-        d__token_level_rewards__orow = _r1 * d__token_level_rewards__os1 + _r2 * d__token_level_rewards__os2  # [BN] int64 row offsets
-        d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2  # [BN] int64 row offsets
-        d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
-        d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
+        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+        d__token_level_rewards__orow = _r1 * d__token_level_rewards__os1 + _r2 * d__token_level_rewards__os2
+        d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2
+        d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2
+        d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _pos, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_pos == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
@@ -335,20 +335,20 @@ def _masked_gae_grad_lookback_kernel(
     # decoupled look-back over the workspace _ws (scangen.kernels.common.lookback_ticket).
     _tile, _step, _slot, _ws_w, _ws_clear, _n_words = _lookback_ticket(
         _ws, R1 * R2, T, BLOCK_N, BLOCK_T, 6, LB_PID, ACC)
-    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-    token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2  # [BN] int64 row offsets
-    values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
-    response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2  # [BN] int64 row offsets
-    st__nv__row = _r1 * st__nv__s1 + _r2 * st__nv__s2  # [BN] int64 row offsets
-    st__A__row = _r1 * st__A__s1 + _r2 * st__A__s2  # [BN] int64 row offsets
-    gy__advantages__row = _r1 * gy__advantages__s1 + _r2 * gy__advantages__s2  # [BN] int64 row offsets
-    gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2  # [BN] int64 row offsets
-    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
-    d__token_level_rewards__orow = _r1 * d__token_level_rewards__os1 + _r2 * d__token_level_rewards__os2  # [BN] int64 row offsets
-    d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2  # [BN] int64 row offsets
-    d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2  # [BN] int64 row offsets
-    d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2  # [BN] int64 row offsets
+    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+    token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2
+    values__row = _r1 * values__s1 + _r2 * values__s2
+    response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2
+    st__nv__row = _r1 * st__nv__s1 + _r2 * st__nv__s2
+    st__A__row = _r1 * st__A__s1 + _r2 * st__A__s2
+    gy__advantages__row = _r1 * gy__advantages__s1 + _r2 * gy__advantages__s2
+    gy__returns__row = _r1 * gy__returns__s1 + _r2 * gy__returns__s2
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2
+    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2
+    d__token_level_rewards__orow = _r1 * d__token_level_rewards__os1 + _r2 * d__token_level_rewards__os2
+    d__values__orow = _r1 * d__values__os1 + _r2 * d__values__os2
+    d__gamma__orow = _r1 * d__gamma__os1 + _r2 * d__gamma__os2
+    d__lambda___orow = _r1 * d__lambda___os1 + _r2 * d__lambda___os2
     g__A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     g__nv__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position

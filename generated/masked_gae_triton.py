@@ -50,16 +50,16 @@ def _masked_gae_chunked_kernel(
 ):
     # One program owns BLOCK_N rows and streams them through time in chunks of BLOCK_T steps,
     # carrying each row's scan state across chunks (reverse in time).
-    _row_ok, _r1, _r2 = _row_tile(tl.program_id(0), R1, R2, BLOCK_N, LANES)
-    token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2  # [BN] int64 row offsets
-    values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
-    response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2  # [BN] int64 row offsets
-    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
-    advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
-    returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
-    st__nv__orow = _r1 * st__nv__os1 + _r2 * st__nv__os2  # [BN] int64 row offsets
-    st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
+    _row_ok, _r1, _r2 = _row_tile(tl.program_id(0), R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+    token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2
+    values__row = _r1 * values__s1 + _r2 * values__s2
+    response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2
+    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2
+    advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2
+    returns__orow = _r1 * returns__os1 + _r2 * returns__os2
+    st__nv__orow = _r1 * st__nv__os1 + _r2 * st__nv__os2
+    st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2
     nv__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position
@@ -144,12 +144,12 @@ def _masked_gae_persist_kernel(
     _tile = _pid + ((0) // _n_chunks) * _P  # the item's row tile
     _c = (0) % _n_chunks
     _chunk = _n_chunks - 1 - _c
-    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-    token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2  # [BN] int64 row offsets
-    values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
-    response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2  # [BN] int64 row offsets
-    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+    token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2
+    values__row = _r1 * values__s1 + _r2 * values__s2
+    response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2
+    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2
     _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
     gamma__t__raw = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
     lambda___t__raw = _load_raw(lambda___ptr, lambda___row, _t, lambda___st, _ok, lambda___TENSOR, LANES)
@@ -161,12 +161,12 @@ def _masked_gae_persist_kernel(
         _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
         _c = (_i + 1) % _n_chunks
         _chunk = _n_chunks - 1 - _c
-        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-        token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2  # [BN] int64 row offsets
-        values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
-        response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2  # [BN] int64 row offsets
-        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
+        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+        token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2
+        values__row = _r1 * values__s1 + _r2 * values__s2
+        response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2
+        gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2
+        lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         gamma__t__raw__nx = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
         lambda___t__raw__nx = _load_raw(lambda___ptr, lambda___row, _t, lambda___st, _ok, lambda___TENSOR, LANES)
@@ -177,11 +177,11 @@ def _masked_gae_persist_kernel(
         _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
         _c = (_i) % _n_chunks
         _chunk = _n_chunks - 1 - _c
-        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-        advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
-        returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
-        st__nv__orow = _r1 * st__nv__os1 + _r2 * st__nv__os2  # [BN] int64 row offsets
-        st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
+        _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+        advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2
+        returns__orow = _r1 * returns__os1 + _r2 * returns__os2
+        st__nv__orow = _r1 * st__nv__os1 + _r2 * st__nv__os2
+        st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2
         _t0, _rem, _t, _ok = _chunk_steps(_chunk, _tcol, _row_ok, T, BLOCK_N, BLOCK_T, EVEN)
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         nv__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, nv__carry)
@@ -246,16 +246,16 @@ def _masked_gae_lookback_kernel(
     # decoupled look-back over the workspace _ws (scangen.kernels.common.lookback_ticket).
     _tile, _step, _slot, _ws_w, _ws_clear, _n_words = _lookback_ticket(
         _ws, R1 * R2, T, BLOCK_N, BLOCK_T, 7, LB_PID, ACC)
-    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)
-    token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2  # [BN] int64 row offsets
-    values__row = _r1 * values__s1 + _r2 * values__s2  # [BN] int64 row offsets
-    response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2  # [BN] int64 row offsets
-    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2  # [BN] int64 row offsets
-    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2  # [BN] int64 row offsets
-    advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2  # [BN] int64 row offsets
-    returns__orow = _r1 * returns__os1 + _r2 * returns__os2  # [BN] int64 row offsets
-    st__nv__orow = _r1 * st__nv__os1 + _r2 * st__nv__os2  # [BN] int64 row offsets
-    st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2  # [BN] int64 row offsets
+    _row_ok, _r1, _r2 = _row_tile(_tile, R1, R2, BLOCK_N, LANES)  # [BN], then int64 row offsets
+    token_level_rewards__row = _r1 * token_level_rewards__s1 + _r2 * token_level_rewards__s2
+    values__row = _r1 * values__s1 + _r2 * values__s2
+    response_mask__row = _r1 * response_mask__s1 + _r2 * response_mask__s2
+    gamma__row = _r1 * gamma__s1 + _r2 * gamma__s2
+    lambda___row = _r1 * lambda___s1 + _r2 * lambda___s2
+    advantages__orow = _r1 * advantages__os1 + _r2 * advantages__os2
+    returns__orow = _r1 * returns__os1 + _r2 * returns__os2
+    st__nv__orow = _r1 * st__nv__os1 + _r2 * st__nv__os2
+    st__A__orow = _r1 * st__A__os1 + _r2 * st__A__os2
     nv__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     A__carry = tl.zeros([BLOCK_N], dtype=ACC) + 0.0
     _cols, _pos = _lane_positions(BLOCK_T, LANE_WARPS)  # [BT] each column's scan position
