@@ -91,18 +91,18 @@ def _eligibility_traces_grad_chunked_kernel(
         is_first__next = tl.where(_tcol + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
         dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-        dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+        dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
         dones = dones__raw.to(ACC)
-        dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _tcol, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
+        dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _tcol, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=True)
         gamma__t = _load_tile(gamma__ptr, gamma__row, _t, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
         gamma__next__t = _load_tile(gamma__ptr, gamma__row, _t_next, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
         gy__traces = _load_tile(gy__traces__ptr, gy__traces__row, _t, gy__traces__st, _ok, _zero, 0.0, HAS_gy__traces, LANES)
         lambda___t = _load_tile(lambda___ptr, lambda___row, _t, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
         lambda___next__t = _load_tile(lambda___ptr, lambda___row, _t_next, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
         st__z__raw = tl.load(st__z__ptr + st__z__row[:, None] + _t[None, :] * st__z__st, mask=_ok, other=1, volatile=LANES == 2)
-        st__z__prev__raw = _load_shifted(st__z__ptr, st__z__row, st__z__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+        st__z__prev__raw = _load_shifted(st__z__ptr, st__z__row, st__z__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
         st__z = st__z__raw.to(ACC)
-        st__z__prev = _shift_tile(st__z, st__z__raw, st__z__prev__raw, _tcol, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
+        st__z__prev = _shift_tile(st__z, st__z__raw, st__z__prev__raw, _tcol, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=True)
         # scan g__z: g__z_t = alpha_t + beta_t * g__z_{t+1}
         _alpha = tl.where(_ok, _zero + (gy__traces), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, gamma__next__t*lambda___next__t*(1.0 - tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end
@@ -178,14 +178,14 @@ def _eligibility_traces_grad_persist_kernel(
     _t_next = tl.minimum(_t + 1, T - 1)
     _t_prev = tl.maximum(_t - 1, 0)
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-    dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+    dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
     gamma__t__raw = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
     gamma__next__t__raw = _load_raw(gamma__ptr, gamma__row, _t_next, gamma__st, _ok, gamma__TENSOR, LANES)
     gy__traces__raw = _load_raw(gy__traces__ptr, gy__traces__row, _t, gy__traces__st, _ok, HAS_gy__traces, LANES)
     lambda___t__raw = _load_raw(lambda___ptr, lambda___row, _t, lambda___st, _ok, lambda___TENSOR, LANES)
     lambda___next__t__raw = _load_raw(lambda___ptr, lambda___row, _t_next, lambda___st, _ok, lambda___TENSOR, LANES)
     st__z__raw = tl.load(st__z__ptr + st__z__row[:, None] + _t[None, :] * st__z__st, mask=_ok, other=1, volatile=LANES == 2)
-    st__z__prev__raw = _load_shifted(st__z__ptr, st__z__row, st__z__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+    st__z__prev__raw = _load_shifted(st__z__ptr, st__z__row, st__z__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
     for _i in range(0, _n_items):
         # the next item's raw tiles (masked off past the program's last item)
         _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
@@ -202,14 +202,14 @@ def _eligibility_traces_grad_persist_kernel(
         _t_next = tl.minimum(_t + 1, T - 1)
         _t_prev = tl.maximum(_t - 1, 0)
         dones__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-        dones__prev__raw__nx = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+        dones__prev__raw__nx = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
         gamma__t__raw__nx = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
         gamma__next__t__raw__nx = _load_raw(gamma__ptr, gamma__row, _t_next, gamma__st, _ok, gamma__TENSOR, LANES)
         gy__traces__raw__nx = _load_raw(gy__traces__ptr, gy__traces__row, _t, gy__traces__st, _ok, HAS_gy__traces, LANES)
         lambda___t__raw__nx = _load_raw(lambda___ptr, lambda___row, _t, lambda___st, _ok, lambda___TENSOR, LANES)
         lambda___next__t__raw__nx = _load_raw(lambda___ptr, lambda___row, _t_next, lambda___st, _ok, lambda___TENSOR, LANES)
         st__z__raw__nx = tl.load(st__z__ptr + st__z__row[:, None] + _t[None, :] * st__z__st, mask=_ok, other=1, volatile=LANES == 2)
-        st__z__prev__raw__nx = _load_shifted(st__z__ptr, st__z__row, st__z__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+        st__z__prev__raw__nx = _load_shifted(st__z__ptr, st__z__row, st__z__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
         # this item: the tiles loaded one iteration ago
         _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
         _c = (_i) % _n_chunks
@@ -227,14 +227,14 @@ def _eligibility_traces_grad_persist_kernel(
         seed_values = _load_row(seed_values__ptr, seed_values__row, _row_ok, 0.0, BLOCK_N, HAS_seed_values, ACC)
         g__z__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + 0.0, g__z__carry)
         dones = dones__raw.to(ACC)
-        dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _tcol, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
+        dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _tcol, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=True)
         gamma__t = _cast_tile(gamma__t__raw, _zero, gamma, gamma__TENSOR)
         gamma__next__t = _cast_tile(gamma__next__t__raw, _zero, gamma, gamma__TENSOR)
         gy__traces = _cast_tile(gy__traces__raw, _zero, 0.0, HAS_gy__traces)
         lambda___t = _cast_tile(lambda___t__raw, _zero, lambda_, lambda___TENSOR)
         lambda___next__t = _cast_tile(lambda___next__t__raw, _zero, lambda_, lambda___TENSOR)
         st__z = st__z__raw.to(ACC)
-        st__z__prev = _shift_tile(st__z, st__z__raw, st__z__prev__raw, _tcol, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
+        st__z__prev = _shift_tile(st__z, st__z__raw, st__z__prev__raw, _tcol, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=True)
         # scan g__z: g__z_t = alpha_t + beta_t * g__z_{t+1}
         _alpha = tl.where(_ok, _zero + (gy__traces), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, gamma__next__t*lambda___next__t*(1.0 - tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end
@@ -326,18 +326,18 @@ def _eligibility_traces_grad_lookback_kernel(
     is_first__next = tl.where(_tcol + 1 == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
     is_last = tl.where(_tcol == _rem - 1, 1.0, 0.0).to(ACC)[None, :]
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-    dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+    dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
     dones = dones__raw.to(ACC)
-    dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _tcol, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
+    dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _tcol, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=True)
     gamma__t = _load_tile(gamma__ptr, gamma__row, _t, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
     gamma__next__t = _load_tile(gamma__ptr, gamma__row, _t_next, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
     gy__traces = _load_tile(gy__traces__ptr, gy__traces__row, _t, gy__traces__st, _ok, _zero, 0.0, HAS_gy__traces, LANES)
     lambda___t = _load_tile(lambda___ptr, lambda___row, _t, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
     lambda___next__t = _load_tile(lambda___ptr, lambda___row, _t_next, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
     st__z__raw = tl.load(st__z__ptr + st__z__row[:, None] + _t[None, :] * st__z__st, mask=_ok, other=1, volatile=LANES == 2)
-    st__z__prev__raw = _load_shifted(st__z__ptr, st__z__row, st__z__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+    st__z__prev__raw = _load_shifted(st__z__ptr, st__z__row, st__z__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
     st__z = st__z__raw.to(ACC)
-    st__z__prev = _shift_tile(st__z, st__z__raw, st__z__prev__raw, _tcol, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
+    st__z__prev = _shift_tile(st__z, st__z__raw, st__z__prev__raw, _tcol, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=True)
     # scan g__z: g__z_t = alpha_t + beta_t * g__z_{t+1}
     _alpha = tl.where(_ok, _zero + (gy__traces), 0.0)
     _beta = tl.where(_ok, _zero + (tl.where((is_last != 0), 0.0, gamma__next__t*lambda___next__t*(1.0 - tl.where((is_first__next != 0), 0.0, dones)))), 1.0)  # identity past the window end

@@ -72,9 +72,9 @@ def _episodic_prefix_sum_chunked_kernel(
         is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
         boundary__t = _load_tile(boundary__ptr, boundary__row, _t, boundary__st, _ok, _zero, boundary, boundary__TENSOR, LANES)
         dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-        dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+        dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
         dones = dones__raw.to(ACC)
-        dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
+        dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=True)
         inputs__raw = tl.load(inputs__ptr + inputs__row[:, None] + _t[None, :] * inputs__st, mask=_ok, other=1, volatile=LANES == 2)
         inputs = inputs__raw.to(ACC)
         # scan C: C_t = alpha_t + beta_t * C_{t-1}
@@ -132,7 +132,7 @@ def _episodic_prefix_sum_persist_kernel(
     _t_prev = tl.maximum(_t - 1, 0)
     boundary__t__raw = _load_raw(boundary__ptr, boundary__row, _t, boundary__st, _ok, boundary__TENSOR, LANES)
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-    dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+    dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
     inputs__raw = tl.load(inputs__ptr + inputs__row[:, None] + _t[None, :] * inputs__st, mask=_ok, other=1, volatile=LANES == 2)
     for _i in range(0, _n_items):
         # the next item's raw tiles (masked off past the program's last item)
@@ -148,7 +148,7 @@ def _episodic_prefix_sum_persist_kernel(
         _t_prev = tl.maximum(_t - 1, 0)
         boundary__t__raw__nx = _load_raw(boundary__ptr, boundary__row, _t, boundary__st, _ok, boundary__TENSOR, LANES)
         dones__raw__nx = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-        dones__prev__raw__nx = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+        dones__prev__raw__nx = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
         inputs__raw__nx = tl.load(inputs__ptr + inputs__row[:, None] + _t[None, :] * inputs__st, mask=_ok, other=1, volatile=LANES == 2)
         # this item: the tiles loaded one iteration ago
         _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
@@ -164,7 +164,7 @@ def _episodic_prefix_sum_persist_kernel(
         C__carry = tl.where(_c == 0, tl.zeros([BLOCK_N], dtype=ACC) + seed_values, C__carry)
         boundary__t = _cast_tile(boundary__t__raw, _zero, boundary, boundary__TENSOR)
         dones = dones__raw.to(ACC)
-        dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
+        dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=True)
         inputs = inputs__raw.to(ACC)
         # scan C: C_t = alpha_t + beta_t * C_{t-1}
         _alpha = tl.where(_ok, _zero + (inputs), 0.0)
@@ -228,9 +228,9 @@ def _episodic_prefix_sum_lookback_kernel(
     is_first = tl.where(_pos == 0 - _t0, 1.0, 0.0).to(ACC)[None, :]
     boundary__t = _load_tile(boundary__ptr, boundary__row, _t, boundary__st, _ok, _zero, boundary, boundary__TENSOR, LANES)
     dones__raw = tl.load(dones__ptr + dones__row[:, None] + _t[None, :] * dones__st, mask=_ok, other=1, volatile=LANES == 2)
-    dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+    dones__prev__raw = _load_shifted(dones__ptr, dones__row, dones__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
     dones = dones__raw.to(ACC)
-    dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
+    dones__prev = _shift_tile(dones, dones__raw, dones__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=True)
     inputs__raw = tl.load(inputs__ptr + inputs__row[:, None] + _t[None, :] * inputs__st, mask=_ok, other=1, volatile=LANES == 2)
     inputs = inputs__raw.to(ACC)
     # scan C: C_t = alpha_t + beta_t * C_{t-1}

@@ -110,25 +110,21 @@ def _gae_grad_chunked_kernel(
         lambda___t = _load_tile(lambda___ptr, lambda___row, _t, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
         lambda___prev__t = _load_tile(lambda___ptr, lambda___row, _t_prev, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
         st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
-        st__A__next__raw = _load_shifted(st__A__ptr, st__A__row, st__A__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+        st__A__next__raw = _load_shifted(st__A__ptr, st__A__row, st__A__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES, HAS=True)
         st__A = st__A__raw.to(ACC)
-        st__A__next = _shift_tile(st__A, st__A__raw, st__A__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
+        st__A__next = _shift_tile(st__A, st__A__raw, st__A__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True, HAS=True)
         terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        terminateds__prev__raw = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+        terminateds__prev__raw = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
         terminateds = terminateds__raw.to(ACC)
-        terminateds__prev = _shift_tile(terminateds, terminateds__raw, terminateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-        if HAS_truncateds:
-            truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-            truncateds__prev__raw = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
-            truncateds = truncateds__raw.to(ACC)
-            truncateds__prev = _shift_tile(truncateds, truncateds__raw, truncateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-        else:
-            truncateds = _zero + 0.0
-            truncateds__prev = _zero + 0.0
+        terminateds__prev = _shift_tile(terminateds, terminateds__raw, terminateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=True)
+        truncateds__raw = _load_raw(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, HAS_truncateds, LANES)
+        truncateds__prev__raw = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=HAS_truncateds)
+        truncateds = _cast_tile(truncateds__raw, _zero, 0.0, HAS_truncateds)
+        truncateds__prev = _shift_tile(truncateds, truncateds__raw, truncateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=HAS_truncateds)
         values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-        values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+        values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES, HAS=True)
         values = values__raw.to(ACC)
-        values__next = _shift_tile(values, values__raw, values__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
+        values__next = _shift_tile(values, values__raw, values__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True, HAS=True)
         # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
         _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*lambda___prev__t*(1.0 - tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)))), 1.0)  # identity past the window end
@@ -229,14 +225,13 @@ def _gae_grad_persist_kernel(
     lambda___t__raw = _load_raw(lambda___ptr, lambda___row, _t, lambda___st, _ok, lambda___TENSOR, LANES)
     lambda___prev__t__raw = _load_raw(lambda___ptr, lambda___row, _t_prev, lambda___st, _ok, lambda___TENSOR, LANES)
     st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
-    st__A__next__raw = _load_shifted(st__A__ptr, st__A__row, st__A__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+    st__A__next__raw = _load_shifted(st__A__ptr, st__A__row, st__A__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES, HAS=True)
     terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-    terminateds__prev__raw = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
-    if HAS_truncateds:
-        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        truncateds__prev__raw = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+    terminateds__prev__raw = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
+    truncateds__raw = _load_raw(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, HAS_truncateds, LANES)
+    truncateds__prev__raw = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=HAS_truncateds)
     values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-    values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+    values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES, HAS=True)
     for _i in range(0, _n_items):
         # the next item's raw tiles (masked off past the program's last item)
         _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
@@ -264,14 +259,13 @@ def _gae_grad_persist_kernel(
         lambda___t__raw__nx = _load_raw(lambda___ptr, lambda___row, _t, lambda___st, _ok, lambda___TENSOR, LANES)
         lambda___prev__t__raw__nx = _load_raw(lambda___ptr, lambda___row, _t_prev, lambda___st, _ok, lambda___TENSOR, LANES)
         st__A__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
-        st__A__next__raw__nx = _load_shifted(st__A__ptr, st__A__row, st__A__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+        st__A__next__raw__nx = _load_shifted(st__A__ptr, st__A__row, st__A__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES, HAS=True)
         terminateds__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        terminateds__prev__raw__nx = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
-        if HAS_truncateds:
-            truncateds__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-            truncateds__prev__raw__nx = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+        terminateds__prev__raw__nx = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
+        truncateds__raw__nx = _load_raw(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, HAS_truncateds, LANES)
+        truncateds__prev__raw__nx = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=HAS_truncateds)
         values__raw__nx = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-        values__next__raw__nx = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+        values__next__raw__nx = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES, HAS=True)
         # this item: the tiles loaded one iteration ago
         _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
         _c = (_i) % _n_chunks
@@ -298,17 +292,13 @@ def _gae_grad_persist_kernel(
         lambda___t = _cast_tile(lambda___t__raw, _zero, lambda_, lambda___TENSOR)
         lambda___prev__t = _cast_tile(lambda___prev__t__raw, _zero, lambda_, lambda___TENSOR)
         st__A = st__A__raw.to(ACC)
-        st__A__next = _shift_tile(st__A, st__A__raw, st__A__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
+        st__A__next = _shift_tile(st__A, st__A__raw, st__A__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True, HAS=True)
         terminateds = terminateds__raw.to(ACC)
-        terminateds__prev = _shift_tile(terminateds, terminateds__raw, terminateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-        if HAS_truncateds:
-            truncateds = truncateds__raw.to(ACC)
-            truncateds__prev = _shift_tile(truncateds, truncateds__raw, truncateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-        else:
-            truncateds = _zero + 0.0
-            truncateds__prev = _zero + 0.0
+        terminateds__prev = _shift_tile(terminateds, terminateds__raw, terminateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=True)
+        truncateds = _cast_tile(truncateds__raw, _zero, 0.0, HAS_truncateds)
+        truncateds__prev = _shift_tile(truncateds, truncateds__raw, truncateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=HAS_truncateds)
         values = values__raw.to(ACC)
-        values__next = _shift_tile(values, values__raw, values__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
+        values__next = _shift_tile(values, values__raw, values__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True, HAS=True)
         # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
         _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*lambda___prev__t*(1.0 - tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)))), 1.0)  # identity past the window end
@@ -345,9 +335,8 @@ def _gae_grad_persist_kernel(
         st__A__next__raw = st__A__next__raw__nx
         terminateds__raw = terminateds__raw__nx
         terminateds__prev__raw = terminateds__prev__raw__nx
-        if HAS_truncateds:
-            truncateds__raw = truncateds__raw__nx
-            truncateds__prev__raw = truncateds__prev__raw__nx
+        truncateds__raw = truncateds__raw__nx
+        truncateds__prev__raw = truncateds__prev__raw__nx
         values__raw = values__raw__nx
         values__next__raw = values__next__raw__nx
 
@@ -434,25 +423,21 @@ def _gae_grad_lookback_kernel(
     lambda___t = _load_tile(lambda___ptr, lambda___row, _t, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
     lambda___prev__t = _load_tile(lambda___ptr, lambda___row, _t_prev, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
     st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
-    st__A__next__raw = _load_shifted(st__A__ptr, st__A__row, st__A__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+    st__A__next__raw = _load_shifted(st__A__ptr, st__A__row, st__A__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES, HAS=True)
     st__A = st__A__raw.to(ACC)
-    st__A__next = _shift_tile(st__A, st__A__raw, st__A__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
+    st__A__next = _shift_tile(st__A, st__A__raw, st__A__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True, HAS=True)
     terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-    terminateds__prev__raw = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+    terminateds__prev__raw = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
     terminateds = terminateds__raw.to(ACC)
-    terminateds__prev = _shift_tile(terminateds, terminateds__raw, terminateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-    if HAS_truncateds:
-        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        truncateds__prev__raw = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
-        truncateds = truncateds__raw.to(ACC)
-        truncateds__prev = _shift_tile(truncateds, truncateds__raw, truncateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-    else:
-        truncateds = _zero + 0.0
-        truncateds__prev = _zero + 0.0
+    terminateds__prev = _shift_tile(terminateds, terminateds__raw, terminateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=True)
+    truncateds__raw = _load_raw(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, HAS_truncateds, LANES)
+    truncateds__prev__raw = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=HAS_truncateds)
+    truncateds = _cast_tile(truncateds__raw, _zero, 0.0, HAS_truncateds)
+    truncateds__prev = _shift_tile(truncateds, truncateds__raw, truncateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=HAS_truncateds)
     values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-    values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+    values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES, HAS=True)
     values = values__raw.to(ACC)
-    values__next = _shift_tile(values, values__raw, values__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
+    values__next = _shift_tile(values, values__raw, values__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True, HAS=True)
     # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
     _alpha = tl.where(_ok, _zero + (gy__advantages + gy__returns), 0.0)
     _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*lambda___prev__t*(1.0 - tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)))), 1.0)  # identity past the window end

@@ -101,21 +101,17 @@ def _lambda_returns_grad_chunked_kernel(
         next_values__raw = tl.load(next_values__ptr + next_values__row[:, None] + _t[None, :] * next_values__st, mask=_ok, other=1, volatile=LANES == 2)
         next_values = next_values__raw.to(ACC)
         st__G__raw = tl.load(st__G__ptr + st__G__row[:, None] + _t[None, :] * st__G__st, mask=_ok, other=1, volatile=LANES == 2)
-        st__G__next__raw = _load_shifted(st__G__ptr, st__G__row, st__G__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+        st__G__next__raw = _load_shifted(st__G__ptr, st__G__row, st__G__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES, HAS=True)
         st__G = st__G__raw.to(ACC)
-        st__G__next = _shift_tile(st__G, st__G__raw, st__G__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
+        st__G__next = _shift_tile(st__G, st__G__raw, st__G__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True, HAS=True)
         terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        terminateds__prev__raw = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+        terminateds__prev__raw = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
         terminateds = terminateds__raw.to(ACC)
-        terminateds__prev = _shift_tile(terminateds, terminateds__raw, terminateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-        if HAS_truncateds:
-            truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-            truncateds__prev__raw = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
-            truncateds = truncateds__raw.to(ACC)
-            truncateds__prev = _shift_tile(truncateds, truncateds__raw, truncateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-        else:
-            truncateds = _zero + 0.0
-            truncateds__prev = _zero + 0.0
+        terminateds__prev = _shift_tile(terminateds, terminateds__raw, terminateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=True)
+        truncateds__raw = _load_raw(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, HAS_truncateds, LANES)
+        truncateds__prev__raw = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=HAS_truncateds)
+        truncateds = _cast_tile(truncateds__raw, _zero, 0.0, HAS_truncateds)
+        truncateds__prev = _shift_tile(truncateds, truncateds__raw, truncateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=HAS_truncateds)
         # scan g__G: g__G_t = alpha_t + beta_t * g__G_{t-1}
         _alpha = tl.where(_ok, _zero + (gy__returns), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*lambda___prev__t*(1.0 - tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev))))), 1.0)  # identity past the window end
@@ -211,12 +207,11 @@ def _lambda_returns_grad_persist_kernel(
     lambda___prev__t__raw = _load_raw(lambda___ptr, lambda___row, _t_prev, lambda___st, _ok, lambda___TENSOR, LANES)
     next_values__raw = tl.load(next_values__ptr + next_values__row[:, None] + _t[None, :] * next_values__st, mask=_ok, other=1, volatile=LANES == 2)
     st__G__raw = tl.load(st__G__ptr + st__G__row[:, None] + _t[None, :] * st__G__st, mask=_ok, other=1, volatile=LANES == 2)
-    st__G__next__raw = _load_shifted(st__G__ptr, st__G__row, st__G__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+    st__G__next__raw = _load_shifted(st__G__ptr, st__G__row, st__G__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES, HAS=True)
     terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-    terminateds__prev__raw = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
-    if HAS_truncateds:
-        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        truncateds__prev__raw = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+    terminateds__prev__raw = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
+    truncateds__raw = _load_raw(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, HAS_truncateds, LANES)
+    truncateds__prev__raw = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=HAS_truncateds)
     for _i in range(0, _n_items):
         # the next item's raw tiles (masked off past the program's last item)
         _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
@@ -243,12 +238,11 @@ def _lambda_returns_grad_persist_kernel(
         lambda___prev__t__raw__nx = _load_raw(lambda___ptr, lambda___row, _t_prev, lambda___st, _ok, lambda___TENSOR, LANES)
         next_values__raw__nx = tl.load(next_values__ptr + next_values__row[:, None] + _t[None, :] * next_values__st, mask=_ok, other=1, volatile=LANES == 2)
         st__G__raw__nx = tl.load(st__G__ptr + st__G__row[:, None] + _t[None, :] * st__G__st, mask=_ok, other=1, volatile=LANES == 2)
-        st__G__next__raw__nx = _load_shifted(st__G__ptr, st__G__row, st__G__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+        st__G__next__raw__nx = _load_shifted(st__G__ptr, st__G__row, st__G__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES, HAS=True)
         terminateds__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        terminateds__prev__raw__nx = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
-        if HAS_truncateds:
-            truncateds__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-            truncateds__prev__raw__nx = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+        terminateds__prev__raw__nx = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
+        truncateds__raw__nx = _load_raw(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, HAS_truncateds, LANES)
+        truncateds__prev__raw__nx = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=HAS_truncateds)
         # this item: the tiles loaded one iteration ago
         _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
         _c = (_i) % _n_chunks
@@ -272,15 +266,11 @@ def _lambda_returns_grad_persist_kernel(
         lambda___prev__t = _cast_tile(lambda___prev__t__raw, _zero, lambda_, lambda___TENSOR)
         next_values = next_values__raw.to(ACC)
         st__G = st__G__raw.to(ACC)
-        st__G__next = _shift_tile(st__G, st__G__raw, st__G__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
+        st__G__next = _shift_tile(st__G, st__G__raw, st__G__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True, HAS=True)
         terminateds = terminateds__raw.to(ACC)
-        terminateds__prev = _shift_tile(terminateds, terminateds__raw, terminateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-        if HAS_truncateds:
-            truncateds = truncateds__raw.to(ACC)
-            truncateds__prev = _shift_tile(truncateds, truncateds__raw, truncateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-        else:
-            truncateds = _zero + 0.0
-            truncateds__prev = _zero + 0.0
+        terminateds__prev = _shift_tile(terminateds, terminateds__raw, terminateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=True)
+        truncateds = _cast_tile(truncateds__raw, _zero, 0.0, HAS_truncateds)
+        truncateds__prev = _shift_tile(truncateds, truncateds__raw, truncateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=HAS_truncateds)
         # scan g__G: g__G_t = alpha_t + beta_t * g__G_{t-1}
         _alpha = tl.where(_ok, _zero + (gy__returns), 0.0)
         _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*lambda___prev__t*(1.0 - tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev))))), 1.0)  # identity past the window end
@@ -318,9 +308,8 @@ def _lambda_returns_grad_persist_kernel(
         st__G__next__raw = st__G__next__raw__nx
         terminateds__raw = terminateds__raw__nx
         terminateds__prev__raw = terminateds__prev__raw__nx
-        if HAS_truncateds:
-            truncateds__raw = truncateds__raw__nx
-            truncateds__prev__raw = truncateds__prev__raw__nx
+        truncateds__raw = truncateds__raw__nx
+        truncateds__prev__raw = truncateds__prev__raw__nx
 
 
 @triton.jit
@@ -397,21 +386,17 @@ def _lambda_returns_grad_lookback_kernel(
     next_values__raw = tl.load(next_values__ptr + next_values__row[:, None] + _t[None, :] * next_values__st, mask=_ok, other=1, volatile=LANES == 2)
     next_values = next_values__raw.to(ACC)
     st__G__raw = tl.load(st__G__ptr + st__G__row[:, None] + _t[None, :] * st__G__st, mask=_ok, other=1, volatile=LANES == 2)
-    st__G__next__raw = _load_shifted(st__G__ptr, st__G__row, st__G__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+    st__G__next__raw = _load_shifted(st__G__ptr, st__G__row, st__G__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES, HAS=True)
     st__G = st__G__raw.to(ACC)
-    st__G__next = _shift_tile(st__G, st__G__raw, st__G__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
+    st__G__next = _shift_tile(st__G, st__G__raw, st__G__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True, HAS=True)
     terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-    terminateds__prev__raw = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+    terminateds__prev__raw = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
     terminateds = terminateds__raw.to(ACC)
-    terminateds__prev = _shift_tile(terminateds, terminateds__raw, terminateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-    if HAS_truncateds:
-        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        truncateds__prev__raw = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
-        truncateds = truncateds__raw.to(ACC)
-        truncateds__prev = _shift_tile(truncateds, truncateds__raw, truncateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-    else:
-        truncateds = _zero + 0.0
-        truncateds__prev = _zero + 0.0
+    terminateds__prev = _shift_tile(terminateds, terminateds__raw, terminateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=True)
+    truncateds__raw = _load_raw(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, HAS_truncateds, LANES)
+    truncateds__prev__raw = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=HAS_truncateds)
+    truncateds = _cast_tile(truncateds__raw, _zero, 0.0, HAS_truncateds)
+    truncateds__prev = _shift_tile(truncateds, truncateds__raw, truncateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=HAS_truncateds)
     # scan g__G: g__G_t = alpha_t + beta_t * g__G_{t-1}
     _alpha = tl.where(_ok, _zero + (gy__returns), 0.0)
     _beta = tl.where(_ok, _zero + (tl.where((is_first != 0), 0.0, gamma__prev__t*lambda___prev__t*(1.0 - tl.where((is_last__prev != 0), 1.0, tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev))))), 1.0)  # identity past the window end

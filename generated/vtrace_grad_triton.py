@@ -132,25 +132,21 @@ def _vtrace_grad_chunked_kernel(
         c_bar__prev__t = _load_tile(c_bar__ptr, c_bar__row, _t_prev, c_bar__st, _ok, _zero, c_bar, c_bar__TENSOR, LANES)
         gamma__t = _load_tile(gamma__ptr, gamma__row, _t, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
         gamma__prev__t = _load_tile(gamma__ptr, gamma__row, _t_prev, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
-        if HAS_gy__pg_advantages:
-            gy__pg_advantages__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t[None, :] * gy__pg_advantages__st, mask=_ok, other=1, volatile=LANES == 2)
-            gy__pg_advantages__prev__raw = _load_shifted(gy__pg_advantages__ptr, gy__pg_advantages__row, gy__pg_advantages__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
-            gy__pg_advantages = gy__pg_advantages__raw.to(ACC)
-            gy__pg_advantages__prev = _shift_tile(gy__pg_advantages, gy__pg_advantages__raw, gy__pg_advantages__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-        else:
-            gy__pg_advantages = _zero + 0.0
-            gy__pg_advantages__prev = _zero + 0.0
+        gy__pg_advantages__raw = _load_raw(gy__pg_advantages__ptr, gy__pg_advantages__row, _t, gy__pg_advantages__st, _ok, HAS_gy__pg_advantages, LANES)
+        gy__pg_advantages__prev__raw = _load_shifted(gy__pg_advantages__ptr, gy__pg_advantages__row, gy__pg_advantages__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=HAS_gy__pg_advantages)
+        gy__pg_advantages = _cast_tile(gy__pg_advantages__raw, _zero, 0.0, HAS_gy__pg_advantages)
+        gy__pg_advantages__prev = _shift_tile(gy__pg_advantages, gy__pg_advantages__raw, gy__pg_advantages__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=HAS_gy__pg_advantages)
         gy__targets = _load_tile(gy__targets__ptr, gy__targets__row, _t, gy__targets__st, _ok, _zero, 0.0, HAS_gy__targets, LANES)
         lambda___t = _load_tile(lambda___ptr, lambda___row, _t, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
         lambda___prev__t = _load_tile(lambda___ptr, lambda___row, _t_prev, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
         log_pi_behavior__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
-        log_pi_behavior__prev__raw = _load_shifted(log_pi_behavior__ptr, log_pi_behavior__row, log_pi_behavior__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+        log_pi_behavior__prev__raw = _load_shifted(log_pi_behavior__ptr, log_pi_behavior__row, log_pi_behavior__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
         log_pi_behavior = log_pi_behavior__raw.to(ACC)
-        log_pi_behavior__prev = _shift_tile(log_pi_behavior, log_pi_behavior__raw, log_pi_behavior__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
+        log_pi_behavior__prev = _shift_tile(log_pi_behavior, log_pi_behavior__raw, log_pi_behavior__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=True)
         log_pi_target__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1, volatile=LANES == 2)
-        log_pi_target__prev__raw = _load_shifted(log_pi_target__ptr, log_pi_target__row, log_pi_target__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+        log_pi_target__prev__raw = _load_shifted(log_pi_target__ptr, log_pi_target__row, log_pi_target__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
         log_pi_target = log_pi_target__raw.to(ACC)
-        log_pi_target__prev = _shift_tile(log_pi_target, log_pi_target__raw, log_pi_target__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
+        log_pi_target__prev = _shift_tile(log_pi_target, log_pi_target__raw, log_pi_target__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=True)
         pg_rho_bar__t = _load_tile(pg_rho_bar__ptr, pg_rho_bar__row, _t, pg_rho_bar__st, _ok, _zero, pg_rho_bar, pg_rho_bar__TENSOR, LANES)
         pg_rho_bar__prev__t = _load_tile(pg_rho_bar__ptr, pg_rho_bar__row, _t_prev, pg_rho_bar__st, _ok, _zero, pg_rho_bar, pg_rho_bar__TENSOR, LANES)
         rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
@@ -158,25 +154,21 @@ def _vtrace_grad_chunked_kernel(
         rho_bar__t = _load_tile(rho_bar__ptr, rho_bar__row, _t, rho_bar__st, _ok, _zero, rho_bar, rho_bar__TENSOR, LANES)
         rho_bar__prev__t = _load_tile(rho_bar__ptr, rho_bar__row, _t_prev, rho_bar__st, _ok, _zero, rho_bar, rho_bar__TENSOR, LANES)
         st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
-        st__A__next__raw = _load_shifted(st__A__ptr, st__A__row, st__A__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+        st__A__next__raw = _load_shifted(st__A__ptr, st__A__row, st__A__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES, HAS=True)
         st__A = st__A__raw.to(ACC)
-        st__A__next = _shift_tile(st__A, st__A__raw, st__A__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
+        st__A__next = _shift_tile(st__A, st__A__raw, st__A__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True, HAS=True)
         terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        terminateds__prev__raw = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+        terminateds__prev__raw = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
         terminateds = terminateds__raw.to(ACC)
-        terminateds__prev = _shift_tile(terminateds, terminateds__raw, terminateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-        if HAS_truncateds:
-            truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-            truncateds__prev__raw = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
-            truncateds = truncateds__raw.to(ACC)
-            truncateds__prev = _shift_tile(truncateds, truncateds__raw, truncateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-        else:
-            truncateds = _zero + 0.0
-            truncateds__prev = _zero + 0.0
+        terminateds__prev = _shift_tile(terminateds, terminateds__raw, terminateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=True)
+        truncateds__raw = _load_raw(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, HAS_truncateds, LANES)
+        truncateds__prev__raw = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=HAS_truncateds)
+        truncateds = _cast_tile(truncateds__raw, _zero, 0.0, HAS_truncateds)
+        truncateds__prev = _shift_tile(truncateds, truncateds__raw, truncateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=HAS_truncateds)
         values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-        values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+        values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES, HAS=True)
         values = values__raw.to(ACC)
-        values__next = _shift_tile(values, values__raw, values__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
+        values__next = _shift_tile(values, values__raw, values__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True, HAS=True)
         # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
         _e1 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
         _e2 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
@@ -333,30 +325,28 @@ def _vtrace_grad_persist_kernel(
     c_bar__prev__t__raw = _load_raw(c_bar__ptr, c_bar__row, _t_prev, c_bar__st, _ok, c_bar__TENSOR, LANES)
     gamma__t__raw = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
     gamma__prev__t__raw = _load_raw(gamma__ptr, gamma__row, _t_prev, gamma__st, _ok, gamma__TENSOR, LANES)
-    if HAS_gy__pg_advantages:
-        gy__pg_advantages__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t[None, :] * gy__pg_advantages__st, mask=_ok, other=1, volatile=LANES == 2)
-        gy__pg_advantages__prev__raw = _load_shifted(gy__pg_advantages__ptr, gy__pg_advantages__row, gy__pg_advantages__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+    gy__pg_advantages__raw = _load_raw(gy__pg_advantages__ptr, gy__pg_advantages__row, _t, gy__pg_advantages__st, _ok, HAS_gy__pg_advantages, LANES)
+    gy__pg_advantages__prev__raw = _load_shifted(gy__pg_advantages__ptr, gy__pg_advantages__row, gy__pg_advantages__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=HAS_gy__pg_advantages)
     gy__targets__raw = _load_raw(gy__targets__ptr, gy__targets__row, _t, gy__targets__st, _ok, HAS_gy__targets, LANES)
     lambda___t__raw = _load_raw(lambda___ptr, lambda___row, _t, lambda___st, _ok, lambda___TENSOR, LANES)
     lambda___prev__t__raw = _load_raw(lambda___ptr, lambda___row, _t_prev, lambda___st, _ok, lambda___TENSOR, LANES)
     log_pi_behavior__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
-    log_pi_behavior__prev__raw = _load_shifted(log_pi_behavior__ptr, log_pi_behavior__row, log_pi_behavior__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+    log_pi_behavior__prev__raw = _load_shifted(log_pi_behavior__ptr, log_pi_behavior__row, log_pi_behavior__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
     log_pi_target__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1, volatile=LANES == 2)
-    log_pi_target__prev__raw = _load_shifted(log_pi_target__ptr, log_pi_target__row, log_pi_target__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+    log_pi_target__prev__raw = _load_shifted(log_pi_target__ptr, log_pi_target__row, log_pi_target__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
     pg_rho_bar__t__raw = _load_raw(pg_rho_bar__ptr, pg_rho_bar__row, _t, pg_rho_bar__st, _ok, pg_rho_bar__TENSOR, LANES)
     pg_rho_bar__prev__t__raw = _load_raw(pg_rho_bar__ptr, pg_rho_bar__row, _t_prev, pg_rho_bar__st, _ok, pg_rho_bar__TENSOR, LANES)
     rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
     rho_bar__t__raw = _load_raw(rho_bar__ptr, rho_bar__row, _t, rho_bar__st, _ok, rho_bar__TENSOR, LANES)
     rho_bar__prev__t__raw = _load_raw(rho_bar__ptr, rho_bar__row, _t_prev, rho_bar__st, _ok, rho_bar__TENSOR, LANES)
     st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
-    st__A__next__raw = _load_shifted(st__A__ptr, st__A__row, st__A__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+    st__A__next__raw = _load_shifted(st__A__ptr, st__A__row, st__A__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES, HAS=True)
     terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-    terminateds__prev__raw = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
-    if HAS_truncateds:
-        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        truncateds__prev__raw = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+    terminateds__prev__raw = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
+    truncateds__raw = _load_raw(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, HAS_truncateds, LANES)
+    truncateds__prev__raw = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=HAS_truncateds)
     values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-    values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+    values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES, HAS=True)
     for _i in range(0, _n_items):
         # the next item's raw tiles (masked off past the program's last item)
         _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
@@ -387,30 +377,28 @@ def _vtrace_grad_persist_kernel(
         c_bar__prev__t__raw__nx = _load_raw(c_bar__ptr, c_bar__row, _t_prev, c_bar__st, _ok, c_bar__TENSOR, LANES)
         gamma__t__raw__nx = _load_raw(gamma__ptr, gamma__row, _t, gamma__st, _ok, gamma__TENSOR, LANES)
         gamma__prev__t__raw__nx = _load_raw(gamma__ptr, gamma__row, _t_prev, gamma__st, _ok, gamma__TENSOR, LANES)
-        if HAS_gy__pg_advantages:
-            gy__pg_advantages__raw__nx = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t[None, :] * gy__pg_advantages__st, mask=_ok, other=1, volatile=LANES == 2)
-            gy__pg_advantages__prev__raw__nx = _load_shifted(gy__pg_advantages__ptr, gy__pg_advantages__row, gy__pg_advantages__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+        gy__pg_advantages__raw__nx = _load_raw(gy__pg_advantages__ptr, gy__pg_advantages__row, _t, gy__pg_advantages__st, _ok, HAS_gy__pg_advantages, LANES)
+        gy__pg_advantages__prev__raw__nx = _load_shifted(gy__pg_advantages__ptr, gy__pg_advantages__row, gy__pg_advantages__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=HAS_gy__pg_advantages)
         gy__targets__raw__nx = _load_raw(gy__targets__ptr, gy__targets__row, _t, gy__targets__st, _ok, HAS_gy__targets, LANES)
         lambda___t__raw__nx = _load_raw(lambda___ptr, lambda___row, _t, lambda___st, _ok, lambda___TENSOR, LANES)
         lambda___prev__t__raw__nx = _load_raw(lambda___ptr, lambda___row, _t_prev, lambda___st, _ok, lambda___TENSOR, LANES)
         log_pi_behavior__raw__nx = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
-        log_pi_behavior__prev__raw__nx = _load_shifted(log_pi_behavior__ptr, log_pi_behavior__row, log_pi_behavior__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+        log_pi_behavior__prev__raw__nx = _load_shifted(log_pi_behavior__ptr, log_pi_behavior__row, log_pi_behavior__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
         log_pi_target__raw__nx = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1, volatile=LANES == 2)
-        log_pi_target__prev__raw__nx = _load_shifted(log_pi_target__ptr, log_pi_target__row, log_pi_target__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+        log_pi_target__prev__raw__nx = _load_shifted(log_pi_target__ptr, log_pi_target__row, log_pi_target__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
         pg_rho_bar__t__raw__nx = _load_raw(pg_rho_bar__ptr, pg_rho_bar__row, _t, pg_rho_bar__st, _ok, pg_rho_bar__TENSOR, LANES)
         pg_rho_bar__prev__t__raw__nx = _load_raw(pg_rho_bar__ptr, pg_rho_bar__row, _t_prev, pg_rho_bar__st, _ok, pg_rho_bar__TENSOR, LANES)
         rewards__raw__nx = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
         rho_bar__t__raw__nx = _load_raw(rho_bar__ptr, rho_bar__row, _t, rho_bar__st, _ok, rho_bar__TENSOR, LANES)
         rho_bar__prev__t__raw__nx = _load_raw(rho_bar__ptr, rho_bar__row, _t_prev, rho_bar__st, _ok, rho_bar__TENSOR, LANES)
         st__A__raw__nx = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
-        st__A__next__raw__nx = _load_shifted(st__A__ptr, st__A__row, st__A__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+        st__A__next__raw__nx = _load_shifted(st__A__ptr, st__A__row, st__A__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES, HAS=True)
         terminateds__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        terminateds__prev__raw__nx = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
-        if HAS_truncateds:
-            truncateds__raw__nx = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-            truncateds__prev__raw__nx = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+        terminateds__prev__raw__nx = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
+        truncateds__raw__nx = _load_raw(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, HAS_truncateds, LANES)
+        truncateds__prev__raw__nx = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=HAS_truncateds)
         values__raw__nx = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-        values__next__raw__nx = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+        values__next__raw__nx = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES, HAS=True)
         # this item: the tiles loaded one iteration ago
         _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
         _c = (_i) % _n_chunks
@@ -439,36 +427,28 @@ def _vtrace_grad_persist_kernel(
         c_bar__prev__t = _cast_tile(c_bar__prev__t__raw, _zero, c_bar, c_bar__TENSOR)
         gamma__t = _cast_tile(gamma__t__raw, _zero, gamma, gamma__TENSOR)
         gamma__prev__t = _cast_tile(gamma__prev__t__raw, _zero, gamma, gamma__TENSOR)
-        if HAS_gy__pg_advantages:
-            gy__pg_advantages = gy__pg_advantages__raw.to(ACC)
-            gy__pg_advantages__prev = _shift_tile(gy__pg_advantages, gy__pg_advantages__raw, gy__pg_advantages__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-        else:
-            gy__pg_advantages = _zero + 0.0
-            gy__pg_advantages__prev = _zero + 0.0
+        gy__pg_advantages = _cast_tile(gy__pg_advantages__raw, _zero, 0.0, HAS_gy__pg_advantages)
+        gy__pg_advantages__prev = _shift_tile(gy__pg_advantages, gy__pg_advantages__raw, gy__pg_advantages__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=HAS_gy__pg_advantages)
         gy__targets = _cast_tile(gy__targets__raw, _zero, 0.0, HAS_gy__targets)
         lambda___t = _cast_tile(lambda___t__raw, _zero, lambda_, lambda___TENSOR)
         lambda___prev__t = _cast_tile(lambda___prev__t__raw, _zero, lambda_, lambda___TENSOR)
         log_pi_behavior = log_pi_behavior__raw.to(ACC)
-        log_pi_behavior__prev = _shift_tile(log_pi_behavior, log_pi_behavior__raw, log_pi_behavior__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
+        log_pi_behavior__prev = _shift_tile(log_pi_behavior, log_pi_behavior__raw, log_pi_behavior__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=True)
         log_pi_target = log_pi_target__raw.to(ACC)
-        log_pi_target__prev = _shift_tile(log_pi_target, log_pi_target__raw, log_pi_target__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
+        log_pi_target__prev = _shift_tile(log_pi_target, log_pi_target__raw, log_pi_target__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=True)
         pg_rho_bar__t = _cast_tile(pg_rho_bar__t__raw, _zero, pg_rho_bar, pg_rho_bar__TENSOR)
         pg_rho_bar__prev__t = _cast_tile(pg_rho_bar__prev__t__raw, _zero, pg_rho_bar, pg_rho_bar__TENSOR)
         rewards = rewards__raw.to(ACC)
         rho_bar__t = _cast_tile(rho_bar__t__raw, _zero, rho_bar, rho_bar__TENSOR)
         rho_bar__prev__t = _cast_tile(rho_bar__prev__t__raw, _zero, rho_bar, rho_bar__TENSOR)
         st__A = st__A__raw.to(ACC)
-        st__A__next = _shift_tile(st__A, st__A__raw, st__A__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
+        st__A__next = _shift_tile(st__A, st__A__raw, st__A__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True, HAS=True)
         terminateds = terminateds__raw.to(ACC)
-        terminateds__prev = _shift_tile(terminateds, terminateds__raw, terminateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-        if HAS_truncateds:
-            truncateds = truncateds__raw.to(ACC)
-            truncateds__prev = _shift_tile(truncateds, truncateds__raw, truncateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-        else:
-            truncateds = _zero + 0.0
-            truncateds__prev = _zero + 0.0
+        terminateds__prev = _shift_tile(terminateds, terminateds__raw, terminateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=True)
+        truncateds = _cast_tile(truncateds__raw, _zero, 0.0, HAS_truncateds)
+        truncateds__prev = _shift_tile(truncateds, truncateds__raw, truncateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=HAS_truncateds)
         values = values__raw.to(ACC)
-        values__next = _shift_tile(values, values__raw, values__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
+        values__next = _shift_tile(values, values__raw, values__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True, HAS=True)
         # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
         _e1 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
         _e2 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)
@@ -537,9 +517,8 @@ def _vtrace_grad_persist_kernel(
         c_bar__prev__t__raw = c_bar__prev__t__raw__nx
         gamma__t__raw = gamma__t__raw__nx
         gamma__prev__t__raw = gamma__prev__t__raw__nx
-        if HAS_gy__pg_advantages:
-            gy__pg_advantages__raw = gy__pg_advantages__raw__nx
-            gy__pg_advantages__prev__raw = gy__pg_advantages__prev__raw__nx
+        gy__pg_advantages__raw = gy__pg_advantages__raw__nx
+        gy__pg_advantages__prev__raw = gy__pg_advantages__prev__raw__nx
         gy__targets__raw = gy__targets__raw__nx
         lambda___t__raw = lambda___t__raw__nx
         lambda___prev__t__raw = lambda___prev__t__raw__nx
@@ -556,9 +535,8 @@ def _vtrace_grad_persist_kernel(
         st__A__next__raw = st__A__next__raw__nx
         terminateds__raw = terminateds__raw__nx
         terminateds__prev__raw = terminateds__prev__raw__nx
-        if HAS_truncateds:
-            truncateds__raw = truncateds__raw__nx
-            truncateds__prev__raw = truncateds__prev__raw__nx
+        truncateds__raw = truncateds__raw__nx
+        truncateds__prev__raw = truncateds__prev__raw__nx
         values__raw = values__raw__nx
         values__next__raw = values__next__raw__nx
 
@@ -667,25 +645,21 @@ def _vtrace_grad_lookback_kernel(
     c_bar__prev__t = _load_tile(c_bar__ptr, c_bar__row, _t_prev, c_bar__st, _ok, _zero, c_bar, c_bar__TENSOR, LANES)
     gamma__t = _load_tile(gamma__ptr, gamma__row, _t, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
     gamma__prev__t = _load_tile(gamma__ptr, gamma__row, _t_prev, gamma__st, _ok, _zero, gamma, gamma__TENSOR, LANES)
-    if HAS_gy__pg_advantages:
-        gy__pg_advantages__raw = tl.load(gy__pg_advantages__ptr + gy__pg_advantages__row[:, None] + _t[None, :] * gy__pg_advantages__st, mask=_ok, other=1, volatile=LANES == 2)
-        gy__pg_advantages__prev__raw = _load_shifted(gy__pg_advantages__ptr, gy__pg_advantages__row, gy__pg_advantages__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
-        gy__pg_advantages = gy__pg_advantages__raw.to(ACC)
-        gy__pg_advantages__prev = _shift_tile(gy__pg_advantages, gy__pg_advantages__raw, gy__pg_advantages__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-    else:
-        gy__pg_advantages = _zero + 0.0
-        gy__pg_advantages__prev = _zero + 0.0
+    gy__pg_advantages__raw = _load_raw(gy__pg_advantages__ptr, gy__pg_advantages__row, _t, gy__pg_advantages__st, _ok, HAS_gy__pg_advantages, LANES)
+    gy__pg_advantages__prev__raw = _load_shifted(gy__pg_advantages__ptr, gy__pg_advantages__row, gy__pg_advantages__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=HAS_gy__pg_advantages)
+    gy__pg_advantages = _cast_tile(gy__pg_advantages__raw, _zero, 0.0, HAS_gy__pg_advantages)
+    gy__pg_advantages__prev = _shift_tile(gy__pg_advantages, gy__pg_advantages__raw, gy__pg_advantages__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=HAS_gy__pg_advantages)
     gy__targets = _load_tile(gy__targets__ptr, gy__targets__row, _t, gy__targets__st, _ok, _zero, 0.0, HAS_gy__targets, LANES)
     lambda___t = _load_tile(lambda___ptr, lambda___row, _t, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
     lambda___prev__t = _load_tile(lambda___ptr, lambda___row, _t_prev, lambda___st, _ok, _zero, lambda_, lambda___TENSOR, LANES)
     log_pi_behavior__raw = tl.load(log_pi_behavior__ptr + log_pi_behavior__row[:, None] + _t[None, :] * log_pi_behavior__st, mask=_ok, other=1, volatile=LANES == 2)
-    log_pi_behavior__prev__raw = _load_shifted(log_pi_behavior__ptr, log_pi_behavior__row, log_pi_behavior__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+    log_pi_behavior__prev__raw = _load_shifted(log_pi_behavior__ptr, log_pi_behavior__row, log_pi_behavior__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
     log_pi_behavior = log_pi_behavior__raw.to(ACC)
-    log_pi_behavior__prev = _shift_tile(log_pi_behavior, log_pi_behavior__raw, log_pi_behavior__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
+    log_pi_behavior__prev = _shift_tile(log_pi_behavior, log_pi_behavior__raw, log_pi_behavior__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=True)
     log_pi_target__raw = tl.load(log_pi_target__ptr + log_pi_target__row[:, None] + _t[None, :] * log_pi_target__st, mask=_ok, other=1, volatile=LANES == 2)
-    log_pi_target__prev__raw = _load_shifted(log_pi_target__ptr, log_pi_target__row, log_pi_target__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+    log_pi_target__prev__raw = _load_shifted(log_pi_target__ptr, log_pi_target__row, log_pi_target__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
     log_pi_target = log_pi_target__raw.to(ACC)
-    log_pi_target__prev = _shift_tile(log_pi_target, log_pi_target__raw, log_pi_target__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
+    log_pi_target__prev = _shift_tile(log_pi_target, log_pi_target__raw, log_pi_target__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=True)
     pg_rho_bar__t = _load_tile(pg_rho_bar__ptr, pg_rho_bar__row, _t, pg_rho_bar__st, _ok, _zero, pg_rho_bar, pg_rho_bar__TENSOR, LANES)
     pg_rho_bar__prev__t = _load_tile(pg_rho_bar__ptr, pg_rho_bar__row, _t_prev, pg_rho_bar__st, _ok, _zero, pg_rho_bar, pg_rho_bar__TENSOR, LANES)
     rewards__raw = tl.load(rewards__ptr + rewards__row[:, None] + _t[None, :] * rewards__st, mask=_ok, other=1, volatile=LANES == 2)
@@ -693,25 +667,21 @@ def _vtrace_grad_lookback_kernel(
     rho_bar__t = _load_tile(rho_bar__ptr, rho_bar__row, _t, rho_bar__st, _ok, _zero, rho_bar, rho_bar__TENSOR, LANES)
     rho_bar__prev__t = _load_tile(rho_bar__ptr, rho_bar__row, _t_prev, rho_bar__st, _ok, _zero, rho_bar, rho_bar__TENSOR, LANES)
     st__A__raw = tl.load(st__A__ptr + st__A__row[:, None] + _t[None, :] * st__A__st, mask=_ok, other=1, volatile=LANES == 2)
-    st__A__next__raw = _load_shifted(st__A__ptr, st__A__row, st__A__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+    st__A__next__raw = _load_shifted(st__A__ptr, st__A__row, st__A__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES, HAS=True)
     st__A = st__A__raw.to(ACC)
-    st__A__next = _shift_tile(st__A, st__A__raw, st__A__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
+    st__A__next = _shift_tile(st__A, st__A__raw, st__A__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True, HAS=True)
     terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
-    terminateds__prev__raw = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
+    terminateds__prev__raw = _load_shifted(terminateds__ptr, terminateds__row, terminateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=True)
     terminateds = terminateds__raw.to(ACC)
-    terminateds__prev = _shift_tile(terminateds, terminateds__raw, terminateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-    if HAS_truncateds:
-        truncateds__raw = tl.load(truncateds__ptr + truncateds__row[:, None] + _t[None, :] * truncateds__st, mask=_ok, other=1, volatile=LANES == 2)
-        truncateds__prev__raw = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES)
-        truncateds = truncateds__raw.to(ACC)
-        truncateds__prev = _shift_tile(truncateds, truncateds__raw, truncateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False)
-    else:
-        truncateds = _zero + 0.0
-        truncateds__prev = _zero + 0.0
+    terminateds__prev = _shift_tile(terminateds, terminateds__raw, terminateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=True)
+    truncateds__raw = _load_raw(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, HAS_truncateds, LANES)
+    truncateds__prev__raw = _load_shifted(truncateds__ptr, truncateds__row, truncateds__st, _t_prev, _g, _ok, _row_ok, T, NEXT=False, G=SHIFT_G, LANES=LANES, HAS=HAS_truncateds)
+    truncateds = _cast_tile(truncateds__raw, _zero, 0.0, HAS_truncateds)
+    truncateds__prev = _shift_tile(truncateds, truncateds__raw, truncateds__prev__raw, _pos, 0 - _t0, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=False, HAS=HAS_truncateds)
     values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-    values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+    values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES, HAS=True)
     values = values__raw.to(ACC)
-    values__next = _shift_tile(values, values__raw, values__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
+    values__next = _shift_tile(values, values__raw, values__next__raw, _pos, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True, HAS=True)
     # scan g__A: g__A_t = alpha_t + beta_t * g__A_{t-1}
     _e1 = tl.exp(log_pi_target__prev - log_pi_behavior__prev)
     _e2 = tl.where((terminateds__prev >= truncateds__prev), terminateds__prev, truncateds__prev)

@@ -114,9 +114,9 @@ def _vtrace_chunked_kernel(
         terminateds = terminateds__raw.to(ACC)
         truncateds = _load_tile(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, _zero, 0.0, HAS_truncateds, LANES)
         values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-        values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+        values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES, HAS=True)
         values = values__raw.to(ACC)
-        values__next = _shift_tile(values, values__raw, values__next__raw, _tcol, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
+        values__next = _shift_tile(values, values__raw, values__next__raw, _tcol, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True, HAS=True)
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _e1 = tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)
         _e2 = tl.exp(log_pi_target - log_pi_behavior)
@@ -216,7 +216,7 @@ def _vtrace_persist_kernel(
     terminateds__raw = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
     truncateds__raw = _load_raw(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, HAS_truncateds, LANES)
     values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-    values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+    values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES, HAS=True)
     for _i in range(0, _n_items):
         # the next item's raw tiles (masked off past the program's last item)
         _tile = _pid + ((_i + 1) // _n_chunks) * _P  # the item's row tile
@@ -250,7 +250,7 @@ def _vtrace_persist_kernel(
         terminateds__raw__nx = tl.load(terminateds__ptr + terminateds__row[:, None] + _t[None, :] * terminateds__st, mask=_ok, other=1, volatile=LANES == 2)
         truncateds__raw__nx = _load_raw(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, HAS_truncateds, LANES)
         values__raw__nx = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-        values__next__raw__nx = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+        values__next__raw__nx = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES, HAS=True)
         # this item: the tiles loaded one iteration ago
         _tile = _pid + ((_i) // _n_chunks) * _P  # the item's row tile
         _c = (_i) % _n_chunks
@@ -276,7 +276,7 @@ def _vtrace_persist_kernel(
         terminateds = terminateds__raw.to(ACC)
         truncateds = _cast_tile(truncateds__raw, _zero, 0.0, HAS_truncateds)
         values = values__raw.to(ACC)
-        values__next = _shift_tile(values, values__raw, values__next__raw, _tcol, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
+        values__next = _shift_tile(values, values__raw, values__next__raw, _tcol, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True, HAS=True)
         # scan A: A_t = alpha_t + beta_t * A_{t+1}
         _e1 = tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)
         _e2 = tl.exp(log_pi_target - log_pi_behavior)
@@ -396,9 +396,9 @@ def _vtrace_lookback_kernel(
     terminateds = terminateds__raw.to(ACC)
     truncateds = _load_tile(truncateds__ptr, truncateds__row, _t, truncateds__st, _ok, _zero, 0.0, HAS_truncateds, LANES)
     values__raw = tl.load(values__ptr + values__row[:, None] + _t[None, :] * values__st, mask=_ok, other=1, volatile=LANES == 2)
-    values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES)
+    values__next__raw = _load_shifted(values__ptr, values__row, values__st, _t_next, _g, _ok, _row_ok, T, NEXT=True, G=SHIFT_G, LANES=LANES, HAS=True)
     values = values__raw.to(ACC)
-    values__next = _shift_tile(values, values__raw, values__next__raw, _tcol, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True)
+    values__next = _shift_tile(values, values__raw, values__next__raw, _tcol, _rem - 1, BLOCK_N, BLOCK_T, SHIFT_G, NEXT=True, HAS=True)
     # scan A: A_t = alpha_t + beta_t * A_{t+1}
     _e1 = tl.maximum(terminateds, truncateds, propagate_nan=tl.PropagateNan.ALL)
     _e2 = tl.exp(log_pi_target - log_pi_behavior)

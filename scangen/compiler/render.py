@@ -78,12 +78,14 @@ def _tile_load(ld) -> NS:
     if ld.how == "param":
         return NS(var=ld.sym, ptr=f"{b}__ptr", base=f"{b}__row", t=TVAR[ld.shift],
                   st=f"{b}__st", has=abi.tensor_flag(b), default=b, cast=".to(ACC)",
-                  gather_from="", tile_call=True)
+                  gather_from="", tile_call=True, split_call=False)
     common = dict(ptr=f"{b}__ptr", base=f"{b}__row", st=f"{b}__st",
                   has=abi.has_flag(b) if ld.optional else "", default=repr(ld.default),
-                  cast="" if ld.index else ".to(ACC)", gather_from="", tile_call=False)
-    if ld.how == "split":
-        return NS(var=ld.sym, shifts=[NS(var=v, next=nx) for v, nx in ld.shifts], **common)
+                  cast="" if ld.index else ".to(ACC)", gather_from="", tile_call=False,
+                  split_call=False)
+    if ld.how == "split":  # split_call: optional, not an index: the helpers take its HAS flag
+        return NS(var=ld.sym, shifts=[NS(var=v, next=nx) for v, nx in ld.shifts],
+                  **{**common, "split_call": ld.optional and not ld.index})
     if ld.how == "gather":
         edge = "BLOCK_T" if ld.shift == "next" else "-1"
         return NS(var=ld.sym, t="", **{**common, "gather_from": b},

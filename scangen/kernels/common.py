@@ -224,13 +224,17 @@ def shift_prev(x, e, M: tl.constexpr, G: tl.constexpr):
 
 @triton.jit
 def load_shifted(ptr, base, st, t_shift, g, ok, row_ok, T, NEXT: tl.constexpr, G: tl.constexpr,
-                 LANES: tl.constexpr):
+                 LANES: tl.constexpr, HAS: tl.constexpr):
     # The raw tile shift_tile needs for an input one step later (NEXT) or earlier than the
     # chunk's steps (template option input_shift="split"). One step a thread (G == 1): the plain
     # load at the shifted steps t_shift ([BN, BT]). Groups of G steps a thread, whose aligned
     # tile loads as 16-byte vectors: only the step beyond each group ([BN, BT / G], one strided
     # load a group, g: each group's first step); the rest of the shift comes from registers.
-    if G == 1:
+    # Without the input (HAS false: an optional input left out) a 0 that stands for it, as
+    # load_raw's.
+    if not HAS:
+        r = 0
+    elif G == 1:
         r = tl.load(ptr + base[:, None] + t_shift[None, :] * st, mask=ok, other=1,
                     volatile=LANES == 2)
     else:
@@ -247,14 +251,17 @@ def load_shifted(ptr, base, st, t_shift, g, ok, row_ok, T, NEXT: tl.constexpr, G
 
 @triton.jit
 def shift_tile(x, raw, shifted_raw, tcol, edge, BN: tl.constexpr, BT: tl.constexpr,
-               G: tl.constexpr, NEXT: tl.constexpr):
+               G: tl.constexpr, NEXT: tl.constexpr, HAS: tl.constexpr):
     # Tile x ([BN, BT], cast from its aligned load raw) one step later (NEXT) or earlier, from
     # load_shifted's shifted_raw: that load itself with one step a thread (G == 1); with groups
     # of G steps a thread, raw's steps moved within each thread's group in registers
     # (shift_next / shift_prev) and shifted_raw's step beyond the group; in the column of the
     # row's edge (tcol == edge: its last step for NEXT, its first else) x itself, as the plain
-    # load's clamped steps give.
-    if G == 1:
+    # load's clamped steps give. Without the input (HAS false) x, its default broadcast
+    # (cast_tile), which every step shares.
+    if not HAS:
+        y = x
+    elif G == 1:
         y = shifted_raw.to(x.dtype)
     else:
         M: tl.constexpr = BN * BT // G
