@@ -230,13 +230,9 @@ def load_shifted(ptr, base, st, t_shift, g, ok, row_ok, T, NEXT: tl.constexpr, G
     # load at the shifted steps t_shift ([BN, BT]). Groups of G steps a thread, whose aligned
     # tile loads as 16-byte vectors: only the step beyond each group ([BN, BT / G], one strided
     # load a group, g: each group's first step); the rest of the shift comes from registers.
-    # Without the input (HAS false: an optional input left out) a 0 that stands for it, as
-    # load_raw's.
-    if not HAS:
-        r = 0
-    elif G == 1:
-        r = tl.load(ptr + base[:, None] + t_shift[None, :] * st, mask=ok, other=1,
-                    volatile=LANES == 2)
+    # Without the input (HAS false: an optional input left out) load_raw's 0 that stands for it.
+    if G == 1 or not HAS:
+        r = load_raw(ptr, base, t_shift, st, ok, HAS, LANES)
     else:
         if NEXT:
             te = g + G  # the step after each group
